@@ -1,0 +1,102 @@
+// Package embedded runs a NATS server with JetStream inside the Rath process,
+// so that `rath up` needs nothing installed.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config configures the embedded server.
+type Config struct {
+	// Listen is host:port for client connections; port 0 picks a free one.
+	Listen string
+	// StoreDir holds JetStream's file storage.
+	StoreDir string
+	// SyncAlways fsyncs every write before the ack. The default acks once the
+	// write reached the OS page cache and fsyncs every SyncInterval: a process
+	// kill loses nothing, an OS crash or power loss can lose the last interval.
+	SyncAlways bool
+	// SyncInterval is the periodic fsync interval when SyncAlways is off
+	// (0 keeps the server default, 2 minutes).
+	SyncInterval time.Duration
+	// MaxPayload bounds one message (default 8 MiB, enough for large snapshots).
+	MaxPayload int32
+	// ServerName names the server in logs and cluster views (default "rath").
+	ServerName string
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StoreDir == "" {
+		errs = append(errs, errors.New("embedded NATS: store directory is required"))
+	}
+	if _, _, err := splitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("embedded NATS: listen address %q: %w", c.Listen, err))
+	}
+	if c.SyncInterval < 0 {
+		errs = append(errs, errors.New("embedded NATS: sync interval must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// Start starts the server and waits until it accepts connections. Shut it
+// down with Shutdown and WaitForShutdown.
+func Start(cfg Config) (*server.Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	host, port, _ := splitHostPort(cfg.Listen)
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		MaxPayload: cfg.MaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "rath"
+	}
+	if opts.MaxPayload == 0 {
+		opts.MaxPayload = 8 << 20
+	}
+	if cfg.SyncAlways {
+		opts.SyncAlways = true
+	} else if cfg.SyncInterval > 0 {
+		opts.SyncInterval = cfg.SyncInterval
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS: not ready after 10s (listen %s, store %s)", cfg.Listen, cfg.StoreDir)
+	}
+	return ns, nil
+}

@@ -1,0 +1,105 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+)
+
+// binaryPrefix starts every attribute header of a binary-mode CloudEvent in the
+// NATS protocol binding.
+const binaryPrefix = "ce-"
+
+// ErrMalformed wraps every reason a message is not a conformant CloudEvent.
+var ErrMalformed = errors.New("malformed CloudEvent")
+
+// FromNATS reads a CloudEvent from a NATS message in either content mode:
+// structured (a JSON CloudEvent body, Content-Type application/cloudevents+json
+// or no ce- headers) or binary (attributes in ce- headers, data in the body).
+// The result is validated against the CloudEvents 1.0 rules.
+func FromNATS(h nats.Header, body []byte) (event.Event, error) {
+	var (
+		e   event.Event
+		err error
+	)
+	if isBinary(h) {
+		e, err = fromBinary(h, body)
+	} else {
+		e, err = Unmarshal(body)
+	}
+	if err != nil {
+		return event.Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := e.Validate(); err != nil {
+		return event.Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return e, nil
+}
+
+func isBinary(h nats.Header) bool {
+	if strings.HasPrefix(h.Get("Content-Type"), ContentTypeStructured) {
+		return false
+	}
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), binaryPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func fromBinary(h nats.Header, body []byte) (event.Event, error) {
+	attr := map[string]string{}
+	for k, vs := range h {
+		lk := strings.ToLower(k)
+		if !strings.HasPrefix(lk, binaryPrefix) || len(vs) == 0 {
+			continue
+		}
+		v, err := url.PathUnescape(vs[0])
+		if err != nil {
+			return event.Event{}, fmt.Errorf("header %s: %v", k, err)
+		}
+		attr[lk[len(binaryPrefix):]] = v
+	}
+	if sv := attr["specversion"]; sv != event.CloudEventsVersionV1 {
+		return event.Event{}, fmt.Errorf("ce-specversion must be %q, got %q", event.CloudEventsVersionV1, sv)
+	}
+	e := event.New()
+	for name, v := range attr {
+		switch name {
+		case "specversion":
+		case "id":
+			e.SetID(v)
+		case "source":
+			e.SetSource(v)
+		case "type":
+			e.SetType(v)
+		case "subject":
+			e.SetSubject(v)
+		case "dataschema":
+			e.SetDataSchema(v)
+		case "time":
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return event.Event{}, fmt.Errorf("ce-time: %v", err)
+			}
+			e.SetTime(t)
+		default:
+			if err := e.Context.SetExtension(name, v); err != nil {
+				return event.Event{}, fmt.Errorf("ce-%s: %v", name, err)
+			}
+		}
+	}
+	ct := h.Get("Content-Type")
+	if ct == "" {
+		ct = event.ApplicationJSON
+	}
+	e.SetDataContentType(ct)
+	e.DataEncoded = body
+	return e, nil
+}

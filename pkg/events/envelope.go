@@ -1,0 +1,168 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/google/uuid"
+)
+
+// Rath's CloudEvents extension attributes.
+const (
+	// ExtSeq is the event's 1-based position in its session's logical log,
+	// assigned by the ledger. A CloudEvents Integer.
+	ExtSeq = "rathseq"
+	// ExtPrev is the hash of the previous event of the logical log (absent on
+	// the first event of a root session).
+	ExtPrev = "rathprev"
+	// ExtHash is the event's own chain hash; see ComputeHash.
+	ExtHash = "rathhash"
+	// ExtExpectedSeq, set by a proposer, is the head sequence it expects the
+	// session to have; a different head rejects the proposal as stale.
+	ExtExpectedSeq = "rathexpectedseq"
+	// ExtCausation is the ID of the event that caused this one.
+	ExtCausation = "causationid"
+	// ExtCorrelation groups the events of one unit of work (a turn, a request).
+	ExtCorrelation = "correlationid"
+	// ExtTraceparent is the W3C trace context of the producer (CloudEvents
+	// distributed tracing extension).
+	ExtTraceparent = "traceparent"
+)
+
+// ContentTypeStructured is the NATS Content-Type of a structured-mode CloudEvent.
+const ContentTypeStructured = "application/cloudevents+json"
+
+// NewID returns a new event ID: a UUIDv7, so IDs sort by creation time.
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// Option sets an optional envelope attribute in New.
+type Option func(*event.Event)
+
+// WithID sets the event ID (default: a new UUIDv7). Producers that may retry
+// must choose the ID once, so that a retry is stored once.
+func WithID(id string) Option { return func(e *event.Event) { e.SetID(id) } }
+
+// WithSource sets the CloudEvents source (default "rath").
+func WithSource(src string) Option { return func(e *event.Event) { e.SetSource(src) } }
+
+// WithTime sets the event time (default now, UTC).
+func WithTime(t time.Time) Option { return func(e *event.Event) { e.SetTime(t.UTC()) } }
+
+// WithCausation records the ID of the event that caused this one.
+func WithCausation(id string) Option {
+	return func(e *event.Event) { e.SetExtension(ExtCausation, id) }
+}
+
+// WithCorrelation records the correlation ID.
+func WithCorrelation(id string) Option {
+	return func(e *event.Event) { e.SetExtension(ExtCorrelation, id) }
+}
+
+// WithTraceparent records a W3C traceparent.
+func WithTraceparent(tp string) Option {
+	return func(e *event.Event) { e.SetExtension(ExtTraceparent, tp) }
+}
+
+// WithExpectedSeq makes the proposal conditional on the session's head sequence.
+func WithExpectedSeq(seq uint64) Option {
+	return func(e *event.Event) { e.SetExtension(ExtExpectedSeq, int64(seq)) }
+}
+
+// New builds a proposal for session sessionID carrying data, a value of a
+// registered kind. The session ID may be empty on a session start: the ledger
+// then assigns one.
+func New(sessionID string, data any, opts ...Option) (event.Event, error) {
+	k, ok := KindOf(data)
+	if !ok {
+		return event.Event{}, fmt.Errorf("new event: %T is not a registered event kind", data)
+	}
+	e := event.New()
+	e.SetID(NewID())
+	e.SetSource("rath")
+	e.SetType(k.Type)
+	if sessionID != "" {
+		e.SetSubject(sessionID)
+	}
+	e.SetTime(time.Now().UTC())
+	e.SetDataSchema(k.DataSchema())
+	if err := e.SetData(event.ApplicationJSON, data); err != nil {
+		return event.Event{}, fmt.Errorf("new %s event: %w", k.Type, err)
+	}
+	for _, o := range opts {
+		o(&e)
+	}
+	return e, nil
+}
+
+// Seq returns the ledger-assigned sequence of a stored event (0 if absent).
+func Seq(e event.Event) uint64 { return uintExt(e, ExtSeq) }
+
+// ExpectedSeq returns the proposer's expected head sequence, if it set one.
+func ExpectedSeq(e event.Event) (uint64, bool, error) {
+	v, ok := e.Extensions()[ExtExpectedSeq]
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := types.ToInteger(v)
+	if err != nil || n < 0 {
+		return 0, true, fmt.Errorf("extension %s must be a non-negative integer, got %v", ExtExpectedSeq, v)
+	}
+	return uint64(n), true, nil
+}
+
+// Prev returns the previous event's chain hash.
+func Prev(e event.Event) string { return stringExt(e, ExtPrev) }
+
+// Hash returns the event's own chain hash.
+func Hash(e event.Event) string { return stringExt(e, ExtHash) }
+
+// Causation returns the causation ID.
+func Causation(e event.Event) string { return stringExt(e, ExtCausation) }
+
+// Correlation returns the correlation ID.
+func Correlation(e event.Event) string { return stringExt(e, ExtCorrelation) }
+
+// Traceparent returns the W3C traceparent.
+func Traceparent(e event.Event) string { return stringExt(e, ExtTraceparent) }
+
+func stringExt(e event.Event, name string) string {
+	v, ok := e.Extensions()[name]
+	if !ok {
+		return ""
+	}
+	s, err := types.ToString(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return s
+}
+
+func uintExt(e event.Event, name string) uint64 {
+	v, ok := e.Extensions()[name]
+	if !ok {
+		return 0
+	}
+	n, err := types.ToInteger(v)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return uint64(n)
+}
+
+// Data decodes the event's data into a new value of its registered kind.
+func Data(e event.Event) (any, error) { return DecodeData(e.Type(), e.Data()) }
+
+// Marshal returns the structured-mode JSON of an event.
+func Marshal(e event.Event) ([]byte, error) { return json.Marshal(e) }
+
+// Unmarshal parses a structured-mode JSON CloudEvent.
+func Unmarshal(b []byte) (event.Event, error) {
+	var e event.Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return event.Event{}, err
+	}
+	return e, nil
+}

@@ -1,0 +1,303 @@
+package events
+
+import "encoding/json"
+
+// Wire names of every event kind. They are part of the stored history: never
+// rename one; add a new kind (or a new schema version) instead.
+const (
+	TypeSessionStarted      = "rath.session.started"
+	TypeSessionForked       = "rath.session.forked"
+	TypeSessionMerged       = "rath.session.merged"
+	TypeSessionPaused       = "rath.session.paused"
+	TypeSessionResumed      = "rath.session.resumed"
+	TypeSessionClosed       = "rath.session.closed"
+	TypeChunkAppended       = "rath.conversation.chunk.appended"
+	TypeTranscriptCompacted = "rath.transcript.compacted"
+	TypeModelCalled         = "rath.model.called"
+	TypeUsageRecorded       = "rath.usage.recorded"
+	TypeToolRequested       = "rath.tool.call.requested"
+	TypeToolStarted         = "rath.tool.call.started"
+	TypeToolCompleted       = "rath.tool.call.completed"
+	TypeToolFailed          = "rath.tool.call.failed"
+	TypeSandboxPlaced       = "rath.sandbox.placed"
+	TypeMemoryRecalled      = "rath.memory.recalled"
+	TypeMemoryWritten       = "rath.memory.written"
+	TypeMemoryRetracted     = "rath.memory.retracted"
+	TypeSelectorDecided     = "rath.selector.decided"
+	TypeWorkPending         = "rath.work.pending"
+	TypeWorkDone            = "rath.work.done"
+	TypeValidationPassed    = "rath.validation.passed"
+	TypeValidationFailed    = "rath.validation.failed"
+	TypeApprovalRequested   = "rath.approval.requested"
+	TypeApprovalGranted     = "rath.approval.granted"
+	TypeApprovalRejected    = "rath.approval.rejected"
+)
+
+// Conversation roles a chunk may carry.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// SessionStarted opens a session. It is the first event of every root session.
+type SessionStarted struct {
+	Workflow     string            `json:"workflow,omitempty"`
+	WorkflowHash string            `json:"workflow_hash,omitempty"`
+	Task         string            `json:"task,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+}
+
+// SessionForked is the first event of a forked session. The fork's log is the
+// parent's log up to AtSeq followed by the fork's own events, which continue the
+// parent's numbering at AtSeq+1 and chain onto ParentHash.
+type SessionForked struct {
+	Parent     string            `json:"parent"`
+	AtSeq      uint64            `json:"at_seq"`
+	ParentHash string            `json:"parent_hash"`
+	Reason     string            `json:"reason,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// Segment names a contiguous run of one session's own events, From and To inclusive.
+type Segment struct {
+	Session string `json:"session"`
+	From    uint64 `json:"from"`
+	To      uint64 `json:"to"`
+}
+
+// Position names one event of a session's logical log and its chain hash.
+type Position struct {
+	Session string `json:"session"`
+	Seq     uint64 `json:"seq"`
+	Hash    string `json:"hash"`
+}
+
+// SessionMerged joins Source into the session it is appended to. Ancestor is
+// the last event both logs share (nil when they share none). Segments are
+// exactly the source events after the common ancestor that the merge takes in,
+// so folding the merge reads them once and never re-applies the shared prefix.
+type SessionMerged struct {
+	Source     string    `json:"source"`
+	SourceHead Position  `json:"source_head"`
+	Ancestor   *Position `json:"ancestor,omitempty"`
+	Segments   []Segment `json:"segments"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// SessionPaused stops routing new work to a session until it is resumed.
+type SessionPaused struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// SessionResumed lets a paused session take work again.
+type SessionResumed struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// SessionClosed ends a session; the ledger accepts nothing after it.
+type SessionClosed struct {
+	Reason  string `json:"reason,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// ChunkAppended adds one piece of conversation to the transcript.
+type ChunkAppended struct {
+	Role       string `json:"role"`
+	Agent      string `json:"agent,omitempty"`
+	Content    string `json:"content"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// TranscriptCompacted replaces chunks FromSeq..ToSeq in the model's context by a
+// summary. It deletes nothing: the chunks stay in the log and in earlier states.
+type TranscriptCompacted struct {
+	FromSeq      uint64 `json:"from_seq"`
+	ToSeq        uint64 `json:"to_seq"`
+	Summary      string `json:"summary"`
+	TokensBefore int64  `json:"tokens_before"`
+	TokensAfter  int64  `json:"tokens_after"`
+}
+
+// ModelCalled records one model invocation and its token usage.
+type ModelCalled struct {
+	Agent       string `json:"agent"`
+	Provider    string `json:"provider"`
+	Model       string `json:"model"`
+	TokensIn    int64  `json:"tokens_in"`
+	TokensOut   int64  `json:"tokens_out"`
+	LatencyMS   int64  `json:"latency_ms"`
+	Attempt     int    `json:"attempt,omitempty"`
+	StopReason  string `json:"stop_reason,omitempty"`
+	RequestRef  string `json:"request_ref,omitempty"`
+	ResponseRef string `json:"response_ref,omitempty"`
+}
+
+// UsageRecorded records token usage not tied to a model call event (embeddings,
+// usage reported late by a provider).
+type UsageRecorded struct {
+	Agent     string `json:"agent"`
+	Provider  string `json:"provider,omitempty"`
+	Model     string `json:"model"`
+	TokensIn  int64  `json:"tokens_in"`
+	TokensOut int64  `json:"tokens_out"`
+}
+
+// Sandbox names where a tool ran.
+type Sandbox struct {
+	Backend   string `json:"backend"`
+	SandboxID string `json:"sandbox_id"`
+}
+
+// ToolRequested asks for a tool call.
+type ToolRequested struct {
+	CallID    string          `json:"call_id"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Agent     string          `json:"agent,omitempty"`
+}
+
+// ToolStarted records that a runner began a tool call attempt.
+type ToolStarted struct {
+	CallID  string   `json:"call_id"`
+	Tool    string   `json:"tool"`
+	Attempt int      `json:"attempt"`
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// ToolCompleted records a finished tool call with its evidence.
+type ToolCompleted struct {
+	CallID       string   `json:"call_id"`
+	Tool         string   `json:"tool"`
+	Attempt      int      `json:"attempt,omitempty"`
+	Result       string   `json:"result,omitempty"`
+	ResultRef    string   `json:"result_ref,omitempty"`
+	ExitCode     int      `json:"exit_code"`
+	DurationMS   int64    `json:"duration_ms"`
+	Diff         string   `json:"diff,omitempty"`
+	DiffRef      string   `json:"diff_ref,omitempty"`
+	CommitBefore string   `json:"commit_before,omitempty"`
+	CommitAfter  string   `json:"commit_after,omitempty"`
+	Sandbox      *Sandbox `json:"sandbox,omitempty"`
+}
+
+// ToolFailed records a tool call that could not complete.
+type ToolFailed struct {
+	CallID     string   `json:"call_id"`
+	Tool       string   `json:"tool"`
+	Attempt    int      `json:"attempt,omitempty"`
+	Error      string   `json:"error"`
+	ExitCode   int      `json:"exit_code,omitempty"`
+	DurationMS int64    `json:"duration_ms,omitempty"`
+	Sandbox    *Sandbox `json:"sandbox,omitempty"`
+}
+
+// SandboxPlaced records where the session's side effects happen from now on.
+type SandboxPlaced struct {
+	Backend   string `json:"backend"`
+	SandboxID string `json:"sandbox_id"`
+	Host      string `json:"host,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// MemoryItemRef names one version of a memory item and its recall score.
+type MemoryItemRef struct {
+	ItemID  string  `json:"item_id"`
+	Version int     `json:"version"`
+	Score   float64 `json:"score,omitempty"`
+}
+
+// Provenance says what justified a memory write.
+type Provenance struct {
+	Session  string   `json:"session"`
+	EventIDs []string `json:"event_ids,omitempty"`
+	Evidence string   `json:"evidence"`
+}
+
+// MemoryRecalled records a retrieval and the turn that used it.
+type MemoryRecalled struct {
+	Query  string          `json:"query"`
+	Agent  string          `json:"agent,omitempty"`
+	TurnID string          `json:"turn_id,omitempty"`
+	Scope  string          `json:"scope,omitempty"`
+	Items  []MemoryItemRef `json:"items"`
+}
+
+// MemoryWritten records a new version of a memory item with its provenance.
+type MemoryWritten struct {
+	ItemID     string     `json:"item_id"`
+	Version    int        `json:"version"`
+	Content    string     `json:"content"`
+	Tags       []string   `json:"tags,omitempty"`
+	Scope      string     `json:"scope"`
+	Provenance Provenance `json:"provenance"`
+}
+
+// MemoryRetracted withdraws an item (or one version of it).
+type MemoryRetracted struct {
+	ItemID  string `json:"item_id"`
+	Version int    `json:"version,omitempty"`
+	By      string `json:"by"`
+	Reason  string `json:"reason"`
+}
+
+// SelectorDecided records a routing decision and what it was based on.
+type SelectorDecided struct {
+	Rule       string          `json:"rule"`
+	Inputs     json.RawMessage `json:"inputs,omitempty"`
+	Candidates []string        `json:"candidates,omitempty"`
+	Route      string          `json:"route"`
+	Reason     string          `json:"reason,omitempty"`
+}
+
+// WorkPending records work the session owes.
+type WorkPending struct {
+	WorkID      string `json:"work_id"`
+	Kind        string `json:"kind"`
+	Description string `json:"description,omitempty"`
+	Assignee    string `json:"assignee,omitempty"`
+}
+
+// WorkDone settles pending work.
+type WorkDone struct {
+	WorkID  string `json:"work_id"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// ValidationPassed records a successful check.
+type ValidationPassed struct {
+	Validator string          `json:"validator"`
+	Target    string          `json:"target,omitempty"`
+	Details   json.RawMessage `json:"details,omitempty"`
+}
+
+// ValidationFailed records a failed check and why.
+type ValidationFailed struct {
+	Validator string          `json:"validator"`
+	Target    string          `json:"target,omitempty"`
+	Reason    string          `json:"reason"`
+	Details   json.RawMessage `json:"details,omitempty"`
+}
+
+// ApprovalRequested asks a human (or policy) to approve an action.
+type ApprovalRequested struct {
+	ApprovalID string `json:"approval_id"`
+	Action     string `json:"action"`
+	Approver   string `json:"approver,omitempty"`
+}
+
+// ApprovalGranted approves a requested action.
+type ApprovalGranted struct {
+	ApprovalID string `json:"approval_id"`
+	By         string `json:"by"`
+	Comment    string `json:"comment,omitempty"`
+}
+
+// ApprovalRejected refuses a requested action.
+type ApprovalRejected struct {
+	ApprovalID string `json:"approval_id"`
+	By         string `json:"by"`
+	Reason     string `json:"reason"`
+}

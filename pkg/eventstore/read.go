@@ -1,0 +1,134 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// ErrNotFound is returned by Get and Last when no message matches.
+var ErrNotFound = errors.New("not found")
+
+// Msg is one stored message.
+type Msg struct {
+	StreamSeq uint64
+	Subject   string
+	Header    nats.Header
+	Body      []byte
+}
+
+// Get reads the sessions stream message at a stream sequence.
+func (s *Store) Get(ctx context.Context, streamSeq uint64) (Msg, error) {
+	m, err := s.sessions.GetMsg(ctx, streamSeq)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Msg{}, fmt.Errorf("stream sequence %d: %w", streamSeq, ErrNotFound)
+		}
+		return Msg{}, fmt.Errorf("get stream sequence %d: %w", streamSeq, err)
+	}
+	return Msg{StreamSeq: m.Sequence, Subject: m.Subject, Header: m.Header, Body: m.Data}, nil
+}
+
+// Last reads the last stored event of a session.
+func (s *Store) Last(ctx context.Context, session string) (Msg, error) {
+	m, err := s.sessions.GetLastMsgForSubject(ctx, events.SessionFilter(session))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Msg{}, fmt.Errorf("last event of session %s: %w", session, ErrNotFound)
+		}
+		return Msg{}, fmt.Errorf("last event of session %s: %w", session, err)
+	}
+	return Msg{StreamSeq: m.Sequence, Subject: m.Subject, Header: m.Header, Body: m.Data}, nil
+}
+
+// scanBatch is how many messages one batched direct get returns.
+const scanBatch = 512
+
+type directGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	Batch   int    `json:"batch,omitempty"`
+	UpToSeq uint64 `json:"up_to_seq,omitempty"`
+}
+
+// Scan calls fn, in stream order, for each message of stream whose subject
+// matches filter, from stream sequence from up to and including upTo (0: to
+// the end as of the call). It uses batched direct gets: no consumer is
+// created, so scans are cheap to start and safe to run anywhere.
+func (s *Store) Scan(ctx context.Context, stream, filter string, from, upTo uint64, fn func(Msg) error) error {
+	if from == 0 {
+		from = 1
+	}
+	inbox := s.nc.NewRespInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", filter, err)
+	}
+	defer sub.Unsubscribe()
+	api := "$JS.API.DIRECT.GET." + stream
+	for {
+		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: scanBatch, UpToSeq: upTo})
+		if err := s.nc.PublishRequest(api, inbox, req); err != nil {
+			return fmt.Errorf("scan %s: %w", filter, err)
+		}
+		got, more := 0, false
+		for {
+			m, err := sub.NextMsgWithContext(ctx)
+			if err != nil {
+				return fmt.Errorf("scan %s from %d: %w", filter, from, err)
+			}
+			switch status := m.Header.Get("Status"); status {
+			case "":
+			case "204": // end of batch
+				// A batch can end early (byte limit): go on while the
+				// server says more match.
+				np, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				more = got > 0 && np > 0
+			case "404":
+				return nil
+			default:
+				return fmt.Errorf("scan %s from %d: direct get status %s %s", filter, from, status, m.Header.Get("Description"))
+			}
+			if m.Header.Get("Status") == "204" {
+				break
+			}
+			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			if err != nil {
+				return fmt.Errorf("scan %s: bad %s header: %w", filter, jetstream.SequenceHeader, err)
+			}
+			got++
+			from = seq + 1
+			if err := fn(Msg{StreamSeq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Header: m.Header, Body: m.Data}); err != nil {
+				return err
+			}
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// ScanSession calls fn for each stored event of one session's own log (not
+// its fork ancestry), from stream sequence from on.
+func (s *Store) ScanSession(ctx context.Context, session string, from, upTo uint64, fn func(Msg) error) error {
+	return s.Scan(ctx, events.StreamSessions, events.SessionFilter(session), from, upTo, fn)
+}
+
+// First reads the first stored event of a session.
+func (s *Store) First(ctx context.Context, session string) (Msg, error) {
+	m, err := s.sessions.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.SessionFilter(session)))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Msg{}, fmt.Errorf("first event of session %s: %w", session, ErrNotFound)
+		}
+		return Msg{}, fmt.Errorf("first event of session %s: %w", session, err)
+	}
+	return Msg{StreamSeq: m.Sequence, Subject: m.Subject, Header: m.Header, Body: m.Data}, nil
+}

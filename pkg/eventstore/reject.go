@@ -1,0 +1,57 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Rejection is the record of a refused proposal on the rejections stream.
+type Rejection struct {
+	Time    time.Time `json:"time"`
+	Session string    `json:"session,omitempty"`
+	EventID string    `json:"event_id,omitempty"`
+	Type    string    `json:"type,omitempty"`
+	Code    string    `json:"code"`
+	Message string    `json:"message"`
+	// Via is how the proposal arrived: "request" or "inbox".
+	Via string `json:"via"`
+	// Proposal is the proposal as received: the body, and headers if any.
+	Proposal       json.RawMessage     `json:"proposal,omitempty"`
+	ProposalText   string              `json:"proposal_text,omitempty"`
+	ProposalHeader map[string][]string `json:"proposal_header,omitempty"`
+	Ledger         string              `json:"ledger,omitempty"`
+	StreamSeq      uint64              `json:"stream_seq,omitempty"`
+}
+
+// Reject records a rejection and waits for JetStream to store it.
+func (s *Store) Reject(ctx context.Context, r Rejection) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("record rejection: %w", err)
+	}
+	if _, err := s.js.Publish(ctx, events.RejectSubject(r.Session), b); err != nil {
+		return fmt.Errorf("record rejection of %s: %w", r.EventID, err)
+	}
+	return nil
+}
+
+// Rejections calls fn for each recorded rejection, oldest first, optionally
+// only those of one session.
+func (s *Store) Rejections(ctx context.Context, session string, fn func(seq uint64, r Rejection) error) error {
+	filter := events.RejectsWildcard
+	if session != "" {
+		filter = events.RejectSubject(session)
+	}
+	return s.Scan(ctx, events.StreamRejects, filter, 0, 0, func(m Msg) error {
+		var r Rejection
+		if err := json.Unmarshal(m.Body, &r); err != nil {
+			return fmt.Errorf("rejection at %d: %w", m.StreamSeq, err)
+		}
+		r.StreamSeq = m.StreamSeq
+		return fn(m.StreamSeq, r)
+	})
+}

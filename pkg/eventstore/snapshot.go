@@ -1,0 +1,60 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/session"
+)
+
+// Snapshot is a session's state folded up to State.Seq, with the stream
+// sequence of the session's own last event at that point, where reading on
+// resumes.
+type Snapshot struct {
+	State     *session.State `json:"state"`
+	StreamSeq uint64         `json:"stream_seq"`
+}
+
+func snapshotKey(sessionID string, seq uint64) string {
+	return sessionID + "." + strconv.FormatUint(seq, 10)
+}
+
+// ErrTooLarge is returned by PutSnapshot for a snapshot above MaxSnapshotSize.
+var ErrTooLarge = errors.New("snapshot too large")
+
+// PutSnapshot stores a snapshot under its session and sequence.
+func (s *Store) PutSnapshot(ctx context.Context, snap Snapshot) error {
+	b, err := json.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("snapshot %s at %d: %w", snap.State.ID, snap.State.Seq, err)
+	}
+	if len(b) > int(s.cfg.MaxSnapshotSize) {
+		return fmt.Errorf("snapshot %s at %d: %d bytes: %w", snap.State.ID, snap.State.Seq, len(b), ErrTooLarge)
+	}
+	if _, err := s.snapshots.Put(ctx, snapshotKey(snap.State.ID, snap.State.Seq), b); err != nil {
+		return fmt.Errorf("snapshot %s at %d: %w", snap.State.ID, snap.State.Seq, err)
+	}
+	return nil
+}
+
+// GetSnapshot reads the snapshot of a session at exactly seq; ErrNotFound if
+// none was stored.
+func (s *Store) GetSnapshot(ctx context.Context, sessionID string, seq uint64) (Snapshot, error) {
+	e, err := s.snapshots.Get(ctx, snapshotKey(sessionID, seq))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Snapshot{}, ErrNotFound
+		}
+		return Snapshot{}, fmt.Errorf("snapshot %s at %d: %w", sessionID, seq, err)
+	}
+	var snap Snapshot
+	if err := json.Unmarshal(e.Value(), &snap); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot %s at %d: %w", sessionID, seq, err)
+	}
+	return snap, nil
+}

@@ -1,0 +1,147 @@
+// Package eventstore is Rath's access to JetStream: it creates the streams and
+// buckets, appends sealed events with per-session optimistic concurrency, and
+// reads sessions back. It knows subjects and bytes, not session semantics.
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Config says how the streams and buckets are created.
+type Config struct {
+	// Replicas per stream and bucket: 1 on a single server, 3 on a cluster.
+	Replicas int
+	// DedupeWindow is how long JetStream remembers an event ID, so that a
+	// retried append is stored once. It must exceed every client's retry
+	// horizon (the Go client retries for at most RetryHorizon).
+	DedupeWindow time.Duration
+	// MaxEventSize bounds one stored event body.
+	MaxEventSize int32
+	// MaxSnapshotSize bounds one stored snapshot; larger ones are skipped.
+	MaxSnapshotSize int32
+	// RejectsMaxAge is how long rejected proposals are kept.
+	RejectsMaxAge time.Duration
+}
+
+// RetryHorizon is the longest a Rath client keeps retrying one proposal.
+const RetryHorizon = 2 * time.Minute
+
+// DefaultConfig is right for one embedded server.
+func DefaultConfig() Config {
+	return Config{
+		Replicas:        1,
+		DedupeWindow:    10 * time.Minute,
+		MaxEventSize:    1 << 20,
+		MaxSnapshotSize: 8 << 20,
+		RejectsMaxAge:   30 * 24 * time.Hour,
+	}
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be 1..5, got %d", c.Replicas))
+	}
+	if c.DedupeWindow <= RetryHorizon {
+		errs = append(errs, fmt.Errorf("dedupe window %s must exceed the client retry horizon %s", c.DedupeWindow, RetryHorizon))
+	}
+	if c.MaxEventSize <= 0 || c.MaxSnapshotSize <= 0 {
+		errs = append(errs, errors.New("max event and snapshot sizes must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Store reads and writes Rath's streams and buckets.
+type Store struct {
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	sessions  jetstream.Stream
+	snapshots jetstream.KeyValue
+	index     jetstream.KeyValue
+	cfg       Config
+}
+
+// Open creates (or updates) the streams and buckets and returns a Store. It is
+// idempotent: every process may call it at start.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("event store config: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("event store: %w", err)
+	}
+	s := &Store{nc: nc, js: js, cfg: cfg}
+	if s.sessions, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.StreamSessions,
+		Description: "Rath: every accepted session event, on rath.session.<session>.<kind>",
+		Subjects:    []string{events.SessionsWildcard},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DedupeWindow,
+		MaxMsgSize:  cfg.MaxEventSize,
+		AllowDirect: true,
+	}); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", events.StreamSessions, err)
+	}
+	if _, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.StreamInbox,
+		Description: "Rath: fire-and-forget proposals awaiting the ledger",
+		Subjects:    []string{events.InboxWildcard},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.WorkQueuePolicy,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DedupeWindow,
+		MaxMsgSize:  cfg.MaxEventSize,
+	}); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", events.StreamInbox, err)
+	}
+	if _, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.StreamRejects,
+		Description: "Rath: rejected proposals with the reason",
+		Subjects:    []string{events.RejectsWildcard},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.RejectsMaxAge,
+		AllowDirect: true,
+	}); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", events.StreamRejects, err)
+	}
+	if s.snapshots, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       events.BucketSnapshots,
+		Description:  "Rath: folded session states every K events, key <session>.<seq>",
+		History:      1,
+		MaxValueSize: cfg.MaxSnapshotSize,
+		Storage:      jetstream.FileStorage,
+		Replicas:     cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", events.BucketSnapshots, err)
+	}
+	if s.index, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      events.BucketSessions,
+		Description: "Rath: session index (s.<session>) and fork links (c.<parent>.<child>)",
+		History:     8,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", events.BucketSessions, err)
+	}
+	return s, nil
+}
+
+// JetStream returns the JetStream context the store uses.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+// Conn returns the NATS connection the store uses.
+func (s *Store) Conn() *nats.Conn { return s.nc }

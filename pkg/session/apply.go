@@ -1,0 +1,204 @@
+package session
+
+import (
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Apply folds one event of the session's logical log into s: the session's own
+// events and, for a fork, its ancestors' events up to the fork point, in
+// sequence order. It never validates: history that was accepted once must
+// fold forever, even after rules change. Data that does not decode only moves
+// the head. Apply mutates s; Clone first to keep the earlier state.
+func Apply(s *State, e events.Stored) { apply(s, e, false) }
+
+// ApplyMerged folds one event that a merge takes in from another session (one
+// of a session.merged event's segments). Lifecycle events of the source are
+// not applied: the source's start, fork or close says nothing about s. The
+// head of s does not move; the session.merged event itself moves it.
+func ApplyMerged(s *State, e events.Stored) { apply(s, e, true) }
+
+func apply(s *State, e events.Stored, merged bool) {
+	data, err := e.Decode()
+	if err != nil {
+		data = nil
+	}
+	origin := ""
+	if merged {
+		origin = e.Session
+		s.Counts.Merged++
+	} else {
+		s.Seq, s.Hash, s.LastID = e.Seq, e.Hash, e.ID
+		s.Counts.Events++
+	}
+	if s.Created.IsZero() {
+		s.Created = e.Time
+	}
+	if e.Time.After(s.Updated) {
+		s.Updated = e.Time
+	}
+
+	switch d := data.(type) {
+	case *events.SessionStarted:
+		if merged {
+			return
+		}
+		s.ID = e.Session
+		s.Status = StatusActive
+		s.Workflow, s.WorkflowHash, s.Task = d.Workflow, d.WorkflowHash, d.Task
+		s.Labels = mergeLabels(s.Labels, d.Labels)
+	case *events.SessionForked:
+		if merged {
+			return
+		}
+		// The fork inherits everything folded from the parent's prefix and
+		// becomes a session of its own from here.
+		s.ID = e.Session
+		s.Status = StatusActive
+		s.CloseReason, s.Outcome = "", ""
+		s.Created = e.Time
+		s.Labels = mergeLabels(s.Labels, d.Labels)
+		s.Lineage = Lineage{Parent: d.Parent, ForkSeq: d.AtSeq, ForkHash: d.ParentHash, ForkReason: d.Reason}
+	case *events.SessionMerged:
+		if merged {
+			return
+		}
+		n := 0
+		for _, seg := range d.Segments {
+			n += int(seg.To - seg.From + 1)
+		}
+		m := Merge{Seq: e.Seq, Source: d.Source, SourceSeq: d.SourceHead.Seq, SourceHash: d.SourceHead.Hash, Events: n}
+		if d.Ancestor != nil {
+			m.Ancestor, m.AncestorSeq = d.Ancestor.Session, d.Ancestor.Seq
+		}
+		s.Lineage.Merges = append(s.Lineage.Merges, m)
+	case *events.SessionPaused:
+		if !merged {
+			s.Status = StatusPaused
+		}
+	case *events.SessionResumed:
+		if !merged {
+			s.Status = StatusActive
+		}
+	case *events.SessionClosed:
+		if !merged {
+			s.Status = StatusClosed
+			s.CloseReason, s.Outcome = d.Reason, d.Outcome
+		}
+	case *events.ChunkAppended:
+		s.Chunks = append(s.Chunks, Chunk{Seq: e.Seq, Role: d.Role, Agent: d.Agent, Content: d.Content, ToolCallID: d.ToolCallID, Origin: origin})
+		s.Counts.Chunks++
+	case *events.TranscriptCompacted:
+		s.Compactions = append(s.Compactions, Compaction{Seq: e.Seq, FromSeq: d.FromSeq, ToSeq: d.ToSeq, Summary: d.Summary, TokensBefore: d.TokensBefore, TokensAfter: d.TokensAfter})
+	case *events.ModelCalled:
+		s.addUsage(d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, true)
+		s.Counts.ModelCalls++
+	case *events.UsageRecorded:
+		s.addUsage(d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, false)
+	case *events.ToolRequested:
+		t := s.tool(d.CallID, d.Tool, e.Seq)
+		t.Agent, t.Arguments, t.Origin = d.Agent, d.Arguments, origin
+		s.Counts.ToolCalls++
+	case *events.ToolStarted:
+		t := s.tool(d.CallID, d.Tool, e.Seq)
+		t.Status = ToolRunning
+		t.Attempts = max(t.Attempts, d.Attempt)
+	case *events.ToolCompleted:
+		t := s.tool(d.CallID, d.Tool, e.Seq)
+		t.Status, t.ExitCode, t.Error = ToolCompleted, d.ExitCode, ""
+		t.CommitBefore, t.CommitAfter = d.CommitBefore, d.CommitAfter
+		t.Attempts = max(t.Attempts, d.Attempt)
+	case *events.ToolFailed:
+		t := s.tool(d.CallID, d.Tool, e.Seq)
+		t.Status, t.ExitCode, t.Error = ToolFailed, d.ExitCode, d.Error
+		t.Attempts = max(t.Attempts, d.Attempt)
+	case *events.SandboxPlaced:
+		if !merged {
+			s.Sandbox = &Placement{Seq: e.Seq, Backend: d.Backend, SandboxID: d.SandboxID, Host: d.Host, Workspace: d.Workspace}
+		}
+	case *events.MemoryRecalled:
+		ids := make([]string, len(d.Items))
+		for i, it := range d.Items {
+			ids[i] = it.ItemID
+		}
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: e.ID})
+	case *events.MemoryWritten:
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID})
+	case *events.MemoryRetracted:
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID})
+	case *events.SelectorDecided:
+		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, Rule: d.Rule, Route: d.Route})
+	case *events.WorkPending:
+		if s.Pending == nil {
+			s.Pending = map[string]Work{}
+		}
+		s.Pending[d.WorkID] = Work{Seq: e.Seq, Kind: d.Kind, Description: d.Description, Assignee: d.Assignee}
+	case *events.WorkDone:
+		delete(s.Pending, d.WorkID)
+	case *events.ValidationPassed:
+		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Passed: true, Validator: d.Validator})
+	case *events.ValidationFailed:
+		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Validator: d.Validator, Reason: d.Reason})
+	case *events.ApprovalRequested:
+		if s.Approvals == nil {
+			s.Approvals = map[string]Approval{}
+		}
+		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action}
+	case *events.ApprovalGranted:
+		s.settleApproval(d.ApprovalID, "granted", d.By)
+	case *events.ApprovalRejected:
+		s.settleApproval(d.ApprovalID, "rejected", d.By)
+	}
+}
+
+func (s *State) addUsage(agent, provider, model string, in, out int64, call bool) {
+	s.Usage.Total.add(in, out, call)
+	if s.Usage.ByAgent == nil {
+		s.Usage.ByAgent = map[string]Tokens{}
+		s.Usage.ByModel = map[string]Tokens{}
+	}
+	a := s.Usage.ByAgent[agent]
+	a.add(in, out, call)
+	s.Usage.ByAgent[agent] = a
+	key := model
+	if provider != "" {
+		key = provider + "/" + model
+	}
+	m := s.Usage.ByModel[key]
+	m.add(in, out, call)
+	s.Usage.ByModel[key] = m
+}
+
+func (s *State) tool(callID, name string, seq uint64) *Tool {
+	if s.Tools == nil {
+		s.Tools = map[string]*Tool{}
+	}
+	t, ok := s.Tools[callID]
+	if !ok {
+		t = &Tool{CallID: callID, Tool: name, Status: ToolRequested}
+		s.Tools[callID] = t
+	}
+	t.Seqs = append(t.Seqs, seq)
+	return t
+}
+
+func (s *State) settleApproval(id, outcome, by string) {
+	a, ok := s.Approvals[id]
+	if !ok {
+		return
+	}
+	a.Outcome, a.By = outcome, by
+	s.Approvals[id] = a
+}
+
+func mergeLabels(into, from map[string]string) map[string]string {
+	if len(from) == 0 {
+		return into
+	}
+	if into == nil {
+		into = make(map[string]string, len(from))
+	}
+	for k, v := range from {
+		into[k] = v
+	}
+	return into
+}

@@ -1,0 +1,217 @@
+// Package session holds the state of a Rath session and the fold that builds it
+// from the session's events. Apply is the only place that interprets session
+// events; every service that needs "the state of S at N" folds with it.
+package session
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is a session's lifecycle state.
+type Status string
+
+// Session statuses. A session is active from its start (or fork) until it is
+// paused or closed; closed is final.
+const (
+	StatusActive Status = "active"
+	StatusPaused Status = "paused"
+	StatusClosed Status = "closed"
+)
+
+// State is a session folded up to Seq.
+type State struct {
+	ID           string            `json:"id"`
+	Status       Status            `json:"status"`
+	Workflow     string            `json:"workflow,omitempty"`
+	WorkflowHash string            `json:"workflow_hash,omitempty"`
+	Task         string            `json:"task,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Created      time.Time         `json:"created"`
+	Updated      time.Time         `json:"updated"`
+	CloseReason  string            `json:"close_reason,omitempty"`
+	Outcome      string            `json:"outcome,omitempty"`
+
+	Lineage Lineage `json:"lineage"`
+
+	Chunks      []Chunk      `json:"chunks,omitempty"`
+	Compactions []Compaction `json:"compactions,omitempty"`
+
+	Usage Usage `json:"usage"`
+
+	Pending   map[string]Work     `json:"pending,omitempty"`
+	Approvals map[string]Approval `json:"approvals,omitempty"`
+	Tools     map[string]*Tool    `json:"tools,omitempty"`
+	Memory    []MemoryEvent       `json:"memory,omitempty"`
+	Sandbox   *Placement          `json:"sandbox,omitempty"`
+
+	Decisions   []Decision   `json:"decisions,omitempty"`
+	Validations []Validation `json:"validations,omitempty"`
+	Counts      Counts       `json:"counts"`
+
+	// Seq and Hash are the head of the session's logical log: the last event
+	// folded that belongs to this session or its fork ancestry.
+	Seq    uint64 `json:"seq"`
+	Hash   string `json:"hash,omitempty"`
+	LastID string `json:"last_id,omitempty"`
+}
+
+// Lineage records where a session came from and what it took in.
+type Lineage struct {
+	Parent     string  `json:"parent,omitempty"`
+	ForkSeq    uint64  `json:"fork_seq,omitempty"`
+	ForkHash   string  `json:"fork_hash,omitempty"`
+	ForkReason string  `json:"fork_reason,omitempty"`
+	Merges     []Merge `json:"merges,omitempty"`
+}
+
+// Merge is one merge into this session.
+type Merge struct {
+	Seq         uint64 `json:"seq"`
+	Source      string `json:"source"`
+	SourceSeq   uint64 `json:"source_seq"`
+	SourceHash  string `json:"source_hash"`
+	Ancestor    string `json:"ancestor"`
+	AncestorSeq uint64 `json:"ancestor_seq"`
+	Events      int    `json:"events"`
+}
+
+// Chunk is one piece of conversation. Origin is the session that produced it
+// when it came in through a merge.
+type Chunk struct {
+	Seq        uint64 `json:"seq"`
+	Role       string `json:"role"`
+	Agent      string `json:"agent,omitempty"`
+	Content    string `json:"content"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	Origin     string `json:"origin,omitempty"`
+}
+
+// Compaction records that chunks FromSeq..ToSeq are summarised in the model's
+// context; the chunks themselves stay in State.Chunks.
+type Compaction struct {
+	Seq          uint64 `json:"seq"`
+	FromSeq      uint64 `json:"from_seq"`
+	ToSeq        uint64 `json:"to_seq"`
+	Summary      string `json:"summary"`
+	TokensBefore int64  `json:"tokens_before"`
+	TokensAfter  int64  `json:"tokens_after"`
+}
+
+// Tokens counts model usage.
+type Tokens struct {
+	In    int64 `json:"in"`
+	Out   int64 `json:"out"`
+	Calls int64 `json:"calls"`
+}
+
+func (t *Tokens) add(in, out int64, call bool) {
+	t.In += in
+	t.Out += out
+	if call {
+		t.Calls++
+	}
+}
+
+// Usage is token usage in total, by agent and by provider/model.
+type Usage struct {
+	Total   Tokens            `json:"total"`
+	ByAgent map[string]Tokens `json:"by_agent,omitempty"`
+	ByModel map[string]Tokens `json:"by_model,omitempty"`
+}
+
+// Work is pending work the session owes.
+type Work struct {
+	Seq         uint64 `json:"seq"`
+	Kind        string `json:"kind"`
+	Description string `json:"description,omitempty"`
+	Assignee    string `json:"assignee,omitempty"`
+}
+
+// Approval is a requested approval and its outcome ("" while pending).
+type Approval struct {
+	Seq     uint64 `json:"seq"`
+	Action  string `json:"action"`
+	Outcome string `json:"outcome,omitempty"`
+	By      string `json:"by,omitempty"`
+}
+
+// Tool is the evidence index of one tool call: where to find each of its
+// events and its last known outcome.
+type Tool struct {
+	CallID       string          `json:"call_id"`
+	Tool         string          `json:"tool"`
+	Agent        string          `json:"agent,omitempty"`
+	Arguments    json.RawMessage `json:"arguments,omitempty"`
+	Status       string          `json:"status"`
+	Attempts     int             `json:"attempts"`
+	ExitCode     int             `json:"exit_code"`
+	CommitBefore string          `json:"commit_before,omitempty"`
+	CommitAfter  string          `json:"commit_after,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Seqs         []uint64        `json:"seqs"`
+	Origin       string          `json:"origin,omitempty"`
+}
+
+// Tool call statuses.
+const (
+	ToolRequested = "requested"
+	ToolRunning   = "running"
+	ToolCompleted = "completed"
+	ToolFailed    = "failed"
+)
+
+// MemoryEvent is one memory read, write or retraction seen by the session.
+type MemoryEvent struct {
+	Seq     uint64   `json:"seq"`
+	Kind    string   `json:"kind"`
+	ItemIDs []string `json:"item_ids"`
+	Query   string   `json:"query,omitempty"`
+	EventID string   `json:"event_id"`
+}
+
+// Placement is where the session's side effects happen.
+type Placement struct {
+	Seq       uint64 `json:"seq"`
+	Backend   string `json:"backend"`
+	SandboxID string `json:"sandbox_id"`
+	Host      string `json:"host,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// Decision is one routing decision of the selector.
+type Decision struct {
+	Seq   uint64 `json:"seq"`
+	Rule  string `json:"rule"`
+	Route string `json:"route"`
+}
+
+// Validation is one validation outcome.
+type Validation struct {
+	Seq       uint64 `json:"seq"`
+	Passed    bool   `json:"passed"`
+	Validator string `json:"validator"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Counts are running totals that routing rules and budgets read.
+type Counts struct {
+	Events     int `json:"events"`
+	Chunks     int `json:"chunks"`
+	ModelCalls int `json:"model_calls"`
+	ToolCalls  int `json:"tool_calls"`
+	Merged     int `json:"merged"`
+}
+
+// Clone returns a deep copy, so a caller can keep a state while folding on.
+func (s *State) Clone() *State {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic("session: state does not marshal: " + err.Error()) // only plain data: cannot happen
+	}
+	var c State
+	if err := json.Unmarshal(b, &c); err != nil {
+		panic("session: state does not unmarshal: " + err.Error())
+	}
+	return &c
+}

@@ -1,0 +1,215 @@
+// Package ledger is the session ledger: the one authority that turns proposed
+// events into the ordered, validated, hash-chained log of each session, and
+// answers what a session looked like at any sequence.
+package ledger
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// Config tunes a ledger.
+type Config struct {
+	// SnapshotEvery is K: a snapshot is stored every K events of a session,
+	// which bounds the cost of "state at N" by K events, not by history.
+	SnapshotEvery uint64
+	// CacheSessions bounds how many sessions' current states stay in memory.
+	CacheSessions int
+	// Name identifies this ledger instance in rejections and logs.
+	Name string
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger"}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.SnapshotEvery < 2 {
+		errs = append(errs, fmt.Errorf("snapshot interval must be at least 2, got %d", c.SnapshotEvery))
+	}
+	if c.CacheSessions < 1 {
+		errs = append(errs, fmt.Errorf("session cache size must be positive, got %d", c.CacheSessions))
+	}
+	return errors.Join(errs...)
+}
+
+// Ledger appends, folds, forks, merges and verifies sessions. Several ledgers
+// may run against one JetStream: the conditional append keeps each session's
+// log linear, and a ledger whose cache fell behind re-reads and retries.
+type Ledger struct {
+	store *eventstore.Store
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*list.Element // of *entry, most recently used first
+	lru     *list.List
+
+	lineMu  sync.Mutex
+	lineage map[string][]segment // immutable once a session exists
+}
+
+// entry is the cached head of one session. Its mutex serialises every append
+// to the session within this process.
+type entry struct {
+	id string
+	mu sync.Mutex
+	// state is nil until loaded, and stays nil for a session that does not
+	// exist yet.
+	state     *session.State
+	loaded    bool
+	streamSeq uint64 // stream sequence of the session's own last event
+	recent    map[string]Ack
+	recentIDs []string
+}
+
+const recentKeep = 64
+
+func (e *entry) remember(a Ack) {
+	if e.recent == nil {
+		e.recent = make(map[string]Ack, recentKeep)
+	}
+	e.recent[a.ID] = a
+	e.recentIDs = append(e.recentIDs, a.ID)
+	if len(e.recentIDs) > recentKeep {
+		delete(e.recent, e.recentIDs[0])
+		e.recentIDs = e.recentIDs[1:]
+	}
+}
+
+// New returns a ledger over an opened store.
+func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ledger config: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Ledger{
+		store:   store,
+		cfg:     cfg,
+		log:     log,
+		now:     func() time.Time { return time.Now().UTC() },
+		entries: map[string]*list.Element{},
+		lru:     list.New(),
+		lineage: map[string][]segment{},
+	}, nil
+}
+
+// Store returns the ledger's event store.
+func (l *Ledger) Store() *eventstore.Store { return l.store }
+
+// entry returns the cache entry of a session, creating it if needed and
+// evicting the least recently used unlocked entry beyond the cache size.
+func (l *Ledger) entry(id string) *entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if el, ok := l.entries[id]; ok {
+		l.lru.MoveToFront(el)
+		return el.Value.(*entry)
+	}
+	e := &entry{id: id}
+	l.entries[id] = l.lru.PushFront(e)
+	for l.lru.Len() > l.cfg.CacheSessions {
+		last := l.lru.Back()
+		old := last.Value.(*entry)
+		if old == e {
+			break
+		}
+		// An entry in use keeps its lock; dropping it from the map is still
+		// safe: the holder finishes on its own copy and the next user reloads.
+		l.lru.Remove(last)
+		delete(l.entries, old.id)
+	}
+	return e
+}
+
+// load fills an entry from the store: the session's last event gives the head,
+// the nearest snapshot and the events after it give the state.
+func (l *Ledger) load(ctx context.Context, e *entry) error {
+	last, err := l.store.Last(ctx, e.id)
+	if errors.Is(err, eventstore.ErrNotFound) {
+		e.state, e.streamSeq, e.loaded = nil, 0, true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	head, err := events.ParseStored(last.Body)
+	if err != nil {
+		return fmt.Errorf("load session %s: %w", e.id, err)
+	}
+	st, streamSeq, err := l.stateAt(ctx, e.id, head.Seq)
+	if err != nil {
+		return fmt.Errorf("load session %s: %w", e.id, err)
+	}
+	e.state, e.streamSeq, e.loaded = st, streamSeq, true
+	return nil
+}
+
+// refresh folds the events another ledger appended since the entry was read.
+func (l *Ledger) refresh(ctx context.Context, e *entry) error {
+	if !e.loaded || e.state == nil {
+		return l.load(ctx, e)
+	}
+	return l.store.ScanSession(ctx, e.id, e.streamSeq+1, 0, func(m eventstore.Msg) error {
+		ev, err := events.ParseStored(m.Body)
+		if err != nil {
+			return fmt.Errorf("refresh session %s at stream %d: %w", e.id, m.StreamSeq, err)
+		}
+		if err := l.fold(ctx, e.state, ev); err != nil {
+			return err
+		}
+		e.streamSeq = m.StreamSeq
+		return nil
+	})
+}
+
+// fold applies one event of a session's own log to st, reading in the events
+// a merge takes in.
+func (l *Ledger) fold(ctx context.Context, st *session.State, ev events.Stored) error {
+	if ev.Type == events.TypeSessionMerged {
+		if err := l.foldMerged(ctx, st, ev); err != nil {
+			return err
+		}
+	}
+	session.Apply(st, ev)
+	return nil
+}
+
+func (l *Ledger) foldMerged(ctx context.Context, st *session.State, ev events.Stored) error {
+	d, err := ev.Decode()
+	if err != nil {
+		return nil // the fold never fails on old data; Apply records the head
+	}
+	m := d.(*events.SessionMerged)
+	for _, seg := range m.Segments {
+		err := l.ownEvents(ctx, seg.Session, seg.From, seg.To, func(src events.Stored, _ eventstore.Msg) error {
+			if src.Type == events.TypeSessionMerged {
+				// A merge inside the merged range brings its own segments along.
+				if err := l.foldMerged(ctx, st, src); err != nil {
+					return err
+				}
+			}
+			session.ApplyMerged(st, src)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("fold merge of %s at %d: %w", m.Source, ev.Seq, err)
+		}
+	}
+	return nil
+}
