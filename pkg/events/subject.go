@@ -3,11 +3,16 @@ package events
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Streams, subjects and buckets. Every subject Rath uses is built here.
 const (
-	// StreamSessions holds every accepted event, one subject per session and kind.
+	// StreamSessions holds every accepted event, one subject per session and
+	// kind (rath.log.<session>.<kind>). Each event is republished once stored
+	// on rath.session.<session>.<kind> for live subscribers: a plain NATS
+	// subscriber on the stored subject would also see publishes JetStream
+	// refused (conflicts, duplicates).
 	StreamSessions = "RATH_SESSIONS"
 	// StreamInbox is a work queue that keeps fire-and-forget proposals until a
 	// ledger has decided on them, so proposals survive a ledger that is down.
@@ -20,18 +25,26 @@ const (
 	// BucketSessions holds one index record per session (status, labels, lineage).
 	BucketSessions = "rath-sessions"
 
-	sessionPrefix = "rath.session."
+	logPrefix     = "rath.log."
+	livePrefix    = "rath.session."
 	inboxPrefix   = "rath.inbox."
 	rejectsPrefix = "rath.rejects."
 
 	// SessionsWildcard matches every stored session event.
-	SessionsWildcard = sessionPrefix + ">"
+	SessionsWildcard = logPrefix + ">"
+	// LiveWildcard matches every event republished after it was stored.
+	LiveWildcard = livePrefix + ">"
 	// InboxWildcard matches every fire-and-forget proposal.
 	InboxWildcard = inboxPrefix + ">"
 	// RejectsWildcard matches every recorded rejection.
 	RejectsWildcard = rejectsPrefix + ">"
 	// InboxNew is the inbox subject for a session start without a chosen ID.
 	InboxNew = inboxPrefix + "new"
+	// InboxConsumer is the durable consumer the ledgers share on the inbox;
+	// InboxGroup its priority group: one ledger is pinned at a time, so
+	// proposals of a session are decided in the order they were published.
+	InboxConsumer = "ledger-inbox"
+	InboxGroup    = "ledger"
 )
 
 // Ledger request/reply subjects. Each is served by every ledger instance in
@@ -46,6 +59,7 @@ const (
 	SubjectFork    = "rath.ledger.fork"
 	SubjectMerge   = "rath.ledger.merge"
 	SubjectVerify  = "rath.ledger.verify"
+	SubjectSchema  = "rath.ledger.schema"
 )
 
 // validSessionID keeps a session ID usable as one NATS subject token and as a
@@ -62,14 +76,20 @@ func ValidateSessionID(id string) error {
 
 // SessionSubject is the subject an event of the given kind token is stored on.
 func SessionSubject(sessionID, token string) string {
-	return sessionPrefix + sessionID + "." + token
+	return logPrefix + sessionID + "." + token
 }
 
-// SessionFilter matches every event of one session.
-func SessionFilter(sessionID string) string { return sessionPrefix + sessionID + ".>" }
+// SessionFilter matches every stored event of one session (for consumers and
+// direct gets on StreamSessions).
+func SessionFilter(sessionID string) string { return logPrefix + sessionID + ".>" }
 
-// KindFilter matches the events of every session that carry the given token.
-func KindFilter(token string) string { return sessionPrefix + "*." + token }
+// LiveFilter matches every event of one session as it is stored, for a plain
+// NATS subscription.
+func LiveFilter(sessionID string) string { return livePrefix + sessionID + ".>" }
+
+// KindFilter matches the stored events of every session that carry the given
+// token, for durable consumers of workers.
+func KindFilter(token string) string { return logPrefix + "*." + token }
 
 // InboxSubject is where a producer publishes a proposal for a session.
 func InboxSubject(sessionID string) string { return inboxPrefix + sessionID }
@@ -83,12 +103,17 @@ func RejectSubject(sessionID string) string {
 	return rejectsPrefix + sessionID
 }
 
-// SessionFromSubject returns the session ID of a stored event's subject.
+// SessionFromSubject returns the session ID of a stored or live event subject.
 func SessionFromSubject(subject string) (string, bool) {
-	if len(subject) <= len(sessionPrefix) || subject[:len(sessionPrefix)] != sessionPrefix {
+	var rest string
+	switch {
+	case strings.HasPrefix(subject, logPrefix):
+		rest = subject[len(logPrefix):]
+	case strings.HasPrefix(subject, livePrefix):
+		rest = subject[len(livePrefix):]
+	default:
 		return "", false
 	}
-	rest := subject[len(sessionPrefix):]
 	for i := 0; i < len(rest); i++ {
 		if rest[i] == '.' {
 			return rest[:i], true

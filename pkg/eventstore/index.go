@@ -7,24 +7,16 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/ledgerapi"
 )
 
-// Record is a session's entry in the session index. The ledger writes it on
-// lifecycle events only, so listing sessions never folds a log.
-type Record struct {
-	ID       string            `json:"id"`
-	Status   string            `json:"status"`
-	Parent   string            `json:"parent,omitempty"`
-	ForkSeq  uint64            `json:"fork_seq,omitempty"`
-	Workflow string            `json:"workflow,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Created  time.Time         `json:"created"`
-	Updated  time.Time         `json:"updated"`
-	Seq      uint64            `json:"seq"`
-}
+// Record is a session's entry in the session index, stored exactly as the
+// ledger protocol lists it. The ledger writes it on lifecycle events only, so
+// listing sessions never folds a log.
+type Record = ledgerapi.Session
 
 const (
 	recordPrefix = "s."

@@ -63,11 +63,17 @@ type directGetRequest struct {
 // the end as of the call). It uses batched direct gets: no consumer is
 // created, so scans are cheap to start and safe to run anywhere.
 func (s *Store) Scan(ctx context.Context, stream, filter string, from, upTo uint64, fn func(Msg) error) error {
+	return Scan(ctx, s.nc, stream, filter, from, upTo, fn)
+}
+
+// Scan is Store.Scan for a caller that only has a connection: it needs no
+// stream handle, only a stream with direct gets allowed.
+func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo uint64, fn func(Msg) error) error {
 	if from == 0 {
 		from = 1
 	}
-	inbox := s.nc.NewRespInbox()
-	sub, err := s.nc.SubscribeSync(inbox)
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", filter, err)
 	}
@@ -75,7 +81,7 @@ func (s *Store) Scan(ctx context.Context, stream, filter string, from, upTo uint
 	api := "$JS.API.DIRECT.GET." + stream
 	for {
 		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: scanBatch, UpToSeq: upTo})
-		if err := s.nc.PublishRequest(api, inbox, req); err != nil {
+		if err := nc.PublishRequest(api, inbox, req); err != nil {
 			return fmt.Errorf("scan %s: %w", filter, err)
 		}
 		got, more := 0, false

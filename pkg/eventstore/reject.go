@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -42,11 +44,16 @@ func (s *Store) Reject(ctx context.Context, r Rejection) error {
 // Rejections calls fn for each recorded rejection, oldest first, optionally
 // only those of one session.
 func (s *Store) Rejections(ctx context.Context, session string, fn func(seq uint64, r Rejection) error) error {
+	return Rejections(ctx, s.nc, session, fn)
+}
+
+// Rejections is Store.Rejections for a caller that only has a connection.
+func Rejections(ctx context.Context, nc *nats.Conn, session string, fn func(seq uint64, r Rejection) error) error {
 	filter := events.RejectsWildcard
 	if session != "" {
 		filter = events.RejectSubject(session)
 	}
-	return s.Scan(ctx, events.StreamRejects, filter, 0, 0, func(m Msg) error {
+	return Scan(ctx, nc, events.StreamRejects, filter, 0, 0, func(m Msg) error {
 		var r Rejection
 		if err := json.Unmarshal(m.Body, &r); err != nil {
 			return fmt.Errorf("rejection at %d: %w", m.StreamSeq, err)

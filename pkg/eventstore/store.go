@@ -83,7 +83,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	s := &Store{nc: nc, js: js, cfg: cfg}
 	if s.sessions, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        events.StreamSessions,
-		Description: "Rath: every accepted session event, on rath.session.<session>.<kind>",
+		Description: "Rath: every accepted session event, on rath.log.<session>.<kind>; republished on rath.session.<session>.<kind>",
 		Subjects:    []string{events.SessionsWildcard},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
@@ -91,6 +91,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Duplicates:  cfg.DedupeWindow,
 		MaxMsgSize:  cfg.MaxEventSize,
 		AllowDirect: true,
+		RePublish:   &jetstream.RePublish{Source: events.SessionsWildcard, Destination: events.LiveWildcard},
 	}); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", events.StreamSessions, err)
 	}

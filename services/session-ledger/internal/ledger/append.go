@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -13,33 +14,21 @@ import (
 	"github.com/openrath/rath/pkg/session"
 )
 
-// Ack is the ledger's answer to an accepted proposal.
-type Ack struct {
-	ID        string `json:"id"`
-	Session   string `json:"session"`
-	Seq       uint64 `json:"seq"`
-	Hash      string `json:"hash"`
-	StreamSeq uint64 `json:"stream_seq"`
-	// Duplicate is true when the event ID was stored before: the ack is the
-	// original's and nothing new was stored.
-	Duplicate bool `json:"duplicate,omitempty"`
-}
-
 // maxConflictRetries bounds how often one append re-reads and retries after
 // another ledger appended to the same session first.
 const maxConflictRetries = 8
 
 // Append validates a proposal and, if it passes, appends it to its session's
 // log with the next sequence and chain hash. A rejected proposal returns an
-// *Error; the caller records it. Re-proposing a stored event ID returns the
+// *api.Error; the caller records it. Re-proposing a stored event ID returns the
 // original ack.
-func (l *Ledger) Append(ctx context.Context, ev event.Event) (Ack, error) {
+func (l *Ledger) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
 	switch ev.Type() {
 	case events.TypeSessionForked, events.TypeSessionMerged:
-		return Ack{}, errorf(CodeUseOperation, "%s events are made by the ledger's %s operation, not proposed", ev.Type(), opOf(ev.Type()))
+		return api.Ack{}, api.Errorf(api.CodeUseOperation, "%s events are made by the ledger's %s operation, not proposed", ev.Type(), opOf(ev.Type()))
 	}
 	if err := l.check(&ev); err != nil {
-		return Ack{}, err
+		return api.Ack{}, err
 	}
 	return l.append(ctx, ev, nil)
 }
@@ -55,28 +44,28 @@ func opOf(typ string) string {
 // start without a session ID gets one, proposer-set chain attributes go.
 func (l *Ledger) check(ev *event.Event) error {
 	if err := ev.Validate(); err != nil {
-		return errorf(CodeMalformed, "not a valid CloudEvent: %v", err)
+		return api.Errorf(api.CodeMalformed, "not a valid CloudEvent: %v", err)
 	}
 	if _, ok := events.Lookup(ev.Type()); !ok {
-		return errorf(CodeUnknownType, "unknown event type %q (see docs/protocol.md for the catalog)", ev.Type())
+		return api.Errorf(api.CodeUnknownType, "unknown event type %q (see docs/protocol.md for the catalog)", ev.Type())
 	}
 	if ct := ev.DataContentType(); ct != "" && ct != event.ApplicationJSON && ct != "text/json" {
-		return errorf(CodeMalformed, "datacontenttype must be application/json, got %q", ct)
+		return api.Errorf(api.CodeMalformed, "datacontenttype must be application/json, got %q", ct)
 	}
 	if err := schema.Validate(ev.Type(), ev.Data()); err != nil {
-		return errorf(CodeSchema, "%v", err)
+		return api.Errorf(api.CodeSchema, "%v", err)
 	}
 	if ev.Subject() == "" && ev.Type() == events.TypeSessionStarted {
 		ev.SetSubject(NewSessionID())
 	}
 	if ev.Subject() == "" {
-		return errorf(CodeInvalidSession, "the CloudEvents subject must name the session (only a session start may leave it empty)")
+		return api.Errorf(api.CodeInvalidSession, "the CloudEvents subject must name the session (only a session start may leave it empty)")
 	}
 	if err := events.ValidateSessionID(ev.Subject()); err != nil {
-		return errorf(CodeInvalidSession, "%v", err)
+		return api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
 	if _, _, err := events.ExpectedSeq(*ev); err != nil {
-		return errorf(CodeMalformed, "%v", err)
+		return api.Errorf(api.CodeMalformed, "%v", err)
 	}
 	if ev.Time().IsZero() {
 		ev.SetTime(l.now())
@@ -88,7 +77,7 @@ func (l *Ledger) check(ev *event.Event) error {
 // append appends a checked event. before, if set, runs against the session's
 // current state after the lifecycle checks (merge uses it to compute what it
 // takes in).
-func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context.Context, *session.State, *event.Event) error) (Ack, error) {
+func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context.Context, *session.State, *event.Event) error) (api.Ack, error) {
 	id := ev.Subject()
 	expected, hasExpected, _ := events.ExpectedSeq(ev)
 	ext := ev.Extensions()
@@ -101,7 +90,7 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 	for attempt := 0; ; attempt++ {
 		if !e.loaded {
 			if err := l.load(ctx, e); err != nil {
-				return Ack{}, unavailable(err)
+				return api.Ack{}, unavailable(err)
 			}
 		}
 		if a, ok := e.recent[ev.ID()]; ok {
@@ -112,11 +101,11 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 			if a, ok, ferr := l.findStored(ctx, id, ev.ID()); ferr == nil && ok {
 				return a, nil
 			}
-			return Ack{}, err
+			return api.Ack{}, err
 		}
 		if before != nil {
 			if err := before(ctx, e.state, &ev); err != nil {
-				return Ack{}, err
+				return api.Ack{}, err
 			}
 		}
 		var seq uint64 = 1
@@ -127,27 +116,27 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		kind, _ := events.Lookup(ev.Type())
 		body, hash, err := events.Seal(&ev, seq, prev)
 		if err != nil {
-			return Ack{}, errorf(CodeMalformed, "%v", err)
+			return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 		}
 		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			if err := l.refresh(ctx, e); err != nil {
-				return Ack{}, unavailable(err)
+				return api.Ack{}, unavailable(err)
 			}
 			continue
 		}
 		if eventstore.IsConflict(err) {
-			return Ack{}, errorf(CodeConflict, "session %s: other appenders won %d times in a row; retry", id, attempt+1)
+			return api.Ack{}, api.Errorf(api.CodeConflict, "session %s: other appenders won %d times in a row; retry", id, attempt+1)
 		}
 		if err != nil {
-			return Ack{}, unavailable(err)
+			return api.Ack{}, unavailable(err)
 		}
 		if res.Duplicate {
 			return l.ackAt(ctx, res.StreamSeq)
 		}
 		stored, err := events.ParseStored(body)
 		if err != nil {
-			return Ack{}, fmt.Errorf("re-read appended event: %w", err)
+			return api.Ack{}, fmt.Errorf("re-read appended event: %w", err)
 		}
 		if e.state == nil {
 			e.state = &session.State{}
@@ -155,10 +144,10 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		if err := l.fold(ctx, e.state, stored); err != nil {
 			// Stored but not folded: drop the cache so the next use reloads.
 			e.loaded = false
-			return Ack{}, unavailable(err)
+			return api.Ack{}, unavailable(err)
 		}
 		e.streamSeq = res.StreamSeq
-		a := Ack{ID: ev.ID(), Session: id, Seq: seq, Hash: hash, StreamSeq: res.StreamSeq}
+		a := api.Ack{ID: ev.ID(), Session: id, Seq: seq, Hash: hash, StreamSeq: res.StreamSeq}
 		e.remember(a)
 		l.afterAppend(ctx, e, kind)
 		return a, nil
@@ -191,25 +180,25 @@ func (l *Ledger) afterAppend(ctx context.Context, e *entry, kind events.Kind) {
 func transition(st *session.State, id, typ string, expected uint64, hasExpected bool) error {
 	if st == nil {
 		if typ != events.TypeSessionStarted && typ != events.TypeSessionForked {
-			return errorf(CodeNotFound, "session %s does not exist: start it with a %s event", id, events.TypeSessionStarted)
+			return api.Errorf(api.CodeNotFound, "session %s does not exist: start it with a %s event", id, events.TypeSessionStarted)
 		}
 		if hasExpected && expected != 0 {
-			return errorf(CodeStale, "stale sequence: expected head %d, session %s does not exist yet (head 0)", expected, id)
+			return api.Errorf(api.CodeStale, "stale sequence: expected head %d, session %s does not exist yet (head 0)", expected, id)
 		}
 		return nil
 	}
 	if hasExpected && expected != st.Seq {
-		return errorf(CodeStale, "stale sequence: expected head %d, session %s is at %d", expected, id, st.Seq)
+		return api.Errorf(api.CodeStale, "stale sequence: expected head %d, session %s is at %d", expected, id, st.Seq)
 	}
 	switch {
 	case typ == events.TypeSessionStarted || typ == events.TypeSessionForked:
-		return errorf(CodeExists, "session %s already exists (head %d)", id, st.Seq)
+		return api.Errorf(api.CodeExists, "session %s already exists (head %d)", id, st.Seq)
 	case st.Status == session.StatusClosed:
-		return errorf(CodeClosed, "session %s is closed (at %d); fork it to continue", id, st.Seq)
+		return api.Errorf(api.CodeClosed, "session %s is closed (at %d); fork it to continue", id, st.Seq)
 	case typ == events.TypeSessionPaused && st.Status == session.StatusPaused:
-		return errorf(CodeTransition, "session %s is already paused", id)
+		return api.Errorf(api.CodeTransition, "session %s is already paused", id)
 	case typ == events.TypeSessionResumed && st.Status != session.StatusPaused:
-		return errorf(CodeTransition, "session %s is not paused", id)
+		return api.Errorf(api.CodeTransition, "session %s is not paused", id)
 	}
 	return nil
 }
@@ -217,45 +206,45 @@ func transition(st *session.State, id, typ string, expected uint64, hasExpected 
 // findStored looks for an event ID in a session's own log. It runs only on
 // the rejection path, so a retried proposal whose first attempt was stored
 // (and then changed the state it was checked against) still gets its ack.
-func (l *Ledger) findStored(ctx context.Context, id, eventID string) (Ack, bool, error) {
+func (l *Ledger) findStored(ctx context.Context, id, eventID string) (api.Ack, bool, error) {
 	if _, err := l.lineageOf(ctx, id); err != nil {
-		return Ack{}, false, err
+		return api.Ack{}, false, err
 	}
-	var a Ack
+	var a api.Ack
 	found := false
 	err := l.ownEvents(ctx, id, 0, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.ID == eventID {
-			a, found = Ack{ID: ev.ID, Session: id, Seq: ev.Seq, Hash: ev.Hash, StreamSeq: m.StreamSeq, Duplicate: true}, true
+			a, found = api.Ack{ID: ev.ID, Session: id, Seq: ev.Seq, Hash: ev.Hash, StreamSeq: m.StreamSeq, Duplicate: true}, true
 			return errStop
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return Ack{}, false, err
+		return api.Ack{}, false, err
 	}
 	return a, found, nil
 }
 
 // ackAt builds the ack of an already stored event.
-func (l *Ledger) ackAt(ctx context.Context, streamSeq uint64) (Ack, error) {
+func (l *Ledger) ackAt(ctx context.Context, streamSeq uint64) (api.Ack, error) {
 	m, err := l.store.Get(ctx, streamSeq)
 	if err != nil {
-		return Ack{}, unavailable(err)
+		return api.Ack{}, unavailable(err)
 	}
 	ev, err := events.ParseStored(m.Body)
 	if err != nil {
-		return Ack{}, fmt.Errorf("read original of duplicate: %w", err)
+		return api.Ack{}, fmt.Errorf("read original of duplicate: %w", err)
 	}
-	return Ack{ID: ev.ID, Session: ev.Session, Seq: ev.Seq, Hash: ev.Hash, StreamSeq: streamSeq, Duplicate: true}, nil
+	return api.Ack{ID: ev.ID, Session: ev.Session, Seq: ev.Seq, Hash: ev.Hash, StreamSeq: streamSeq, Duplicate: true}, nil
 }
 
 // unavailable wraps a store failure; ledger errors pass through.
 func unavailable(err error) error {
-	var le *Error
+	var le *api.Error
 	if errors.As(err, &le) {
 		return err
 	}
-	return &Error{Code: CodeUnavailable, Message: err.Error()}
+	return &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
 }
 
 // NewSessionID returns a fresh session ID (a UUIDv7, valid as a subject token).

@@ -3,53 +3,40 @@ package ledger
 import (
 	"context"
 	"fmt"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/session"
 )
 
-// ForkRequest asks for a new session branching from Parent after sequence At.
-type ForkRequest struct {
-	Parent string `json:"parent"`
-	// At is the last parent sequence the fork shares; 0 means the parent's head.
-	At uint64 `json:"at,omitempty"`
-	// ID is the fork's session ID; empty lets the ledger choose.
-	ID     string            `json:"id,omitempty"`
-	Reason string            `json:"reason,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	// EventID makes a retried fork idempotent; empty lets the ledger choose.
-	EventID string `json:"event_id,omitempty"`
-	Source  string `json:"source,omitempty"`
-}
-
 // Fork creates a child session whose first event records the parent, the fork
 // point and the parent's hash there. No parent event is copied: the cost does
 // not depend on At, only on reading at most K events from a snapshot.
-func (l *Ledger) Fork(ctx context.Context, req ForkRequest) (Ack, error) {
+func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error) {
 	if err := events.ValidateSessionID(req.Parent); err != nil {
-		return Ack{}, errorf(CodeInvalidSession, "parent: %v", err)
+		return api.Ack{}, api.Errorf(api.CodeInvalidSession, "parent: %v", err)
 	}
 	if req.ID == "" {
 		req.ID = NewSessionID()
 	}
 	if err := events.ValidateSessionID(req.ID); err != nil {
-		return Ack{}, errorf(CodeInvalidSession, "fork: %v", err)
+		return api.Ack{}, api.Errorf(api.CodeInvalidSession, "fork: %v", err)
 	}
 	parentHead, err := l.head(ctx, req.Parent)
 	if err != nil {
-		return Ack{}, err
+		return api.Ack{}, err
 	}
 	at := req.At
 	if at == 0 {
 		at = parentHead.Seq
 	}
 	if at > parentHead.Seq {
-		return Ack{}, errorf(CodeOutOfRange, "cannot fork %s at %d: its head is %d", req.Parent, at, parentHead.Seq)
+		return api.Ack{}, api.Errorf(api.CodeOutOfRange, "cannot fork %s at %d: its head is %d", req.Parent, at, parentHead.Seq)
 	}
 	base, _, err := l.stateAt(ctx, req.Parent, at)
 	if err != nil {
-		return Ack{}, err
+		return api.Ack{}, err
 	}
 	opts := []events.Option{events.WithSource(sourceOr(req.Source))}
 	if req.EventID != "" {
@@ -59,7 +46,7 @@ func (l *Ledger) Fork(ctx context.Context, req ForkRequest) (Ack, error) {
 		Parent: req.Parent, AtSeq: at, ParentHash: base.Hash, Reason: req.Reason, Labels: req.Labels,
 	}, opts...)
 	if err != nil {
-		return Ack{}, errorf(CodeMalformed, "%v", err)
+		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
 
 	e := l.entry(req.ID)
@@ -67,38 +54,38 @@ func (l *Ledger) Fork(ctx context.Context, req ForkRequest) (Ack, error) {
 	defer e.mu.Unlock()
 	if !e.loaded {
 		if err := l.load(ctx, e); err != nil {
-			return Ack{}, unavailable(err)
+			return api.Ack{}, unavailable(err)
 		}
 	}
 	if e.state != nil {
 		if a, ok, ferr := l.findStored(ctx, req.ID, ev.ID()); ferr == nil && ok {
 			return a, nil
 		}
-		return Ack{}, errorf(CodeExists, "cannot fork onto %s: session exists (head %d)", req.ID, e.state.Seq)
+		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: session exists (head %d)", req.ID, e.state.Seq)
 	}
 	body, hash, err := events.Seal(&ev, at+1, base.Hash)
 	if err != nil {
-		return Ack{}, errorf(CodeMalformed, "%v", err)
+		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
 	kind, _ := events.Lookup(events.TypeSessionForked)
 	res, err := l.store.Append(ctx, req.ID, kind.Token, body, ev.ID(), at+1, hash, 0)
 	if eventstore.IsConflict(err) {
 		e.loaded = false
-		return Ack{}, errorf(CodeExists, "cannot fork onto %s: another ledger created it first", req.ID)
+		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: another ledger created it first", req.ID)
 	}
 	if err != nil {
-		return Ack{}, unavailable(err)
+		return api.Ack{}, unavailable(err)
 	}
 	if res.Duplicate {
 		return l.ackAt(ctx, res.StreamSeq)
 	}
 	stored, err := events.ParseStored(body)
 	if err != nil {
-		return Ack{}, fmt.Errorf("re-read fork event: %w", err)
+		return api.Ack{}, fmt.Errorf("re-read fork event: %w", err)
 	}
 	session.Apply(base, stored)
 	e.state, e.streamSeq, e.loaded = base, res.StreamSeq, true
-	a := Ack{ID: ev.ID(), Session: req.ID, Seq: at + 1, Hash: hash, StreamSeq: res.StreamSeq}
+	a := api.Ack{ID: ev.ID(), Session: req.ID, Seq: at + 1, Hash: hash, StreamSeq: res.StreamSeq}
 	e.remember(a)
 	l.afterAppend(ctx, e, kind)
 	return a, nil
@@ -107,7 +94,7 @@ func (l *Ledger) Fork(ctx context.Context, req ForkRequest) (Ack, error) {
 // head returns a copy of the current state of a session.
 func (l *Ledger) head(ctx context.Context, id string) (*session.State, error) {
 	if err := events.ValidateSessionID(id); err != nil {
-		return nil, errorf(CodeInvalidSession, "%v", err)
+		return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
 	e := l.entry(id)
 	e.mu.Lock()
@@ -121,7 +108,7 @@ func (l *Ledger) head(ctx context.Context, id string) (*session.State, error) {
 		return nil, unavailable(err)
 	}
 	if e.state == nil {
-		return nil, errorf(CodeNotFound, "session %s does not exist", id)
+		return nil, api.Errorf(api.CodeNotFound, "session %s does not exist", id)
 	}
 	return e.state.Clone(), nil
 }

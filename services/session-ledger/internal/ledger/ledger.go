@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"log/slog"
 	"sync"
 	"time"
@@ -72,15 +73,15 @@ type entry struct {
 	state     *session.State
 	loaded    bool
 	streamSeq uint64 // stream sequence of the session's own last event
-	recent    map[string]Ack
+	recent    map[string]api.Ack
 	recentIDs []string
 }
 
 const recentKeep = 64
 
-func (e *entry) remember(a Ack) {
+func (e *entry) remember(a api.Ack) {
 	if e.recent == nil {
-		e.recent = make(map[string]Ack, recentKeep)
+		e.recent = make(map[string]api.Ack, recentKeep)
 	}
 	e.recent[a.ID] = a
 	e.recentIDs = append(e.recentIDs, a.ID)

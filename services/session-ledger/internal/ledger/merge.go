@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -9,43 +10,34 @@ import (
 	"github.com/openrath/rath/pkg/session"
 )
 
-// MergeRequest asks to join Source into Target.
-type MergeRequest struct {
-	Target  string `json:"target"`
-	Source  string `json:"source"`
-	Reason  string `json:"reason,omitempty"`
-	EventID string `json:"event_id,omitempty"`
-	Src     string `json:"event_source,omitempty"`
-}
-
 // Merge appends a session.merged event to Target that takes in Source's
 // events after their common ancestor (or after what an earlier merge of the
 // same source already took in). The shared prefix is never applied twice, so
 // usage is not double-counted. See docs/protocol.md for the semantics.
-func (l *Ledger) Merge(ctx context.Context, req MergeRequest) (Ack, error) {
+func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, error) {
 	for _, id := range []string{req.Target, req.Source} {
 		if err := events.ValidateSessionID(id); err != nil {
-			return Ack{}, errorf(CodeInvalidSession, "%v", err)
+			return api.Ack{}, api.Errorf(api.CodeInvalidSession, "%v", err)
 		}
 	}
 	if req.Target == req.Source {
-		return Ack{}, errorf(CodeNothingToMerge, "cannot merge session %s into itself", req.Target)
+		return api.Ack{}, api.Errorf(api.CodeNothingToMerge, "cannot merge session %s into itself", req.Target)
 	}
 	src, err := l.head(ctx, req.Source)
 	if err != nil {
-		return Ack{}, err
+		return api.Ack{}, err
 	}
 	srcSegs, err := l.lineageOf(ctx, req.Source)
 	if err != nil {
-		return Ack{}, err
+		return api.Ack{}, err
 	}
-	opts := []events.Option{events.WithSource(sourceOr(req.Src))}
+	opts := []events.Option{events.WithSource(sourceOr(req.EventSource))}
 	if req.EventID != "" {
 		opts = append(opts, events.WithID(req.EventID))
 	}
 	ev, err := events.New(req.Target, &events.SessionMerged{Source: req.Source}, opts...)
 	if err != nil {
-		return Ack{}, errorf(CodeMalformed, "%v", err)
+		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
 	return l.append(ctx, ev, func(ctx context.Context, st *session.State, ev *event.Event) error {
 		dstSegs, err := l.lineageOf(ctx, req.Target)
@@ -60,7 +52,7 @@ func (l *Ledger) Merge(ctx context.Context, req MergeRequest) (Ack, error) {
 			}
 		}
 		if base >= src.Seq {
-			return errorf(CodeNothingToMerge, "%s has nothing after %d that %s lacks (head %d)", req.Source, base, req.Target, src.Seq)
+			return api.Errorf(api.CodeNothingToMerge, "%s has nothing after %d that %s lacks (head %d)", req.Source, base, req.Target, src.Seq)
 		}
 		var anc *events.Position
 		if ancestor.Seq > 0 {
@@ -79,7 +71,7 @@ func (l *Ledger) Merge(ctx context.Context, req MergeRequest) (Ack, error) {
 			Reason:     req.Reason,
 		}
 		if err := ev.SetData(event.ApplicationJSON, data); err != nil {
-			return errorf(CodeMalformed, "%v", err)
+			return api.Errorf(api.CodeMalformed, "%v", err)
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -34,7 +35,7 @@ func (l *Ledger) lineageOf(ctx context.Context, id string) ([]segment, error) {
 	}
 	first, err := l.store.First(ctx, id)
 	if errors.Is(err, eventstore.ErrNotFound) {
-		return nil, errorf(CodeNotFound, "session %s does not exist", id)
+		return nil, api.Errorf(api.CodeNotFound, "session %s does not exist", id)
 	}
 	if err != nil {
 		return nil, err
@@ -220,7 +221,7 @@ func (l *Ledger) stateAt(ctx context.Context, id string, n uint64) (*session.Sta
 		return nil, 0, err
 	}
 	if st.Seq != n {
-		return nil, 0, errorf(CodeOutOfRange, "session %s has no sequence %d (head %d)", id, n, st.Seq)
+		return nil, 0, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d (head %d)", id, n, st.Seq)
 	}
 	return st, last, nil
 }
@@ -236,7 +237,7 @@ func (l *Ledger) eventAt(ctx context.Context, id string, n uint64) (events.Store
 		return events.Stored{}, err
 	}
 	if found == nil {
-		return events.Stored{}, errorf(CodeOutOfRange, "session %s has no sequence %d", id, n)
+		return events.Stored{}, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d", id, n)
 	}
 	return *found, nil
 }

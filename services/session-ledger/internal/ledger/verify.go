@@ -4,43 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 )
-
-// Report is the outcome of verifying a session's chain.
-type Report struct {
-	Session  string `json:"session"`
-	OK       bool   `json:"ok"`
-	Head     uint64 `json:"head"`
-	HeadHash string `json:"head_hash,omitempty"`
-	Checked  int    `json:"checked"`
-	Fault    *Fault `json:"fault,omitempty"`
-}
-
-// Fault is the first place a chain does not hold.
-type Fault struct {
-	Seq       uint64 `json:"seq"`
-	Session   string `json:"session"`
-	StreamSeq uint64 `json:"stream_seq,omitempty"`
-	Reason    string `json:"reason"`
-}
 
 // Verify recomputes the chain of a session through its fork ancestry straight
 // from the stream, trusting no cache, index or snapshot for the events
 // themselves: every hash is recomputed, every sequence must follow the one
 // before, every rathprev must name the previous hash. Events written into the
 // stream behind the ledger's back are caught like any other change.
-func (l *Ledger) Verify(ctx context.Context, id string) (Report, error) {
+func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 	if err := events.ValidateSessionID(id); err != nil {
-		return Report{}, errorf(CodeInvalidSession, "%v", err)
+		return api.Report{}, api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
 	segs, err := l.lineageOf(ctx, id)
 	if err != nil {
-		return Report{}, err
+		return api.Report{}, err
 	}
-	r := Report{Session: id}
+	r := api.Report{Session: id}
 	v := verifier{report: &r, next: 1}
 	for i, seg := range segs {
 		end := uint64(0)
@@ -52,13 +35,13 @@ func (l *Ledger) Verify(ctx context.Context, id string) (Report, error) {
 			return v.check(ctx, l, m)
 		})
 		if err != nil && !errors.Is(err, errStop) {
-			return Report{}, unavailable(err)
+			return api.Report{}, unavailable(err)
 		}
 		if r.Fault != nil {
 			return r, nil
 		}
 		if end != 0 && v.next <= end {
-			r.Fault = &Fault{Seq: v.next, Session: seg.Session, Reason: fmt.Sprintf("missing sequence %d: the log of %s ends before the fork point %d", v.next, seg.Session, end)}
+			r.Fault = &api.Fault{Seq: v.next, Session: seg.Session, Reason: fmt.Sprintf("missing sequence %d: the log of %s ends before the fork point %d", v.next, seg.Session, end)}
 			return r, nil
 		}
 	}
@@ -67,7 +50,7 @@ func (l *Ledger) Verify(ctx context.Context, id string) (Report, error) {
 	last := segs[len(segs)-1]
 	if after := (r.Head/k + 1) * k; after >= last.From {
 		if snap, err := l.store.GetSnapshot(ctx, id, after); err == nil {
-			r.Fault = &Fault{Seq: r.Head + 1, Session: id, Reason: fmt.Sprintf("missing sequence %d: a snapshot at %d (hash %s) shows the log was truncated", r.Head+1, after, snap.State.Hash)}
+			r.Fault = &api.Fault{Seq: r.Head + 1, Session: id, Reason: fmt.Sprintf("missing sequence %d: a snapshot at %d (hash %s) shows the log was truncated", r.Head+1, after, snap.State.Hash)}
 			return r, nil
 		}
 	}
@@ -76,7 +59,7 @@ func (l *Ledger) Verify(ctx context.Context, id string) (Report, error) {
 }
 
 type verifier struct {
-	report   *Report
+	report   *api.Report
 	seg      segment
 	segIndex int
 	segs     []segment
@@ -86,7 +69,7 @@ type verifier struct {
 }
 
 func (v *verifier) fail(m eventstore.Msg, seq uint64, format string, args ...any) error {
-	v.report.Fault = &Fault{Seq: seq, Session: v.seg.Session, StreamSeq: m.StreamSeq, Reason: fmt.Sprintf(format, args...)}
+	v.report.Fault = &api.Fault{Seq: seq, Session: v.seg.Session, StreamSeq: m.StreamSeq, Reason: fmt.Sprintf(format, args...)}
 	return errStop
 }
 

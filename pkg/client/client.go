@@ -1,0 +1,296 @@
+// Package client is the Go client of a Rath runtime: start sessions, append
+// events, watch them live, read state, fork, merge and verify, all over NATS.
+// It needs only a connection; any language can do the same with the subjects
+// and bodies in docs/protocol.md.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// Client talks to the session ledger.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	timeout time.Duration
+	retry   time.Duration
+	source  string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds one request (default 10s).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithRetryFor bounds how long Append and the operations keep retrying a
+// transient failure with the same event ID (default and maximum
+// eventstore.RetryHorizon, which the dedupe window exceeds).
+func WithRetryFor(d time.Duration) Option {
+	return func(c *Client) { c.retry = min(d, eventstore.RetryHorizon) }
+}
+
+// WithSource sets the CloudEvents source of events the client builds.
+func WithSource(src string) Option { return func(c *Client) { c.source = src } }
+
+// New returns a client on a connection.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("rath client: %w", err)
+	}
+	c := &Client{nc: nc, js: js, timeout: 10 * time.Second, retry: eventstore.RetryHorizon, source: "rath/client"}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Conn returns the client's connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Start starts a session. An empty id lets the ledger choose one; the ack
+// names it.
+func (c *Client) Start(ctx context.Context, id string, data events.SessionStarted, opts ...events.Option) (api.Ack, error) {
+	ev, err := events.New(id, &data, append([]events.Option{events.WithSource(c.source)}, opts...)...)
+	if err != nil {
+		return api.Ack{}, err
+	}
+	return c.Append(ctx, ev)
+}
+
+// Emit builds an event of a registered kind for a session and appends it.
+func (c *Client) Emit(ctx context.Context, sessionID string, data any, opts ...events.Option) (api.Ack, error) {
+	ev, err := events.New(sessionID, data, append([]events.Option{events.WithSource(c.source)}, opts...)...)
+	if err != nil {
+		return api.Ack{}, err
+	}
+	return c.Append(ctx, ev)
+}
+
+// Append proposes an event and waits for the ledger's decision. Transient
+// failures are retried with the same event ID, so the event is stored at most
+// once; a refusal returns an *api.Error naming the problem.
+func (c *Client) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
+	body, err := events.Marshal(ev)
+	if err != nil {
+		return api.Ack{}, fmt.Errorf("append %s: %w", ev.ID(), err)
+	}
+	msg := nats.NewMsg(events.SubjectAppend)
+	msg.Header.Set("Content-Type", events.ContentTypeStructured)
+	msg.Data = body
+	var a api.Ack
+	if err := c.call(ctx, msg, &a); err != nil {
+		return api.Ack{}, fmt.Errorf("append %s to session %s: %w", ev.ID(), ev.Subject(), err)
+	}
+	return a, nil
+}
+
+// Propose publishes an event to the inbox and returns once JetStream holds
+// it: the ledger decides later, even if it is down now. Rejections are
+// recorded on the rejections stream (see Rejections).
+func (c *Client) Propose(ctx context.Context, ev event.Event) error {
+	body, err := events.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("propose %s: %w", ev.ID(), err)
+	}
+	subject := events.InboxNew
+	if ev.Subject() != "" {
+		subject = events.InboxSubject(ev.Subject())
+	}
+	msg := nats.NewMsg(subject)
+	msg.Header.Set("Content-Type", events.ContentTypeStructured)
+	msg.Data = body
+	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID())); err != nil {
+		return fmt.Errorf("propose %s to session %s: %w", ev.ID(), ev.Subject(), err)
+	}
+	return nil
+}
+
+// State returns the state of a session at sequence at (0: the head).
+func (c *Client) State(ctx context.Context, id string, at uint64) (*session.State, error) {
+	var st session.State
+	if err := c.request(ctx, events.SubjectState, api.StateRequest{Session: id, At: at}, &st); err != nil {
+		return nil, fmt.Errorf("state of %s at %d: %w", id, at, err)
+	}
+	return &st, nil
+}
+
+// Log returns one page of a session's logical log.
+func (c *Client) Log(ctx context.Context, id string, from, to uint64, limit int) ([]events.Stored, error) {
+	var r api.LogReply
+	if err := c.request(ctx, events.SubjectLog, api.LogRequest{Session: id, From: from, To: to, Limit: limit}, &r); err != nil {
+		return nil, fmt.Errorf("log of %s: %w", id, err)
+	}
+	out := make([]events.Stored, 0, len(r.Events))
+	for _, raw := range r.Events {
+		ev, err := events.ParseStored(raw)
+		if err != nil {
+			return nil, fmt.Errorf("log of %s: %w", id, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// LogRaw returns one page of a session's logical log as stored JSON.
+func (c *Client) LogRaw(ctx context.Context, id string, from, to uint64, limit int) ([]json.RawMessage, error) {
+	var r api.LogReply
+	if err := c.request(ctx, events.SubjectLog, api.LogRequest{Session: id, From: from, To: to, Limit: limit}, &r); err != nil {
+		return nil, fmt.Errorf("log of %s: %w", id, err)
+	}
+	return r.Events, nil
+}
+
+// List lists sessions.
+func (c *Client) List(ctx context.Context, f api.ListRequest) ([]api.Session, error) {
+	var r api.ListReply
+	if err := c.request(ctx, events.SubjectList, f, &r); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return r.Sessions, nil
+}
+
+// Lineage returns the lineage graph around a session.
+func (c *Client) Lineage(ctx context.Context, id string) (api.Graph, error) {
+	var g api.Graph
+	if err := c.request(ctx, events.SubjectLineage, api.SessionRequest{Session: id}, &g); err != nil {
+		return api.Graph{}, fmt.Errorf("lineage of %s: %w", id, err)
+	}
+	return g, nil
+}
+
+// Fork branches a session after sequence req.At (0: its head).
+func (c *Client) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error) {
+	if req.EventID == "" {
+		req.EventID = events.NewID() // chosen once, so retries fork once
+	}
+	if req.Source == "" {
+		req.Source = c.source
+	}
+	var a api.Ack
+	if err := c.request(ctx, events.SubjectFork, req, &a); err != nil {
+		return api.Ack{}, fmt.Errorf("fork %s at %d: %w", req.Parent, req.At, err)
+	}
+	return a, nil
+}
+
+// Merge merges req.Source into req.Target.
+func (c *Client) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, error) {
+	if req.EventID == "" {
+		req.EventID = events.NewID()
+	}
+	if req.EventSource == "" {
+		req.EventSource = c.source
+	}
+	var a api.Ack
+	if err := c.request(ctx, events.SubjectMerge, req, &a); err != nil {
+		return api.Ack{}, fmt.Errorf("merge %s into %s: %w", req.Source, req.Target, err)
+	}
+	return a, nil
+}
+
+// Verify recomputes a session's hash chain through its fork ancestry.
+func (c *Client) Verify(ctx context.Context, id string) (api.Report, error) {
+	var r api.Report
+	if err := c.request(ctx, events.SubjectVerify, api.SessionRequest{Session: id}, &r); err != nil {
+		return api.Report{}, fmt.Errorf("verify %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Schema returns the JSON Schema of an event type's data.
+func (c *Client) Schema(ctx context.Context, typ string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	if err := c.request(ctx, events.SubjectSchema, api.SchemaRequest{Type: typ}, &raw); err != nil {
+		return nil, fmt.Errorf("schema of %s: %w", typ, err)
+	}
+	return raw, nil
+}
+
+// Rejections calls fn for each recorded rejection (of one session, or all).
+func (c *Client) Rejections(ctx context.Context, sessionID string, fn func(eventstore.Rejection) error) error {
+	return eventstore.Rejections(ctx, c.nc, sessionID, func(_ uint64, r eventstore.Rejection) error { return fn(r) })
+}
+
+func (c *Client) request(ctx context.Context, subject string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	return c.call(ctx, msg, out)
+}
+
+// call sends a request and decodes the reply, retrying transient failures
+// (no ledger listening, timeouts, conflicts) with backoff for up to the retry
+// horizon. Requests are idempotent: proposals carry their event ID.
+func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
+	deadline := time.Now().Add(c.retry)
+	backoff := 20 * time.Millisecond
+	for {
+		err := c.once(ctx, msg, out)
+		if err == nil || api.Permanent(err) && !isTransport(err) {
+			return err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// transportError marks a failure to reach the ledger, always worth a retry.
+type transportError struct{ err error }
+
+func (e *transportError) Error() string { return e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
+func isTransport(err error) bool {
+	var t *transportError
+	return errors.As(err, &t)
+}
+
+func (c *Client) once(ctx context.Context, msg *nats.Msg, out any) error {
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	reply, err := c.nc.RequestMsgWithContext(rctx, msg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &transportError{fmt.Errorf("no answer on %s: %w", msg.Subject, err)}
+	}
+	if code := reply.Header.Get(api.HeaderError); code != "" {
+		var er api.ErrorReply
+		if err := json.Unmarshal(reply.Data, &er); err != nil || er.Error == nil {
+			return &api.Error{Code: api.Code(code), Message: string(reply.Data)}
+		}
+		return er.Error
+	}
+	if err := json.Unmarshal(reply.Data, out); err != nil {
+		return fmt.Errorf("reply on %s: %w", msg.Subject, err)
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+// Package ledgerapi is the session ledger's request/reply contract: the bodies
+// of every rath.ledger.* request and reply, and the error codes. The ledger
+// serves it; the Go client and the CLI speak it; docs/protocol.md describes
+// it for other languages.
+package ledgerapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// HeaderError is set on every error reply to the error's code, so a client
+// can tell an error from a result without parsing the body.
+const HeaderError = "Rath-Error"
+
+// Code names why the ledger refused a proposal or a request.
+type Code string
+
+// Error codes.
+const (
+	CodeMalformed      Code = "malformed"         // not a conformant CloudEvent, or a bad request body
+	CodeUnknownType    Code = "unknown_type"      // type not in the catalog
+	CodeSchema         Code = "schema"            // data fails the kind's JSON Schema
+	CodeInvalidSession Code = "invalid_session"   // session ID unusable
+	CodeNotFound       Code = "session_not_found" // no such session
+	CodeExists         Code = "session_exists"    // started twice, or fork onto an existing ID
+	CodeClosed         Code = "session_closed"    // session is closed
+	CodeStale          Code = "stale_sequence"    // expected sequence is not the head
+	CodeTransition     Code = "bad_transition"    // lifecycle event not allowed now
+	CodeUseOperation   Code = "use_operation"     // forked/merged events come from the fork/merge operations
+	CodeOutOfRange     Code = "out_of_range"      // a sequence beyond the head
+	CodeNothingToMerge Code = "nothing_to_merge"  // source has nothing the target lacks
+	CodeConflict       Code = "conflict"          // concurrent appenders kept winning; retry
+	CodeUnavailable    Code = "unavailable"       // JetStream or the ledger failed; retry
+)
+
+// Error is a refusal with a code and a message naming the problem.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf builds an Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of an *Error in err's chain, or CodeUnavailable.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeUnavailable
+}
+
+// Permanent reports whether retrying the same request can never succeed.
+func Permanent(err error) bool {
+	switch CodeOf(err) {
+	case CodeUnavailable, CodeConflict:
+		return false
+	}
+	return true
+}
+
+// ErrorReply is the body of an error reply.
+type ErrorReply struct {
+	Error *Error `json:"error"`
+}
+
+// Ack is the reply to an accepted proposal, fork or merge.
+type Ack struct {
+	ID        string `json:"id"`
+	Session   string `json:"session"`
+	Seq       uint64 `json:"seq"`
+	Hash      string `json:"hash"`
+	StreamSeq uint64 `json:"stream_seq"`
+	// Duplicate is true when the event ID was stored before: the ack is the
+	// original's and nothing new was stored.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// StateRequest asks for the state of Session at sequence At (0: the head).
+type StateRequest struct {
+	Session string `json:"session"`
+	At      uint64 `json:"at,omitempty"`
+}
+
+// LogRequest asks for a page of a session's logical log.
+type LogRequest struct {
+	Session string `json:"session"`
+	From    uint64 `json:"from,omitempty"`
+	To      uint64 `json:"to,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+// MaxLogPage bounds one log page.
+const MaxLogPage = 1000
+
+// LogReply carries stored events, each its structured-mode CloudEvent JSON.
+type LogReply struct {
+	Events []json.RawMessage `json:"events"`
+}
+
+// ListRequest selects sessions.
+type ListRequest struct {
+	Status string            `json:"status,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Session is a session's index entry.
+type Session struct {
+	ID       string            `json:"id"`
+	Status   string            `json:"status"`
+	Parent   string            `json:"parent,omitempty"`
+	ForkSeq  uint64            `json:"fork_seq,omitempty"`
+	Workflow string            `json:"workflow,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Created  time.Time         `json:"created"`
+	Updated  time.Time         `json:"updated"`
+	Seq      uint64            `json:"seq"`
+}
+
+// ListReply lists sessions, oldest first.
+type ListReply struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// SessionRequest names one session (lineage, verify).
+type SessionRequest struct {
+	Session string `json:"session"`
+}
+
+// SchemaRequest asks for the JSON Schema of an event type's data.
+type SchemaRequest struct {
+	Type string `json:"type"`
+}
+
+// ForkRequest asks for a new session branching from Parent after sequence At.
+type ForkRequest struct {
+	Parent string `json:"parent"`
+	// At is the last parent sequence the fork shares; 0 means the parent's head.
+	At uint64 `json:"at,omitempty"`
+	// ID is the fork's session ID; empty lets the ledger choose.
+	ID     string            `json:"id,omitempty"`
+	Reason string            `json:"reason,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// EventID makes a retried fork idempotent; empty lets the ledger choose.
+	EventID string `json:"event_id,omitempty"`
+	// Source is the CloudEvents source of the fork event.
+	Source string `json:"source,omitempty"`
+}
+
+// MergeRequest asks to join Source into Target.
+type MergeRequest struct {
+	Target  string `json:"target"`
+	Source  string `json:"source"`
+	Reason  string `json:"reason,omitempty"`
+	EventID string `json:"event_id,omitempty"`
+	// EventSource is the CloudEvents source of the merge event.
+	EventSource string `json:"event_source,omitempty"`
+}
+
+// Report is the outcome of verifying a session's chain.
+type Report struct {
+	Session  string `json:"session"`
+	OK       bool   `json:"ok"`
+	Head     uint64 `json:"head"`
+	HeadHash string `json:"head_hash,omitempty"`
+	Checked  int    `json:"checked"`
+	Fault    *Fault `json:"fault,omitempty"`
+}
+
+// Fault is the first place a chain does not hold.
+type Fault struct {
+	Seq       uint64 `json:"seq"`
+	Session   string `json:"session"`
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
+	Reason    string `json:"reason"`
+}
+
+// Graph is the lineage of a session: its ancestors (root first) and the tree
+// of every session forked from the root.
+type Graph struct {
+	Session   string   `json:"session"`
+	Ancestors []string `json:"ancestors,omitempty"`
+	Root      *Node    `json:"root"`
+}
+
+// Node is one session in a lineage graph.
+type Node struct {
+	Session  string   `json:"session"`
+	Status   string   `json:"status,omitempty"`
+	ForkSeq  uint64   `json:"fork_seq,omitempty"`
+	Head     uint64   `json:"head"`
+	Merges   []Merged `json:"merges,omitempty"`
+	Children []*Node  `json:"children,omitempty"`
+}
+
+// Merged is a merge into a node.
+type Merged struct {
+	Seq       uint64 `json:"seq"`
+	Source    string `json:"source"`
+	SourceSeq uint64 `json:"source_seq"`
+}

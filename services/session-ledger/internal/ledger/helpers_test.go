@@ -1,0 +1,133 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/internal/ledger"
+)
+
+// rig is a ledger serving on a real embedded JetStream, and a client.
+type rig struct {
+	nc    *nats.Conn
+	c     *client.Client
+	store *eventstore.Store
+	l     *ledger.Ledger
+}
+
+const testK = 4 // small snapshot interval so tests cross snapshots
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	_, nc := natstest.Start(t)
+	return serveOn(t, nc, "ledger-a")
+}
+
+func serveOn(t *testing.T, nc *nats.Conn, name string) *rig {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := eventstore.Open(ctx, nc, eventstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ledger.DefaultConfig()
+	cfg.SnapshotEvery, cfg.Name = testK, name
+	l, err := ledger.New(store, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Serve(ctx, nc) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	c, err := client.New(nc, client.WithRetryFor(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Serve subscribes asynchronously: wait until the ledger answers.
+	for {
+		_, err := c.List(ctx, api.ListRequest{})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	return &rig{nc: nc, c: c, store: store, l: l}
+}
+
+func (r *rig) start(t *testing.T, id string) api.Ack {
+	t.Helper()
+	a, err := r.c.Start(context.Background(), id, events.SessionStarted{Task: "test " + id, Workflow: "wf"})
+	if err != nil {
+		t.Fatalf("start %s: %v", id, err)
+	}
+	return a
+}
+
+func (r *rig) emit(t *testing.T, id string, data any, opts ...events.Option) api.Ack {
+	t.Helper()
+	a, err := r.c.Emit(context.Background(), id, data, opts...)
+	if err != nil {
+		t.Fatalf("emit %T to %s: %v", data, id, err)
+	}
+	return a
+}
+
+func chunk(text string) *events.ChunkAppended {
+	return &events.ChunkAppended{Role: events.RoleAssistant, Agent: "coder", Content: text}
+}
+
+func usage(in, out int64) *events.ModelCalled {
+	return &events.ModelCalled{Agent: "coder", Provider: "scripted", Model: "m1", TokensIn: in, TokensOut: out, LatencyMS: 1}
+}
+
+func wantCode(t *testing.T, err error, code api.Code) {
+	t.Helper()
+	var le *api.Error
+	if !errors.As(err, &le) {
+		t.Fatalf("want error %s, got %v", code, err)
+	}
+	if le.Code != code {
+		t.Fatalf("want error %s, got %s: %s", code, le.Code, le.Message)
+	}
+}
+
+func (r *rig) verifyOK(t *testing.T, id string) api.Report {
+	t.Helper()
+	rep, err := r.c.Verify(context.Background(), id)
+	if err != nil {
+		t.Fatalf("verify %s: %v", id, err)
+	}
+	if !rep.OK {
+		t.Fatalf("verify %s: %+v", id, rep.Fault)
+	}
+	return rep
+}
+
+func (r *rig) rejections(t *testing.T, id string) []eventstore.Rejection {
+	t.Helper()
+	var out []eventstore.Rejection
+	if err := r.c.Rejections(context.Background(), id, func(rj eventstore.Rejection) error {
+		out = append(out, rj)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

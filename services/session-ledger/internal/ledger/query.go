@@ -1,0 +1,121 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"sort"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// State returns the state of a session at sequence at (0: its head).
+func (l *Ledger) State(ctx context.Context, id string, at uint64) (*session.State, error) {
+	head, err := l.head(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if at == 0 || at == head.Seq {
+		return head, nil
+	}
+	if at > head.Seq {
+		return nil, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d (head %d)", id, at, head.Seq)
+	}
+	st, _, err := l.stateAt(ctx, id, at)
+	return st, err
+}
+
+// Log returns the stored events of a session's logical log with
+// from <= seq <= to (to 0: the head), at most limit (0 or above api.MaxLogPage:
+// api.MaxLogPage). Each event is its stored structured-mode JSON.
+func (l *Ledger) Log(ctx context.Context, id string, from, to uint64, limit int) ([]json.RawMessage, error) {
+	if err := events.ValidateSessionID(id); err != nil {
+		return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
+	}
+	if limit <= 0 || limit > api.MaxLogPage {
+		limit = api.MaxLogPage
+	}
+	var out []json.RawMessage
+	err := l.logicalEvents(ctx, id, from, to, func(_ events.Stored, m eventstore.Msg) error {
+		out = append(out, json.RawMessage(m.Body))
+		if len(out) == limit {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// List returns the indexed sessions matching the filter, oldest first.
+func (l *Ledger) List(ctx context.Context, f api.ListRequest) ([]eventstore.Record, error) {
+	recs, err := l.store.Records(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := recs[:0]
+next:
+	for _, r := range recs {
+		if f.Status != "" && r.Status != f.Status {
+			continue
+		}
+		for k, v := range f.Labels {
+			if r.Labels[k] != v {
+				continue next
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Lineage returns the lineage graph around a session.
+func (l *Ledger) Lineage(ctx context.Context, id string) (api.Graph, error) {
+	segs, err := l.lineageOf(ctx, id)
+	if err != nil {
+		return api.Graph{}, err
+	}
+	g := api.Graph{Session: id}
+	for _, s := range segs[:len(segs)-1] {
+		g.Ancestors = append(g.Ancestors, s.Session)
+	}
+	g.Root, err = l.node(ctx, segs[0].Session, 0, map[string]bool{})
+	return g, err
+}
+
+func (l *Ledger) node(ctx context.Context, id string, forkSeq uint64, seen map[string]bool) (*api.Node, error) {
+	seen[id] = true
+	st, err := l.head(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	n := &api.Node{Session: id, Status: string(st.Status), ForkSeq: forkSeq, Head: st.Seq}
+	for _, m := range st.Lineage.Merges {
+		n.Merges = append(n.Merges, api.Merged{Seq: m.Seq, Source: m.Source, SourceSeq: m.SourceSeq})
+	}
+	kids, err := l.store.Children(ctx, id)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	for _, k := range kids {
+		if seen[k] {
+			continue
+		}
+		segs, err := l.lineageOf(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		c, err := l.node(ctx, k, segs[len(segs)-1].From-1, seen)
+		if err != nil {
+			return nil, err
+		}
+		n.Children = append(n.Children, c)
+	}
+	sort.Slice(n.Children, func(i, j int) bool { return n.Children[i].Session < n.Children[j].Session })
+	return n, nil
+}

@@ -1,0 +1,351 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/schema"
+)
+
+const (
+	maxInflightRequests = 256
+	inboxShards         = 32
+)
+
+// Serve answers the ledger subjects and consumes the inbox until ctx ends,
+// then drains: in-flight requests and inbox proposals finish, none is lost.
+func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, maxInflightRequests)
+		subs []*nats.Subscription
+	)
+	handle := func(subject string, fn func(context.Context, *nats.Msg) (any, error)) error {
+		sub, err := nc.QueueSubscribe(subject, events.LedgerQueue, func(m *nats.Msg) {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				res, err := fn(rctx, m)
+				l.reply(m, res, err)
+			}()
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", subject, err)
+		}
+		subs = append(subs, sub)
+		return nil
+	}
+	for subject, fn := range map[string]func(context.Context, *nats.Msg) (any, error){
+		events.SubjectAppend:  l.handleAppend,
+		events.SubjectState:   l.handleState,
+		events.SubjectLog:     l.handleLog,
+		events.SubjectList:    l.handleList,
+		events.SubjectLineage: l.handleLineage,
+		events.SubjectFork:    l.handleFork,
+		events.SubjectMerge:   l.handleMerge,
+		events.SubjectVerify:  l.handleVerify,
+		events.SubjectSchema:  l.handleSchema,
+	} {
+		if err := handle(subject, fn); err != nil {
+			return err
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("ledger subscriptions: %w", err)
+	}
+	inbox, err := l.consumeInbox(ctx)
+	if err != nil {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		return err
+	}
+	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", "rath.ledger.*", "inbox", events.StreamInbox)
+	<-ctx.Done()
+	for _, s := range subs {
+		_ = s.Drain()
+	}
+	inbox.stop()
+	wg.Wait()
+	return nil
+}
+
+func (l *Ledger) reply(m *nats.Msg, res any, err error) {
+	if m.Reply == "" {
+		return
+	}
+	out := nats.NewMsg(m.Reply)
+	if err != nil {
+		var le *api.Error
+		if !errors.As(err, &le) {
+			le = &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
+		}
+		out.Header.Set(api.HeaderError, string(le.Code))
+		out.Data, _ = json.Marshal(api.ErrorReply{Error: le})
+	} else if raw, ok := res.([]byte); ok {
+		out.Data = raw
+	} else {
+		out.Data, err = json.Marshal(res)
+		if err != nil {
+			out.Header.Set(api.HeaderError, string(api.CodeUnavailable))
+			out.Data, _ = json.Marshal(api.ErrorReply{Error: &api.Error{Code: api.CodeUnavailable, Message: err.Error()}})
+		}
+	}
+	if err := m.RespondMsg(out); err != nil {
+		l.log.Warn("reply lost", "subject", m.Subject, "err", err)
+	}
+}
+
+func decodeRequest(m *nats.Msg, v any) error {
+	if len(m.Data) == 0 {
+		return api.Errorf(api.CodeMalformed, "%s: empty request body, want JSON", m.Subject)
+	}
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		return api.Errorf(api.CodeMalformed, "%s: request body: %v", m.Subject, err)
+	}
+	return nil
+}
+
+// propose decides one proposal and records a permanent refusal on the
+// rejections stream before anyone hears of it.
+func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via string) (api.Ack, error) {
+	ev, err := events.FromNATS(m.Header, m.Data)
+	if err != nil {
+		err = api.Errorf(api.CodeMalformed, "%v", err)
+		return api.Ack{}, l.recordRejection(ctx, m, via, event.Event{}, err)
+	}
+	a, err := l.Append(ctx, ev)
+	if err != nil && api.Permanent(err) {
+		return api.Ack{}, l.recordRejection(ctx, m, via, ev, err)
+	}
+	return a, err
+}
+
+// recordRejection stores the rejection and returns the refusal. If the
+// rejection cannot be stored the refusal turns transient, so the proposal is
+// retried (inbox) or the caller told to retry: a refusal is never silent.
+func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, ev event.Event, refusal error) error {
+	le := &api.Error{Code: api.CodeOf(refusal), Message: refusal.Error()}
+	errors.As(refusal, &le)
+	r := eventstore.Rejection{
+		Time: l.now(), Session: ev.Subject(), EventID: ev.ID(), Type: ev.Type(),
+		Code: string(le.Code), Message: le.Message, Via: via, Ledger: l.cfg.Name,
+	}
+	if json.Valid(m.Data) {
+		r.Proposal = json.RawMessage(m.Data)
+	} else {
+		r.ProposalText = truncate(string(m.Data), 64<<10)
+	}
+	if len(m.Header) > 0 {
+		r.ProposalHeader = m.Header
+	}
+	l.log.Warn("proposal rejected", "via", via, "session", r.Session, "event", r.EventID, "type", r.Type, "code", r.Code, "reason", r.Message)
+	if err := l.store.Reject(ctx, r); err != nil {
+		l.log.Error("rejection not recorded", "event", r.EventID, "err", err)
+		return &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("%s (and recording the rejection failed: %v)", le.Message, err)}
+	}
+	return refusal
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (l *Ledger) handleAppend(ctx context.Context, m *nats.Msg) (any, error) {
+	return l.propose(ctx, m, "request")
+}
+
+func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.StateRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	return l.State(ctx, r.Session, r.At)
+}
+
+func (l *Ledger) handleLog(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.LogRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	evs, err := l.Log(ctx, r.Session, r.From, r.To, r.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		evs = []json.RawMessage{}
+	}
+	return api.LogReply{Events: evs}, nil
+}
+
+func (l *Ledger) handleList(ctx context.Context, m *nats.Msg) (any, error) {
+	var f api.ListRequest
+	if len(m.Data) > 0 {
+		if err := decodeRequest(m, &f); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := l.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if recs == nil {
+		recs = []eventstore.Record{}
+	}
+	return api.ListReply{Sessions: recs}, nil
+}
+
+func (l *Ledger) handleLineage(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.SessionRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateSessionID(r.Session); err != nil {
+		return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
+	}
+	return l.Lineage(ctx, r.Session)
+}
+
+func (l *Ledger) handleFork(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.ForkRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	return l.Fork(ctx, r)
+}
+
+func (l *Ledger) handleMerge(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.MergeRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	return l.Merge(ctx, r)
+}
+
+func (l *Ledger) handleVerify(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.SessionRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	return l.Verify(ctx, r.Session)
+}
+
+func (l *Ledger) handleSchema(_ context.Context, m *nats.Msg) (any, error) {
+	var r api.SchemaRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	raw, ok := schema.Raw(r.Type)
+	if !ok {
+		return nil, api.Errorf(api.CodeUnknownType, "unknown event type %q", r.Type)
+	}
+	return raw, nil
+}
+
+// inboxRun is the running inbox consumer.
+type inboxRun struct {
+	cc     jetstream.ConsumeContext
+	shards []chan jetstream.Msg
+	wg     sync.WaitGroup
+}
+
+// stop stops fetching, lets every shard finish what it holds, and returns.
+// Unacked messages are redelivered to the next ledger: none is lost.
+func (r *inboxRun) stop() {
+	r.cc.Drain()
+	<-r.cc.Closed()
+	for _, s := range r.shards {
+		close(s)
+	}
+	r.wg.Wait()
+}
+
+// consumeInbox decides fire-and-forget proposals. Proposals are spread over
+// shards by session, so one session's proposals are decided in order while
+// different sessions' proceed in parallel. A proposal is acked only after its
+// event (or its rejection) is stored.
+func (l *Ledger) consumeInbox(ctx context.Context) (*inboxRun, error) {
+	js := l.store.JetStream()
+	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamInbox, jetstream.ConsumerConfig{
+		Durable:        events.InboxConsumer,
+		Description:    "Rath ledgers: decide fire-and-forget proposals",
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  4096,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{events.InboxGroup},
+		PinnedTTL:      10 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox consumer: %w", err)
+	}
+	run := &inboxRun{shards: make([]chan jetstream.Msg, inboxShards)}
+	for i := range run.shards {
+		ch := make(chan jetstream.Msg, 64)
+		run.shards[i] = ch
+		run.wg.Add(1)
+		go func() {
+			defer run.wg.Done()
+			for m := range ch {
+				l.decideInbox(context.WithoutCancel(ctx), m)
+			}
+		}()
+	}
+	run.cc, err = cons.Consume(func(m jetstream.Msg) {
+		run.shards[shardOf(m)%inboxShards] <- m
+	}, jetstream.PullPriorityGroup(events.InboxGroup), jetstream.PullMaxMessages(512),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			l.log.Debug("inbox consumer", "err", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("consume inbox: %w", err)
+	}
+	return run, nil
+}
+
+// shardOf keys a proposal by its session: the subject token after rath.inbox.
+func shardOf(m jetstream.Msg) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(m.Subject()))
+	return h.Sum32()
+}
+
+func (l *Ledger) decideInbox(ctx context.Context, m jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	_, err := l.propose(ctx, nm, "inbox")
+	switch {
+	case err == nil || api.Permanent(err):
+		// Stored, or refused and the refusal recorded: done with it.
+		if err := m.Ack(); err != nil {
+			l.log.Warn("inbox ack lost; the proposal will be redelivered and deduplicated", "err", err)
+		}
+	default:
+		meta, _ := m.Metadata()
+		delay := time.Second
+		if meta != nil {
+			delay = min(time.Duration(meta.NumDelivered)*time.Second, 30*time.Second)
+		}
+		l.log.Warn("inbox proposal deferred", "err", err, "retry_in", delay)
+		_ = m.NakWithDelay(delay)
+	}
+}
