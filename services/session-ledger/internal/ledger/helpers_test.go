@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/services/session-ledger/internal/ledger"
@@ -130,4 +131,16 @@ func (r *rig) rejections(t *testing.T, id string) []eventstore.Rejection {
 		t.Fatal(err)
 	}
 	return out
+}
+
+var errDone = errors.New("done")
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// waitABit blocks for one round trip to the server: a bounded poll step that
+// lets the ledger make progress without sleeping a guessed duration.
+func waitABit(r *rig) { _ = r.nc.Flush() }
+
+func forkAt(parent string, at uint64, id string) api.ForkRequest {
+	return api.ForkRequest{Parent: parent, At: at, ID: id}
 }

@@ -27,6 +27,15 @@ const (
 // Serve answers the ledger subjects and consumes the inbox until ctx ends,
 // then drains: in-flight requests and inbox proposals finish, none is lost.
 func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
+	// The inbox consumer starts first: once requests are answered, the whole
+	// ledger is up.
+	inbox, err := l.consumeInbox(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
+	}
 	var (
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, maxInflightRequests)
@@ -62,18 +71,13 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		events.SubjectSchema:  l.handleSchema,
 	} {
 		if err := handle(subject, fn); err != nil {
+			inbox.stop()
 			return err
 		}
 	}
 	if err := nc.Flush(); err != nil {
+		inbox.stop()
 		return fmt.Errorf("ledger subscriptions: %w", err)
-	}
-	inbox, err := l.consumeInbox(ctx)
-	if err != nil {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-		return err
 	}
 	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", "rath.ledger.*", "inbox", events.StreamInbox)
 	<-ctx.Done()
