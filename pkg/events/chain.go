@@ -23,9 +23,9 @@ func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
 	if prev != "" {
 		e.SetExtension(ExtPrev, prev)
 	} else {
-		delete(e.Extensions(), ExtPrev)
+		e.SetExtension(ExtPrev, nil) // nil deletes; Extensions() is a copy
 	}
-	delete(e.Extensions(), ExtHash)
+	e.SetExtension(ExtHash, nil)
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return nil, "", fmt.Errorf("seal event %s: %w", e.ID(), err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"math/rand/v2"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -16,7 +18,19 @@ import (
 
 // maxConflictRetries bounds how often one append re-reads and retries after
 // another ledger appended to the same session first.
-const maxConflictRetries = 8
+const maxConflictRetries = 16
+
+// conflictPause backs off with jitter before retry n, so that a ledger with a
+// queue of appends for a session cannot starve another one forever.
+func conflictPause(ctx context.Context, n int) {
+	d := time.Duration(rand.Int64N(int64(100*time.Microsecond) << min(n, 8)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
 
 // Append validates a proposal and, if it passes, appends it to its session's
 // log with the next sequence and chain hash. A rejected proposal returns an
@@ -80,9 +94,9 @@ func (l *Ledger) check(ev *event.Event) error {
 func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context.Context, *session.State, *event.Event) error) (api.Ack, error) {
 	id := ev.Subject()
 	expected, hasExpected, _ := events.ExpectedSeq(ev)
-	ext := ev.Extensions()
+	// Chain attributes are the ledger's to set; the expectation is spent.
 	for _, name := range []string{events.ExtExpectedSeq, events.ExtSeq, events.ExtPrev, events.ExtHash} {
-		delete(ext, name)
+		ev.SetExtension(name, nil)
 	}
 	e := l.entry(id)
 	e.mu.Lock()
@@ -120,6 +134,7 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		}
 		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
+			conflictPause(ctx, attempt)
 			if err := l.refresh(ctx, e); err != nil {
 				return api.Ack{}, unavailable(err)
 			}

@@ -1,0 +1,155 @@
+package session_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+)
+
+func stored(t *testing.T, sessionID string, seq uint64, data any) events.Stored {
+	t.Helper()
+	k, ok := events.KindOf(data)
+	if !ok {
+		t.Fatalf("%T is not an event kind", data)
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.Stored{
+		ID: events.NewID(), Type: k.Type, Session: sessionID, Seq: seq, Hash: "h" + string(rune('0'+seq%10)),
+		Time: time.Date(2026, 1, 1, 0, 0, int(seq), 0, time.UTC), Data: raw,
+	}
+}
+
+func fold(evs ...events.Stored) *session.State {
+	st := &session.State{}
+	for _, e := range evs {
+		session.Apply(st, e)
+	}
+	return st
+}
+
+func TestLifecycle(t *testing.T) {
+	tests := []struct {
+		name   string
+		given  []any
+		status session.Status
+	}{
+		{"started", []any{&events.SessionStarted{Task: "t"}}, session.StatusActive},
+		{"paused", []any{&events.SessionStarted{}, &events.SessionPaused{Reason: "lunch"}}, session.StatusPaused},
+		{"resumed", []any{&events.SessionStarted{}, &events.SessionPaused{}, &events.SessionResumed{}}, session.StatusActive},
+		{"closed", []any{&events.SessionStarted{}, &events.SessionClosed{Reason: "done", Outcome: "ok"}}, session.StatusClosed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var evs []events.Stored
+			for i, d := range tc.given {
+				evs = append(evs, stored(t, "s", uint64(i+1), d))
+			}
+			st := fold(evs...)
+			if st.Status != tc.status || st.ID != "s" || st.Seq != uint64(len(evs)) || st.Counts.Events != len(evs) {
+				t.Fatalf("status %s id %s seq %d events %d", st.Status, st.ID, st.Seq, st.Counts.Events)
+			}
+		})
+	}
+}
+
+func TestUsageByAgentAndModel(t *testing.T) {
+	st := fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.ModelCalled{Agent: "a", Provider: "p", Model: "m", TokensIn: 10, TokensOut: 1}),
+		stored(t, "s", 3, &events.ModelCalled{Agent: "b", Provider: "p", Model: "m", TokensIn: 20, TokensOut: 2}),
+		stored(t, "s", 4, &events.UsageRecorded{Agent: "a", Model: "emb", TokensIn: 5}),
+	)
+	u := st.Usage
+	if u.Total.In != 35 || u.Total.Out != 3 || u.Total.Calls != 2 {
+		t.Fatalf("total %+v", u.Total)
+	}
+	if u.ByAgent["a"].In != 15 || u.ByAgent["b"].Calls != 1 || u.ByModel["p/m"].In != 30 || u.ByModel["emb"].In != 5 {
+		t.Fatalf("by agent %+v by model %+v", u.ByAgent, u.ByModel)
+	}
+}
+
+func TestToolEvidenceIndex(t *testing.T) {
+	st := fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.ToolRequested{CallID: "c1", Tool: "run", Arguments: json.RawMessage(`{"cmd":"go test"}`), Agent: "coder"}),
+		stored(t, "s", 3, &events.ToolStarted{CallID: "c1", Tool: "run", Attempt: 1}),
+		stored(t, "s", 4, &events.ToolFailed{CallID: "c1", Tool: "run", Attempt: 1, Error: "timeout"}),
+		stored(t, "s", 5, &events.ToolStarted{CallID: "c1", Tool: "run", Attempt: 2}),
+		stored(t, "s", 6, &events.ToolCompleted{CallID: "c1", Tool: "run", Attempt: 2, ExitCode: 1, CommitBefore: "a", CommitAfter: "b"}),
+		stored(t, "s", 7, &events.SandboxPlaced{Backend: "local", SandboxID: "sb1", Workspace: "/w"}),
+	)
+	tool := st.Tools["c1"]
+	if tool == nil || tool.Status != session.ToolCompleted || tool.Attempts != 2 || tool.ExitCode != 1 || tool.Error != "" ||
+		len(tool.Seqs) != 5 || tool.CommitAfter != "b" || string(tool.Arguments) != `{"cmd":"go test"}` {
+		t.Fatalf("tool %+v", tool)
+	}
+	if st.Sandbox == nil || st.Sandbox.SandboxID != "sb1" || st.Counts.ToolCalls != 1 {
+		t.Fatalf("sandbox %+v", st.Sandbox)
+	}
+}
+
+func TestPendingWorkAndApprovals(t *testing.T) {
+	st := fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.WorkPending{WorkID: "w1", Kind: "turn"}),
+		stored(t, "s", 3, &events.WorkPending{WorkID: "w2", Kind: "turn"}),
+		stored(t, "s", 4, &events.WorkDone{WorkID: "w1"}),
+		stored(t, "s", 5, &events.ApprovalRequested{ApprovalID: "a1", Action: "merge"}),
+		stored(t, "s", 6, &events.ApprovalRejected{ApprovalID: "a1", By: "ann", Reason: "no"}),
+		stored(t, "s", 7, &events.ValidationFailed{Validator: "tests", Reason: "1 failing"}),
+		stored(t, "s", 8, &events.SelectorDecided{Rule: "retry", Route: "fork"}),
+	)
+	if _, ok := st.Pending["w2"]; !ok || len(st.Pending) != 1 {
+		t.Fatalf("pending %+v", st.Pending)
+	}
+	if st.Approvals["a1"].Outcome != "rejected" || st.Approvals["a1"].By != "ann" {
+		t.Fatalf("approvals %+v", st.Approvals)
+	}
+	if len(st.Validations) != 1 || st.Validations[0].Passed || len(st.Decisions) != 1 || st.Decisions[0].Route != "fork" {
+		t.Fatalf("validations %+v decisions %+v", st.Validations, st.Decisions)
+	}
+}
+
+func TestForkInheritsPrefixAndMergeSkipsSourceLifecycle(t *testing.T) {
+	st := fold(
+		stored(t, "p", 1, &events.SessionStarted{Labels: map[string]string{"team": "a"}}),
+		stored(t, "p", 2, &events.ChunkAppended{Role: "user", Content: "hi"}),
+		stored(t, "c", 3, &events.SessionForked{Parent: "p", AtSeq: 2, ParentHash: "h2", Labels: map[string]string{"try": "2"}}),
+	)
+	if st.ID != "c" || st.Lineage.Parent != "p" || st.Lineage.ForkSeq != 2 || len(st.Chunks) != 1 || st.Labels["team"] != "a" || st.Labels["try"] != "2" {
+		t.Fatalf("fork state %+v", st)
+	}
+	// A merge brings in the source's chunks and usage, not its lifecycle.
+	session.ApplyMerged(st, stored(t, "x", 3, &events.SessionClosed{Reason: "x done"}))
+	session.ApplyMerged(st, stored(t, "x", 4, &events.ChunkAppended{Role: "assistant", Content: "from x"}))
+	session.ApplyMerged(st, stored(t, "x", 5, &events.ModelCalled{Agent: "a", Model: "m", TokensIn: 3}))
+	if st.Status != session.StatusActive || st.ID != "c" || st.Seq != 3 || len(st.Chunks) != 2 || st.Chunks[1].Origin != "x" || st.Usage.Total.In != 3 || st.Counts.Merged != 3 {
+		t.Fatalf("after merged events: %+v", st)
+	}
+}
+
+func TestApplyNeverFailsOnBadData(t *testing.T) {
+	st := fold(stored(t, "s", 1, &events.SessionStarted{}))
+	bad := events.Stored{ID: "x", Type: events.TypeChunkAppended, Session: "s", Seq: 2, Hash: "h", Data: json.RawMessage(`{"role":`)}
+	unknown := events.Stored{ID: "y", Type: "rath.future.kind", Session: "s", Seq: 3, Hash: "h3"}
+	session.Apply(st, bad)
+	session.Apply(st, unknown)
+	if st.Seq != 3 || st.Hash != "h3" || len(st.Chunks) != 0 {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+func TestCloneIsDeep(t *testing.T) {
+	st := fold(stored(t, "s", 1, &events.SessionStarted{}), stored(t, "s", 2, &events.WorkPending{WorkID: "w", Kind: "k"}))
+	c := st.Clone()
+	session.Apply(c, stored(t, "s", 3, &events.WorkDone{WorkID: "w"}))
+	if len(st.Pending) != 1 || len(c.Pending) != 0 {
+		t.Fatalf("clone shares maps: %v %v", st.Pending, c.Pending)
+	}
+}
