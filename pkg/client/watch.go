@@ -22,7 +22,9 @@ func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(even
 		return fmt.Errorf("watch %s: %w", id, err)
 	}
 	defer sub.Unsubscribe()
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	// The subscription must be in place before the history is read, or an
+	// event stored in between would be missed.
+	if err := c.nc.FlushTimeout(c.timeout); err != nil {
 		return fmt.Errorf("watch %s: %w", id, err)
 	}
 	next := max(from, 1)

@@ -1,0 +1,65 @@
+package service_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/internal/service"
+)
+
+// The real wiring, in-process: serve, take a proposal through the inbox and
+// one by request, then stop and check Run returns cleanly with nothing lost.
+func TestRunServesAndShutsDownCleanly(t *testing.T) {
+	_, nc := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, "svc", events.SessionStarted{Task: "component test"}); err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := events.New("svc", &events.ChunkAppended{Role: events.RoleUser, Content: "via inbox"})
+	if err := c.Propose(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	err = c.Watch(wctx, "svc", 2, func(got events.Stored) error {
+		if got.ID == ev.ID() {
+			wcancel()
+		}
+		return nil
+	})
+	if err != context.Canceled {
+		t.Fatalf("watch: %v", err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	// Stopped: the events are still there for the next ledger.
+	restart, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { done <- service.Run(restart, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	rep, err := c.Verify(restart, "svc")
+	if err != nil || !rep.OK || rep.Head != 2 {
+		t.Fatalf("after restart: %+v %v", rep, err)
+	}
+	if _, err := c.State(restart, "nope", 0); api.CodeOf(err) != api.CodeNotFound {
+		t.Fatalf("missing session: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("second Run returned %v", err)
+	}
+}
