@@ -19,7 +19,9 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	_, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
 
 	c, err := client.New(nc)
 	if err != nil {
@@ -50,7 +52,9 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	// Stopped: the events are still there for the next ledger.
 	restart, stop := context.WithCancel(context.Background())
 	defer stop()
-	go func() { done <- service.Run(restart, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		done <- service.Run(restart, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
 	rep, err := c.Verify(restart, "svc")
 	if err != nil || !rep.OK || rep.Head != 2 {
 		t.Fatalf("after restart: %+v %v", rep, err)
