@@ -14,7 +14,8 @@ import (
 // (0 or 1: the start, through its fork ancestry) in order, then for each new
 // event as it is stored, until ctx ends or fn returns an error. No event is
 // skipped or repeated: live events that arrive while the history is read are
-// held back, and a gap in the live feed is filled from the log.
+// held back, and a gap in the live feed is filled from the log. A session
+// that does not exist yet is waited for: its events arrive once it starts.
 func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(events.Stored) error) error {
 	live := make(chan *nats.Msg, 4096)
 	sub, err := c.nc.ChanSubscribe(events.LiveFilter(id), live)
@@ -31,6 +32,9 @@ func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(even
 	catchUp := func(to uint64) error {
 		for {
 			page, err := c.Log(ctx, id, next, to, api.MaxLogPage)
+			if api.CodeOf(err) == api.CodeNotFound {
+				return nil // not started yet: the live feed brings its events
+			}
 			if err != nil {
 				return err
 			}

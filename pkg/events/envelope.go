@@ -79,6 +79,28 @@ func New(sessionID string, data any, opts ...Option) (event.Event, error) {
 	if !ok {
 		return event.Event{}, fmt.Errorf("new event: %T is not a registered event kind", data)
 	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return event.Event{}, fmt.Errorf("new %s event: %w", k.Type, err)
+	}
+	return newEvent(k, sessionID, raw, opts), nil
+}
+
+// NewRaw builds a proposal of type typ with data given as JSON, for callers
+// that hold data as bytes (a CLI, a bridge). The ledger validates the data
+// against the type's schema.
+func NewRaw(sessionID, typ string, data json.RawMessage, opts ...Option) (event.Event, error) {
+	k, ok := Lookup(typ)
+	if !ok {
+		return event.Event{}, &UnknownTypeError{Type: typ}
+	}
+	if !json.Valid(data) {
+		return event.Event{}, fmt.Errorf("new %s event: data is not valid JSON", typ)
+	}
+	return newEvent(k, sessionID, data, opts), nil
+}
+
+func newEvent(k Kind, sessionID string, data []byte, opts []Option) event.Event {
 	e := event.New()
 	e.SetID(NewID())
 	e.SetSource("rath")
@@ -88,13 +110,12 @@ func New(sessionID string, data any, opts ...Option) (event.Event, error) {
 	}
 	e.SetTime(time.Now().UTC())
 	e.SetDataSchema(k.DataSchema())
-	if err := e.SetData(event.ApplicationJSON, data); err != nil {
-		return event.Event{}, fmt.Errorf("new %s event: %w", k.Type, err)
-	}
+	e.SetDataContentType(event.ApplicationJSON)
+	e.DataEncoded = data // JSON, written as "data" (not data_base64)
 	for _, o := range opts {
 		o(&e)
 	}
-	return e, nil
+	return e
 }
 
 // Seq returns the ledger-assigned sequence of a stored event (0 if absent).

@@ -22,6 +22,8 @@ type Stored struct {
 	Causation   string          `json:"causationid,omitempty"`
 	Correlation string          `json:"correlationid,omitempty"`
 	Data        json.RawMessage `json:"data,omitempty"`
+	// Raw is the stored body exactly as read: what the chain hash covers.
+	Raw json.RawMessage `json:"-"`
 }
 
 // ParseStored decodes a stored event body.
@@ -30,6 +32,7 @@ func ParseStored(body []byte) (Stored, error) {
 	if err := json.Unmarshal(body, &s); err != nil {
 		return Stored{}, fmt.Errorf("parse stored event: %w", err)
 	}
+	s.Raw = body
 	return s, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,7 +87,7 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 		}
 		got, more := 0, false
 		for {
-			m, err := sub.NextMsgWithContext(ctx)
+			m, err := nextMsg(ctx, sub)
 			if err != nil {
 				return fmt.Errorf("scan %s from %d: %w", filter, from, err)
 			}
@@ -119,6 +120,19 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 			return nil
 		}
 	}
+}
+
+// scanWait bounds the wait for one direct get reply when the caller's
+// context has no deadline, so a scan never hangs on a lost reply.
+const scanWait = 10 * time.Second
+
+func nextMsg(ctx context.Context, sub *nats.Subscription) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return sub.NextMsgWithContext(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, scanWait)
+	defer cancel()
+	return sub.NextMsgWithContext(wctx)
 }
 
 // ScanSession calls fn for each stored event of one session's own log (not

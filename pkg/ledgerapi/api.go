@@ -135,9 +135,15 @@ type SessionRequest struct {
 	Session string `json:"session"`
 }
 
-// SchemaRequest asks for the JSON Schema of an event type's data.
+// SchemaRequest asks for the JSON Schema of an event type's data; an empty
+// type asks for the list of types (a SchemaList).
 type SchemaRequest struct {
-	Type string `json:"type"`
+	Type string `json:"type,omitempty"`
+}
+
+// SchemaList lists every event type the ledger accepts.
+type SchemaList struct {
+	Types []string `json:"types"`
 }
 
 // ForkRequest asks for a new session branching from Parent after sequence At.

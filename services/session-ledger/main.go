@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/services/session-ledger/internal/service"
+	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 func main() {

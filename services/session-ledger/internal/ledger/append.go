@@ -69,6 +69,9 @@ func (l *Ledger) check(ev *event.Event) error {
 	if err := schema.Validate(ev.Type(), ev.Data()); err != nil {
 		return api.Errorf(api.CodeSchema, "%v", err)
 	}
+	// Data that arrived as data_base64 is JSON (the schema says so): store
+	// it as "data", which is what every reader folds.
+	ev.DataBase64 = false
 	if ev.Subject() == "" && ev.Type() == events.TypeSessionStarted {
 		ev.SetSubject(NewSessionID())
 	}

@@ -254,8 +254,13 @@ func (l *Ledger) handleVerify(ctx context.Context, m *nats.Msg) (any, error) {
 
 func (l *Ledger) handleSchema(_ context.Context, m *nats.Msg) (any, error) {
 	var r api.SchemaRequest
-	if err := decodeRequest(m, &r); err != nil {
-		return nil, err
+	if len(m.Data) > 0 {
+		if err := decodeRequest(m, &r); err != nil {
+			return nil, err
+		}
+	}
+	if r.Type == "" {
+		return api.SchemaList{Types: schema.List()}, nil
 	}
 	raw, ok := schema.Raw(r.Type)
 	if !ok {

@@ -10,7 +10,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/services/session-ledger/internal/service"
+	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 // The real wiring, in-process: serve, take a proposal through the inbox and

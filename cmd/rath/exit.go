@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// Exit codes of rath.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitNotFound    = 3
+	exitRefused     = 4
+	exitBroken      = 5
+	exitUnavailable = 6
+)
+
+// usageError marks a bad command line: an unknown command or flag, a wrong
+// number of arguments, a flag value rath cannot use.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// unreachableError reports that nothing answered: no NATS server, or no
+// ledger on it. The message says what to check; err is the cause.
+type unreachableError struct {
+	msg string
+	err error
+}
+
+func (e *unreachableError) Error() string { return fmt.Sprintf("%s (%v)", e.msg, e.err) }
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// brokenError is returned by verify when a session's hash chain does not hold.
+type brokenError struct {
+	session string
+	fault   *api.Fault
+}
+
+func (e *brokenError) Error() string {
+	if e.fault == nil {
+		return "chain of session " + e.session + " is broken"
+	}
+	return fmt.Sprintf("chain of session %s is broken at %d: %s", e.session, e.fault.Seq, e.fault.Reason)
+}
+
+// exitCode maps an error to rath's exit code. It is the only place that does:
+//
+//	0  ok
+//	1  any other error
+//	2  usage error: unknown command or flag, wrong arguments, unusable value
+//	3  not found: session_not_found, out_of_range
+//	4  refused by the ledger: malformed, unknown_type, schema,
+//	   invalid_session, session_exists, session_closed, stale_sequence,
+//	   bad_transition, use_operation, nothing_to_merge
+//	5  verify found a broken chain
+//	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
+//	   answered unavailable or conflict; retrying later may succeed
+func exitCode(err error) int {
+	var (
+		usage     usageError
+		broken    *brokenError
+		unreached *unreachableError
+		refusal   *api.Error
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &usage):
+		return exitUsage
+	case errors.As(err, &broken):
+		return exitBroken
+	case errors.As(err, &unreached):
+		return exitUnavailable
+	case errors.As(err, &refusal):
+		switch refusal.Code {
+		case api.CodeNotFound, api.CodeOutOfRange:
+			return exitNotFound
+		case api.CodeMalformed, api.CodeUnknownType, api.CodeSchema, api.CodeInvalidSession,
+			api.CodeExists, api.CodeClosed, api.CodeStale, api.CodeTransition,
+			api.CodeUseOperation, api.CodeNothingToMerge:
+			return exitRefused
+		case api.CodeUnavailable, api.CodeConflict:
+			return exitUnavailable
+		}
+	case noAnswer(err):
+		return exitUnavailable
+	}
+	return exitError
+}
+
+// noAnswer reports whether err means nobody answered in time: no NATS
+// server, no ledger subscribed, or a request that timed out.
+func noAnswer(err error) bool {
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+}

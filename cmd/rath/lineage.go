@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+func (a *app) forkCmd() *cobra.Command {
+	var (
+		req    api.ForkRequest
+		labelf []string
+	)
+	cmd := &cobra.Command{
+		Use:   "fork SESSION",
+		Short: "Branch a session after sequence --at (default its head) and print the new ID",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if req.Labels, err = labels(labelf); err != nil {
+				return err
+			}
+			req.Parent = args[0]
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ack, err := c.Fork(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(ack)
+			}
+			_, err = fmt.Fprintln(a.Stdout, ack.Session)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.Uint64Var(&req.At, "at", 0, "last sequence the fork shares with its parent (0: the head)")
+	f.StringVar(&req.ID, "id", "", "the fork's session ID (default: the ledger chooses one)")
+	f.StringVar(&req.Reason, "reason", "", "why the fork was made")
+	f.StringArrayVar(&labelf, "label", nil, "label key=value (repeatable)")
+	return cmd
+}
+
+func (a *app) mergeCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "merge TARGET SOURCE",
+		Short: "Take SOURCE's events after the common ancestor into TARGET",
+		Long: `merge appends a merge event to TARGET that takes in SOURCE's events after
+their common ancestor (or after what an earlier merge took in). It prints
+TARGET, the merge event's sequence and hash.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ack, err := c.Merge(cmd.Context(), api.MergeRequest{Target: args[0], Source: args[1], Reason: reason})
+			if err != nil {
+				return err
+			}
+			return a.printAck(ack)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the merge was made")
+	return cmd
+}
+
+func (a *app) graphCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "graph SESSION",
+		Short: "Draw the lineage tree around a session",
+		Long: `graph draws the tree of sessions forked from SESSION's root: each line is
+a session, its fork point (@N), status, head and merges taken in
+(← merged SOURCE@SEQ). SESSION is marked with ◀.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			g, err := c.Lineage(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(g)
+			}
+			return writeGraph(a.Stdout, g)
+		},
+	}
+}
+
+// writeGraph draws a lineage tree, one session a line:
+//
+//	s1 (closed, head 12)
+//	└─ s2 @5 (active, head 9) ← merged s3@7 ◀
+func writeGraph(w io.Writer, g api.Graph) error {
+	if g.Root == nil {
+		return nil
+	}
+	var b strings.Builder
+	var walk func(n *api.Node, indent string, last, root bool)
+	walk = func(n *api.Node, indent string, last, root bool) {
+		child := indent
+		if !root {
+			if last {
+				b.WriteString(indent + "└─ ")
+				child += "   "
+			} else {
+				b.WriteString(indent + "├─ ")
+				child += "│  "
+			}
+		}
+		b.WriteString(n.Session)
+		if !root {
+			fmt.Fprintf(&b, " @%d", n.ForkSeq)
+		}
+		fmt.Fprintf(&b, " (%s, head %d)", orNone(n.Status), n.Head)
+		if len(n.Merges) > 0 {
+			merged := make([]string, len(n.Merges))
+			for i, m := range n.Merges {
+				merged[i] = fmt.Sprintf("%s@%d", m.Source, m.SourceSeq)
+			}
+			b.WriteString(" ← merged " + strings.Join(merged, ", "))
+		}
+		if n.Session == g.Session {
+			b.WriteString(" ◀")
+		}
+		b.WriteByte('\n')
+		for i, c := range n.Children {
+			walk(c, child, i == len(n.Children)-1, false)
+		}
+	}
+	walk(g.Root, "", true, true)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

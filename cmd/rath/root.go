@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/openrath/rath/pkg/client"
+)
+
+// defaultURL is where the commands look for NATS when neither --nats nor
+// RATH_NATS_URL says otherwise: where `rath up` listens by default.
+const defaultURL = "nats://127.0.0.1:4222"
+
+// env is everything rath reads from its process: main fills it, tests inject
+// their own.
+type env struct {
+	Args   []string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// NATSURL is $RATH_NATS_URL ("" when unset).
+	NATSURL string
+}
+
+// app holds the global flags and the connection the commands share.
+type app struct {
+	env
+	url     string
+	json    bool
+	timeout time.Duration
+
+	// started is set once cobra has parsed flags and arguments and a command
+	// runs: an error before that is a usage error.
+	started bool
+	nc      *nats.Conn
+}
+
+// execute runs the command line in e and returns the process exit code. It
+// prints errors itself, as "rath: <message>" on stderr.
+func execute(ctx context.Context, e env) int {
+	a := &app{env: e}
+	defer a.close()
+	root := a.root()
+	root.SetArgs(e.Args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	if !a.started {
+		err = usageError{err}
+	}
+	err = a.explain(err)
+	fmt.Fprintf(e.Stderr, "rath: %v\n", err)
+	code := exitCode(err)
+	if code == exitUsage {
+		fmt.Fprintln(e.Stderr, "Run 'rath --help' for usage.")
+	}
+	return code
+}
+
+// root builds the command tree.
+func (a *app) root() *cobra.Command {
+	url := a.NATSURL
+	if url == "" {
+		url = defaultURL
+	}
+	root := &cobra.Command{
+		Use:   "rath",
+		Short: "Run and inspect Rath sessions: event-sourced agent sessions on NATS JetStream",
+		Long: `rath runs a Rath runtime and talks to its session ledger.
+
+"rath up" starts NATS with JetStream and the session ledger in one process;
+every other command is a client of the ledger at --nats.
+
+Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
+ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			a.started = true
+			if a.timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout must be positive, got %s", a.timeout)}
+			}
+			return nil
+		},
+	}
+	root.SetIn(a.Stdin)
+	root.SetOut(a.Stdout)
+	root.SetErr(a.Stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.url, "nats", url, "NATS server URL (env RATH_NATS_URL)")
+	pf.BoolVar(&a.json, "json", false, "print JSON instead of text")
+	pf.DurationVar(&a.timeout, "timeout", 5*time.Second, "how long to wait for the ledger to answer")
+	root.AddCommand(
+		a.upCmd(),
+		a.startCmd(), a.emitCmd(),
+		a.watchCmd(), a.logCmd(), a.stateCmd(),
+		a.forkCmd(), a.mergeCmd(), a.graphCmd(),
+		a.lsCmd(),
+		a.verifyCmd(), a.rejectsCmd(),
+		a.schemaCmd(),
+	)
+	return root
+}
+
+// client connects on first use and returns a ledger client that gives up
+// after --timeout.
+func (a *app) client() (*client.Client, error) {
+	if a.nc == nil {
+		nc, err := nats.Connect(a.url, nats.Name("rath-cli"), nats.Timeout(a.timeout))
+		if err != nil {
+			return nil, &unreachableError{fmt.Sprintf("no NATS server at %s: is \"rath up\" running?", a.url), err}
+		}
+		a.nc = nc
+	}
+	return client.New(a.nc, client.WithTimeout(a.timeout), client.WithRetryFor(a.timeout), client.WithSource("rath/cli"))
+}
+
+func (a *app) close() {
+	if a.nc != nil {
+		a.nc.Close()
+	}
+}
+
+// explain turns "nobody answered" into a message that says what to do.
+func (a *app) explain(err error) error {
+	var unreached *unreachableError
+	if noAnswer(err) && !errors.As(err, &unreached) {
+		return &unreachableError{fmt.Sprintf("no session ledger answered at %s: is \"rath up\" running?", a.url), err}
+	}
+	return err
+}
+
+// printJSON prints v as indented JSON.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.Stdout)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printLine prints v as JSON on one line (for streams of results).
+func (a *app) printLine(v any) error {
+	enc := json.NewEncoder(a.Stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// labels parses repeated --label k=v flags.
+func labels(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Errorf("--label %q: want key=value", kv)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// joinLabels prints labels as k=v pairs, sorted by key.
+func joinLabels(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/services/session-ledger/service"
+)
+
+// Fsync policies of the embedded server (--sync).
+const (
+	syncAlways   = "always"
+	syncInterval = "interval"
+)
+
+// upConfig is the whole configuration of `rath up`, read once from its flags.
+type upConfig struct {
+	// NATSURL names an existing NATS server; empty starts the embedded one.
+	NATSURL string
+	// Embedded server: JetStream storage, client address, fsync policy.
+	Data         string
+	Listen       string
+	Sync         string
+	SyncInterval time.Duration
+	// Ledger configures the session ledger.
+	Ledger service.Config
+}
+
+func defaultUpConfig() upConfig {
+	return upConfig{
+		Data:         "./.rath/data",
+		Listen:       "127.0.0.1:4222",
+		Sync:         syncInterval,
+		SyncInterval: 2 * time.Minute,
+		Ledger:       service.DefaultConfig(),
+	}
+}
+
+// Validate reports every problem at once.
+func (c upConfig) Validate() error {
+	errs := []error{c.Ledger.Validate()}
+	if c.NATSURL == "" {
+		if c.Sync != syncAlways && c.Sync != syncInterval {
+			errs = append(errs, fmt.Errorf("--sync must be %s or %s, got %q", syncAlways, syncInterval, c.Sync))
+		}
+		errs = append(errs, c.embedded().Validate())
+	}
+	return errors.Join(errs...)
+}
+
+func (c upConfig) embedded() embedded.Config {
+	return embedded.Config{
+		Listen:       c.Listen,
+		StoreDir:     c.Data,
+		SyncAlways:   c.Sync == syncAlways,
+		SyncInterval: c.SyncInterval,
+	}
+}
+
+func (a *app) upCmd() *cobra.Command {
+	cfg := defaultUpConfig()
+	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-up-%d", os.Getpid())
+	var logLevel slog.Level
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run NATS with JetStream and the session ledger until interrupted",
+		Long: `up starts an embedded NATS server with JetStream file storage under --data,
+listening on --listen, and runs the session ledger on it until SIGINT or
+SIGTERM. With --nats (or RATH_NATS_URL) it starts no server and runs the
+ledger against that one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
+				cfg.NATSURL = a.url
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			log := slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: logLevel}))
+			return up(cmd.Context(), cfg, a.Stdout, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Data, "data", cfg.Data, "JetStream storage directory of the embedded server")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port the embedded server listens on (port 0: any free port)")
+	f.StringVar(&cfg.Sync, "sync", cfg.Sync, "fsync every write before the ack (always) or every --sync-interval (interval)")
+	f.DurationVar(&cfg.SyncInterval, "sync-interval", cfg.SyncInterval, "fsync interval with --sync interval")
+	f.IntVar(&cfg.Ledger.Store.Replicas, "replicas", cfg.Ledger.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
+	f.Uint64Var(&cfg.Ledger.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")
+	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	return cmd
+}
+
+// up starts NATS (unless cfg names one), prints where clients connect, runs
+// the services until ctx ends and shuts everything down in order: services
+// drain, then the connection, then the server.
+func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) error {
+	var (
+		ns   *server.Server
+		url  = cfg.NATSURL
+		opts = []nats.Option{nats.Name("rath-up"), nats.MaxReconnects(-1)}
+	)
+	if url == "" {
+		if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		var err error
+		if ns, err = embedded.Start(cfg.embedded()); err != nil {
+			return err
+		}
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			log.Info("NATS stopped")
+		}()
+		url = ns.ClientURL()
+		opts = append(opts, nats.InProcessServer(ns))
+		fmt.Fprintf(out, "rath: NATS with JetStream at %s (data %s)\n", url, cfg.Data)
+	}
+	closed := make(chan struct{})
+	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return &unreachableError{"no NATS server at " + url, err}
+	}
+	if ns == nil {
+		fmt.Fprintf(out, "rath: using NATS at %s\n", url)
+	}
+	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name)
+
+	err = serve(ctx, nc, services(cfg, log)...)
+
+	if derr := nc.Drain(); derr != nil {
+		nc.Close()
+	}
+	<-closed
+	if err == nil {
+		log.Info("services stopped")
+	}
+	return err
+}
+
+// runner is one service of `rath up`: it serves on the shared connection
+// until ctx ends, then drains and returns nil, or returns an error early.
+type runner func(ctx context.Context, nc *nats.Conn) error
+
+// serve runs the runners until ctx ends or one of them fails, which stops
+// the others; it returns once all have returned.
+func serve(ctx context.Context, nc *nats.Conn, runners ...runner) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, run := range runners {
+		g.Go(func() error { return run(ctx, nc) })
+	}
+	return g.Wait()
+}
+
+// services lists what `rath up` runs, one line each.
+func services(cfg upConfig, log *slog.Logger) []runner {
+	return []runner{
+		ledger(cfg.Ledger, log),
+	}
+}
+
+// ledger runs the session ledger.
+func ledger(cfg service.Config, log *slog.Logger) runner {
+	return func(ctx context.Context, nc *nats.Conn) error {
+		return service.Run(ctx, nc, cfg, log)
+	}
+}

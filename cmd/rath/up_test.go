@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+func TestUp(t *testing.T) {
+	cfg := defaultUpConfig()
+	cfg.Data = t.TempDir()
+	cfg.Listen = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- up(ctx, cfg, &out, slog.New(slog.DiscardHandler)) }()
+
+	waitFor(t, &out, "\n")
+	m := regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) \(data .+\)\n$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("up printed %q, want the client URL", out.String())
+	}
+	waitReady(t, m[1])
+	if got := ok(t, m[1], "start", "--id", "s1"); got != "s1\n" {
+		t.Errorf("start through rath up printed %q", got)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("up returned %v after cancel, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("up did not stop after cancel")
+	}
+	if r := rath(t, m[1], "ls", "--timeout", "200ms"); r.code != exitUnavailable {
+		t.Errorf("after up stopped, ls exited %d (%s), want %d", r.code, r.stderr, exitUnavailable)
+	}
+}
+
+func TestServeStopsAllWhenOneFails(t *testing.T) {
+	boom := errors.New("boom")
+	stopped := make(chan struct{})
+	err := serve(context.Background(), nil,
+		func(ctx context.Context, _ *nats.Conn) error {
+			<-ctx.Done()
+			close(stopped)
+			return nil
+		},
+		func(context.Context, *nats.Conn) error { return boom },
+	)
+	if !errors.Is(err, boom) {
+		t.Errorf("serve returned %v, want %v", err, boom)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("serve returned before the other runner stopped")
+	}
+}
+
+func TestUpConfig(t *testing.T) {
+	cfg := defaultUpConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	cfg.Sync = "sometimes"
+	cfg.Listen = "nowhere"
+	cfg.Ledger.Ledger.SnapshotEvery = 1
+	err := cfg.Validate()
+	for _, want := range []string{"--sync", "listen address", "snapshot interval"} {
+		if err == nil || !regexp.MustCompile(regexp.QuoteMeta(want)).MatchString(err.Error()) {
+			t.Errorf("Validate() = %v, want a problem with %q", err, want)
+		}
+	}
+	var out bytes.Buffer
+	code := execute(context.Background(), env{Args: []string{"up", "--sync", "sometimes", "--data", t.TempDir()}, Stdout: &out, Stderr: &out})
+	if code != exitUsage {
+		t.Errorf("up --sync sometimes exited %d (%s), want %d", code, out.String(), exitUsage)
+	}
+}
