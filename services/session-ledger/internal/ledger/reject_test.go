@@ -173,3 +173,20 @@ func TestInboxProposalsAreDecidedInOrder(t *testing.T) {
 	}
 	r.verifyOK(t, "inb")
 }
+
+// Some SDKs send JSON data base64-encoded; it must be stored as data, or
+// the fold would read an empty event.
+func TestBase64DataIsStoredAsData(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "b64")
+	// {"role":"user","content":"encoded"}
+	body := `{"specversion":"1.0","id":"b64-1","source":"t","type":"rath.conversation.chunk.appended","subject":"b64","datacontenttype":"application/json","data_base64":"eyJyb2xlIjoidXNlciIsImNvbnRlbnQiOiJlbmNvZGVkIn0="}`
+	if _, err := rawAppend(t, r, nats.Header{"Content-Type": {events.ContentTypeStructured}}, body); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.c.State(context.Background(), "b64", 0)
+	if err != nil || len(st.Chunks) != 1 || st.Chunks[0].Content != "encoded" {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	r.verifyOK(t, "b64")
+}
