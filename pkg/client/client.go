@@ -19,6 +19,7 @@ import (
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/tracing"
 )
 
 // Client talks to the session ledger.
@@ -114,6 +115,7 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	msg := nats.NewMsg(subject)
 	msg.Header.Set("Content-Type", events.ContentTypeStructured)
 	msg.Data = body
+	tracing.Inject(ctx, msg.Header)
 	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID())); err != nil {
 		return fmt.Errorf("propose %s to session %s: %w", ev.ID(), ev.Subject(), err)
 	}
@@ -273,6 +275,7 @@ func isTransport(err error) bool {
 }
 
 func (c *Client) once(ctx context.Context, msg *nats.Msg, out any) error {
+	tracing.Inject(ctx, msg.Header)
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	reply, err := c.nc.RequestMsgWithContext(rctx, msg)

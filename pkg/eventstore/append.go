@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/tracing"
 )
 
 // Headers Rath sets on every stored event besides the CloudEvent body, so
@@ -53,6 +54,8 @@ func (s *Store) Append(ctx context.Context, session, token string, body []byte, 
 			HeaderHash:     []string{hash},
 		},
 	}
+	// Consumers continue the appender's trace from the stored message.
+	tracing.Inject(ctx, msg.Header)
 	ack, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(eventID),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)))

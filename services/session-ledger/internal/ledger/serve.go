@@ -13,10 +13,14 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
+	"github.com/openrath/rath/pkg/tracing"
 )
 
 const (
@@ -127,13 +131,37 @@ func decodeRequest(m *nats.Msg, v any) error {
 
 // propose decides one proposal and records a permanent refusal on the
 // rejections stream before anyone hears of it.
-func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via string) (api.Ack, error) {
-	ev, err := events.FromNATS(m.Header, m.Data)
-	if err != nil {
-		err = api.Errorf(api.CodeMalformed, "%v", err)
+//
+// The producer's trace context (a traceparent header, or the event's
+// traceparent extension) parents the ledger's span; an event without the
+// extension gets the header's, so the stored event names its producer's trace.
+func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via string) (a api.Ack, err error) {
+	ctx = tracing.Extract(ctx, m.Header)
+	ev, perr := events.FromNATS(m.Header, m.Data)
+	if perr == nil {
+		if tp := events.Traceparent(ev); tp == "" {
+			if tp = tracing.Traceparent(ctx); tp != "" {
+				ev.SetExtension(events.ExtTraceparent, tp)
+			}
+		} else if !trace.SpanContextFromContext(ctx).IsValid() {
+			ctx = tracing.FromTraceparent(ctx, tp)
+		}
+	}
+	ctx, span := tracing.Tracer("session-ledger").Start(ctx, "rath.ledger.append", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("rath.via", via), attribute.String("rath.session", ev.Subject()), attribute.String("rath.type", ev.Type())))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetAttributes(attribute.Int64("rath.seq", int64(a.Seq)))
+		}
+		span.End()
+	}()
+	if perr != nil {
+		err = api.Errorf(api.CodeMalformed, "%v", perr)
 		return api.Ack{}, l.recordRejection(ctx, m, via, event.Event{}, err)
 	}
-	a, err := l.Append(ctx, ev)
+	a, err = l.Append(ctx, ev)
 	if err != nil && api.Permanent(err) {
 		return api.Ack{}, l.recordRejection(ctx, m, via, ev, err)
 	}
