@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/events"
 )
@@ -29,13 +30,18 @@ type Rejection struct {
 	StreamSeq      uint64              `json:"stream_seq,omitempty"`
 }
 
-// Reject records a rejection and waits for JetStream to store it.
-func (s *Store) Reject(ctx context.Context, r Rejection) error {
+// Reject records a rejection and waits for JetStream to store it. A
+// non-empty key records one rejection per key within the dedupe window.
+func (s *Store) Reject(ctx context.Context, r Rejection, key string) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("record rejection: %w", err)
 	}
-	if _, err := s.js.Publish(ctx, events.RejectSubject(r.Session), b); err != nil {
+	var opts []jetstream.PublishOpt
+	if key != "" {
+		opts = append(opts, jetstream.WithMsgID(key))
+	}
+	if _, err := s.js.Publish(ctx, events.RejectSubject(r.Session), b, opts...); err != nil {
 		return fmt.Errorf("record rejection of %s: %w", r.EventID, err)
 	}
 	return nil

@@ -65,6 +65,7 @@ type Store struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	sessions  jetstream.Stream
+	inbox     jetstream.Stream
 	snapshots jetstream.KeyValue
 	index     jetstream.KeyValue
 	cfg       Config
@@ -95,7 +96,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", events.StreamSessions, err)
 	}
-	if _, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if s.inbox, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        events.StreamInbox,
 		Description: "Rath: fire-and-forget proposals awaiting the ledger",
 		Subjects:    []string{events.InboxWildcard},
@@ -104,6 +105,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DedupeWindow,
 		MaxMsgSize:  cfg.MaxEventSize,
+		AllowDirect: true,
 	}); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", events.StreamInbox, err)
 	}
@@ -115,6 +117,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Retention:   jetstream.LimitsPolicy,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.RejectsMaxAge,
+		Duplicates:  cfg.DedupeWindow,
 		AllowDirect: true,
 	}); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", events.StreamRejects, err)

@@ -144,3 +144,5 @@ func waitABit(r *rig) { _ = r.nc.Flush() }
 func forkAt(parent string, at uint64, id string) api.ForkRequest {
 	return api.ForkRequest{Parent: parent, At: at, ID: id}
 }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"hash/fnv"
 	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -23,10 +21,8 @@ import (
 	"github.com/openrath/rath/pkg/tracing"
 )
 
-const (
-	maxInflightRequests = 256
-	inboxShards         = 32
-)
+// maxInflightRequests bounds the requests one ledger works on at once.
+const maxInflightRequests = 256
 
 // Serve answers the ledger subjects and consumes the inbox until ctx ends,
 // then drains: in-flight requests and inbox proposals finish, none is lost.
@@ -135,7 +131,7 @@ func decodeRequest(m *nats.Msg, v any) error {
 // The producer's trace context (a traceparent header, or the event's
 // traceparent extension) parents the ledger's span; an event without the
 // extension gets the header's, so the stored event names its producer's trace.
-func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via string) (a api.Ack, err error) {
+func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via, rejectKey string) (a api.Ack, err error) {
 	ctx = tracing.Extract(ctx, m.Header)
 	ev, perr := events.FromNATS(m.Header, m.Data)
 	if perr == nil {
@@ -159,11 +155,16 @@ func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via string) (a api.Ac
 	}()
 	if perr != nil {
 		err = api.Errorf(api.CodeMalformed, "%v", perr)
-		return api.Ack{}, l.recordRejection(ctx, m, via, event.Event{}, err)
+		return api.Ack{}, l.recordRejection(ctx, m, via, event.Event{}, err, rejectKey)
+	}
+	if via == "inbox" {
+		if err = checkInboxSubject(m.Subject, &ev); err != nil {
+			return api.Ack{}, l.recordRejection(ctx, m, via, ev, err, rejectKey)
+		}
 	}
 	a, err = l.Append(ctx, ev)
 	if err != nil && api.Permanent(err) {
-		return api.Ack{}, l.recordRejection(ctx, m, via, ev, err)
+		return api.Ack{}, l.recordRejection(ctx, m, via, ev, err, rejectKey)
 	}
 	return a, err
 }
@@ -171,7 +172,7 @@ func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via string) (a api.Ac
 // recordRejection stores the rejection and returns the refusal. If the
 // rejection cannot be stored the refusal turns transient, so the proposal is
 // retried (inbox) or the caller told to retry: a refusal is never silent.
-func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, ev event.Event, refusal error) error {
+func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, ev event.Event, refusal error, key string) error {
 	le := &api.Error{Code: api.CodeOf(refusal), Message: refusal.Error()}
 	errors.As(refusal, &le)
 	r := eventstore.Rejection{
@@ -187,7 +188,7 @@ func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, e
 		r.ProposalHeader = m.Header
 	}
 	l.log.Warn("proposal rejected", "via", via, "session", r.Session, "event", r.EventID, "type", r.Type, "code", r.Code, "reason", r.Message)
-	if err := l.store.Reject(ctx, r); err != nil {
+	if err := l.store.Reject(ctx, r, key); err != nil {
 		l.log.Error("rejection not recorded", "event", r.EventID, "err", err)
 		return &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("%s (and recording the rejection failed: %v)", le.Message, err)}
 	}
@@ -202,7 +203,7 @@ func truncate(s string, n int) string {
 }
 
 func (l *Ledger) handleAppend(ctx context.Context, m *nats.Msg) (any, error) {
-	return l.propose(ctx, m, "request")
+	return l.propose(ctx, m, "request", "")
 }
 
 func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
@@ -295,94 +296,4 @@ func (l *Ledger) handleSchema(_ context.Context, m *nats.Msg) (any, error) {
 		return nil, api.Errorf(api.CodeUnknownType, "unknown event type %q", r.Type)
 	}
 	return raw, nil
-}
-
-// inboxRun is the running inbox consumer.
-type inboxRun struct {
-	cc     jetstream.ConsumeContext
-	shards []chan jetstream.Msg
-	wg     sync.WaitGroup
-}
-
-// stop stops fetching, lets every shard finish what it holds, and returns.
-// Unacked messages are redelivered to the next ledger: none is lost.
-func (r *inboxRun) stop() {
-	r.cc.Drain()
-	<-r.cc.Closed()
-	for _, s := range r.shards {
-		close(s)
-	}
-	r.wg.Wait()
-}
-
-// consumeInbox decides fire-and-forget proposals. Proposals are spread over
-// shards by session, so one session's proposals are decided in order while
-// different sessions' proceed in parallel. A proposal is acked only after its
-// event (or its rejection) is stored.
-func (l *Ledger) consumeInbox(ctx context.Context) (*inboxRun, error) {
-	js := l.store.JetStream()
-	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamInbox, jetstream.ConsumerConfig{
-		Durable:        events.InboxConsumer,
-		Description:    "Rath ledgers: decide fire-and-forget proposals",
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  4096,
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{events.InboxGroup},
-		PinnedTTL:      10 * time.Second,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox consumer: %w", err)
-	}
-	run := &inboxRun{shards: make([]chan jetstream.Msg, inboxShards)}
-	for i := range run.shards {
-		ch := make(chan jetstream.Msg, 64)
-		run.shards[i] = ch
-		run.wg.Add(1)
-		go func() {
-			defer run.wg.Done()
-			for m := range ch {
-				l.decideInbox(context.WithoutCancel(ctx), m)
-			}
-		}()
-	}
-	run.cc, err = cons.Consume(func(m jetstream.Msg) {
-		run.shards[shardOf(m)%inboxShards] <- m
-	}, jetstream.PullPriorityGroup(events.InboxGroup), jetstream.PullMaxMessages(512),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			l.log.Debug("inbox consumer", "err", err)
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("consume inbox: %w", err)
-	}
-	return run, nil
-}
-
-// shardOf keys a proposal by its session: the subject token after rath.inbox.
-func shardOf(m jetstream.Msg) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(m.Subject()))
-	return h.Sum32()
-}
-
-func (l *Ledger) decideInbox(ctx context.Context, m jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-	_, err := l.propose(ctx, nm, "inbox")
-	switch {
-	case err == nil || api.Permanent(err):
-		// Stored, or refused and the refusal recorded: done with it.
-		if err := m.Ack(); err != nil {
-			l.log.Warn("inbox ack lost; the proposal will be redelivered and deduplicated", "err", err)
-		}
-	default:
-		meta, _ := m.Metadata()
-		delay := time.Second
-		if meta != nil {
-			delay = min(time.Duration(meta.NumDelivered)*time.Second, 30*time.Second)
-		}
-		l.log.Warn("inbox proposal deferred", "err", err, "retry_in", delay)
-		_ = m.NakWithDelay(delay)
-	}
 }
