@@ -26,6 +26,7 @@ func apply(s *State, e events.Stored, merged bool) {
 	if merged {
 		origin = e.Session
 		s.Counts.Merged++
+		s.cover(e.Session, e.Seq)
 	} else {
 		s.Seq, s.Hash, s.LastID = e.Seq, e.Hash, e.ID
 		s.Counts.Events++
@@ -46,6 +47,7 @@ func apply(s *State, e events.Stored, merged bool) {
 		s.Status = StatusActive
 		s.Workflow, s.WorkflowHash, s.Task = d.Workflow, d.WorkflowHash, d.Task
 		s.Labels = mergeLabels(s.Labels, d.Labels)
+		s.Lineage.Path = []events.Segment{{Session: e.Session, From: e.Seq}}
 	case *events.SessionForked:
 		if merged {
 			return
@@ -57,7 +59,13 @@ func apply(s *State, e events.Stored, merged bool) {
 		s.CloseReason, s.Outcome = "", ""
 		s.Created = e.Time
 		s.Labels = mergeLabels(s.Labels, d.Labels)
-		s.Lineage = Lineage{Parent: d.Parent, ForkSeq: d.AtSeq, ForkHash: d.ParentHash, ForkReason: d.Reason}
+		path := append([]events.Segment{}, s.Lineage.Path...)
+		if n := len(path); n > 0 {
+			path[n-1].To = d.AtSeq
+		}
+		path = append(path, events.Segment{Session: e.Session, From: e.Seq})
+		s.Lineage = Lineage{Parent: d.Parent, ForkSeq: d.AtSeq, ForkHash: d.ParentHash, ForkReason: d.Reason,
+			Path: path, Merged: s.Lineage.Merged}
 	case *events.SessionMerged:
 		if merged {
 			return

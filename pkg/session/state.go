@@ -6,6 +6,8 @@ package session
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // Status is a session's lifecycle state.
@@ -63,6 +65,36 @@ type Lineage struct {
 	ForkHash   string  `json:"fork_hash,omitempty"`
 	ForkReason string  `json:"fork_reason,omitempty"`
 	Merges     []Merge `json:"merges,omitempty"`
+	// Path is the session's logical log as runs of each session's own
+	// events, root first; the last run (this session's) is open (To 0).
+	Path []events.Segment `json:"path,omitempty"`
+	// Merged are the runs of other sessions' events taken in by merges.
+	// Path and Merged together say which events' content the state holds,
+	// so a merge never applies an event twice.
+	Merged []events.Segment `json:"merged,omitempty"`
+}
+
+// Covers reports whether the state already holds the content of event seq of
+// session id, through its own log, its fork ancestry or a merge.
+func (s *State) Covers(id string, seq uint64) bool {
+	for _, runs := range [][]events.Segment{s.Lineage.Path, s.Lineage.Merged} {
+		for _, r := range runs {
+			if r.Session == id && seq >= r.From && (r.To == 0 || seq <= r.To) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cover records that the content of event seq of session id is held.
+func (s *State) cover(id string, seq uint64) {
+	m := s.Lineage.Merged
+	if n := len(m); n > 0 && m[n-1].Session == id && m[n-1].To+1 == seq {
+		m[n-1].To = seq
+		return
+	}
+	s.Lineage.Merged = append(m, events.Segment{Session: id, From: seq, To: seq})
 }
 
 // Merge is one merge into this session.

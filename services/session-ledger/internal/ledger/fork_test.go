@@ -8,6 +8,7 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -182,5 +183,75 @@ func TestForkErrors(t *testing.T) {
 	a2, err2 := r.c.Fork(ctx, req)
 	if err1 != nil || err2 != nil || !a2.Duplicate || a1.Hash != a2.Hash {
 		t.Fatalf("retried fork: %+v %v / %+v %v", a1, err1, a2, err2)
+	}
+}
+
+// Merges in both directions and through a third session take every event's
+// content exactly once.
+func TestMergesNeverApplyAnEventTwice(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	total := func(id string) int64 {
+		st, err := r.c.State(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Usage.Total.In
+	}
+	r.start(t, "a")
+	r.emit(t, "a", usage(1, 0))
+	r.start(t, "b") // unrelated root
+	r.emit(t, "b", usage(10, 0))
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "b", Source: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := total("b"); got != 11 {
+		t.Fatalf("b after a: %d", got)
+	}
+	r.emit(t, "b", usage(100, 0))
+	// b now holds a's events; merging b back into a must not bring them again.
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "a", Source: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := total("a"); got != 111 {
+		t.Fatalf("a after b (which holds a): %d, want 111", got)
+	}
+	// c is a fork of a; p takes c in through b, then c directly: once.
+	if _, err := r.c.Fork(ctx, forkAt("a", 2, "c")); err != nil {
+		t.Fatal(err)
+	}
+	r.emit(t, "c", usage(1000, 0))
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "b", Source: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := total("b"); got != 1111 {
+		t.Fatalf("b after c: %d, want 1111", got)
+	}
+	r.start(t, "p")
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "p", Source: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.c.Merge(ctx, api.MergeRequest{Target: "p", Source: "c"})
+	wantCode(t, err, api.CodeNothingToMerge)
+	// a's only event p lacks is a's merge of b, whose content p holds: the
+	// merge records it and adds nothing.
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "p", Source: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := total("p"); got != 1111 {
+		t.Fatalf("p: %d, want 1111", got)
+	}
+	for _, id := range []string{"a", "b", "c", "p"} {
+		r.verifyOK(t, id)
+	}
+	// The states rebuilt from the stream agree with the cached ones.
+	fresh := serveOn(t, natstest.Connect(t, r.nc.ConnectedUrl()), "fresh")
+	for _, id := range []string{"a", "b", "p"} {
+		want, _ := r.l.State(ctx, id, 0)
+		got, err := fresh.l.State(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameState(t, id+" rebuilt", got, want)
 	}
 }

@@ -199,6 +199,9 @@ func (l *Ledger) foldMerged(ctx context.Context, st *session.State, ev events.St
 	m := d.(*events.SessionMerged)
 	for _, seg := range m.Segments {
 		err := l.ownEvents(ctx, seg.Session, seg.From, seg.To, func(src events.Stored, _ eventstore.Msg) error {
+			if st.Covers(src.Session, src.Seq) {
+				return nil // held already: through ancestry or an earlier merge
+			}
 			if src.Type == events.TypeSessionMerged {
 				// A merge inside the merged range brings its own segments along.
 				if err := l.foldMerged(ctx, st, src); err != nil {

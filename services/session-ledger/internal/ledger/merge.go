@@ -10,10 +10,11 @@ import (
 	"github.com/openrath/rath/pkg/session"
 )
 
-// Merge appends a session.merged event to Target that takes in Source's
-// events after their common ancestor (or after what an earlier merge of the
-// same source already took in). The shared prefix is never applied twice, so
-// usage is not double-counted. See docs/protocol.md for the semantics.
+// Merge appends a session.merged event to Target that takes in every event
+// of Source's logical log whose content Target does not hold yet: not the
+// shared fork ancestry, not what an earlier merge (direct, or through another
+// session) took in. Nothing is applied twice, so usage is not double-counted.
+// See docs/protocol.md for the semantics.
 func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, error) {
 	for _, id := range []string{req.Target, req.Source} {
 		if err := events.ValidateSessionID(id); err != nil {
@@ -45,14 +46,9 @@ func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 			return err
 		}
 		ancestor := commonAncestor(dstSegs, st.Seq, srcSegs, src.Seq)
-		base := ancestor.Seq
-		for _, m := range st.Lineage.Merges {
-			if m.Source == req.Source && m.SourceSeq > base {
-				base = m.SourceSeq // taken in by an earlier merge
-			}
-		}
-		if base >= src.Seq {
-			return api.Errorf(api.CodeNothingToMerge, "%s has nothing after %d that %s lacks (head %d)", req.Source, base, req.Target, src.Seq)
+		take := uncovered(st, runsUpTo(srcSegs, src.Seq))
+		if len(take) == 0 {
+			return api.Errorf(api.CodeNothingToMerge, "%s holds every event of %s up to its head %d already", req.Target, req.Source, src.Seq)
 		}
 		var anc *events.Position
 		if ancestor.Seq > 0 {
@@ -67,7 +63,7 @@ func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 			Source:     req.Source,
 			SourceHead: events.Position{Session: req.Source, Seq: src.Seq, Hash: src.Hash},
 			Ancestor:   anc,
-			Segments:   segmentsAfter(srcSegs, base, src.Seq),
+			Segments:   take,
 			Reason:     req.Reason,
 		}
 		if err := ev.SetData(event.ApplicationJSON, data); err != nil {
@@ -96,20 +92,38 @@ func commonAncestor(a []segment, aHead uint64, b []segment, bHead uint64) events
 	return pos
 }
 
-// segmentsAfter splits the logical log range (base, head] into runs of each
-// session's own events.
-func segmentsAfter(segs []segment, base, head uint64) []events.Segment {
+// runsUpTo splits a logical log up to head into runs of each session's own
+// events.
+func runsUpTo(segs []segment, head uint64) []events.Segment {
 	var out []events.Segment
 	for i, s := range segs {
 		end := head
 		if i+1 < len(segs) {
 			end = segs[i+1].From - 1
 		}
-		lo := max(base+1, s.From)
+		lo := max(1, s.From)
 		if lo > end {
 			continue
 		}
 		out = append(out, events.Segment{Session: s.Session, From: lo, To: end})
+	}
+	return out
+}
+
+// uncovered removes from runs every event whose content st holds already.
+func uncovered(st *session.State, runs []events.Segment) []events.Segment {
+	var out []events.Segment
+	for _, r := range runs {
+		for seq := r.From; seq <= r.To; seq++ {
+			if st.Covers(r.Session, seq) {
+				continue
+			}
+			if n := len(out); n > 0 && out[n-1].Session == r.Session && out[n-1].To+1 == seq {
+				out[n-1].To = seq
+			} else {
+				out = append(out, events.Segment{Session: r.Session, From: seq, To: seq})
+			}
+		}
 	}
 	return out
 }
