@@ -86,7 +86,7 @@ func exitCode(err error) int {
 			return exitNotFound
 		case api.CodeMalformed, api.CodeUnknownType, api.CodeSchema, api.CodeInvalidSession,
 			api.CodeExists, api.CodeClosed, api.CodeStale, api.CodeTransition,
-			api.CodeUseOperation, api.CodeNothingToMerge:
+			api.CodeUseOperation, api.CodeNothingToMerge, api.CodeTooLarge, api.CodeDuplicateID:
 			return exitRefused
 		case api.CodeUnavailable, api.CodeConflict:
 			return exitUnavailable

@@ -83,6 +83,10 @@ func fromBinary(h nats.Header, body []byte) (event.Event, error) {
 			e.SetSubject(v)
 		case "dataschema":
 			e.SetDataSchema(v)
+		case "datacontenttype":
+			// The NATS binding carries it as Content-Type; accept the
+			// attribute header too.
+			e.SetDataContentType(v)
 		case "time":
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
@@ -95,11 +99,11 @@ func fromBinary(h nats.Header, body []byte) (event.Event, error) {
 			}
 		}
 	}
-	ct := h.Get("Content-Type")
-	if ct == "" {
-		ct = event.ApplicationJSON
+	if ct := h.Get("Content-Type"); ct != "" {
+		e.SetDataContentType(ct)
+	} else if e.DataContentType() == "" {
+		e.SetDataContentType(event.ApplicationJSON)
 	}
-	e.SetDataContentType(ct)
 	e.DataEncoded = body
 	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/gowebpki/jcs"
@@ -19,6 +20,10 @@ import (
 // Seal sets the event's sequence and previous hash, computes its chain hash
 // and returns the body to store (structured-mode JSON) and the hash.
 func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
+	if seq == 0 || seq > math.MaxInt32 {
+		// rathseq is a CloudEvents Integer (signed 32-bit).
+		return nil, "", fmt.Errorf("seal event %s: sequence %d outside 1..%d", e.ID(), seq, math.MaxInt32)
+	}
 	e.SetExtension(ExtSeq, int64(seq))
 	if prev != "" {
 		e.SetExtension(ExtPrev, prev)

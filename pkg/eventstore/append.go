@@ -65,10 +65,16 @@ func (s *Store) Append(ctx context.Context, session, token string, body []byte, 
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			return Appended{}, &ConflictError{Session: session, Expected: expectLast, Detail: apiErr.Description}
 		}
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+			return Appended{}, fmt.Errorf("append to session %s: %d bytes: %w", session, len(body), ErrTooLarge)
+		}
 		return Appended{}, fmt.Errorf("append to session %s: %w", session, err)
 	}
 	return Appended{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
+
+// MaxEventSize is the largest stored event body the store accepts.
+func (s *Store) MaxEventSize() int { return int(s.cfg.MaxEventSize) }
 
 // IsConflict reports whether err is a ConflictError.
 func IsConflict(err error) bool {

@@ -24,8 +24,9 @@ func snapshotKey(sessionID string, seq uint64) string {
 	return sessionID + "." + strconv.FormatUint(seq, 10)
 }
 
-// ErrTooLarge is returned by PutSnapshot for a snapshot above MaxSnapshotSize.
-var ErrTooLarge = errors.New("snapshot too large")
+// ErrTooLarge is returned for an event above MaxEventSize or a snapshot
+// above MaxSnapshotSize.
+var ErrTooLarge = errors.New("too large")
 
 // PutSnapshot stores a snapshot under its session and sequence.
 func (s *Store) PutSnapshot(ctx context.Context, snap Snapshot) error {

@@ -32,6 +32,8 @@ const (
 	CodeUseOperation   Code = "use_operation"     // forked/merged events come from the fork/merge operations
 	CodeOutOfRange     Code = "out_of_range"      // a sequence beyond the head
 	CodeNothingToMerge Code = "nothing_to_merge"  // source has nothing the target lacks
+	CodeTooLarge       Code = "too_large"         // the stored event would exceed the size limit
+	CodeDuplicateID    Code = "duplicate_id"      // the event ID is stored already, in another session
 	CodeConflict       Code = "conflict"          // concurrent appenders kept winning; retry
 	CodeUnavailable    Code = "unavailable"       // JetStream or the ledger failed; retry
 )

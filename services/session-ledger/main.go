@@ -37,12 +37,18 @@ func main() {
 }
 
 func run(ctx context.Context, url string, cfg service.Config, log *slog.Logger) error {
-	nc, err := nats.Connect(url, nats.Name("rath-session-ledger"), nats.MaxReconnects(-1))
+	closed := make(chan struct{})
+	nc, err := nats.Connect(url, nats.Name("rath-session-ledger"), nats.MaxReconnects(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
-	defer nc.Drain()
-	return service.Run(ctx, nc, cfg, log)
+	runErr := service.Run(ctx, nc, cfg, log)
+	// Drain flushes the last replies and acks; wait for it before exiting.
+	if err := nc.Drain(); err == nil {
+		<-closed
+	}
+	return runErr
 }
 
 func envOr(key, def string) string {

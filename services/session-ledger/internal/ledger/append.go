@@ -6,6 +6,8 @@ import (
 	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"math/rand/v2"
+	"mime"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -41,10 +43,18 @@ func (l *Ledger) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
 	case events.TypeSessionForked, events.TypeSessionMerged:
 		return api.Ack{}, api.Errorf(api.CodeUseOperation, "%s events are made by the ledger's %s operation, not proposed", ev.Type(), opOf(ev.Type()))
 	}
+	assigned := ev.Subject() == ""
 	if err := l.check(&ev); err != nil {
 		return api.Ack{}, err
 	}
-	return l.append(ctx, ev, nil)
+	a, err := l.append(ctx, ev, nil)
+	if err == nil && a.Duplicate && a.Session != ev.Subject() && !assigned {
+		// JetStream deduplicates message IDs stream-wide: the ID was used by
+		// another session. (A retried start without a session ID is the one
+		// case where the original's session differs and the ack is right.)
+		return api.Ack{}, api.Errorf(api.CodeDuplicateID, "event ID %s is stored already, in session %s at %d: choose a new ID", a.ID, a.Session, a.Seq)
+	}
+	return a, err
 }
 
 func opOf(typ string) string {
@@ -63,8 +73,15 @@ func (l *Ledger) check(ev *event.Event) error {
 	if _, ok := events.Lookup(ev.Type()); !ok {
 		return api.Errorf(api.CodeUnknownType, "unknown event type %q (see docs/protocol.md for the catalog)", ev.Type())
 	}
-	if ct := ev.DataContentType(); ct != "" && ct != event.ApplicationJSON && ct != "text/json" {
-		return api.Errorf(api.CodeMalformed, "datacontenttype must be application/json, got %q", ct)
+	if ct := ev.DataContentType(); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || (mt != event.ApplicationJSON && mt != "text/json" && !strings.HasSuffix(mt, "+json")) {
+			return api.Errorf(api.CodeMalformed, "datacontenttype must be application/json, got %q", ct)
+		}
+	}
+	if ds := ev.DataSchema(); ds != "" {
+		if k, _ := events.Lookup(ev.Type()); ds != k.DataSchema() {
+			return api.Errorf(api.CodeSchema, "dataschema %q is not the schema of %s (%s)", ds, ev.Type(), k.DataSchema())
+		}
 	}
 	if err := schema.Validate(ev.Type(), ev.Data()); err != nil {
 		return api.Errorf(api.CodeSchema, "%v", err)
@@ -135,6 +152,9 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		if err != nil {
 			return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 		}
+		if len(body) > l.store.MaxEventSize() {
+			return api.Ack{}, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(body), l.store.MaxEventSize())
+		}
 		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)
@@ -145,6 +165,9 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		}
 		if eventstore.IsConflict(err) {
 			return api.Ack{}, api.Errorf(api.CodeConflict, "session %s: other appenders won %d times in a row; retry", id, attempt+1)
+		}
+		if errors.Is(err, eventstore.ErrTooLarge) {
+			return api.Ack{}, api.Errorf(api.CodeTooLarge, "%v", err)
 		}
 		if err != nil {
 			return api.Ack{}, unavailable(err)

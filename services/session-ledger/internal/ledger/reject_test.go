@@ -60,6 +60,8 @@ func TestBadInputIsRejectedRecordedAndLosesNothing(t *testing.T) {
 		{"started twice", "good", `{"specversion":"1.0","id":"d1","source":"t","type":"rath.session.started","subject":"good","datacontenttype":"application/json","data":{}}`, api.CodeExists, "already exists"},
 		{"bad session id", "unknown", `{"specversion":"1.0","id":"b1","source":"t","type":"rath.session.started","subject":"a.b","datacontenttype":"application/json","data":{}}`, api.CodeInvalidSession, "invalid session ID"},
 		{"forged fork", "good", `{"specversion":"1.0","id":"f1","source":"t","type":"rath.session.forked","subject":"good","datacontenttype":"application/json","data":{}}`, api.CodeUseOperation, "fork"},
+		{"wrong dataschema", "good", `{"specversion":"1.0","id":"ds1","source":"t","type":"rath.conversation.chunk.appended","subject":"good","dataschema":"urn:other","datacontenttype":"application/json","data":{"role":"user","content":"x"}}`, api.CodeSchema, "dataschema"},
+		{"too large", "good", `{"specversion":"1.0","id":"big1","source":"t","type":"rath.conversation.chunk.appended","subject":"good","datacontenttype":"application/json","data":{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}}`, api.CodeTooLarge, "above the limit"},
 		{"resume active", "good", `{"specversion":"1.0","id":"r1","source":"t","type":"rath.session.resumed","subject":"good","datacontenttype":"application/json","data":{}}`, api.CodeTransition, "not paused"},
 	}
 	for _, tc := range cases {
@@ -189,4 +191,28 @@ func TestBase64DataIsStoredAsData(t *testing.T) {
 		t.Fatalf("state %+v %v", st, err)
 	}
 	r.verifyOK(t, "b64")
+}
+
+func TestEventIDOfAnotherSessionIsRefused(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.start(t, "one")
+	r.start(t, "two")
+	ev, _ := events.New("one", chunk("x"), events.WithID("shared-id"))
+	if _, err := r.c.Append(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := events.New("two", chunk("y"), events.WithID("shared-id"))
+	_, err := r.c.Append(ctx, other)
+	wantCode(t, err, api.CodeDuplicateID)
+	st, _ := r.c.State(ctx, "two", 0)
+	if st.Seq != 1 {
+		t.Fatalf("two: head %d", st.Seq)
+	}
+	// A charset parameter on the content type is fine.
+	_, err = rawAppend(t, r, nats.Header{"Content-Type": {events.ContentTypeStructured}},
+		`{"specversion":"1.0","id":"cs1","source":"t","type":"rath.conversation.chunk.appended","subject":"two","datacontenttype":"application/json; charset=utf-8","data":{"role":"user","content":"x"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
 }

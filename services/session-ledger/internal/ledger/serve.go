@@ -21,8 +21,13 @@ import (
 	"github.com/openrath/rath/pkg/tracing"
 )
 
-// maxInflightRequests bounds the requests one ledger works on at once.
-const maxInflightRequests = 256
+const (
+	// maxInflightRequests bounds the requests one ledger works on at once.
+	maxInflightRequests = 256
+	// maxRecordedProposal bounds the copy of a refused proposal kept in its
+	// rejection record.
+	maxRecordedProposal = 64 << 10
+)
 
 // Serve answers the ledger subjects and consumes the inbox until ctx ends,
 // then drains: in-flight requests and inbox proposals finish, none is lost.
@@ -81,8 +86,18 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	}
 	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", "rath.ledger.*", "inbox", events.StreamInbox)
 	<-ctx.Done()
-	for _, s := range subs {
+	// Drain: stop taking requests, answer the ones queued, then wait until
+	// every handler has replied.
+	closed := make([]<-chan nats.SubStatus, len(subs))
+	for i, s := range subs {
+		closed[i] = s.StatusChanged(nats.SubscriptionClosed)
 		_ = s.Drain()
+	}
+	for _, c := range closed {
+		select {
+		case <-c:
+		case <-time.After(30 * time.Second):
+		}
 	}
 	inbox.stop()
 	wg.Wait()
@@ -179,10 +194,10 @@ func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, e
 		Time: l.now(), Session: ev.Subject(), EventID: ev.ID(), Type: ev.Type(),
 		Code: string(le.Code), Message: le.Message, Via: via, Ledger: l.cfg.Name,
 	}
-	if json.Valid(m.Data) {
+	if len(m.Data) <= maxRecordedProposal && json.Valid(m.Data) {
 		r.Proposal = json.RawMessage(m.Data)
 	} else {
-		r.ProposalText = truncate(string(m.Data), 64<<10)
+		r.ProposalText = truncate(string(m.Data), maxRecordedProposal)
 	}
 	if len(m.Header) > 0 {
 		r.ProposalHeader = m.Header
