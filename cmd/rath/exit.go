@@ -60,7 +60,8 @@ func (e *brokenError) Error() string {
 //	3  not found: session_not_found, out_of_range
 //	4  refused by the ledger: malformed, unknown_type, schema,
 //	   invalid_session, session_exists, session_closed, stale_sequence,
-//	   bad_transition, use_operation, nothing_to_merge
+//	   bad_transition, use_operation, nothing_to_merge, too_large,
+//	   duplicate_id
 //	5  verify found a broken chain
 //	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
 //	   answered unavailable or conflict; retrying later may succeed
