@@ -80,7 +80,7 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 	}
 	defer sub.Unsubscribe()
 	api := "$JS.API.DIRECT.GET." + stream
-	for {
+	for upTo == 0 || from <= upTo {
 		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: scanBatch, UpToSeq: upTo})
 		if err := nc.PublishRequest(api, inbox, req); err != nil {
 			return fmt.Errorf("scan %s: %w", filter, err)
@@ -112,6 +112,9 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 			}
 			got++
 			from = seq + 1
+			if upTo != 0 && seq > upTo {
+				continue // past the bound (the server's pending count may reach beyond it)
+			}
 			if err := fn(Msg{StreamSeq: seq, Subject: m.Header.Get(jetstream.SubjectHeader), Header: m.Header, Body: m.Data}); err != nil {
 				return err
 			}
@@ -120,6 +123,7 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 			return nil
 		}
 	}
+	return nil
 }
 
 // scanWait bounds the wait for one direct get reply when the caller's
