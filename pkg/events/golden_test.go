@@ -27,6 +27,13 @@ const (
 // examples holds one value of every kind's data with every field set. The
 // golden files are these values as they go on the wire.
 var examples = map[string]any{
+	events.TypeTurnRequested: events.TurnRequested{TurnID: "turn-7", Agent: "coder", Rule: "code-after-research", Reason: "research done"},
+	events.TypeTurnCompleted: events.TurnCompleted{TurnID: "turn-7", Agent: "coder", StopReason: "tool_use", ToolCalls: 2},
+	events.TypeTurnFailed:    events.TurnFailed{TurnID: "turn-7", Agent: "coder", Error: "anthropic: 529 overloaded after 5 attempts", Attempts: 5},
+	events.TypeModelCallFailed: events.ModelCallFailed{TurnID: "turn-7", Agent: "coder", Provider: "openai", Model: "gpt-4.1",
+		Attempt: 1, Status: 429, Error: "rate limited", RetryInMS: 500},
+	events.TypeHandlerFailed: events.HandlerFailed{Handler: "tool-runner", EventID: "01JDQ9B2-call", EventType: events.TypeToolRequested,
+		Attempts: 5, Error: "workspace unavailable", DeadLetter: "rath.dead.tool-runner"},
 	events.TypeSessionStarted: events.SessionStarted{
 		Workflow:     "fix-failing-test",
 		WorkflowHash: "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",

@@ -17,6 +17,7 @@ const (
 	TokenTool         = "tool"
 	TokenMemory       = "memory"
 	TokenControl      = "control"
+	TokenAgent        = "agent"
 )
 
 // Kind describes one registered event kind.
@@ -84,6 +85,11 @@ func init() {
 	register[ApprovalRequested](TypeApprovalRequested, TokenControl)
 	register[ApprovalGranted](TypeApprovalGranted, TokenControl)
 	register[ApprovalRejected](TypeApprovalRejected, TokenControl)
+	register[TurnRequested](TypeTurnRequested, TokenAgent)
+	register[TurnCompleted](TypeTurnCompleted, TokenAgent)
+	register[TurnFailed](TypeTurnFailed, TokenAgent)
+	register[ModelCallFailed](TypeModelCallFailed, TokenModel)
+	register[HandlerFailed](TypeHandlerFailed, TokenControl)
 }
 
 // Lookup returns the kind registered under a CloudEvents type.

@@ -13,7 +13,7 @@ import (
 func TestRegistry(t *testing.T) {
 	tokens := []string{
 		events.TokenLifecycle, events.TokenConversation, events.TokenModel,
-		events.TokenTool, events.TokenMemory, events.TokenControl,
+		events.TokenTool, events.TokenMemory, events.TokenControl, events.TokenAgent,
 	}
 	kinds := events.Kinds()
 	if len(kinds) == 0 {

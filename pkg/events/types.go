@@ -31,6 +31,11 @@ const (
 	TypeApprovalRequested   = "rath.approval.requested"
 	TypeApprovalGranted     = "rath.approval.granted"
 	TypeApprovalRejected    = "rath.approval.rejected"
+	TypeTurnRequested       = "rath.agent.turn.requested"
+	TypeTurnCompleted       = "rath.agent.turn.completed"
+	TypeTurnFailed          = "rath.agent.turn.failed"
+	TypeModelCallFailed     = "rath.model.call.failed"
+	TypeHandlerFailed       = "rath.handler.failed"
 )
 
 // Conversation roles a chunk may carry.
@@ -300,4 +305,56 @@ type ApprovalRejected struct {
 	ApprovalID string `json:"approval_id"`
 	By         string `json:"by"`
 	Reason     string `json:"reason"`
+}
+
+// TurnRequested asks an agent to take one turn on the session. At most one
+// turn of a session is in flight: the selector requests the next only after
+// the last completed or failed.
+type TurnRequested struct {
+	TurnID string `json:"turn_id"`
+	Agent  string `json:"agent"`
+	Rule   string `json:"rule,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// TurnCompleted ends an agent turn: the model answered and the answer (text
+// and tool call requests) is in the log before this event.
+type TurnCompleted struct {
+	TurnID     string `json:"turn_id"`
+	Agent      string `json:"agent"`
+	StopReason string `json:"stop_reason,omitempty"`
+	ToolCalls  int    `json:"tool_calls"`
+}
+
+// TurnFailed ends an agent turn that could not complete, with the provider's
+// (or the worker's) error.
+type TurnFailed struct {
+	TurnID   string `json:"turn_id"`
+	Agent    string `json:"agent"`
+	Error    string `json:"error"`
+	Attempts int    `json:"attempts,omitempty"`
+}
+
+// ModelCallFailed records one failed attempt to call a model (a rate limit,
+// a server error), so every attempt is visible in the log.
+type ModelCallFailed struct {
+	TurnID    string `json:"turn_id,omitempty"`
+	Agent     string `json:"agent"`
+	Provider  string `json:"provider"`
+	Model     string `json:"model"`
+	Attempt   int    `json:"attempt"`
+	Status    int    `json:"status,omitempty"`
+	Error     string `json:"error"`
+	RetryInMS int64  `json:"retry_in_ms,omitempty"`
+}
+
+// HandlerFailed records that a service gave up on an event after a bounded
+// number of attempts and sent it to the dead-letter subject.
+type HandlerFailed struct {
+	Handler    string `json:"handler"`
+	EventID    string `json:"event_id"`
+	EventType  string `json:"event_type"`
+	Attempts   int    `json:"attempts"`
+	Error      string `json:"error"`
+	DeadLetter string `json:"dead_letter,omitempty"`
 }

@@ -151,6 +151,20 @@ func apply(s *State, e events.Stored, merged bool) {
 			s.Approvals = map[string]Approval{}
 		}
 		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action}
+	case *events.TurnRequested:
+		if !merged {
+			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
+		}
+	case *events.TurnCompleted:
+		s.Counts.Turns++
+		s.endTurn(d.TurnID, d.Agent, merged)
+	case *events.TurnFailed:
+		s.Counts.TurnsFailed++
+		s.endTurn(d.TurnID, d.Agent, merged)
+	case *events.ModelCallFailed:
+		s.Counts.ModelFailures++
+	case *events.HandlerFailed:
+		s.Counts.HandlerFailures++
 	case *events.ApprovalGranted:
 		s.settleApproval(d.ApprovalID, "granted", d.By)
 	case *events.ApprovalRejected:
@@ -187,6 +201,16 @@ func (s *State) tool(callID, name string, seq uint64) *Tool {
 	}
 	t.Seqs = append(t.Seqs, seq)
 	return t
+}
+
+func (s *State) endTurn(id, agent string, merged bool) {
+	if merged {
+		return
+	}
+	if s.Turn != nil && s.Turn.ID == id {
+		s.Turn = nil
+	}
+	s.LastAgent = agent
 }
 
 func (s *State) settleApproval(id, outcome, by string) {

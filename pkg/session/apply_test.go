@@ -153,3 +153,20 @@ func TestCloneIsDeep(t *testing.T) {
 		t.Fatalf("clone shares maps: %v %v", st.Pending, c.Pending)
 	}
 }
+
+func TestAgentTurns(t *testing.T) {
+	st := fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.TurnRequested{TurnID: "t1", Agent: "researcher"}),
+	)
+	if st.Turn == nil || st.Turn.Agent != "researcher" || st.Turn.Seq != 2 {
+		t.Fatalf("turn in flight: %+v", st.Turn)
+	}
+	session.Apply(st, stored(t, "s", 3, &events.ModelCallFailed{Agent: "researcher", Provider: "p", Model: "m", Attempt: 1, Error: "429"}))
+	session.Apply(st, stored(t, "s", 4, &events.TurnCompleted{TurnID: "t1", Agent: "researcher"}))
+	session.Apply(st, stored(t, "s", 5, &events.TurnRequested{TurnID: "t2", Agent: "coder"}))
+	session.Apply(st, stored(t, "s", 6, &events.TurnFailed{TurnID: "t2", Agent: "coder", Error: "boom"}))
+	if st.Turn != nil || st.Counts.Turns != 1 || st.Counts.TurnsFailed != 1 || st.Counts.ModelFailures != 1 || st.LastAgent != "coder" {
+		t.Fatalf("after turns: turn %+v counts %+v last %s", st.Turn, st.Counts, st.LastAgent)
+	}
+}

@@ -47,6 +47,10 @@ type State struct {
 	Memory    []MemoryEvent       `json:"memory,omitempty"`
 	Sandbox   *Placement          `json:"sandbox,omitempty"`
 
+	// Turn is the agent turn in flight, if any.
+	Turn      *Turn  `json:"turn,omitempty"`
+	LastAgent string `json:"last_agent,omitempty"`
+
 	Decisions   []Decision   `json:"decisions,omitempty"`
 	Validations []Validation `json:"validations,omitempty"`
 	Counts      Counts       `json:"counts"`
@@ -226,13 +230,24 @@ type Validation struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
+// Turn is an agent turn in flight.
+type Turn struct {
+	ID    string `json:"id"`
+	Agent string `json:"agent"`
+	Seq   uint64 `json:"seq"`
+}
+
 // Counts are running totals that routing rules and budgets read.
 type Counts struct {
-	Events     int `json:"events"`
-	Chunks     int `json:"chunks"`
-	ModelCalls int `json:"model_calls"`
-	ToolCalls  int `json:"tool_calls"`
-	Merged     int `json:"merged"`
+	Events          int `json:"events"`
+	Chunks          int `json:"chunks"`
+	ModelCalls      int `json:"model_calls"`
+	ModelFailures   int `json:"model_failures"`
+	ToolCalls       int `json:"tool_calls"`
+	Turns           int `json:"turns"`
+	TurnsFailed     int `json:"turns_failed"`
+	HandlerFailures int `json:"handler_failures"`
+	Merged          int `json:"merged"`
 }
 
 // Clone returns a deep copy, so a caller can keep a state while folding on.
