@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -37,6 +38,16 @@ const ContentTypeStructured = "application/cloudevents+json"
 
 // NewID returns a new event ID: a UUIDv7, so IDs sort by creation time.
 func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// rathNamespace is the UUID namespace of derived event IDs.
+var rathNamespace = uuid.MustParse("6f1c2a5e-9b1d-4c3e-8a52-0d7e4b9c1f30")
+
+// DerivedID returns an event ID determined by its parts (a UUIDv5), for
+// events a handler emits in response to another event: a redelivered event
+// makes the same IDs, so its outputs are stored once.
+func DerivedID(parts ...string) string {
+	return uuid.NewSHA1(rathNamespace, []byte(strings.Join(parts, "\x00"))).String()
+}
 
 // Option sets an optional envelope attribute in New.
 type Option func(*event.Event)

@@ -19,6 +19,9 @@ const (
 	StreamInbox = "RATH_INBOX"
 	// StreamRejects records every rejected proposal with its reason.
 	StreamRejects = "RATH_REJECTS"
+	// StreamDead keeps the events a handler gave up on (rath.dead.<handler>),
+	// with the error, for an operator to inspect and replay.
+	StreamDead = "RATH_DEAD"
 
 	// BucketSnapshots holds folded session states every K events.
 	BucketSnapshots = "rath-snapshots"
@@ -29,6 +32,7 @@ const (
 	livePrefix    = "rath.session."
 	inboxPrefix   = "rath.inbox."
 	rejectsPrefix = "rath.rejects."
+	deadPrefix    = "rath.dead."
 
 	// SessionsWildcard matches every stored session event.
 	SessionsWildcard = logPrefix + ">"
@@ -38,6 +42,8 @@ const (
 	InboxWildcard = inboxPrefix + ">"
 	// RejectsWildcard matches every recorded rejection.
 	RejectsWildcard = rejectsPrefix + ">"
+	// DeadWildcard matches every dead letter.
+	DeadWildcard = deadPrefix + ">"
 	// InboxNew is the inbox subject for a session start without a chosen ID.
 	InboxNew = inboxPrefix + "new"
 	// InboxConsumer is the durable consumer the ledgers share on the inbox;
@@ -102,6 +108,9 @@ func RejectSubject(sessionID string) string {
 	}
 	return rejectsPrefix + sessionID
 }
+
+// DeadSubject is where a handler's dead letters go.
+func DeadSubject(handler string) string { return deadPrefix + handler }
 
 // SessionFromSubject returns the session ID of a stored or live event subject.
 func SessionFromSubject(subject string) (string, bool) {

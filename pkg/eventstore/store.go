@@ -122,6 +122,19 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", events.StreamRejects, err)
 	}
+	if _, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.StreamDead,
+		Description: "Rath: events a handler gave up on, with the error",
+		Subjects:    []string{events.DeadWildcard},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.RejectsMaxAge,
+		Duplicates:  cfg.DedupeWindow,
+		AllowDirect: true,
+	}); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", events.StreamDead, err)
+	}
 	if s.snapshots, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:       events.BucketSnapshots,
 		Description:  "Rath: folded session states every K events, key <session>.<seq>",
