@@ -1,0 +1,173 @@
+package consume_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/service"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func setup(t *testing.T) (*nats.Conn, *client.Client) {
+	t.Helper()
+	_, nc := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), quiet) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, c
+}
+
+func run(t *testing.T, nc *nats.Conn, c *client.Client, h consume.Handler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- consume.Run(ctx, nc, h, consume.RecordInSession(c), quiet) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+}
+
+// waitFor watches a session until an event of type typ arrives.
+func waitFor(t *testing.T, c *client.Client, id, typ string) events.Stored {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got events.Stored
+	errFound := errors.New("found")
+	if err := c.Watch(ctx, id, 1, func(ev events.Stored) error {
+		if ev.Type == typ {
+			got = ev
+			return errFound
+		}
+		return nil
+	}); !errors.Is(err, errFound) {
+		t.Fatalf("waiting for %s in %s: %v", typ, id, err)
+	}
+	return got
+}
+
+func TestHandlerSeesEachSessionInOrderAndRetries(t *testing.T) {
+	nc, c := setup(t)
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		seen  = map[string][]uint64{}
+		fails = map[string]int{}
+	)
+	run(t, nc, c, consume.Handler{
+		Name: "test-order", Tokens: []string{events.TokenConversation}, Workers: 4,
+		Handle: func(_ context.Context, ev events.Stored) error {
+			mu.Lock()
+			defer mu.Unlock()
+			// Fail each event's first delivery once: order must survive retries.
+			if fails[ev.ID] == 0 {
+				fails[ev.ID]++
+				return errors.New("transient")
+			}
+			seen[ev.Session] = append(seen[ev.Session], ev.Seq)
+			if len(seen[ev.Session]) == 5 {
+				_, err := c.Emit(ctx, ev.Session, &events.WorkDone{WorkID: "all-seen"})
+				return err
+			}
+			return nil
+		},
+	})
+	for _, id := range []string{"o1", "o2", "o3"} {
+		if _, err := c.Start(ctx, id, events.SessionStarted{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			if _, err := c.Emit(ctx, id, &events.ChunkAppended{Role: "user", Content: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, id := range []string{"o1", "o2", "o3"} {
+		waitFor(t, c, id, events.TypeWorkDone)
+		mu.Lock()
+		got := seen[id]
+		mu.Unlock()
+		for i, seq := range got {
+			if seq != uint64(i+2) {
+				t.Fatalf("%s handled out of order: %v", id, got)
+			}
+		}
+	}
+}
+
+func TestGivingUpDeadLettersAndRecordsInTheSession(t *testing.T) {
+	nc, c := setup(t)
+	ctx := context.Background()
+	run(t, nc, c, consume.Handler{
+		Name: "test-poison", Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested}, MaxAttempts: 3,
+		Handle: func(context.Context, events.Stored) error { return errors.New("workspace unavailable") },
+	})
+	run(t, nc, c, consume.Handler{
+		Name: "test-permanent", Tokens: []string{events.TokenMemory},
+		Handle: func(context.Context, events.Stored) error { return consume.Permanent(errors.New("cannot parse query")) },
+	})
+	if _, err := c.Start(ctx, "p", events.SessionStarted{}); err != nil {
+		t.Fatal(err)
+	}
+	req, err := c.Emit(ctx, "p", &events.ToolRequested{CallID: "c1", Tool: "run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := waitFor(t, c, "p", events.TypeHandlerFailed)
+	d, _ := failed.Decode()
+	hf := d.(*events.HandlerFailed)
+	if hf.Handler != "test-poison" || hf.EventID != req.ID || hf.Attempts != 3 || hf.Error != "workspace unavailable" {
+		t.Fatalf("handler.failed: %+v", hf)
+	}
+	js, _ := jetstream.New(nc)
+	stream, _ := js.Stream(ctx, events.StreamDead)
+	dead, err := stream.GetLastMsgForSubject(ctx, events.DeadSubject("test-poison"))
+	if err != nil || dead.Header.Get("Rath-Error") != "workspace unavailable" {
+		t.Fatalf("dead letter: %v %v", dead, err)
+	}
+	if ev, _ := events.ParseStored(dead.Data); ev.ID != req.ID {
+		t.Fatalf("dead letter holds %s", ev.ID)
+	}
+
+	mem, err := c.Emit(ctx, "p", &events.MemoryRecalled{Query: "q", Items: []events.MemoryItemRef{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	errFound := errors.New("found")
+	err = c.Watch(ctx2, "p", failed.Seq+1, func(ev events.Stored) error {
+		if ev.Type != events.TypeHandlerFailed {
+			return nil
+		}
+		d, _ := ev.Decode()
+		if f := d.(*events.HandlerFailed); f.EventID == mem.ID && f.Attempts == 1 {
+			return errFound
+		}
+		return nil
+	})
+	if !errors.Is(err, errFound) {
+		t.Fatalf("permanent failure not recorded after one attempt: %v", err)
+	}
+}
