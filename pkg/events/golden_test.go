@@ -167,11 +167,13 @@ var examples = map[string]any{
 		Reason:  "outdated since the config package was rewritten",
 	},
 	events.TypeSelectorDecided: events.SelectorDecided{
-		Rule:       "cheapest-capable-model",
-		Inputs:     json.RawMessage(`{"context_tokens":12840,"needs_tools":true}`),
-		Candidates: []string{"claude-haiku-4-5", "claude-sonnet-4-5"},
-		Route:      "claude-sonnet-4-5",
-		Reason:     "haiku-4-5 lacks the context window for this transcript",
+		Rule:       "code-after-research",
+		Inputs:     json.RawMessage(`{"event.type":"rath.agent.turn.completed","state.turns":1}`),
+		Candidates: []string{"code-after-research", "fallback"},
+		Route:      "agent:coder",
+		Reason:     "research is done; the coder takes over",
+		Agent:      "coder",
+		TurnID:     "turn-7",
 	},
 	events.TypeWorkPending: events.WorkPending{
 		WorkID:      "work_01JDQ9D4",

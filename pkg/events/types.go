@@ -248,13 +248,17 @@ type MemoryRetracted struct {
 	Reason  string `json:"reason"`
 }
 
-// SelectorDecided records a routing decision and what it was based on.
+// SelectorDecided records a routing decision and what it was based on. A
+// decision that routes an agent turn names the turn: from this event on the
+// turn counts as in flight, so no other decision can route a second one.
 type SelectorDecided struct {
 	Rule       string          `json:"rule"`
 	Inputs     json.RawMessage `json:"inputs,omitempty"`
 	Candidates []string        `json:"candidates,omitempty"`
 	Route      string          `json:"route"`
 	Reason     string          `json:"reason,omitempty"`
+	Agent      string          `json:"agent,omitempty"`
+	TurnID     string          `json:"turn_id,omitempty"`
 }
 
 // WorkPending records work the session owes.

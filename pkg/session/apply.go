@@ -134,7 +134,10 @@ func apply(s *State, e events.Stored, merged bool) {
 	case *events.MemoryRetracted:
 		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID})
 	case *events.SelectorDecided:
-		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, Rule: d.Rule, Route: d.Route})
+		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, Rule: d.Rule, Route: d.Route, Cause: e.Causation, TurnID: d.TurnID})
+		if d.TurnID != "" && !merged {
+			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
+		}
 	case *events.WorkPending:
 		if s.Pending == nil {
 			s.Pending = map[string]Work{}
@@ -152,7 +155,7 @@ func apply(s *State, e events.Stored, merged bool) {
 		}
 		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action}
 	case *events.TurnRequested:
-		if !merged {
+		if !merged && (s.Turn == nil || s.Turn.ID != d.TurnID) {
 			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
 		}
 	case *events.TurnCompleted:

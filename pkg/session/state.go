@@ -215,11 +215,14 @@ type Placement struct {
 	Workspace string `json:"workspace,omitempty"`
 }
 
-// Decision is one routing decision of the selector.
+// Decision is one routing decision of the selector; Cause is the event that
+// triggered it.
 type Decision struct {
-	Seq   uint64 `json:"seq"`
-	Rule  string `json:"rule"`
-	Route string `json:"route"`
+	Seq    uint64 `json:"seq"`
+	Rule   string `json:"rule"`
+	Route  string `json:"route"`
+	Cause  string `json:"cause,omitempty"`
+	TurnID string `json:"turn_id,omitempty"`
 }
 
 // Validation is one validation outcome.
