@@ -27,6 +27,9 @@ const (
 	BucketSnapshots = "rath-snapshots"
 	// BucketSessions holds one index record per session (status, labels, lineage).
 	BucketSessions = "rath-sessions"
+	// BucketBlobs is the object store of large evidence (model request and
+	// response bodies, tool output, diffs), named by content hash.
+	BucketBlobs = "rath-blobs"
 
 	logPrefix     = "rath.log."
 	livePrefix    = "rath.session."

@@ -68,6 +68,7 @@ type Store struct {
 	inbox     jetstream.Stream
 	snapshots jetstream.KeyValue
 	index     jetstream.KeyValue
+	blobs     jetstream.ObjectStore
 	cfg       Config
 }
 
@@ -153,6 +154,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketSessions, err)
+	}
+	if s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      events.BucketBlobs,
+		Description: "Rath: large evidence by content hash (sha256:<hex>)",
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("create object store %s: %w", events.BucketBlobs, err)
 	}
 	return s, nil
 }
