@@ -163,3 +163,24 @@ func TestSnapshotsIndexAndRejections(t *testing.T) {
 		t.Fatalf("rejections: %+v", all)
 	}
 }
+
+func TestBlobsAreContentAddressed(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	data := []byte(strings.Repeat("evidence ", 200000)) // larger than one chunk
+	ref, err := s.PutBlob(ctx, data)
+	if err != nil || ref != eventstore.BlobRef(data) {
+		t.Fatalf("put: %s %v", ref, err)
+	}
+	again, err := s.PutBlob(ctx, data)
+	if err != nil || again != ref {
+		t.Fatalf("put again: %s %v", again, err)
+	}
+	got, err := s.GetBlob(ctx, ref)
+	if err != nil || string(got) != string(data) {
+		t.Fatalf("get: %d bytes, %v", len(got), err)
+	}
+	if _, err := s.GetBlob(ctx, eventstore.BlobRef([]byte("nothing"))); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("missing blob: %v", err)
+	}
+}
