@@ -52,10 +52,11 @@ func (a *app) mergeCmd() *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "merge TARGET SOURCE",
-		Short: "Take SOURCE's events after the common ancestor into TARGET",
-		Long: `merge appends a merge event to TARGET that takes in SOURCE's events after
-their common ancestor (or after what an earlier merge took in). It prints
-TARGET, the merge event's sequence and hash.`,
+		Short: "Take the events of SOURCE that TARGET lacks into TARGET",
+		Long: `merge appends a merge event to TARGET that takes in every event of SOURCE's
+log whose content TARGET does not hold yet: not their shared fork ancestry,
+not what an earlier merge (direct or through another session) took in. It
+prints TARGET, the merge event's sequence and hash.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()

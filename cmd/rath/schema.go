@@ -42,8 +42,9 @@ ledger validates that type's data against.`,
 	}
 }
 
-// listTypes lists the catalog compiled into this binary: the ledger has no
-// request that lists its own.
+// listTypes lists the catalog compiled into this binary, with each type's
+// subject token and schema URN (rath.ledger.schema with no type lists the
+// ledger's own types, without those).
 func (a *app) listTypes() error {
 	type entry struct {
 		Type       string `json:"type"`

@@ -111,7 +111,7 @@ func newEvent(sessionID, typ string, data []byte) (event.Event, error) {
 		ev.SetDataSchema(k.DataSchema())
 	}
 	// A json.RawMessage is encoded as JSON data; a []byte would become
-	// data_base64, which the ledger stores but does not read as data.
+	// data_base64 (which the ledger accepts, but JSON data reads better).
 	if err := ev.SetData(event.ApplicationJSON, json.RawMessage(data)); err != nil {
 		return event.Event{}, usageError{fmt.Errorf("--data: %w", err)}
 	}

@@ -49,11 +49,8 @@ const (
 	DeadWildcard = deadPrefix + ">"
 	// InboxNew is the inbox subject for a session start without a chosen ID.
 	InboxNew = inboxPrefix + "new"
-	// InboxConsumer is the durable consumer the ledgers share on the inbox;
-	// InboxGroup its priority group: one ledger is pinned at a time, so
-	// proposals of a session are decided in the order they were published.
+	// InboxConsumer is the durable consumer the ledgers share on the inbox.
 	InboxConsumer = "ledger-inbox"
-	InboxGroup    = "ledger"
 )
 
 // Ledger request/reply subjects. Each is served by every ledger instance in
@@ -75,10 +72,17 @@ const (
 // KV key, without escaping.
 var validSessionID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
+// reservedSessionIDs are subject tokens with a meaning of their own
+// (rath.inbox.new, rath.rejects.unknown).
+var reservedSessionIDs = map[string]bool{"new": true, "unknown": true}
+
 // ValidateSessionID reports whether id can name a session.
 func ValidateSessionID(id string) error {
 	if !validSessionID.MatchString(id) {
 		return fmt.Errorf("invalid session ID %q: want 1-128 characters of A-Z a-z 0-9 _ -", id)
+	}
+	if reservedSessionIDs[id] {
+		return fmt.Errorf("invalid session ID %q: reserved", id)
 	}
 	return nil
 }

@@ -49,12 +49,17 @@ func (l *Ledger) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
 	}
 	a, err := l.append(ctx, ev, nil)
 	if err == nil && a.Duplicate && a.Session != ev.Subject() && !assigned {
-		// JetStream deduplicates message IDs stream-wide: the ID was used by
-		// another session. (A retried start without a session ID is the one
-		// case where the original's session differs and the ack is right.)
-		return api.Ack{}, api.Errorf(api.CodeDuplicateID, "event ID %s is stored already, in session %s at %d: choose a new ID", a.ID, a.Session, a.Seq)
+		// A retried start without a session ID is the one case where the
+		// original's session differs and the ack is right.
+		return api.Ack{}, duplicateID(a)
 	}
 	return a, err
+}
+
+// duplicateID refuses an event whose ID another session stored: JetStream
+// deduplicates message IDs stream-wide.
+func duplicateID(original api.Ack) error {
+	return api.Errorf(api.CodeDuplicateID, "event ID %s is stored already, in session %s at %d: choose a new ID", original.ID, original.Session, original.Seq)
 }
 
 func opOf(typ string) string {
@@ -150,7 +155,7 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		kind, _ := events.Lookup(ev.Type())
 		body, hash, err := events.Seal(&ev, seq, prev)
 		if err != nil {
-			return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
+			return api.Ack{}, api.Errorf(api.CodeOutOfRange, "%v", err)
 		}
 		if len(body) > l.store.MaxEventSize() {
 			return api.Ack{}, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(body), l.store.MaxEventSize())

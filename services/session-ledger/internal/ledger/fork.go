@@ -77,7 +77,11 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		return api.Ack{}, unavailable(err)
 	}
 	if res.Duplicate {
-		return l.ackAt(ctx, res.StreamSeq)
+		a, err := l.ackAt(ctx, res.StreamSeq)
+		if err == nil && a.Session != req.ID {
+			return api.Ack{}, duplicateID(a)
+		}
+		return a, err
 	}
 	stored, err := events.ParseStored(body)
 	if err != nil {

@@ -255,3 +255,18 @@ func TestMergesNeverApplyAnEventTwice(t *testing.T) {
 		sameState(t, id+" rebuilt", got, want)
 	}
 }
+
+func TestForkAndMergeRefuseAnotherSessionsEventID(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.start(t, "x")
+	a := r.emit(t, "x", chunk("one"))
+	_, err := r.c.Fork(ctx, api.ForkRequest{Parent: "x", ID: "y", EventID: a.ID})
+	wantCode(t, err, api.CodeDuplicateID)
+	if _, err := r.c.Fork(ctx, forkAt("x", 1, "z")); err != nil {
+		t.Fatal(err)
+	}
+	r.emit(t, "z", chunk("two"))
+	_, err = r.c.Merge(ctx, api.MergeRequest{Target: "x", Source: "z", EventID: a.ID})
+	wantCode(t, err, api.CodeDuplicateID)
+}

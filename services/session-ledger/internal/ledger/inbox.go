@@ -120,7 +120,8 @@ func (l *Ledger) decideInbox(ctx context.Context, m jetstream.Msg, stopping <-ch
 		}
 		if time.Now().After(deadline) {
 			refusal := api.Errorf(api.CodeUnavailable, "not decided after %s: %v", inboxRetryFor, err)
-			if rerr := l.recordRejection(ctx, msg, "inbox", event.Event{}, refusal, inboxKey(meta.Sequence.Stream)); errors.Is(rerr, refusal) {
+			ev, _ := events.FromNATS(msg.Header, msg.Data) // for the record: session, ID, type
+			if rerr := l.recordRejection(ctx, msg, "inbox", ev, refusal, inboxKey(meta.Sequence.Stream)); errors.Is(rerr, refusal) {
 				_ = m.DoubleAck(ctx)
 				return
 			}

@@ -40,7 +40,7 @@ func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
-	return l.append(ctx, ev, func(ctx context.Context, st *session.State, ev *event.Event) error {
+	a, err := l.append(ctx, ev, func(ctx context.Context, st *session.State, ev *event.Event) error {
 		dstSegs, err := l.lineageOf(ctx, req.Target)
 		if err != nil {
 			return err
@@ -71,6 +71,10 @@ func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 		}
 		return nil
 	})
+	if err == nil && a.Duplicate && a.Session != req.Target {
+		return api.Ack{}, duplicateID(a)
+	}
+	return a, err
 }
 
 // commonAncestor returns the last position two logical logs share: the end
