@@ -266,7 +266,7 @@ func TestForkAndMergeRefuseAnotherSessionsEventID(t *testing.T) {
 	if _, err := r.c.Fork(ctx, forkAt("x", 1, "z")); err != nil {
 		t.Fatal(err)
 	}
-	r.emit(t, "z", chunk("two"))
-	_, err = r.c.Merge(ctx, api.MergeRequest{Target: "x", Source: "z", EventID: a.ID})
+	b := r.emit(t, "z", chunk("two"))
+	_, err = r.c.Merge(ctx, api.MergeRequest{Target: "x", Source: "z", EventID: b.ID})
 	wantCode(t, err, api.CodeDuplicateID)
 }
