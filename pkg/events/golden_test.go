@@ -37,6 +37,7 @@ var examples = map[string]any{
 	events.TypeSessionStarted: events.SessionStarted{
 		Workflow:     "fix-failing-test",
 		WorkflowHash: "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+		WorkflowRef:  "sha256:fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9",
 		Task:         "Make TestParseConfig pass on main without changing its expectations.",
 		Labels:       map[string]string{"repo": "openrath/rath", "requested_by": "ana"},
 	},

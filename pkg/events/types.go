@@ -48,10 +48,13 @@ const (
 
 // SessionStarted opens a session. It is the first event of every root session.
 type SessionStarted struct {
-	Workflow     string            `json:"workflow,omitempty"`
-	WorkflowHash string            `json:"workflow_hash,omitempty"`
-	Task         string            `json:"task,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
+	Workflow     string `json:"workflow,omitempty"`
+	WorkflowHash string `json:"workflow_hash,omitempty"`
+	// WorkflowRef is the blob reference of the workflow bundle (the file and
+	// the scripts it names) the workers run.
+	WorkflowRef string            `json:"workflow_ref,omitempty"`
+	Task        string            `json:"task,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
 }
 
 // SessionForked is the first event of a forked session. The fork's log is the

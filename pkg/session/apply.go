@@ -45,7 +45,7 @@ func apply(s *State, e events.Stored, merged bool) {
 		}
 		s.ID = e.Session
 		s.Status = StatusActive
-		s.Workflow, s.WorkflowHash, s.Task = d.Workflow, d.WorkflowHash, d.Task
+		s.Workflow, s.WorkflowHash, s.WorkflowRef, s.Task = d.Workflow, d.WorkflowHash, d.WorkflowRef, d.Task
 		s.Labels = mergeLabels(s.Labels, d.Labels)
 		s.Lineage.Path = []events.Segment{{Session: e.Session, From: e.Seq}}
 	case *events.SessionForked:

@@ -27,6 +27,7 @@ type State struct {
 	Status       Status            `json:"status"`
 	Workflow     string            `json:"workflow,omitempty"`
 	WorkflowHash string            `json:"workflow_hash,omitempty"`
+	WorkflowRef  string            `json:"workflow_ref,omitempty"`
 	Task         string            `json:"task,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Created      time.Time         `json:"created"`
