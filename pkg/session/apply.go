@@ -147,8 +147,10 @@ func apply(s *State, e events.Stored, merged bool) {
 		delete(s.Pending, d.WorkID)
 	case *events.ValidationPassed:
 		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Passed: true, Validator: d.Validator})
+		s.Counts.ValidationsPassed++
 	case *events.ValidationFailed:
 		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Validator: d.Validator, Reason: d.Reason})
+		s.Counts.ValidationsFailed++
 	case *events.ApprovalRequested:
 		if s.Approvals == nil {
 			s.Approvals = map[string]Approval{}
@@ -160,6 +162,10 @@ func apply(s *State, e events.Stored, merged bool) {
 		}
 	case *events.TurnCompleted:
 		s.Counts.Turns++
+		if s.Counts.TurnsByAgent == nil {
+			s.Counts.TurnsByAgent = map[string]int{}
+		}
+		s.Counts.TurnsByAgent[d.Agent]++
 		s.endTurn(d.TurnID, d.Agent, merged)
 	case *events.TurnFailed:
 		s.Counts.TurnsFailed++

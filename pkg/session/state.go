@@ -243,15 +243,19 @@ type Turn struct {
 
 // Counts are running totals that routing rules and budgets read.
 type Counts struct {
-	Events          int `json:"events"`
-	Chunks          int `json:"chunks"`
-	ModelCalls      int `json:"model_calls"`
-	ModelFailures   int `json:"model_failures"`
-	ToolCalls       int `json:"tool_calls"`
-	Turns           int `json:"turns"`
-	TurnsFailed     int `json:"turns_failed"`
-	HandlerFailures int `json:"handler_failures"`
-	Merged          int `json:"merged"`
+	Events        int `json:"events"`
+	Chunks        int `json:"chunks"`
+	ModelCalls    int `json:"model_calls"`
+	ModelFailures int `json:"model_failures"`
+	ToolCalls     int `json:"tool_calls"`
+	Turns         int `json:"turns"`
+	TurnsFailed   int `json:"turns_failed"`
+	// TurnsByAgent counts completed turns per agent.
+	TurnsByAgent      map[string]int `json:"turns_by_agent,omitempty"`
+	ValidationsPassed int            `json:"validations_passed"`
+	ValidationsFailed int            `json:"validations_failed"`
+	HandlerFailures   int            `json:"handler_failures"`
+	Merged            int            `json:"merged"`
 }
 
 // Clone returns a deep copy, so a caller can keep a state while folding on.

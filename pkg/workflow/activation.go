@@ -1,0 +1,115 @@
+package workflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// Activation builds the variables of a rule's expression: event (the event
+// being routed) and state (the session folded up to and including that
+// event). Every number is an int64, except JSON numbers with a fraction in
+// event.data, which are float64; maps are map[string]any so that the values a
+// decision records marshal as plain JSON.
+//
+//	event: type, id, session (string), seq (int), data (map: the event's JSON data)
+//	state: status, last_agent, parent (string); turn_in_flight (bool);
+//	       turns, turns_failed, tool_calls, model_calls, events, tokens_in,
+//	       tokens_out, tokens, validations_failed, validations_passed,
+//	       fork_seq, seq (int); labels (map of string); agent_turns (map of int)
+//
+// It fails only on event data that is not a JSON object.
+func Activation(st *session.State, ev events.Stored) (map[string]any, error) {
+	data, err := decodeData(ev.Data)
+	if err != nil {
+		return nil, fmt.Errorf("activation for event %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	return map[string]any{
+		"event": map[string]any{
+			"type":    ev.Type,
+			"id":      ev.ID,
+			"seq":     int64(ev.Seq),
+			"session": ev.Session,
+			"data":    data,
+		},
+		"state": stateMap(st),
+	}, nil
+}
+
+func stateMap(st *session.State) map[string]any {
+	labels := make(map[string]any, len(st.Labels))
+	for k, v := range st.Labels {
+		labels[k] = v
+	}
+	return map[string]any{
+		"status":             string(st.Status),
+		"turns":              int64(st.Counts.Turns),
+		"turns_failed":       int64(st.Counts.TurnsFailed),
+		"tool_calls":         int64(st.Counts.ToolCalls),
+		"model_calls":        int64(st.Counts.ModelCalls),
+		"events":             int64(st.Counts.Events),
+		"last_agent":         st.LastAgent,
+		"turn_in_flight":     st.Turn != nil,
+		"tokens_in":          st.Usage.Total.In,
+		"tokens_out":         st.Usage.Total.Out,
+		"tokens":             st.Usage.Total.In + st.Usage.Total.Out,
+		"validations_failed": int64(st.Counts.ValidationsFailed),
+		"validations_passed": int64(st.Counts.ValidationsPassed),
+		"parent":             st.Lineage.Parent,
+		"fork_seq":           int64(st.Lineage.ForkSeq),
+		"seq":                int64(st.Seq),
+		"labels":             labels,
+		"agent_turns":        agentTurns(st),
+	}
+}
+
+// agentTurns counts completed turns by agent.
+func agentTurns(st *session.State) map[string]any {
+	out := make(map[string]any, len(st.Counts.TurnsByAgent))
+	for agent, n := range st.Counts.TurnsByAgent {
+		out[agent] = int64(n)
+	}
+	return out
+}
+
+// decodeData decodes event data into plain values, keeping whole numbers
+// as int64 so that event.data.exit_code == 1 compares ints.
+func decodeData(raw json.RawMessage) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("decode data: %w", err)
+	}
+	m, ok := numbers(v).(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("data is not a JSON object")
+	}
+	return m, nil
+}
+
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e)
+		}
+	}
+	return v
+}

@@ -1,0 +1,101 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Bundle is a workflow file together with the script files its agents name:
+// everything a worker on another machine needs to run the workflow. It is
+// stored as one content-addressed blob, and a session records its reference
+// (rath.session.started workflow_ref) next to the workflow file's hash.
+type Bundle struct {
+	// Path is the workflow file's name as given, for messages.
+	Path string `json:"path"`
+	// Spec is the workflow file's exact bytes.
+	Spec []byte `json:"spec"`
+	// Files holds each script by the path written in the spec.
+	Files map[string][]byte `json:"files,omitempty"`
+}
+
+// NewBundle reads the scripts a parsed workflow names.
+func NewBundle(w *Workflow) (Bundle, error) {
+	b := Bundle{Path: w.path, Spec: w.source, Files: map[string][]byte{}}
+	for _, a := range w.Agents {
+		if a.Script == "" {
+			continue
+		}
+		data, err := os.ReadFile(a.ScriptPath)
+		if err != nil {
+			return Bundle{}, fmt.Errorf("bundle %s: agent %s: %w", w.path, a.Name, err)
+		}
+		b.Files[a.Script] = data
+	}
+	return b, nil
+}
+
+// Marshal encodes the bundle for storage.
+func (b Bundle) Marshal() ([]byte, error) { return json.Marshal(b) }
+
+// OpenBundle decodes a stored bundle and parses its workflow.
+func OpenBundle(data []byte) (*Workflow, Bundle, error) {
+	var b Bundle
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, Bundle{}, fmt.Errorf("open workflow bundle: %w", err)
+	}
+	w, err := Parse(b.Spec, b.Path)
+	if err != nil {
+		return nil, Bundle{}, err
+	}
+	for _, a := range w.Agents {
+		if _, ok := b.Files[a.Script]; a.Script != "" && !ok {
+			return nil, Bundle{}, fmt.Errorf("workflow bundle %s: agent %s: script %s missing", b.Path, a.Name, a.Script)
+		}
+	}
+	return w, b, nil
+}
+
+// Loaded is a workflow opened from a bundle.
+type Loaded struct {
+	Workflow *Workflow
+	Bundle   Bundle
+}
+
+// Library opens workflow bundles by reference once and keeps them: a bundle
+// never changes under its content hash.
+type Library struct {
+	fetch func(ctx context.Context, ref string) ([]byte, error)
+	mu    sync.Mutex
+	byRef map[string]*Loaded
+}
+
+// NewLibrary returns a library that reads bundles with fetch (the blob store).
+func NewLibrary(fetch func(ctx context.Context, ref string) ([]byte, error)) *Library {
+	return &Library{fetch: fetch, byRef: map[string]*Loaded{}}
+}
+
+// Get returns the workflow of a bundle reference.
+func (l *Library) Get(ctx context.Context, ref string) (*Loaded, error) {
+	l.mu.Lock()
+	got, ok := l.byRef[ref]
+	l.mu.Unlock()
+	if ok {
+		return got, nil
+	}
+	data, err := l.fetch(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", ref, err)
+	}
+	w, b, err := OpenBundle(data)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", ref, err)
+	}
+	got = &Loaded{Workflow: w, Bundle: b}
+	l.mu.Lock()
+	l.byRef[ref] = got
+	l.mu.Unlock()
+	return got, nil
+}

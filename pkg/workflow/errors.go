@@ -1,0 +1,70 @@
+package workflow
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Problem is one thing wrong with a workflow file: where (Line, 1-based; 0
+// when the problem has no place, such as an empty file), which field (a path
+// like "rules[2].route.agent") and what.
+type Problem struct {
+	Line    int
+	Field   string
+	Message string
+}
+
+// SpecError is returned by Parse and Load for a workflow file that is not
+// valid. It lists every problem found, ordered by line, so one run of
+// `rath workflow check` shows them all.
+type SpecError struct {
+	// Path is the file name as given to Parse; it prefixes every problem.
+	Path     string
+	Problems []Problem
+}
+
+func (e *SpecError) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.format(p))
+	}
+	return b.String()
+}
+
+// format renders one problem as "path:line: field: message", the form
+// editors and CI annotators recognise.
+func (e *SpecError) format(p Problem) string {
+	var b strings.Builder
+	b.WriteString(e.Path)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d", p.Line)
+	}
+	b.WriteString(": ")
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// RuleError is returned by Decide and Stopped when a rule's or stop
+// condition's expression fails to evaluate or does not yield a bool. It is a
+// defect of the workflow, not of the event: retrying the same event fails the
+// same way.
+type RuleError struct {
+	// Rule names the rule (or stop condition) whose expression failed.
+	Rule string
+	// Field is the expression that failed: "when" or "route.fork.at".
+	Field string
+	Err   error
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("workflow rule %q: %s: %v", e.Rule, e.Field, e.Err)
+}
+
+func (e *RuleError) Unwrap() error { return e.Err }

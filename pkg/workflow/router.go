@@ -1,0 +1,175 @@
+package workflow
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Decision is where the rules send a session after one event, and why.
+type Decision struct {
+	// Rule names the rule that won.
+	Rule  string
+	Route Route
+	// Reason is the rule's reason, or its route's when the rule has none.
+	Reason string
+	// Candidates names every rule whose expression held, in rule order;
+	// the winner is among them.
+	Candidates []string
+	// Inputs are the activation values the winning rule's expression reads,
+	// keyed by path ("event.type", "state.turns", "state.agent_turns.coder").
+	Inputs map[string]any
+	// ForkAt is the sequence a fork route forks at: the value of the
+	// route's at, or the head (state.seq) when it has none.
+	ForkAt uint64
+}
+
+// Event returns the rath.selector.decided data that records the decision.
+// Its route is Route.String(), with "@" and ForkAt appended for a fork:
+// "fork:coder@14".
+func (d Decision) Event() (*events.SelectorDecided, error) {
+	inputs, err := json.Marshal(d.Inputs)
+	if err != nil {
+		return nil, fmt.Errorf("decision of rule %q: marshal inputs: %w", d.Rule, err)
+	}
+	route := d.Route.String()
+	if d.Route.Kind() == RouteFork {
+		route += "@" + strconv.FormatUint(d.ForkAt, 10)
+	}
+	return &events.SelectorDecided{
+		Rule:       d.Rule,
+		Inputs:     inputs,
+		Candidates: d.Candidates,
+		Route:      route,
+		Reason:     d.Reason,
+	}, nil
+}
+
+// Decide evaluates every rule against an activation (see Activation) and
+// returns the first, in file order, whose expression holds. Every rule is
+// evaluated, so Candidates lists all that held.
+//
+// One turn is in flight at a time: while state.turn_in_flight is true a rule
+// that routes to an agent may be a candidate but never wins, and the next
+// rule that held with another kind of route wins instead. Decide returns
+// false when no rule wins, and a *RuleError when an expression fails to
+// evaluate or yields something other than a bool.
+func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
+	busy := turnInFlight(act)
+	var d Decision
+	won := -1
+	for i := range w.Rules {
+		r := &w.Rules[i]
+		held, err := holds(r.when, act)
+		if err != nil {
+			return Decision{}, false, &RuleError{Rule: r.Name, Field: "when", Err: err}
+		}
+		if !held {
+			continue
+		}
+		d.Candidates = append(d.Candidates, r.Name)
+		if won < 0 && !(busy && r.Route.Kind() == RouteAgent) {
+			won = i
+		}
+	}
+	if won < 0 {
+		return Decision{}, false, nil
+	}
+	r := &w.Rules[won]
+	d.Rule, d.Route, d.Reason = r.Name, r.Route.clone(), r.Reason
+	if d.Reason == "" {
+		d.Reason = r.Route.reason()
+	}
+	d.Inputs = make(map[string]any, len(r.inputs))
+	for _, in := range r.inputs {
+		d.Inputs[in.String()] = in.resolve(act)
+	}
+	if r.Route.Fork != nil {
+		at, err := forkAt(r.at, act)
+		if err != nil {
+			return Decision{}, false, &RuleError{Rule: r.Name, Field: "route.fork.at", Err: err}
+		}
+		d.ForkAt = at
+	}
+	return d, true, nil
+}
+
+// Stopped reports the first stop condition, in file order, that holds for
+// the activation, with its reason (or a reason naming it when it has none).
+// The session is then closed with outcome OutcomeStopped.
+func (w *Workflow) Stopped(act map[string]any) (name, reason string, stopped bool, err error) {
+	for _, s := range w.Stop {
+		held, err := holds(s.when, act)
+		if err != nil {
+			return "", "", false, &RuleError{Rule: s.Name, Field: "when", Err: err}
+		}
+		if held {
+			if s.Reason == "" {
+				return s.Name, "stop condition " + s.Name + " holds", true, nil
+			}
+			return s.Name, s.Reason, true, nil
+		}
+	}
+	return "", "", false, nil
+}
+
+func holds(prg cel.Program, act map[string]any) (bool, error) {
+	if prg == nil {
+		return false, errNotCompiled
+	}
+	out, _, err := prg.Eval(act)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("yields %s, not bool", out.Type().TypeName())
+	}
+	return bool(b), nil
+}
+
+// errNotCompiled is the error of a Workflow built by hand rather than by
+// Parse, which compiles the expressions.
+var errNotCompiled = errors.New("expression not compiled: workflows come from Parse or Load")
+
+// forkAt evaluates a fork route's at, or returns the head when it has none
+// (prg nil), so the decision records the point the fork was decided at.
+func forkAt(prg cel.Program, act map[string]any) (uint64, error) {
+	st, _ := act["state"].(map[string]any)
+	head, known := st["seq"].(int64)
+	if prg == nil {
+		return uint64(max(head, 0)), nil
+	}
+	out, _, err := prg.Eval(act)
+	if err != nil {
+		return 0, err
+	}
+	var at int64
+	switch v := out.(type) {
+	case types.Int:
+		at = int64(v)
+	case types.Uint:
+		at = int64(v)
+	default:
+		return 0, fmt.Errorf("yields %s, not int", out.Type().TypeName())
+	}
+	if known && at > head {
+		return 0, fmt.Errorf("sequence %d is past the head %d", at, head)
+	}
+	if at < 1 {
+		return 0, fmt.Errorf("sequence %d is not a position of the log", at)
+	}
+	return uint64(at), nil
+}
+
+func turnInFlight(act map[string]any) bool {
+	st, _ := act["state"].(map[string]any)
+	busy, _ := st["turn_in_flight"].(bool)
+	return busy
+}

@@ -1,0 +1,255 @@
+package workflow
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"cel.dev/cel-go/cel"
+)
+
+// Providers an agent may use.
+const (
+	ProviderScripted  = "scripted"
+	ProviderOpenAI    = "openai"
+	ProviderAnthropic = "anthropic"
+)
+
+var providers = []string{ProviderScripted, ProviderOpenAI, ProviderAnthropic}
+
+// Outcomes the selector records when it closes a session on its own account
+// rather than because a close rule matched.
+const (
+	// OutcomeStopped closes a session whose stop condition held.
+	OutcomeStopped = "stopped"
+	// OutcomeBudget closes a session that reached one of its budgets.
+	OutcomeBudget = "budget_exceeded"
+)
+
+// Workflow is a parsed, validated and compiled workflow file. It comes from
+// Parse or Load (which compile its expressions), never changes afterwards and
+// is safe for concurrent use.
+type Workflow struct {
+	Name        string
+	Description string
+	Agents      []Agent
+	MCPServers  []MCPServer
+	// Rules are evaluated in order; the first whose When holds wins.
+	Rules   []Rule
+	Budgets Budgets
+	// Stop conditions close the session with outcome OutcomeStopped.
+	Stop []StopCondition
+
+	path   string
+	source []byte
+	// lines maps a field path ("agents[0].script") to its line in source.
+	lines map[string]int
+}
+
+// Agent is one model-backed participant of the workflow.
+type Agent struct {
+	// Name is unique in the workflow and a CEL identifier, so rules can write
+	// state.agent_turns.coder.
+	Name     string
+	Role     string
+	Provider string
+	Model    string
+	// BaseURL overrides the provider's API endpoint (a proxy, a local server).
+	BaseURL string
+	// System is the agent's system prompt.
+	System string
+	// Tools are the tool names the agent may call; "server.tool" names a tool
+	// of the MCP server "server".
+	Tools []string
+	// Sandbox is the default placement backend of the agent's tool calls.
+	Sandbox string
+	// Script is the scripted provider's script as written in the file;
+	// ScriptPath is the same path resolved against the workflow file's
+	// directory. Both are empty unless Provider is ProviderScripted.
+	Script     string
+	ScriptPath string
+	MaxTokens  int
+}
+
+// MCPServer is a Model Context Protocol server the workers start over stdio.
+// The tools it serves are named "<Name>.<tool>".
+type MCPServer struct {
+	Name    string
+	Command []string
+	Env     map[string]string
+}
+
+// Rule routes a session when its When expression holds.
+type Rule struct {
+	Name string
+	// When is a CEL expression over event and state yielding a bool.
+	When  string
+	Route Route
+	// Reason explains the rule in the recorded decision; when empty the
+	// route's own reason is used.
+	Reason string
+
+	when cel.Program
+	// at evaluates Route.Fork.At; nil when the fork is at the head.
+	at cel.Program
+	// inputs are the activation paths When reads, recorded with a decision.
+	inputs []inputPath
+}
+
+// RouteKind says what a route does.
+type RouteKind string
+
+// Route kinds; exactly one is set in a Route.
+const (
+	RouteAgent    RouteKind = "agent"
+	RouteClose    RouteKind = "close"
+	RouteFork     RouteKind = "fork"
+	RouteApproval RouteKind = "approval"
+)
+
+var routeKinds = []string{string(RouteAgent), string(RouteClose), string(RouteFork), string(RouteApproval)}
+
+// Route is where a matching rule sends the session. Exactly one field is set.
+type Route struct {
+	// Agent requests the next turn of the named agent.
+	Agent    string
+	Close    *Close
+	Fork     *Fork
+	Approval *Approval
+}
+
+// Close ends the session.
+type Close struct {
+	Outcome string
+	Reason  string
+}
+
+// Fork starts a new session from this one's log.
+type Fork struct {
+	// At is a CEL expression yielding the sequence to fork at; empty forks
+	// at the head. Decide evaluates it (or takes the head) into
+	// Decision.ForkAt.
+	At string
+	// Agent takes the fork's first turn; empty leaves it to the rules.
+	Agent  string
+	Reason string
+}
+
+// Approval asks an approver to allow an action before the session goes on.
+type Approval struct {
+	Action   string
+	Approver string
+}
+
+// Kind returns the kind of the route's set field ("" for a zero Route).
+func (r Route) Kind() RouteKind {
+	switch {
+	case r.Agent != "":
+		return RouteAgent
+	case r.Close != nil:
+		return RouteClose
+	case r.Fork != nil:
+		return RouteFork
+	case r.Approval != nil:
+		return RouteApproval
+	}
+	return ""
+}
+
+// String renders the route as "KIND:DETAIL": "agent:NAME",
+// "close:OUTCOME", "fork:AGENT" (AGENT may be empty), "approval:ACTION". A
+// decision records a fork with its point appended (Decision.Event).
+func (r Route) String() string {
+	switch r.Kind() {
+	case RouteAgent:
+		return "agent:" + r.Agent
+	case RouteClose:
+		return "close:" + r.Close.Outcome
+	case RouteFork:
+		return "fork:" + r.Fork.Agent
+	case RouteApproval:
+		return "approval:" + r.Approval.Action
+	}
+	return ""
+}
+
+// clone copies the route, so a Decision never shares the workflow's values.
+func (r Route) clone() Route {
+	if r.Close != nil {
+		c := *r.Close
+		r.Close = &c
+	}
+	if r.Fork != nil {
+		f := *r.Fork
+		r.Fork = &f
+	}
+	if r.Approval != nil {
+		a := *r.Approval
+		r.Approval = &a
+	}
+	return r
+}
+
+// reason is the route's own reason, used when the rule gives none.
+func (r Route) reason() string {
+	switch {
+	case r.Close != nil:
+		return r.Close.Reason
+	case r.Fork != nil:
+		return r.Fork.Reason
+	}
+	return ""
+}
+
+// Budgets bound a session; a zero field is unlimited.
+type Budgets struct {
+	// MaxTurns bounds agent turns that ended, completed or failed.
+	MaxTurns int
+	// MaxTokens bounds model tokens, input plus output.
+	MaxTokens int64
+	// MaxToolCalls bounds requested tool calls.
+	MaxToolCalls int
+	// WallTime bounds the time since the session started.
+	WallTime time.Duration
+}
+
+// StopCondition closes the session with outcome OutcomeStopped when When
+// holds.
+type StopCondition struct {
+	Name   string
+	When   string
+	Reason string
+
+	when cel.Program
+}
+
+// Path returns the file name the workflow was parsed with.
+func (w *Workflow) Path() string { return w.path }
+
+// Hash identifies the exact bytes of the workflow file: "sha256:" and the hex
+// digest. Sessions record it (rath.session.started workflow_hash) so a replay
+// can tell which version of a workflow routed them.
+func (w *Workflow) Hash() string {
+	sum := sha256.Sum256(w.source)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Agent returns the agent with the given name.
+func (w *Workflow) Agent(name string) (Agent, bool) {
+	for _, a := range w.Agents {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Agent{}, false
+}
+
+// MCPServer returns the MCP server with the given name.
+func (w *Workflow) MCPServer(name string) (MCPServer, bool) {
+	for _, s := range w.MCPServers {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return MCPServer{}, false
+}

@@ -1,0 +1,235 @@
+package workflow
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// nameForm is the allowed form of a kind of name.
+type nameForm struct {
+	re   *regexp.Regexp
+	desc string
+}
+
+var (
+	// identifier is the form of agent names: CEL can select them as fields
+	// (state.agent_turns.coder).
+	identifier = nameForm{regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`), "letters, digits and _, not starting with a digit"}
+	// plainName is the form of rule, stop condition and MCP server names. It
+	// has no dot, because "server.tool" names an MCP server's tool.
+	plainName = nameForm{regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`), "letters, digits, _ and -, starting with a letter or _"}
+)
+
+// validate checks what decoding cannot: required fields, references between
+// fields and allowed values. Expressions are checked by compile.
+func (p *parser) validate(w *Workflow) {
+	if w.Name == "" {
+		p.add(p.line("name"), "name", "required")
+	}
+	p.validateMCPServers(w)
+	p.validateAgents(w)
+	p.validateRules(w)
+	names := map[string]int{}
+	for i, s := range w.Stop {
+		f := fmt.Sprintf("stop[%d]", i)
+		p.checkName(f+".name", s.Name, plainName, "stop condition", names)
+		if s.When == "" {
+			p.add(p.line(f+".when"), f+".when", "required")
+		}
+	}
+}
+
+func (p *parser) validateMCPServers(w *Workflow) {
+	names := map[string]int{}
+	for i, s := range w.MCPServers {
+		f := fmt.Sprintf("mcp_servers[%d]", i)
+		p.checkName(f+".name", s.Name, plainName, "MCP server", names)
+		if len(s.Command) == 0 || s.Command[0] == "" {
+			p.add(p.line(f+".command"), f+".command", "required: the program and its arguments")
+		}
+	}
+}
+
+func (p *parser) validateAgents(w *Workflow) {
+	if len(w.Agents) == 0 && !p.reported("agents") {
+		p.add(p.line("agents"), "agents", "at least one agent is required")
+	}
+	names := map[string]int{}
+	for i := range w.Agents {
+		a := &w.Agents[i]
+		f := fmt.Sprintf("agents[%d]", i)
+		p.checkName(f+".name", a.Name, identifier, "agent", names)
+		switch {
+		case a.Provider == "":
+			p.add(p.line(f+".provider"), f+".provider", "required (one of %s)", strings.Join(providers, ", "))
+		case !slices.Contains(providers, a.Provider):
+			p.add(p.line(f+".provider"), f+".provider", "%q is not one of %s", a.Provider, strings.Join(providers, ", "))
+		}
+		switch {
+		case a.Provider == ProviderScripted && a.Script == "":
+			p.add(p.line(f+".script"), f+".script", "required for provider scripted")
+		case a.Provider != ProviderScripted && a.Script != "" && slices.Contains(providers, a.Provider):
+			p.add(p.line(f+".script"), f+".script", "only provider scripted reads a script (provider is %s)", a.Provider)
+		case a.Script != "":
+			a.ScriptPath = a.Script
+			if !filepath.IsAbs(a.Script) {
+				a.ScriptPath = filepath.Join(filepath.Dir(w.path), a.Script)
+			}
+		}
+		if a.BaseURL != "" {
+			if u, err := url.Parse(a.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				p.add(p.line(f+".base_url"), f+".base_url", "%q is not an http or https URL", a.BaseURL)
+			}
+		}
+		seen := map[string]bool{}
+		for j, t := range a.Tools {
+			tf := fmt.Sprintf("%s.tools[%d]", f, j)
+			switch server, _, scoped := strings.Cut(t, "."); {
+			case t == "":
+				p.add(p.line(tf), tf, "empty tool name")
+			case seen[t]:
+				p.add(p.line(tf), tf, "tool %q is listed twice", t)
+			case scoped:
+				if _, ok := w.MCPServer(server); !ok {
+					p.add(p.line(tf), tf, "%q names MCP server %q, which is not defined (mcp_servers: %s)", t, server, serverNames(w))
+				}
+			}
+			seen[t] = true
+		}
+	}
+}
+
+func (p *parser) validateRules(w *Workflow) {
+	if len(w.Rules) == 0 && !p.reported("rules") {
+		p.add(p.line("rules"), "rules", "at least one rule is required")
+	}
+	names := map[string]int{}
+	for i, r := range w.Rules {
+		f := fmt.Sprintf("rules[%d]", i)
+		p.checkName(f+".name", r.Name, plainName, "rule", names)
+		if r.When == "" {
+			p.add(p.line(f+".when"), f+".when", "required")
+		}
+		rf := f + ".route"
+		var kinds []string
+		for _, k := range routeKinds {
+			if _, given := p.lines[rf+"."+k]; given {
+				kinds = append(kinds, k)
+			}
+		}
+		switch {
+		case len(kinds) == 0:
+			p.add(p.line(rf), rf, "required: one of %s", strings.Join(routeKinds, ", "))
+			continue
+		case len(kinds) > 1:
+			p.add(p.line(rf), rf, "has %s; a route is exactly one of %s", andList(kinds), strings.Join(routeKinds, ", "))
+			continue
+		}
+		rt := r.Route
+		if p.reported(rf + "." + kinds[0]) {
+			continue
+		}
+		switch RouteKind(kinds[0]) {
+		case RouteAgent:
+			p.checkAgent(w, rf+".agent", rt.Agent, true)
+		case RouteClose:
+			if rt.Close.Outcome == "" {
+				p.add(p.line(rf+".close.outcome"), rf+".close.outcome", "required")
+			}
+		case RouteFork:
+			p.checkAgent(w, rf+".fork.agent", rt.Fork.Agent, false)
+		case RouteApproval:
+			if rt.Approval.Action == "" {
+				p.add(p.line(rf+".approval.action"), rf+".approval.action", "required")
+			}
+		}
+	}
+}
+
+// checkName reports an empty, malformed or repeated name; names maps the
+// names seen so far to their lines.
+func (p *parser) checkName(field, n string, form nameForm, what string, names map[string]int) {
+	line := p.line(field)
+	switch first, dup := names[n]; {
+	case n == "":
+		p.add(line, field, "required")
+	case !form.re.MatchString(n):
+		p.add(line, field, "%q is not a valid %s name (%s)", n, what, form.desc)
+	case dup:
+		p.add(line, field, "duplicate %s %q (first at line %d)", what, n, first)
+	default:
+		names[n] = line
+	}
+}
+
+func (p *parser) checkAgent(w *Workflow, field, n string, required bool) {
+	if n == "" {
+		if required {
+			p.add(p.line(field), field, "required")
+		}
+		return
+	}
+	if _, ok := w.Agent(n); !ok {
+		p.add(p.line(field), field, "%q is not an agent (agents: %s)", n, agentNames(w))
+	}
+}
+
+func agentNames(w *Workflow) string {
+	var out []string
+	for _, a := range w.Agents {
+		if a.Name != "" && !slices.Contains(out, a.Name) {
+			out = append(out, a.Name)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+func serverNames(w *Workflow) string {
+	var out []string
+	for _, s := range w.MCPServers {
+		if s.Name != "" {
+			out = append(out, s.Name)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// andList joins ["a", "b", "c"] as "a, b and c".
+func andList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// CheckScripts reports scripted agents whose script file cannot be read,
+// as a *SpecError pointing at each script field. Parse does not open files;
+// call CheckScripts where the scripts must exist (rath workflow check, the
+// agent worker at start).
+func (w *Workflow) CheckScripts() error {
+	var problems []Problem
+	for i, a := range w.Agents {
+		if a.ScriptPath == "" {
+			continue
+		}
+		f := fmt.Sprintf("agents[%d].script", i)
+		if _, err := os.Stat(a.ScriptPath); err != nil {
+			problems = append(problems, Problem{Line: w.lines[f], Field: f, Message: fmt.Sprintf("cannot read %q: %v", a.Script, err)})
+		}
+	}
+	if len(problems) > 0 {
+		return &SpecError{Path: w.path, Problems: problems}
+	}
+	return nil
+}

@@ -1,0 +1,341 @@
+// Package selector routes sessions: after each event it evaluates the
+// session's workflow rules over the folded state and appends the decision
+// (rath.selector.decided: rule, inputs, candidates, route, reason) and then
+// the routed request. Control flow is data: a session's path can be
+// explained from its log alone.
+package selector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
+)
+
+// Durable is the selector's consumer name. Never derive it from code: a new
+// name is a new consumer that starts from the beginning.
+const Durable = "selector"
+
+// Source is the CloudEvents source of everything the selector emits; the
+// selector does not route on its own events.
+const Source = "rath/selector"
+
+// Built-in rule names recorded in decisions the workflow's rules did not make.
+const (
+	RuleBudget     = "budget"
+	RuleContinue   = "continue"
+	rulePrefixStop = "stop:"
+)
+
+// Selector routes the sessions that run a workflow.
+type Selector struct {
+	c         *client.Client
+	workflows *workflow.Library
+	log       *slog.Logger
+	now       func() time.Time
+}
+
+// New returns a selector.
+func New(c *client.Client, workflows *workflow.Library, log *slog.Logger) *Selector {
+	return &Selector{c: c, workflows: workflows, log: log, now: time.Now}
+}
+
+// Handler is the selector's consume handler: every kind of session event can
+// be a routing point.
+func (s *Selector) Handler() consume.Handler {
+	return consume.Handler{
+		Name: Durable,
+		Tokens: []string{events.TokenLifecycle, events.TokenConversation, events.TokenModel, events.TokenTool,
+			events.TokenMemory, events.TokenControl, events.TokenAgent},
+		Handle:  s.Handle,
+		Workers: 16,
+	}
+}
+
+// plan is what a decision asks for, as recorded in its route string.
+type plan struct {
+	kind   workflow.RouteKind
+	agent  string
+	at     uint64 // fork point
+	detail string // close outcome, approval action
+}
+
+func (p plan) route() string {
+	switch p.kind {
+	case workflow.RouteAgent:
+		return "agent:" + p.agent
+	case workflow.RouteClose:
+		return "close:" + p.detail
+	case workflow.RouteFork:
+		return "fork:" + p.agent + "@" + strconv.FormatUint(p.at, 10)
+	case workflow.RouteApproval:
+		return "approval:" + p.detail
+	}
+	return ""
+}
+
+func parsePlan(route string) (plan, error) {
+	kind, rest, _ := strings.Cut(route, ":")
+	p := plan{kind: workflow.RouteKind(kind)}
+	switch p.kind {
+	case workflow.RouteAgent:
+		p.agent = rest
+	case workflow.RouteClose, workflow.RouteApproval:
+		p.detail = rest
+	case workflow.RouteFork:
+		agent, at, _ := strings.Cut(rest, "@")
+		n, err := strconv.ParseUint(at, 10, 64)
+		if err != nil {
+			return plan{}, fmt.Errorf("route %q: bad fork point", route)
+		}
+		p.agent, p.at = agent, n
+	default:
+		return plan{}, fmt.Errorf("route %q: unknown kind", route)
+	}
+	return p, nil
+}
+
+// maxStale bounds how often one trigger is re-decided because the session
+// moved on while it was being decided.
+const maxStale = 8
+
+// Handle routes a session after one of its events.
+func (s *Selector) Handle(ctx context.Context, ev events.Stored) error {
+	if ev.Source == Source {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.route(ctx, ev)
+		if api.CodeOf(err) != api.CodeStale || attempt >= maxStale {
+			return classify(err)
+		}
+	}
+}
+
+// classify turns ledger refusals into permanent errors (retrying the same
+// trigger cannot help) and leaves the rest transient.
+func classify(err error) error {
+	if err == nil || !api.Permanent(err) {
+		return err
+	}
+	switch api.CodeOf(err) {
+	case api.CodeClosed, api.CodeNotFound:
+		return nil // nothing to route any more
+	}
+	return consume.Permanent(err)
+}
+
+func (s *Selector) route(ctx context.Context, ev events.Stored) error {
+	st, err := s.c.State(ctx, ev.Session, 0)
+	if err != nil {
+		return err
+	}
+	if st.Status != session.StatusActive || st.WorkflowRef == "" {
+		return nil
+	}
+	wf, err := s.workflows.Get(ctx, st.WorkflowRef)
+	if err != nil {
+		return consume.Permanent(err)
+	}
+	// A redelivered trigger whose decision is already in the log: finish
+	// what the decision asked for (idempotently), decide nothing new.
+	for _, d := range st.Decisions {
+		if d.Cause == ev.ID {
+			p, err := parsePlan(d.Route)
+			if err != nil {
+				return consume.Permanent(err)
+			}
+			return s.follow(ctx, st, wf.Workflow, ev, d.Rule, p, d.TurnID)
+		}
+	}
+	var (
+		rule, reason string
+		p            plan
+		decided      *events.SelectorDecided
+	)
+	act, err := workflow.Activation(st, ev)
+	if err != nil {
+		return consume.Permanent(err)
+	}
+	if why, over := wf.Workflow.Exceeded(st, st.Created, s.now()); over {
+		rule, reason, p = RuleBudget, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeBudget}
+	} else if name, why, stop, err := wf.Workflow.Stopped(act); err != nil {
+		return consume.Permanent(err)
+	} else if stop {
+		rule, reason, p = rulePrefixStop+name, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeStopped}
+	} else if pendingTools(st) {
+		return nil // the results will trigger the next decision
+	} else {
+		d, ok, err := wf.Workflow.Decide(act)
+		if err != nil {
+			return consume.Permanent(err)
+		}
+		switch {
+		case ok:
+			rule, reason = d.Rule, d.Reason
+			p = plan{kind: d.Route.Kind(), agent: d.Route.Agent}
+			switch p.kind {
+			case workflow.RouteClose:
+				p.detail = d.Route.Close.Outcome
+			case workflow.RouteFork:
+				p.agent, p.at = d.Route.Fork.Agent, d.ForkAt
+				if p.at == 0 {
+					p.at = st.Seq
+				}
+			case workflow.RouteApproval:
+				p.detail = d.Route.Approval.Action
+			}
+			if decided, err = d.Event(); err != nil {
+				return consume.Permanent(err)
+			}
+		case continues(st, ev):
+			// A turn's tool results are in: the same agent goes on.
+			rule, reason = RuleContinue, "tool results of the last turn are in"
+			p = plan{kind: workflow.RouteAgent, agent: st.LastAgent}
+		default:
+			return nil
+		}
+	}
+	if p.kind == workflow.RouteAgent && st.Turn != nil {
+		return nil // one turn in flight at a time
+	}
+	if decided == nil {
+		decided = &events.SelectorDecided{Rule: rule, Reason: reason, Inputs: mustJSON(map[string]any{"event.type": ev.Type, "event.seq": ev.Seq})}
+	}
+	decided.Route = p.route()
+	var turnID string
+	if p.kind == workflow.RouteAgent {
+		turnID = "turn-" + events.DerivedID(ev.ID, "turn")[:8]
+		decided.Agent, decided.TurnID = p.agent, turnID
+	}
+	// Conditional on the state the decision read: if the session moved on,
+	// the ledger refuses it as stale and the trigger is decided again.
+	if _, err := s.c.Emit(ctx, st.ID, decided, s.opts(ev, "decided", events.WithExpectedSeq(st.Seq))...); err != nil {
+		return err
+	}
+	s.log.Info("routed", "session", st.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
+	return s.follow(ctx, st, wf.Workflow, ev, rule, p, turnID)
+}
+
+// follow appends the request a decision routed to. Every event it emits has
+// an ID derived from the trigger, so following twice stores it once.
+func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.Workflow, ev events.Stored, rule string, p plan, turnID string) error {
+	var err error
+	switch p.kind {
+	case workflow.RouteAgent:
+		_, err = s.c.Emit(ctx, st.ID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, s.opts(ev, "request")...)
+	case workflow.RouteClose:
+		reason := closeReason(wf, rule)
+		_, err = s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: p.detail, Reason: reason}, s.opts(ev, "close")...)
+	case workflow.RouteApproval:
+		approver := ""
+		if r := ruleNamed(wf, rule); r != nil && r.Route.Approval != nil {
+			approver = r.Route.Approval.Approver
+		}
+		_, err = s.c.Emit(ctx, st.ID, &events.ApprovalRequested{ApprovalID: "approval-" + events.DerivedID(ev.ID)[:8], Action: p.detail, Approver: approver}, s.opts(ev, "approval")...)
+	case workflow.RouteFork:
+		err = s.fork(ctx, st, wf, ev, rule, p)
+	}
+	if err != nil && api.CodeOf(err) == api.CodeClosed {
+		return nil
+	}
+	return err
+}
+
+// fork branches the session at the decided point, starts the fork's first
+// turn if the route names an agent, and closes this session as superseded,
+// so that the branch that produced the final answer is explicit.
+func (s *Selector) fork(ctx context.Context, st *session.State, wf *workflow.Workflow, ev events.Stored, rule string, p plan) error {
+	reason := ""
+	if r := ruleNamed(wf, rule); r != nil && r.Route.Fork != nil {
+		reason = r.Route.Fork.Reason
+	}
+	childID := st.ID + "-" + events.DerivedID(ev.ID, "fork")[:8]
+	if _, err := s.c.Fork(ctx, api.ForkRequest{Parent: st.ID, At: p.at, ID: childID, Reason: reason,
+		EventID: events.DerivedID(ev.ID, "fork-event"), Source: Source}); err != nil && api.CodeOf(err) != api.CodeExists {
+		return err
+	}
+	if p.agent != "" {
+		turnID := "turn-" + events.DerivedID(ev.ID, "fork-turn")[:8]
+		d := &events.SelectorDecided{Rule: rule, Route: "agent:" + p.agent, Agent: p.agent, TurnID: turnID,
+			Reason: fmt.Sprintf("first turn of the fork of %s at %d", st.ID, p.at)}
+		if _, err := s.c.Emit(ctx, childID, d, s.opts(ev, "fork-decided")...); err != nil {
+			return err
+		}
+		if _, err := s.c.Emit(ctx, childID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, s.opts(ev, "fork-request")...); err != nil {
+			return err
+		}
+	}
+	_, err := s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: "superseded", Reason: fmt.Sprintf("forked to %s at %d", childID, p.at)}, s.opts(ev, "fork-close")...)
+	return err
+}
+
+func (s *Selector) opts(ev events.Stored, what string, more ...events.Option) []events.Option {
+	corr := ev.Correlation
+	if corr == "" {
+		corr = ev.ID
+	}
+	return append([]events.Option{
+		events.WithID(events.DerivedID(Durable, ev.ID, what)),
+		events.WithSource(Source),
+		events.WithCausation(ev.ID),
+		events.WithCorrelation(corr),
+	}, more...)
+}
+
+// pendingTools reports tool calls requested and not yet finished.
+func pendingTools(st *session.State) bool {
+	for _, t := range st.Tools {
+		if t.Status == session.ToolRequested || t.Status == session.ToolRunning {
+			return true
+		}
+	}
+	return false
+}
+
+// continues reports whether the last turn's tool results just completed.
+func continues(st *session.State, ev events.Stored) bool {
+	if st.Turn != nil || st.LastAgent == "" {
+		return false
+	}
+	return ev.Type == events.TypeToolCompleted || ev.Type == events.TypeToolFailed
+}
+
+func ruleNamed(wf *workflow.Workflow, name string) *workflow.Rule {
+	for i := range wf.Rules {
+		if wf.Rules[i].Name == name {
+			return &wf.Rules[i]
+		}
+	}
+	return nil
+}
+
+func closeReason(wf *workflow.Workflow, rule string) string {
+	if r := ruleNamed(wf, rule); r != nil {
+		if r.Reason != "" {
+			return r.Reason
+		}
+		if r.Route.Close != nil {
+			return r.Route.Close.Reason
+		}
+	}
+	return rule
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,41 @@
+// Package service is the selector's composition root: it wires the event
+// store (for workflow bundles), the ledger client and the selector onto a
+// NATS connection and runs until the context ends.
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/services/selector/internal/selector"
+)
+
+// Config is the selector service's configuration.
+type Config struct {
+	Store eventstore.Config
+}
+
+// DefaultConfig returns the defaults for one embedded server.
+func DefaultConfig() Config { return Config{Store: eventstore.DefaultConfig()} }
+
+// Run routes sessions until ctx ends, then drains.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
+	log = log.With("service", "selector")
+	store, err := eventstore.Open(ctx, nc, cfg.Store)
+	if err != nil {
+		return fmt.Errorf("selector: %w", err)
+	}
+	c, err := client.New(nc, client.WithSource(selector.Source))
+	if err != nil {
+		return fmt.Errorf("selector: %w", err)
+	}
+	s := selector.New(c, workflow.NewLibrary(store.GetBlob), log)
+	return consume.Run(ctx, nc, s.Handler(), consume.RecordInSession(c), log)
+}
