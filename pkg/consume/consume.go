@@ -52,6 +52,10 @@ type Handler struct {
 	AckWait time.Duration
 }
 
+// ShutdownGrace is how long handlers in progress may run on after Run was
+// asked to stop.
+const ShutdownGrace = 10 * time.Second
+
 // Failure records a given-up event in its session. The runner calls it
 // before ending the event's delivery.
 type Failure func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error
@@ -131,6 +135,11 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	for _, t := range h.Types {
 		r.types[t] = true
 	}
+	// Handlers outlive a shutdown request by a grace period, so that work in
+	// progress can finish; then their context ends too. What they did not
+	// finish is redelivered.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
 	shards := make([]chan jetstream.Msg, h.Workers)
 	var wg sync.WaitGroup
 	for i := range shards {
@@ -139,7 +148,7 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 		go func(ch chan jetstream.Msg) {
 			defer wg.Done()
 			for m := range ch {
-				r.deliver(context.WithoutCancel(ctx), m)
+				r.deliver(hctx, m)
 			}
 		}(shards[i])
 	}
@@ -155,6 +164,8 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 		return fmt.Errorf("consume %s: %w", h.Name, err)
 	}
 	<-ctx.Done()
+	grace := time.AfterFunc(ShutdownGrace, hcancel)
+	defer grace.Stop()
 	cc.Drain()
 	<-cc.Closed()
 	for _, ch := range shards {

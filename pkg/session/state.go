@@ -222,6 +222,7 @@ type Decision struct {
 	Seq    uint64 `json:"seq"`
 	Rule   string `json:"rule"`
 	Route  string `json:"route"`
+	Reason string `json:"reason,omitempty"`
 	Cause  string `json:"cause,omitempty"`
 	TurnID string `json:"turn_id,omitempty"`
 }

@@ -155,7 +155,7 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			if err != nil {
 				return consume.Permanent(err)
 			}
-			return s.follow(ctx, st, wf.Workflow, ev, d.Rule, p, d.TurnID)
+			return s.follow(ctx, st, wf.Workflow, ev, d.Rule, d.Reason, p, d.TurnID)
 		}
 	}
 	var (
@@ -224,18 +224,17 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		return err
 	}
 	s.log.Info("routed", "session", st.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
-	return s.follow(ctx, st, wf.Workflow, ev, rule, p, turnID)
+	return s.follow(ctx, st, wf.Workflow, ev, rule, decided.Reason, p, turnID)
 }
 
 // follow appends the request a decision routed to. Every event it emits has
 // an ID derived from the trigger, so following twice stores it once.
-func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.Workflow, ev events.Stored, rule string, p plan, turnID string) error {
+func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.Workflow, ev events.Stored, rule, reason string, p plan, turnID string) error {
 	var err error
 	switch p.kind {
 	case workflow.RouteAgent:
 		_, err = s.c.Emit(ctx, st.ID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, s.opts(ev, "request")...)
 	case workflow.RouteClose:
-		reason := closeReason(wf, rule)
 		_, err = s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: p.detail, Reason: reason}, s.opts(ev, "close")...)
 	case workflow.RouteApproval:
 		approver := ""
@@ -244,7 +243,7 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 		}
 		_, err = s.c.Emit(ctx, st.ID, &events.ApprovalRequested{ApprovalID: "approval-" + events.DerivedID(ev.ID)[:8], Action: p.detail, Approver: approver}, s.opts(ev, "approval")...)
 	case workflow.RouteFork:
-		err = s.fork(ctx, st, wf, ev, rule, p)
+		err = s.fork(ctx, st, ev, rule, reason, p)
 	}
 	if err != nil && api.CodeOf(err) == api.CodeClosed {
 		return nil
@@ -255,11 +254,7 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 // fork branches the session at the decided point, starts the fork's first
 // turn if the route names an agent, and closes this session as superseded,
 // so that the branch that produced the final answer is explicit.
-func (s *Selector) fork(ctx context.Context, st *session.State, wf *workflow.Workflow, ev events.Stored, rule string, p plan) error {
-	reason := ""
-	if r := ruleNamed(wf, rule); r != nil && r.Route.Fork != nil {
-		reason = r.Route.Fork.Reason
-	}
+func (s *Selector) fork(ctx context.Context, st *session.State, ev events.Stored, rule, reason string, p plan) error {
 	childID := st.ID + "-" + events.DerivedID(ev.ID, "fork")[:8]
 	if _, err := s.c.Fork(ctx, api.ForkRequest{Parent: st.ID, At: p.at, ID: childID, Reason: reason,
 		EventID: events.DerivedID(ev.ID, "fork-event"), Source: Source}); err != nil && api.CodeOf(err) != api.CodeExists {
@@ -318,18 +313,6 @@ func ruleNamed(wf *workflow.Workflow, name string) *workflow.Rule {
 		}
 	}
 	return nil
-}
-
-func closeReason(wf *workflow.Workflow, rule string) string {
-	if r := ruleNamed(wf, rule); r != nil {
-		if r.Reason != "" {
-			return r.Reason
-		}
-		if r.Route.Close != nil {
-			return r.Route.Close.Reason
-		}
-	}
-	return rule
 }
 
 func mustJSON(v any) []byte {
