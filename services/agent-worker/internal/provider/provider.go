@@ -1,0 +1,89 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Role says who wrote a Message.
+type Role string
+
+// The roles of a conversation. A tool message carries the result of the
+// assistant tool call named by its ToolCallID.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Stop reasons a Response reports, normalised across providers so the caller
+// branches on one vocabulary. A provider's own value that has no equivalent
+// here is passed through unchanged; the raw value is always in
+// Response.ResponseBody.
+const (
+	StopEndTurn   = "end_turn"   // the model finished its answer (OpenAI "stop")
+	StopToolUse   = "tool_use"   // the model wants tool results (OpenAI "tool_calls")
+	StopMaxTokens = "max_tokens" // the answer was cut at MaxTokens (OpenAI "length")
+)
+
+// Message is one entry of a conversation sent to a model.
+type Message struct {
+	Role    Role
+	Content string
+	// ToolCalls are the calls an assistant message asked for.
+	ToolCalls []ToolCall
+	// ToolCallID names the call a tool message answers.
+	ToolCallID string
+}
+
+// ToolCall is a model's request to run one tool.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments json.RawMessage // a JSON value, usually an object
+}
+
+// Tool describes a tool the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  json.RawMessage // a JSON Schema object
+}
+
+// Request is one model call: the whole conversation so far, since the
+// providers are stateless.
+type Request struct {
+	// Agent names the agent making the call; Scripted picks its script by it.
+	Agent string
+	// Model overrides the provider's configured model when set.
+	Model     string
+	System    string
+	Messages  []Message
+	Tools     []Tool
+	MaxTokens int // 0: the provider's default
+}
+
+// Response is a model's answer to one Request.
+type Response struct {
+	Content    string
+	ToolCalls  []ToolCall
+	StopReason string
+	TokensIn   int64
+	TokensOut  int64
+	Model      string
+	// RequestBody and ResponseBody are the HTTP bodies as sent and received,
+	// kept as evidence. Headers are not kept, so API keys are never inside;
+	// a key that somehow appears in a body is replaced by "[REDACTED]".
+	// Scripted leaves both nil; Recorded returns what was recorded.
+	RequestBody  []byte
+	ResponseBody []byte
+}
+
+// Provider completes a conversation with a model. Implementations are safe
+// for concurrent use. A failed call returns an *Error when the provider was
+// reached or a connection failed; WithRetry retries those marked Retryable.
+type Provider interface {
+	Name() string
+	Complete(ctx context.Context, req Request) (Response, error)
+}

@@ -1,0 +1,244 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const coderScript = `
+turns:
+  - content: Running the tests.
+    tool_calls:
+      - name: run_tests
+        arguments: {package: ./..., flags: [-race, -count=1], verbose: true}
+  - when_contains: FAIL
+    content: Fixing the failing test.
+    tool_calls:
+      - name: edit_file
+        arguments:
+          path: calc.go
+          1: numeric key
+  - when_contains: ok
+    content: All tests pass.
+    tokens_in: 1200
+    tokens_out: 40
+    stop_reason: end_turn
+`
+
+func loadTestScript(t *testing.T, text string) Script {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadScript(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// history builds a coder conversation: the task, then for each tool output
+// an assistant turn calling a tool and the tool's answer.
+func history(toolOutputs ...string) Request {
+	req := Request{Agent: "coder", Model: "scripted-1", Messages: []Message{{Role: RoleUser, Content: "Make the tests pass."}}}
+	for i, out := range toolOutputs {
+		id := "call_coder_" + string(rune('0'+i)) + "_0"
+		req.Messages = append(req.Messages,
+			Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: id, Name: "run_tests", Arguments: json.RawMessage(`{}`)}}},
+			Message{Role: RoleTool, ToolCallID: id, Content: out},
+		)
+	}
+	return req
+}
+
+func TestLoadScript(t *testing.T) {
+	s := loadTestScript(t, coderScript)
+	if len(s.Turns) != 3 {
+		t.Fatalf("got %d turns, want 3", len(s.Turns))
+	}
+	assertJSON(t, "turn 0 arguments", s.Turns[0].ToolCalls[0].Arguments,
+		`{"package":"./...","flags":["-race","-count=1"],"verbose":true}`)
+	assertJSON(t, "turn 1 arguments", s.Turns[1].ToolCalls[0].Arguments, `{"path":"calc.go","1":"numeric key"}`)
+	if s.Turns[1].WhenContains != "FAIL" || s.Turns[2].TokensIn != 1200 || s.Turns[2].StopReason != "end_turn" {
+		t.Errorf("fields not decoded: %+v", s.Turns)
+	}
+
+	bare := loadTestScript(t, "- content: hi\n- tool_calls: [{name: ls}]\n")
+	if len(bare.Turns) != 2 || string(bare.Turns[1].ToolCalls[0].Arguments) != "{}" {
+		t.Errorf("bare list: %+v", bare.Turns)
+	}
+}
+
+func TestLoadScriptErrors(t *testing.T) {
+	tests := map[string]string{
+		"unknown turn field": "turns:\n  - content: hi\n    when_contain: FAIL\n",
+		"unknown call field": "turns:\n  - tool_calls: [{name: ls, args: {}}]\n",
+		"call without name":  "turns:\n  - tool_calls: [{arguments: {}}]\n",
+		"no turns":           "turns: []\n",
+		"not yaml":           "turns: [\n",
+	}
+	for name, text := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "script.yaml")
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := LoadScript(path); err == nil {
+				t.Error("LoadScript accepted a bad script")
+			}
+		})
+	}
+	if _, err := LoadScript(filepath.Join(t.TempDir(), "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestScriptedTurnSelection(t *testing.T) {
+	p := NewScripted(map[string]Script{"coder": loadTestScript(t, coderScript)})
+	tests := []struct {
+		name     string
+		req      Request
+		content  string
+		toolCall *ToolCall
+		stop     string
+	}{
+		{"first turn", history(), "Running the tests.",
+			&ToolCall{ID: "call_coder_0_0", Name: "run_tests", Arguments: json.RawMessage(`{"flags":["-race","-count=1"],"package":"./...","verbose":true}`)},
+			StopToolUse},
+		{"branch on failure", history("--- FAIL: TestAdd"), "Fixing the failing test.",
+			&ToolCall{ID: "call_coder_1_0", Name: "edit_file", Arguments: json.RawMessage(`{"1":"numeric key","path":"calc.go"}`)},
+			StopToolUse},
+		{"branch on success skips the FAIL turn", history("ok  \texample.com/calc\t0.01s"), "All tests pass.", nil, StopEndTurn},
+		{"after the fix", history("--- FAIL: TestAdd", "edited", "ok  \texample.com/calc"), "", nil, ""},
+		{"fix then pass", history("--- FAIL: TestAdd", "ok  \texample.com/calc"), "All tests pass.", nil, StopEndTurn},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := p.Complete(context.Background(), tt.req)
+			if tt.content == "" {
+				if !errors.Is(err, ErrScriptExhausted) {
+					t.Fatalf("Complete() = %+v, %v; want ErrScriptExhausted", resp, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Content != tt.content || resp.StopReason != tt.stop || resp.Model != "scripted-1" {
+				t.Errorf("got content %q stop %q model %q, want %q %q", resp.Content, resp.StopReason, resp.Model, tt.content, tt.stop)
+			}
+			var want []ToolCall
+			if tt.toolCall != nil {
+				want = []ToolCall{*tt.toolCall}
+			}
+			if !reflect.DeepEqual(resp.ToolCalls, want) {
+				t.Errorf("tool calls = %s, want %s", mustJSON(resp.ToolCalls), mustJSON(want))
+			}
+			if resp.TokensIn <= 0 || resp.TokensOut <= 0 {
+				t.Errorf("tokens %d/%d, want derived positive counts", resp.TokensIn, resp.TokensOut)
+			}
+		})
+	}
+}
+
+func TestScriptedTokens(t *testing.T) {
+	p := NewScripted(map[string]Script{"coder": loadTestScript(t, coderScript)})
+	resp, err := p.Complete(context.Background(), history("ok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.TokensIn != 1200 || resp.TokensOut != 40 {
+		t.Errorf("explicit tokens: got %d/%d, want 1200/40", resp.TokensIn, resp.TokensOut)
+	}
+	short, _ := p.Complete(context.Background(), history())
+	long := history()
+	long.Messages[0].Content = strings.Repeat("longer task ", 100)
+	longResp, _ := p.Complete(context.Background(), long)
+	if longResp.TokensIn <= short.TokensIn {
+		t.Errorf("derived tokens_in does not grow with the input: %d <= %d", longResp.TokensIn, short.TokensIn)
+	}
+}
+
+func TestScriptedDeterministic(t *testing.T) {
+	script := loadTestScript(t, coderScript)
+	req := history("--- FAIL: TestAdd")
+	first, err := NewScripted(map[string]Script{"coder": script}).Complete(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fresh provider (a restarted worker) and a repeated call give the
+	// same answer: selection depends on the request only.
+	p := NewScripted(map[string]Script{"coder": script})
+	for range 3 {
+		again, err := p.Complete(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(first, again) {
+			t.Fatalf("responses differ:\n%+v\n%+v", first, again)
+		}
+	}
+}
+
+func TestScriptedErrorsAreNotRetried(t *testing.T) {
+	p := NewScripted(map[string]Script{"coder": {Turns: []Turn{{Content: "only turn"}}}})
+	tests := []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"exhausted", history("ok"), ErrScriptExhausted},
+		{"unknown agent", Request{Agent: "reviewer"}, ErrNoScript},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var attempts []Attempt
+			_, err := WithRetry(p, fastRetry, func(a Attempt) { attempts = append(attempts, a) }).Complete(context.Background(), tt.req)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			var perr *Error
+			if errors.As(err, &perr) {
+				t.Errorf("scripted error is an *Error: %v", perr)
+			}
+			if len(attempts) != 1 || attempts[0].RetryIn != 0 {
+				t.Errorf("attempts = %+v, want one final attempt", attempts)
+			}
+			if !strings.Contains(err.Error(), "after 1 attempt") {
+				t.Errorf("err = %q, want the attempt count", err)
+			}
+		})
+	}
+}
+
+func TestRecorded(t *testing.T) {
+	recorded := []Response{
+		{Content: "one", ToolCalls: []ToolCall{{ID: "toolu_1", Name: "ls", Arguments: json.RawMessage(`{}`)}}, TokensIn: 10, TokensOut: 2, RequestBody: []byte(`{}`)},
+		{Content: "two", StopReason: StopEndTurn},
+	}
+	p := FromRecorded(recorded)
+	for i, want := range recorded {
+		got, err := p.Complete(context.Background(), Request{Agent: "whatever"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("response %d = %+v, want %+v", i, got, want)
+		}
+	}
+	if _, err := p.Complete(context.Background(), Request{}); !errors.Is(err, ErrRecordingExhausted) {
+		t.Errorf("after the recording: %v, want ErrRecordingExhausted", err)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

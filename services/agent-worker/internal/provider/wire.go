@@ -1,0 +1,126 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// exchange records the one HTTP round trip of a model call. Both SDKs take it
+// as a per-request middleware, so it sees the request as sent (after the SDK
+// has serialised the body) and the response before the SDK decodes it. Only
+// bodies, status and response headers are kept: request headers, where the
+// API key lives, are never read.
+type exchange struct {
+	sent         bool // the SDK got as far as sending
+	requestBody  []byte
+	status       int
+	header       http.Header
+	responseBody []byte
+}
+
+// middleware has the shape of both SDKs' option.Middleware.
+func (x *exchange) middleware(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	x.sent = true
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read request body: %w", err)
+		}
+		x.requestBody = b
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	res, err := next(req)
+	if err != nil || res == nil {
+		return res, err
+	}
+	x.status = res.StatusCode
+	x.header = res.Header.Clone()
+	b, err := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if err != nil {
+		// The connection dropped mid-body: report it as a transport failure.
+		x.status = 0
+		return nil, fmt.Errorf("read response body: %w", err)
+	}
+	x.responseBody = b
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	return res, nil
+}
+
+// failure turns an SDK error into what Complete returns. A caller that gave
+// up (ctx done) gets its context error, which is never retried. An error
+// status becomes an *Error carrying the provider's message; a request that
+// never got an answer is a retryable connection failure; anything before
+// sending or after a 2xx (building or decoding) is a permanent *Error.
+func (x *exchange) failure(ctx context.Context, provider, key string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("%s: %w", provider, ctxErr)
+	}
+	switch {
+	case x.status >= 400:
+		return &Error{
+			Provider:   provider,
+			Status:     x.status,
+			Retryable:  retryableStatus(x.status),
+			RetryAfter: retryAfter(x.header, time.Now()),
+			Message:    redact(apiMessage(x.responseBody, x.status), key),
+		}
+	case !x.sent:
+		return &Error{Provider: provider, Message: redact("request not sent: "+err.Error(), key)}
+	case x.status == 0:
+		return &Error{Provider: provider, Retryable: true, Message: redact("no response: "+err.Error(), key)}
+	default:
+		return &Error{Provider: provider, Status: x.status, Message: redact("decode response: "+err.Error(), key)}
+	}
+}
+
+// evidence returns the bodies for Response, with the key removed.
+func (x *exchange) evidence(key string) (request, response []byte) {
+	return redactBytes(x.requestBody, key), redactBytes(x.responseBody, key)
+}
+
+// apiMessage extracts the explanation from an error body. OpenAI sends
+// {"error":{"message","type","code"}}, Anthropic
+// {"type":"error","error":{"type","message"}}; proxies send anything, so the
+// fallback is the start of the body or the status text.
+func apiMessage(body []byte, status int) string {
+	var e struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		if e.Error.Type != "" {
+			return e.Error.Type + ": " + e.Error.Message
+		}
+		return e.Error.Message
+	}
+	text := strings.Join(strings.Fields(string(body)), " ")
+	if text == "" {
+		return http.StatusText(status)
+	}
+	const limit = 300
+	if len(text) > limit {
+		text = strings.ToValidUTF8(text[:limit], "") + "…"
+	}
+	return text
+}
+
+// redact removes key from the model's text and tool arguments. A model cannot
+// know the key, but an echoing proxy or a prompt that contained it can put it
+// there, and the response becomes a session event.
+func (r Response) redact(key string) Response {
+	r.Content = redact(r.Content, key)
+	for i, c := range r.ToolCalls {
+		r.ToolCalls[i].Arguments = redactBytes(c.Arguments, key)
+	}
+	return r
+}

@@ -1,0 +1,389 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// BackendLocal is the name of the local backend.
+const BackendLocal = "local"
+
+// Limits bound each command a workspace runs.
+type Limits struct {
+	// Timeout is the wall-clock limit of a Cmd without its own.
+	Timeout time.Duration
+	// MaxTimeout caps a Cmd's own timeout.
+	MaxTimeout time.Duration
+	// CPU is RLIMIT_CPU (rounded up to seconds); zero leaves it unlimited.
+	CPU time.Duration
+	// Memory is RLIMIT_AS, the address space in bytes; zero leaves it
+	// unlimited. Address space is not resident memory: runtimes that reserve
+	// large ranges up front (the Go race detector, some JVMs) need it off.
+	Memory int64
+	// OpenFiles is RLIMIT_NOFILE; zero leaves it as inherited.
+	OpenFiles int64
+	// FileSize is RLIMIT_FSIZE, the largest file a command may write, in
+	// bytes; zero leaves it unlimited.
+	FileSize int64
+	// Output caps what is kept of stdout and of stderr, in bytes each. The
+	// rest is read and counted, never buffered.
+	Output int64
+}
+
+// Config configures the local backend.
+type Config struct {
+	// Root holds one workspace per session, named by the session ID, and the
+	// backend's scratch directories (names starting with a dot).
+	Root string
+	// Host is reported as the workspaces' host; empty means os.Hostname.
+	Host string
+	// Path is the PATH commands see.
+	Path string
+	// Env adds KEY=VALUE entries to every command's environment, after the
+	// defaults (PATH, HOME, TMPDIR, LANG), which they may override. Nothing
+	// else of the runner's environment reaches a command: pass GOCACHE,
+	// GOPATH, GOFLAGS, GOPROXY=off and the like here.
+	Env []string
+	// Git is the git binary the backend itself uses; empty means "git" in
+	// the runner's PATH.
+	Git string
+	// Limits bound every command.
+	Limits Limits
+}
+
+// DefaultConfig returns the defaults; Root must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		Limits: Limits{
+			Timeout:    2 * time.Minute,
+			MaxTimeout: 30 * time.Minute,
+			CPU:        10 * time.Minute,
+			Memory:     8 << 30,
+			OpenFiles:  4096,
+			FileSize:   1 << 30,
+			Output:     1 << 20,
+		},
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Root == "" {
+		errs = append(errs, errors.New("sandbox root directory is required"))
+	}
+	if c.Path == "" {
+		errs = append(errs, errors.New("sandbox PATH is required"))
+	}
+	for _, kv := range c.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("sandbox environment entry %q is not KEY=VALUE", kv))
+		}
+	}
+	l := c.Limits
+	if l.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("default timeout must be positive, got %v", l.Timeout))
+	}
+	if l.MaxTimeout < l.Timeout {
+		errs = append(errs, fmt.Errorf("maximum timeout %v is below the default timeout %v", l.MaxTimeout, l.Timeout))
+	}
+	if l.CPU < 0 || l.Memory < 0 || l.OpenFiles < 0 || l.FileSize < 0 {
+		errs = append(errs, errors.New("resource limits must not be negative"))
+	}
+	if l.Output <= 0 {
+		errs = append(errs, fmt.Errorf("output cap must be positive, got %d", l.Output))
+	}
+	return errors.Join(errs...)
+}
+
+// Local is the backend that keeps workspaces in directories of this host.
+type Local struct {
+	cfg     Config
+	root    string // cfg.Root, absolute and free of symbolic links
+	host    string
+	git     string
+	gitHome string // empty HOME of the backend's own git commands
+	runs    string // parent of per-run temporary directories
+	staging string // where Place builds a workspace before renaming it in
+}
+
+// NewLocal prepares the root directory.
+func NewLocal(cfg Config) (*Local, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Root, 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox root: %w", err)
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err == nil {
+		root, err = filepath.EvalSymlinks(root)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox root: %w", err)
+	}
+	l := &Local{
+		cfg:     cfg,
+		root:    root,
+		host:    cfg.Host,
+		gitHome: filepath.Join(root, ".git-home"),
+		runs:    filepath.Join(root, ".runs"),
+		staging: filepath.Join(root, ".staging"),
+	}
+	for _, d := range []string{l.gitHome, l.runs, l.staging} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox root: %w", err)
+		}
+	}
+	if l.host == "" {
+		if l.host, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("sandbox host: %w", err)
+		}
+	}
+	l.git = cfg.Git
+	if l.git == "" {
+		l.git = "git"
+	}
+	if l.git, err = exec.LookPath(l.git); err != nil {
+		return nil, fmt.Errorf("sandbox git: %w", err)
+	}
+	return l, nil
+}
+
+// Place implements Backend. The workspace is built in a staging directory
+// and renamed into place, so a crash never leaves a half-made workspace
+// behind a session's name, and two racing Places of one session cannot both
+// succeed.
+func (l *Local) Place(ctx context.Context, sessionID string, from *Seed) (Workspace, error) {
+	if err := events.ValidateSessionID(sessionID); err != nil {
+		return nil, fmt.Errorf("place %s: %w", sessionID, err)
+	}
+	if from == nil {
+		from = &Seed{}
+	}
+	dir := filepath.Join(l.root, sessionID)
+	if _, err := os.Lstat(dir); err == nil {
+		return nil, fmt.Errorf("place %s: %w", sessionID, ErrExists)
+	}
+	stage, err := os.MkdirTemp(l.staging, sessionID+"-")
+	if err != nil {
+		return nil, fmt.Errorf("place %s: %w", sessionID, err)
+	}
+	defer os.RemoveAll(stage)
+	if err := os.Chmod(stage, 0o755); err != nil {
+		return nil, fmt.Errorf("place %s: %w", sessionID, err)
+	}
+	if err := l.seed(ctx, stage, from); err != nil {
+		return nil, fmt.Errorf("place %s: %w", sessionID, err)
+	}
+	if err := os.Rename(stage, dir); err != nil {
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
+			return nil, fmt.Errorf("place %s: %w", sessionID, ErrExists)
+		}
+		return nil, fmt.Errorf("place %s: %w", sessionID, err)
+	}
+	return l.workspace(sessionID, dir), nil
+}
+
+// Open returns the workspace a previous Place made, for example after the
+// runner restarted. It returns ErrNotFound if there is none.
+func (l *Local) Open(sessionID string) (Workspace, error) {
+	if err := events.ValidateSessionID(sessionID); err != nil {
+		return nil, fmt.Errorf("open workspace %s: %w", sessionID, err)
+	}
+	dir := filepath.Join(l.root, sessionID)
+	if fi, err := os.Stat(filepath.Join(dir, ".git")); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("open workspace %s: %w", sessionID, ErrNotFound)
+	}
+	return l.workspace(sessionID, dir), nil
+}
+
+func (l *Local) workspace(sessionID, dir string) *localWorkspace {
+	return &localWorkspace{l: l, id: "local-" + sessionID, dir: dir}
+}
+
+// branch is the one branch of every workspace.
+const branch = "session"
+
+// seed fills the empty directory dir as from says.
+func (l *Local) seed(ctx context.Context, dir string, from *Seed) error {
+	switch {
+	case from.Dir != "" && (from.Parent != nil || from.Commit != ""):
+		return errors.New("seed: a directory and a parent are exclusive")
+	case from.Parent != nil:
+		return l.fork(ctx, dir, from.Parent, from.Commit)
+	case from.Commit != "":
+		return errors.New("seed: a commit needs a parent workspace")
+	}
+	if _, err := l.runGit(ctx, dir, "init", "--quiet", "--initial-branch="+branch); err != nil {
+		return err
+	}
+	msg := "empty workspace"
+	if from.Dir != "" {
+		if err := copyTree(from.Dir, dir); err != nil {
+			return fmt.Errorf("seed from %s: %w", from.Dir, err)
+		}
+		msg = "seed from " + filepath.Base(from.Dir)
+	}
+	if _, err := l.runGit(ctx, dir, "add", "--all"); err != nil {
+		return err
+	}
+	_, err := l.runGit(ctx, dir, "commit", "--quiet", "--no-verify", "--allow-empty", "--message", msg)
+	return err
+}
+
+// fork makes dir a repository holding the parent's history up to commit and
+// nothing after it: fetching one commit transfers only what it reaches, so
+// the parent's later commits, branches and tags never exist in the fork.
+func (l *Local) fork(ctx context.Context, dir string, parent Workspace, commit string) error {
+	if parent.Backend() != BackendLocal {
+		return fmt.Errorf("seed: cannot fork a %s workspace locally", parent.Backend())
+	}
+	if err := checkCommit(commit); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	full, err := l.runGit(ctx, parent.Dir(), "rev-parse", "--verify", "--quiet", "--end-of-options", commit+"^{commit}")
+	if err != nil {
+		return fmt.Errorf("seed: commit %s of %s: %w", commit, parent.ID(), err)
+	}
+	full = strings.TrimSpace(full)
+	if _, err := l.runGit(ctx, dir, "init", "--quiet", "--initial-branch="+branch); err != nil {
+		return err
+	}
+	if _, err := l.runGit(ctx, dir, "fetch", "--quiet", "--no-tags", "--end-of-options", parent.Dir(), full); err != nil {
+		return err
+	}
+	_, err = l.runGit(ctx, dir, "checkout", "--quiet", "-B", branch, full)
+	return err
+}
+
+var commitRE = regexp.MustCompile(`^[0-9a-f]{4,64}$`)
+
+// checkCommit admits commit hashes only, so that a caller's string is never
+// read by git as an option or a revision expression.
+func checkCommit(c string) error {
+	if !commitRE.MatchString(c) {
+		return fmt.Errorf("%q is not a commit hash", c)
+	}
+	return nil
+}
+
+// gitConfig pins every setting the backend's own git commands depend on and
+// disables what a command run in the workspace could plant in .git/config
+// to have the runner execute it: hooks, fsmonitor, external diff drivers.
+var gitConfig = []string{
+	"-c", "user.name=rath",
+	"-c", "user.email=rath@localhost",
+	"-c", "commit.gpgsign=false",
+	"-c", "tag.gpgsign=false",
+	"-c", "core.hooksPath=/dev/null",
+	"-c", "core.fsmonitor=false",
+	"-c", "core.autocrlf=false",
+	"-c", "init.templateDir=",
+	"-c", "advice.detachedHead=false",
+}
+
+// runGit runs the backend's git in dir and returns its stdout. The
+// environment is built from nothing: no global or system configuration, a
+// HOME without dotfiles, no prompts.
+func (l *Local) runGit(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, l.git, append(append([]string{}, gitConfig...), args...)...)
+	cmd.Dir = dir
+	cmd.Env = []string{
+		"PATH=" + l.cfg.Path,
+		"HOME=" + l.gitHome,
+		"LANG=C",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_CONFIG_SYSTEM=/dev/null",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_OPTIONAL_LOCKS=0",
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", fmt.Errorf("git %s: %s", args[0], msg)
+	}
+	return stdout.String(), nil
+}
+
+// localWorkspace is a workspace of the local backend.
+type localWorkspace struct {
+	l   *Local
+	id  string
+	dir string
+	mu  sync.Mutex // serialises git commands that take the index lock
+}
+
+func (w *localWorkspace) ID() string      { return w.id }
+func (w *localWorkspace) Backend() string { return BackendLocal }
+func (w *localWorkspace) Host() string    { return w.l.host }
+func (w *localWorkspace) Dir() string     { return w.dir }
+
+func (w *localWorkspace) Head(ctx context.Context) (string, error) {
+	out, err := w.l.runGit(ctx, w.dir, "rev-parse", "--verify", "HEAD")
+	if err != nil {
+		return "", fmt.Errorf("head of %s: %w", w.id, err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+func (w *localWorkspace) Commit(ctx context.Context, message string) (string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.TrimSpace(message) == "" {
+		message = "checkpoint"
+	}
+	if _, err := w.l.runGit(ctx, w.dir, "add", "--all"); err != nil {
+		return "", fmt.Errorf("commit %s: %w", w.id, err)
+	}
+	// Committing only when the index differs from HEAD keeps "nothing
+	// changed" a no-op instead of an empty commit per call.
+	staged, err := w.l.runGit(ctx, w.dir, "diff", "--cached", "--name-only", "--no-ext-diff")
+	if err != nil {
+		return "", fmt.Errorf("commit %s: %w", w.id, err)
+	}
+	if staged != "" {
+		if _, err := w.l.runGit(ctx, w.dir, "commit", "--quiet", "--no-verify", "--message", message); err != nil {
+			return "", fmt.Errorf("commit %s: %w", w.id, err)
+		}
+	}
+	return w.Head(ctx)
+}
+
+func (w *localWorkspace) Diff(ctx context.Context, from, to string) (string, error) {
+	if err := checkCommit(from); err != nil {
+		return "", fmt.Errorf("diff %s: %w", w.id, err)
+	}
+	if err := checkCommit(to); err != nil {
+		return "", fmt.Errorf("diff %s: %w", w.id, err)
+	}
+	out, err := w.l.runGit(ctx, w.dir, "diff", "--no-color", "--no-ext-diff", "--no-textconv", from, to, "--")
+	if err != nil {
+		return "", fmt.Errorf("diff %s: %w", w.id, err)
+	}
+	return out, nil
+}
+
+func (w *localWorkspace) Resolve(rel string) (string, error) {
+	return resolve(w.dir, rel)
+}

@@ -1,0 +1,200 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Run implements Workspace. The command runs as the leader of a new process
+// group in the workspace directory, through the rlimit helper (rlimit.go).
+// When the timeout expires or ctx is done, the whole group is killed; after
+// the leader exits for any reason, what is left of the group (background
+// jobs, daemons) is killed too, so a run leaves no process behind except one
+// that moved itself to another group or session.
+func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
+	if len(c.Args) == 0 || c.Args[0] == "" {
+		return Result{}, errors.New("run: empty command")
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	}
+	lim := w.l.cfg.Limits
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = lim.Timeout
+	}
+	timeout = min(timeout, lim.MaxTimeout)
+
+	tmp, err := os.MkdirTemp(w.l.runs, "run-")
+	if err != nil {
+		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	}
+	defer removeAll(tmp)
+	home, tmpdir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
+	for _, d := range []string{home, tmpdir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+		}
+	}
+	env := append([]string{
+		"PATH=" + w.l.cfg.Path,
+		"HOME=" + home,
+		"TMPDIR=" + tmpdir,
+		"LANG=C.UTF-8",
+	}, w.l.cfg.Env...)
+
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	}
+	defer statusR.Close()
+	stdout, stderr := &capture{limit: lim.Output}, &capture{limit: lim.Output}
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        append([]string{helperArg0, newRlimits(lim).encode()}, c.Args...),
+		Dir:         w.dir,
+		Env:         env,
+		Stdin:       c.Stdin,
+		Stdout:      stdout,
+		Stderr:      stderr,
+		ExtraFiles:  []*os.File{statusW},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// Bounds the wait for output pipes held open by a process that left
+		// the group, and so survived the group kill.
+		WaitDelay: 2 * time.Second,
+	}
+	start := time.Now()
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
+		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	}
+	pid := cmd.Process.Pid
+	status := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(statusR, 4096))
+		status <- string(b)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- waitExited(pid) }()
+
+	var res Result
+	var ctxErr, waitErr error
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case waitErr = <-exited:
+	case <-timer.C:
+		res.TimedOut = true
+		killGroup(pid)
+		waitErr = <-exited
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		killGroup(pid)
+		waitErr = <-exited
+	}
+	// The leader has exited but is not reaped yet, so its pid, which is the
+	// group's ID, cannot be reused: this kill reaches only this run's
+	// stragglers.
+	killGroup(pid)
+	err = cmd.Wait()
+	res.Duration = time.Since(start)
+	if waitErr != nil {
+		return Result{}, fmt.Errorf("run in %s: wait: %w", w.id, waitErr)
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) && !errors.Is(err, exec.ErrWaitDelay) {
+		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	}
+
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		res.Killed = true
+		res.ExitCode = 128 + int(ws.Signal())
+	default:
+		res.ExitCode = ws.ExitStatus()
+	}
+	res.Stdout, res.StdoutBytes = string(stdout.buf), stdout.total
+	res.Stderr, res.StderrBytes = string(stderr.buf), stderr.total
+	res.Truncated = stdout.total > int64(len(stdout.buf)) || stderr.total > int64(len(stderr.buf))
+	res.Limits = "timeout=" + timeout.String()
+	if s := <-status; s != "" {
+		res.Limits += " " + s
+	} else {
+		res.Limits += " rlimits=unknown (the helper ended before applying them)"
+	}
+	if ctxErr != nil {
+		return res, fmt.Errorf("run in %s: %w", w.id, ctxErr)
+	}
+	return res, nil
+}
+
+// capture keeps the first limit bytes written to it and counts the rest. It
+// never fails a write, so the command is never blocked or broken by a full
+// pipe: its output is drained to the end whatever its size.
+type capture struct {
+	limit int64
+	buf   []byte
+	total int64
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.total += int64(len(p))
+	if room := c.limit - int64(len(c.buf)); room > 0 {
+		c.buf = append(c.buf, p[:min(room, int64(len(p)))]...)
+	}
+	return len(p), nil
+}
+
+// killGroup sends SIGKILL to a process group. ESRCH (nothing left) is the
+// expected outcome after the leader exited, and there is nothing to do about
+// other errors but let the wait report what happened.
+func killGroup(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// pPID is P_PID of waitid(2).
+const pPID = 1
+
+// waitExited blocks until the child pid has exited, without reaping it
+// (WNOWAIT), as the os package does internally: until cmd.Wait reaps it,
+// the pid stays taken, which keeps killGroup safe from pid reuse.
+func waitExited(pid int) error {
+	var info [128]byte // siginfo_t, unused
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		default:
+			return errno
+		}
+	}
+}
+
+// removeAll removes a run's temporary directory, first making its
+// directories writable: a command may have left read-only ones behind.
+func removeAll(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(path, 0o700)
+		}
+		return nil
+	})
+	_ = os.RemoveAll(dir)
+}
