@@ -137,6 +137,7 @@ var examples = map[string]any{
 		SandboxID: "sbx-7f3a2c",
 		Host:      "runner-eu-3",
 		Workspace: "/workspace/acme-app",
+		Commit:    "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
 		Reason:    "session started",
 	},
 	events.TypeMemoryRecalled: events.MemoryRecalled{

@@ -27,6 +27,9 @@ const (
 	BucketSnapshots = "rath-snapshots"
 	// BucketSessions holds one index record per session (status, labels, lineage).
 	BucketSessions = "rath-sessions"
+	// BucketTools is the tool registry: one entry per tool (built-in, MCP or
+	// custom) with its description and JSON Schema, keyed by tool name.
+	BucketTools = "rath-tools"
 	// BucketBlobs is the object store of large evidence (model request and
 	// response bodies, tool output, diffs), named by content hash.
 	BucketBlobs = "rath-blobs"

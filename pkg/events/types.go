@@ -207,7 +207,10 @@ type SandboxPlaced struct {
 	SandboxID string `json:"sandbox_id"`
 	Host      string `json:"host,omitempty"`
 	Workspace string `json:"workspace,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	// Commit is the workspace's commit when it was placed (a fork's
+	// workspace is materialised at the commit recorded at the fork point).
+	Commit string `json:"commit,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // MemoryItemRef names one version of a memory item and its recall score.

@@ -69,6 +69,7 @@ type Store struct {
 	snapshots jetstream.KeyValue
 	index     jetstream.KeyValue
 	blobs     jetstream.ObjectStore
+	tools     jetstream.KeyValue
 	cfg       Config
 }
 
@@ -154,6 +155,15 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketSessions, err)
+	}
+	if s.tools, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      events.BucketTools,
+		Description: "Rath: tool registry, key = tool name",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", events.BucketTools, err)
 	}
 	if s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      events.BucketBlobs,

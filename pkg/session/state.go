@@ -209,7 +209,11 @@ type MemoryEvent struct {
 
 // Placement is where the session's side effects happen.
 type Placement struct {
-	Seq       uint64 `json:"seq"`
+	Seq uint64 `json:"seq"`
+	// Session is the session that placed it: a fork inherits its parent's
+	// placement until it is placed itself.
+	Session   string `json:"session"`
+	Commit    string `json:"commit,omitempty"`
 	Backend   string `json:"backend"`
 	SandboxID string `json:"sandbox_id"`
 	Host      string `json:"host,omitempty"`
