@@ -1,0 +1,294 @@
+// Package runner runs the tool calls sessions request, where the session is
+// placed, and records the evidence of each call in the session: arguments,
+// result, exit code, duration, workspace commit before and after, the diff,
+// the sandbox and the attempt.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
+	"github.com/openrath/rath/services/tool-runner/internal/tools"
+)
+
+// Durable is the tool runner's consumer name (never derived from code).
+const Durable = "tool-runner"
+
+// Source is the CloudEvents source of the runner's events.
+const Source = "rath/tool-runner"
+
+// LabelWorkspace names, in a session's start labels, the seed directory of
+// its workspace (relative to the runner's seed root).
+const LabelWorkspace = "workspace"
+
+// inlineLimit bounds the result and diff kept inside an event; anything
+// larger goes to the object store by hash and the event keeps a prefix.
+const inlineLimit = 16 << 10
+
+// Runner runs tool calls.
+type Runner struct {
+	c         *client.Client
+	store     *eventstore.Store
+	backend   *sandbox.Local
+	workflows *workflow.Library
+	seeds     string
+	log       *slog.Logger
+}
+
+// New returns a runner placing workspaces with backend; seeds is the root
+// directory of workspace seeds.
+func New(c *client.Client, store *eventstore.Store, backend *sandbox.Local, workflows *workflow.Library, seeds string, log *slog.Logger) *Runner {
+	return &Runner{c: c, store: store, backend: backend, workflows: workflows, seeds: seeds, log: log}
+}
+
+// Register publishes the built-in tools in the tool registry.
+func (r *Runner) Register(ctx context.Context) error {
+	for _, t := range tools.Specs() {
+		if err := r.store.PutTool(ctx, eventstore.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Server: Durable}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Handler is the runner's consume handler. Calls of one session run one at a
+// time, so each call's diff is its own.
+func (r *Runner) Handler() consume.Handler {
+	return consume.Handler{
+		Name: Durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
+		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
+	}
+}
+
+// Handle runs one requested tool call.
+func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
+	d, err := ev.Decode()
+	if err != nil {
+		return consume.Permanent(err)
+	}
+	req := d.(*events.ToolRequested)
+	st, err := r.c.State(ctx, ev.Session, 0)
+	if err != nil {
+		return err
+	}
+	call := st.Tools[req.CallID]
+	if st.Status == session.StatusClosed || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
+		return nil // done already (a redelivery), or nothing to do
+	}
+	if !builtin(req.Tool) {
+		return nil // a custom server's tool: it consumes its own requests
+	}
+	attempt := call.Attempts + 1
+	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
+	if allowed, why := r.allowed(ctx, st, req); !allowed {
+		return e.fail(ctx, nil, why, 0, 0)
+	}
+	ws, err := r.place(ctx, st, ev)
+	if err != nil {
+		return err
+	}
+	sb := &events.Sandbox{Backend: ws.Backend(), SandboxID: ws.ID()}
+	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: req.CallID, Tool: req.Tool, Attempt: attempt, Sandbox: sb}); err != nil {
+		return err
+	}
+	before, err := ws.Head(ctx)
+	if err != nil {
+		return fmt.Errorf("tool %s: workspace head: %w", req.CallID, err)
+	}
+	start := time.Now()
+	out, callErr := tools.Call(ctx, ws, req.Tool, req.Arguments)
+	dur := time.Since(start)
+	after, err := ws.Commit(ctx, fmt.Sprintf("rath: %s %s (session %s, attempt %d)", req.Tool, req.CallID, ev.Session, attempt))
+	if err != nil {
+		return fmt.Errorf("tool %s: commit workspace: %w", req.CallID, err)
+	}
+	if callErr != nil {
+		// Bad arguments or an escape: the model is told, the call fails.
+		return e.fail(ctx, sb, callErr.Error(), dur, 0)
+	}
+	diff := ""
+	if after != before {
+		if diff, err = ws.Diff(ctx, before, after); err != nil {
+			return fmt.Errorf("tool %s: diff: %w", req.CallID, err)
+		}
+	}
+	done := &events.ToolCompleted{CallID: req.CallID, Tool: req.Tool, Attempt: attempt, ExitCode: out.ExitCode,
+		DurationMS: dur.Milliseconds(), CommitBefore: before, CommitAfter: after, Sandbox: sb}
+	if done.Result, done.ResultRef, err = r.inline(ctx, out.Result); err != nil {
+		return err
+	}
+	if done.Diff, done.DiffRef, err = r.inline(ctx, diff); err != nil {
+		return err
+	}
+	// The result reaches the model as a tool chunk, before the completion
+	// that lets the selector route the next turn.
+	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: req.Agent, Content: done.Result, ToolCallID: req.CallID}); err != nil {
+		return err
+	}
+	return e.emit(ctx, "completed", done)
+}
+
+// inline keeps small text in the event and puts large text in the object
+// store, keeping a prefix in the event.
+func (r *Runner) inline(ctx context.Context, text string) (string, string, error) {
+	if len(text) <= inlineLimit {
+		return text, "", nil
+	}
+	ref, err := r.store.PutBlob(ctx, []byte(text))
+	if err != nil {
+		return "", "", err
+	}
+	return text[:inlineLimit] + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
+}
+
+// allowed checks the tool against the requesting agent's list in the
+// session's workflow. Sessions without a workflow may use every tool.
+func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.ToolRequested) (bool, string) {
+	if st.WorkflowRef == "" {
+		return true, ""
+	}
+	wf, err := r.workflows.Get(ctx, st.WorkflowRef)
+	if err != nil {
+		return false, err.Error()
+	}
+	a, ok := wf.Workflow.Agent(req.Agent)
+	if !ok {
+		return false, fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name)
+	}
+	if !slices.Contains(a.Tools, req.Tool) {
+		return false, fmt.Sprintf("tool %s is not allowed for agent %s (allowed: %v)", req.Tool, a.Name, a.Tools)
+	}
+	return true, ""
+}
+
+// place returns the session's workspace, placing it on first use: a fresh
+// workspace from the session's seed, or, for a fork that inherited its
+// parent's placement, a workspace of its own materialised at the commit the
+// parent's workspace had at the fork point. The placement is an event.
+func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored) (sandbox.Workspace, error) {
+	if st.Sandbox != nil && st.Sandbox.Session == st.ID {
+		ws, err := r.backend.Open(st.ID)
+		if err == nil {
+			return ws, nil
+		}
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			return nil, err
+		}
+		// Placed by a runner that crashed before the workspace existed, or
+		// on another host: place again below.
+	}
+	var (
+		seed   *sandbox.Seed
+		reason = "first tool call"
+	)
+	switch {
+	case st.Sandbox != nil && st.Sandbox.Session != st.ID:
+		parent, err := r.backend.Open(st.Sandbox.Session)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s: parent workspace %s: %w", st.ID, st.Sandbox.Session, err)
+		}
+		commit := forkCommit(st)
+		seed, reason = &sandbox.Seed{Parent: parent, Commit: commit}, fmt.Sprintf("fork of %s at commit %s", st.Sandbox.Session, commit)
+	case st.Labels[LabelWorkspace] != "":
+		dir, err := r.seedDir(st.Labels[LabelWorkspace])
+		if err != nil {
+			return nil, consume.Permanent(err)
+		}
+		seed = &sandbox.Seed{Dir: dir}
+		reason = "seeded from " + st.Labels[LabelWorkspace]
+	}
+	ws, err := r.backend.Place(ctx, st.ID, seed)
+	if errors.Is(err, sandbox.ErrExists) {
+		ws, err = r.backend.Open(st.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("place %s: %w", st.ID, err)
+	}
+	head, err := ws.Head(ctx)
+	if err != nil {
+		return nil, err
+	}
+	placed := &events.SandboxPlaced{Backend: ws.Backend(), SandboxID: ws.ID(), Host: ws.Host(), Workspace: ws.Dir(), Commit: head, Reason: reason}
+	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.ID())),
+		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil {
+		return nil, err
+	}
+	return ws, nil
+}
+
+// forkCommit is the workspace commit a fork inherits: the last commit a tool
+// call of its history left, or the placement's own.
+func forkCommit(st *session.State) string {
+	commit, at := st.Sandbox.Commit, st.Sandbox.Seq
+	for _, t := range st.Tools {
+		if t.CommitAfter != "" && len(t.Seqs) > 0 && t.Seqs[len(t.Seqs)-1] > at {
+			commit, at = t.CommitAfter, t.Seqs[len(t.Seqs)-1]
+		}
+	}
+	return commit
+}
+
+// seedDir resolves a workspace seed name under the seed root, refusing
+// anything outside it.
+func (r *Runner) seedDir(name string) (string, error) {
+	if r.seeds == "" {
+		return "", fmt.Errorf("session asks for workspace seed %q, but the runner has no seed root", name)
+	}
+	dir := filepath.Join(r.seeds, filepath.Clean("/"+name))
+	if rel, err := filepath.Rel(r.seeds, dir); err != nil || rel == ".." || filepath.IsAbs(rel) {
+		return "", fmt.Errorf("workspace seed %q is outside the seed root", name)
+	}
+	return dir, nil
+}
+
+func builtin(name string) bool {
+	for _, t := range tools.Specs() {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// evidence emits the events of one call attempt with IDs derived from the
+// request and the attempt, so a redelivered attempt records once.
+type evidence struct {
+	r       *Runner
+	ev      events.Stored
+	req     *events.ToolRequested
+	attempt int
+}
+
+func (e evidence) emit(ctx context.Context, what string, data any) error {
+	_, err := e.r.c.Emit(ctx, e.ev.Session, data,
+		events.WithID(events.DerivedID(Durable, e.ev.ID, what, strconv.Itoa(e.attempt))),
+		events.WithSource(Source), events.WithCausation(e.ev.ID), events.WithCorrelation(e.ev.Correlation))
+	if api.CodeOf(err) == api.CodeClosed {
+		return nil
+	}
+	return err
+}
+
+// fail records a failed call: the model sees the reason as the tool's
+// result, and the failure event ends the call.
+func (e evidence) fail(ctx context.Context, sb *events.Sandbox, why string, dur time.Duration, exit int) error {
+	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: e.req.Agent, Content: "error: " + why, ToolCallID: e.req.CallID}); err != nil {
+		return err
+	}
+	return e.emit(ctx, "failed", &events.ToolFailed{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt, Error: why,
+		ExitCode: exit, DurationMS: dur.Milliseconds(), Sandbox: sb})
+}

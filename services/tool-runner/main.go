@@ -1,0 +1,32 @@
+// Command tool-runner runs the tool calls of Rath sessions in sandboxes (a
+// git workspace per session on this host) and records their evidence.
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/daemon"
+	"github.com/openrath/rath/services/tool-runner/service"
+)
+
+func main() {
+	cfg := service.DefaultConfig()
+	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
+	flag.StringVar(&cfg.Sandbox.Root, "workspaces", filepath.Join(".rath", "workspaces"), "directory of the per-session workspaces")
+	flag.StringVar(&cfg.Seeds, "seeds", ".", "directory that sessions' workspace seeds are named under")
+	flag.DurationVar(&cfg.Sandbox.Limits.Timeout, "timeout", cfg.Sandbox.Limits.Timeout, "default wall-clock limit of a command")
+	flag.Int64Var(&cfg.Sandbox.Limits.Memory, "memory", cfg.Sandbox.Limits.Memory, "address-space limit of a command in bytes (0: none)")
+	passEnv := flag.String("pass-env", strings.Join(service.PassEnvDefault, ","), "environment variables passed to sandboxed commands")
+	daemon.Main("tool-runner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		cfg.Sandbox.Path = os.Getenv("PATH")
+		cfg.Sandbox.Env = service.SandboxEnv(strings.Split(*passEnv, ","), os.Getenv)
+		return service.Run(ctx, nc, cfg, log)
+	})
+}
