@@ -167,12 +167,17 @@ func LoadScript(path string) (Script, error) {
 	if err != nil {
 		return Script{}, fmt.Errorf("load script: %w", err)
 	}
+	return ParseScript(b, path)
+}
+
+// ParseScript decodes a script; name labels errors.
+func ParseScript(data []byte, name string) (Script, error) {
 	var s Script
-	if err := yaml.Unmarshal(b, &s); err != nil {
-		return Script{}, fmt.Errorf("load script %s: %w", path, err)
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		return Script{}, fmt.Errorf("load script %s: %w", name, err)
 	}
 	if len(s.Turns) == 0 {
-		return Script{}, fmt.Errorf("load script %s: no turns", path)
+		return Script{}, fmt.Errorf("load script %s: no turns", name)
 	}
 	return s, nil
 }

@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"sort"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/services/agent-worker/internal/provider"
+)
+
+// Transcript builds the conversation an agent sees from the folded session
+// state: the task, then every chunk and tool call in log order. The agent's
+// own words and tool calls are its assistant messages and their results its
+// tool messages; other agents' words and tool results reach it as user
+// messages naming their author.
+func Transcript(st *session.State, agent string) []provider.Message {
+	type item struct {
+		seq   uint64
+		chunk *session.Chunk
+		tool  *session.Tool
+	}
+	items := make([]item, 0, len(st.Chunks)+len(st.Tools))
+	for i := range st.Chunks {
+		items = append(items, item{seq: st.Chunks[i].Seq, chunk: &st.Chunks[i]})
+	}
+	for _, t := range st.Tools {
+		if t.Agent == agent && len(t.Seqs) > 0 {
+			items = append(items, item{seq: t.Seqs[0], tool: t})
+		}
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].seq < items[j].seq })
+
+	var msgs []provider.Message
+	if st.Task != "" {
+		msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "Task: " + st.Task})
+	}
+	for _, it := range items {
+		if it.tool != nil {
+			call := provider.ToolCall{ID: it.tool.CallID, Name: it.tool.Tool, Arguments: it.tool.Arguments}
+			if n := len(msgs); n > 0 && msgs[n-1].Role == provider.RoleAssistant {
+				msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, call)
+			} else {
+				msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{call}})
+			}
+			continue
+		}
+		c := it.chunk
+		switch c.Role {
+		case events.RoleSystem:
+			msgs = append(msgs, provider.Message{Role: provider.RoleSystem, Content: c.Content})
+		case events.RoleUser:
+			msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: c.Content})
+		case events.RoleAssistant:
+			if c.Agent == agent {
+				msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, Content: c.Content})
+			} else {
+				msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "[" + c.Agent + "] " + c.Content})
+			}
+		case events.RoleTool:
+			if t := st.Tools[c.ToolCallID]; t != nil && t.Agent == agent {
+				msgs = append(msgs, provider.Message{Role: provider.RoleTool, Content: c.Content, ToolCallID: c.ToolCallID})
+			} else {
+				msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "[tool result for " + c.Agent + "] " + c.Content})
+			}
+		}
+	}
+	return msgs
+}

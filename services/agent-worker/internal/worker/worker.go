@@ -1,0 +1,282 @@
+// Package worker takes agent turns: for each rath.agent.turn.requested it
+// builds the agent's context from the folded session state, calls the
+// agent's model and appends what came back (the answer as a conversation
+// chunk, the model call with its token usage, the tool calls it asked for)
+// and ends the turn. Every failed model attempt is an event too.
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/services/agent-worker/internal/provider"
+)
+
+// Durable is the worker's consumer name (never derived from code).
+const Durable = "agent-worker"
+
+// Source is the CloudEvents source of the worker's events.
+const Source = "rath/agent-worker"
+
+// Config configures a worker.
+type Config struct {
+	// Keys are API keys by provider kind, read from the environment at the
+	// edge; they never appear in events, logs or errors.
+	Keys map[string]string
+	// Retry bounds model call retries.
+	Retry provider.Retry
+	// Override, if set, replaces every agent's provider (tests, re-execution
+	// replay, and demos pointed at a live model).
+	Override func(agent workflow.Agent) (provider.Provider, error)
+}
+
+// Worker takes agent turns.
+type Worker struct {
+	c         *client.Client
+	store     *eventstore.Store
+	workflows *workflow.Library
+	cfg       Config
+	log       *slog.Logger
+
+	mu        sync.Mutex
+	providers map[string]provider.Provider // by bundle reference and agent
+}
+
+// New returns a worker.
+func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library, cfg Config, log *slog.Logger) *Worker {
+	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{}}
+}
+
+// Handler is the worker's consume handler. A session has at most one turn
+// in flight, so turns of different sessions run in parallel.
+func (w *Worker) Handler() consume.Handler {
+	return consume.Handler{
+		Name: Durable, Tokens: []string{events.TokenAgent}, Types: []string{events.TypeTurnRequested},
+		Handle: w.Handle, Workers: 16, AckWait: time.Minute,
+	}
+}
+
+// Handle takes one requested turn.
+func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
+	d, err := ev.Decode()
+	if err != nil {
+		return consume.Permanent(err)
+	}
+	req := d.(*events.TurnRequested)
+	st, err := w.c.State(ctx, ev.Session, 0)
+	if err != nil {
+		return err
+	}
+	if st.Status == session.StatusClosed || st.Turn == nil || st.Turn.ID != req.TurnID {
+		return nil // ended already (a redelivery) or superseded
+	}
+	t := &turn{w: w, ev: ev, req: req}
+	if st.WorkflowRef == "" {
+		return t.fail(ctx, "session runs no workflow", 0)
+	}
+	wf, err := w.workflows.Get(ctx, st.WorkflowRef)
+	if err != nil {
+		return t.fail(ctx, err.Error(), 0)
+	}
+	agent, ok := wf.Workflow.Agent(req.Agent)
+	if !ok {
+		return t.fail(ctx, fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name), 0)
+	}
+	// A redelivered turn whose model answer is recorded already is finished
+	// from the log, not asked again: the model need not answer the same way.
+	resp, found, err := t.recorded(ctx, st.Turn.Seq)
+	if err != nil {
+		return err
+	}
+	var latency time.Duration
+	if !found {
+		p, err := w.provider(wf, agent)
+		if err != nil {
+			return t.fail(ctx, err.Error(), 0)
+		}
+		attempts := 0
+		p = provider.WithRetry(p, w.cfg.Retry, func(a provider.Attempt) {
+			attempts = a.N
+			t.attemptFailed(ctx, agent, a)
+		})
+		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
+			Messages: Transcript(st, agent.Name), Tools: w.tools(ctx, agent), MaxTokens: agent.MaxTokens}
+		start := time.Now()
+		resp, err = p.Complete(ctx, request)
+		latency = time.Since(start)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err // shutting down: the turn is redelivered
+			}
+			return t.fail(ctx, err.Error(), attempts+1)
+		}
+		if err := t.answered(ctx, agent, resp, latency, attempts+1); err != nil {
+			return err
+		}
+	}
+	return t.finish(ctx, resp)
+}
+
+// provider returns the agent's provider, built once per workflow bundle.
+func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provider, error) {
+	if w.cfg.Override != nil {
+		return w.cfg.Override(a)
+	}
+	key := wf.Workflow.Hash() + "/" + a.Name
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.providers[key]; ok {
+		return p, nil
+	}
+	cfg := provider.Config{Kind: provider.Kind(a.Provider), BaseURL: a.BaseURL, APIKey: w.cfg.Keys[a.Provider], Model: a.Model}
+	if a.Script != "" {
+		s, err := provider.ParseScript(wf.Bundle.Files[a.Script], a.Script)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Scripts = map[string]provider.Script{a.Name: s}
+	}
+	p, err := provider.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", a.Name, err)
+	}
+	w.providers[key] = p
+	return p, nil
+}
+
+// tools returns the registered specs of the agent's tools.
+func (w *Worker) tools(ctx context.Context, a workflow.Agent) []provider.Tool {
+	var out []provider.Tool
+	for _, name := range a.Tools {
+		spec, err := w.store.Tool(ctx, name)
+		if err != nil {
+			w.log.Warn("tool not offered: not registered", "tool", name, "agent", a.Name, "err", err)
+			continue
+		}
+		out = append(out, provider.Tool{Name: spec.Name, Description: spec.Description, Parameters: spec.Parameters})
+	}
+	return out
+}
+
+// turn emits the events of one turn, with IDs derived from the request, so
+// a redelivered turn records each once.
+type turn struct {
+	w   *Worker
+	ev  events.Stored
+	req *events.TurnRequested
+}
+
+func (t *turn) emit(ctx context.Context, what string, data any) error {
+	corr := t.ev.Correlation
+	if corr == "" {
+		corr = t.req.TurnID
+	}
+	_, err := t.w.c.Emit(ctx, t.ev.Session, data,
+		events.WithID(events.DerivedID(Durable, t.ev.ID, what)), events.WithSource(Source),
+		events.WithCausation(t.ev.ID), events.WithCorrelation(corr))
+	if api.CodeOf(err) == api.CodeClosed {
+		return nil
+	}
+	return err
+}
+
+func (t *turn) attemptFailed(ctx context.Context, a workflow.Agent, at provider.Attempt) {
+	f := &events.ModelCallFailed{TurnID: t.req.TurnID, Agent: a.Name, Provider: a.Provider, Model: a.Model,
+		Attempt: at.N, Status: at.Status, Error: at.Err.Error(), RetryInMS: at.RetryIn.Milliseconds()}
+	if err := t.emit(ctx, "attempt-"+strconv.Itoa(at.N), f); err != nil {
+		t.w.log.Warn("failed model attempt not recorded", "turn", t.req.TurnID, "attempt", at.N, "err", err)
+	}
+}
+
+func (t *turn) fail(ctx context.Context, why string, attempts int) error {
+	return t.emit(ctx, "failed", &events.TurnFailed{TurnID: t.req.TurnID, Agent: t.req.Agent, Error: why, Attempts: attempts})
+}
+
+// answered records the model's answer: the text as a chunk, then the call
+// with its usage and the wire bodies (in the object store, by hash).
+func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
+	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
+		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
+	if resp.Model != "" {
+		called.Model = resp.Model
+	}
+	var err error
+	if len(resp.RequestBody) > 0 {
+		if called.RequestRef, err = t.w.store.PutBlob(ctx, resp.RequestBody); err != nil {
+			return err
+		}
+	}
+	if len(resp.ResponseBody) > 0 {
+		if called.ResponseRef, err = t.w.store.PutBlob(ctx, resp.ResponseBody); err != nil {
+			return err
+		}
+	}
+	if resp.Content != "" {
+		if err := t.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleAssistant, Agent: a.Name, Content: resp.Content}); err != nil {
+			return err
+		}
+	}
+	return t.emit(ctx, "model", called)
+}
+
+// finish asks for the answer's tool calls and ends the turn.
+func (t *turn) finish(ctx context.Context, resp provider.Response) error {
+	for i, call := range resp.ToolCalls {
+		id := call.ID
+		if id == "" {
+			id = t.req.TurnID + "-" + strconv.Itoa(i)
+		}
+		req := &events.ToolRequested{CallID: id, Tool: call.Name, Arguments: call.Arguments, Agent: t.req.Agent}
+		if err := t.emit(ctx, "tool-"+strconv.Itoa(i), req); err != nil {
+			return err
+		}
+	}
+	return t.emit(ctx, "completed", &events.TurnCompleted{TurnID: t.req.TurnID, Agent: t.req.Agent, StopReason: resp.StopReason, ToolCalls: len(resp.ToolCalls)})
+}
+
+// recorded rebuilds the model's answer from the events an earlier attempt
+// of this turn appended, if it got as far as recording the model call.
+func (t *turn) recorded(ctx context.Context, from uint64) (provider.Response, bool, error) {
+	var (
+		resp  provider.Response
+		found bool
+	)
+	for {
+		page, err := t.w.c.Log(ctx, t.ev.Session, from, 0, api.MaxLogPage)
+		if err != nil {
+			return provider.Response{}, false, err
+		}
+		for _, e := range page {
+			if e.Causation != t.ev.ID {
+				continue
+			}
+			d, err := e.Decode()
+			if err != nil {
+				continue
+			}
+			switch d := d.(type) {
+			case *events.ChunkAppended:
+				resp.Content = d.Content
+			case *events.ModelCalled:
+				found, resp.StopReason, resp.TokensIn, resp.TokensOut = true, d.StopReason, d.TokensIn, d.TokensOut
+			case *events.ToolRequested:
+				resp.ToolCalls = append(resp.ToolCalls, provider.ToolCall{ID: d.CallID, Name: d.Tool, Arguments: d.Arguments})
+			}
+		}
+		if len(page) < api.MaxLogPage {
+			return resp, found, nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+}

@@ -1,0 +1,26 @@
+// Command agent-worker takes the agent turns of Rath sessions: it builds each
+// agent's context from the session, calls its model (scripted, OpenAI-style
+// or Anthropic) and records the answer, usage and tool calls.
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/daemon"
+	"github.com/openrath/rath/services/agent-worker/service"
+)
+
+func main() {
+	cfg := service.DefaultConfig()
+	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
+	flag.IntVar(&cfg.Retry.MaxAttempts, "model-attempts", 4, "attempts per model call (429 and 5xx are retried)")
+	daemon.Main("agent-worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		cfg.Keys = service.KeysFromEnv(os.Getenv)
+		return service.Run(ctx, nc, cfg, log)
+	})
+}
