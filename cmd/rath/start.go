@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,30 +10,50 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/workflow"
 )
 
 func (a *app) startCmd() *cobra.Command {
 	var (
-		id     string
-		data   events.SessionStarted
-		labelf []string
+		id, wfFile, workspace string
+		data                  events.SessionStarted
+		labelf                []string
 	)
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Start a session and print its ID",
-		Args:  cobra.NoArgs,
+		Long: `start starts a session. With --workflow FILE the session runs that workflow:
+the file and the scripts it names are stored as one bundle in the object
+store, and the session records the workflow's name, the file's hash and the
+bundle's reference; the selector then routes it. --workspace DIR seeds the
+session's tool workspace from DIR (relative to the tool runner's seed root,
+the directory "rath up" runs in).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if data.Labels, err = labels(labelf); err != nil {
 				return err
 			}
+			if workspace != "" {
+				if data.Labels == nil {
+					data.Labels = map[string]string{}
+				}
+				data.Labels["workspace"] = workspace
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if wfFile != "" {
+				if err := uploadWorkflow(cmd.Context(), c.Conn(), wfFile, &data); err != nil {
+					return err
+				}
 			}
 			ack, err := c.Start(cmd.Context(), id, data)
 			if err != nil {
@@ -48,7 +69,8 @@ func (a *app) startCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&id, "id", "", "session ID (default: the ledger chooses one)")
 	f.StringVar(&data.Task, "task", "", "what the session is for")
-	f.StringVar(&data.Workflow, "workflow", "", "workflow name")
+	f.StringVar(&wfFile, "workflow", "", "workflow file to run (see docs/workflows.md)")
+	f.StringVar(&workspace, "workspace", "", "seed directory of the session's tool workspace")
 	f.StringArrayVar(&labelf, "label", nil, "label key=value (repeatable)")
 	return cmd
 }
@@ -152,4 +174,34 @@ func (a *app) printAck(ack api.Ack) error {
 	}
 	_, err := fmt.Fprintf(a.Stdout, "%s %d %s%s\n", ack.Session, ack.Seq, ack.Hash, dup)
 	return err
+}
+
+// uploadWorkflow parses a workflow file, stores it with its scripts as one
+// bundle and names it in the session start.
+func uploadWorkflow(ctx context.Context, nc *nats.Conn, path string, data *events.SessionStarted) error {
+	wf, err := workflow.Load(path)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := wf.CheckScripts(); err != nil {
+		return usageError{err}
+	}
+	b, err := workflow.NewBundle(wf)
+	if err != nil {
+		return usageError{err}
+	}
+	raw, err := b.Marshal()
+	if err != nil {
+		return err
+	}
+	store, err := eventstore.Attach(ctx, nc)
+	if err != nil {
+		return &unreachableError{"no Rath streams on this NATS server: is \"rath up\" running?", err}
+	}
+	ref, err := store.PutBlob(ctx, raw)
+	if err != nil {
+		return err
+	}
+	data.Workflow, data.WorkflowHash, data.WorkflowRef = wf.Name, wf.Hash(), ref
+	return nil
 }

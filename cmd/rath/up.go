@@ -15,7 +15,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/openrath/rath/pkg/embedded"
+	worker "github.com/openrath/rath/services/agent-worker/service"
+	selector "github.com/openrath/rath/services/selector/service"
 	"github.com/openrath/rath/services/session-ledger/service"
+	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 // Fsync policies of the embedded server (--sync).
@@ -33,8 +36,11 @@ type upConfig struct {
 	Listen       string
 	Sync         string
 	SyncInterval time.Duration
-	// Ledger configures the session ledger.
-	Ledger service.Config
+	// Ledger configures the session ledger; the others the workers.
+	Ledger     service.Config
+	Selector   selector.Config
+	Worker     worker.Config
+	ToolRunner toolrunner.Config
 }
 
 func defaultUpConfig() upConfig {
@@ -44,12 +50,24 @@ func defaultUpConfig() upConfig {
 		Sync:         syncInterval,
 		SyncInterval: 2 * time.Minute,
 		Ledger:       service.DefaultConfig(),
+		Selector:     selector.DefaultConfig(),
+		Worker:       worker.DefaultConfig(),
+		ToolRunner:   toolRunnerDefaults(),
 	}
+}
+
+func toolRunnerDefaults() toolrunner.Config {
+	c := toolrunner.DefaultConfig()
+	c.Sandbox.Root = "./.rath/workspaces"
+	c.Seeds = "."
+	c.Sandbox.Path = os.Getenv("PATH")
+	c.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
+	return c
 }
 
 // Validate reports every problem at once.
 func (c upConfig) Validate() error {
-	errs := []error{c.Ledger.Validate()}
+	errs := []error{c.Ledger.Validate(), c.ToolRunner.Validate()}
 	if c.NATSURL == "" {
 		if c.Sync != syncAlways && c.Sync != syncInterval {
 			errs = append(errs, fmt.Errorf("--sync must be %s or %s, got %q", syncAlways, syncInterval, c.Sync))
@@ -74,11 +92,12 @@ func (a *app) upCmd() *cobra.Command {
 	var logLevel slog.Level
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run NATS with JetStream and the session ledger until interrupted",
+		Short: "Run NATS with JetStream and every Rath service until interrupted",
 		Long: `up starts an embedded NATS server with JetStream file storage under --data,
-listening on --listen, and runs the session ledger on it until SIGINT or
-SIGTERM. With --nats (or RATH_NATS_URL) it starts no server and runs the
-ledger against that one.`,
+listening on --listen, and runs the session ledger, the selector, the agent
+worker and the tool runner on it until SIGINT or SIGTERM. With --nats (or
+RATH_NATS_URL) it starts no server and runs the services against that one.
+API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
@@ -87,6 +106,8 @@ ledger against that one.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
+			cfg.Selector.Store, cfg.Worker.Store, cfg.ToolRunner.Store = cfg.Ledger.Store, cfg.Ledger.Store, cfg.Ledger.Store
 			log := slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: logLevel}))
 			return up(cmd.Context(), cfg, a.Stdout, log)
 		},
@@ -98,6 +119,8 @@ ledger against that one.`,
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", cfg.SyncInterval, "fsync interval with --sync interval")
 	f.IntVar(&cfg.Ledger.Store.Replicas, "replicas", cfg.Ledger.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	f.Uint64Var(&cfg.Ledger.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")
+	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
+	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	return cmd
 }
@@ -139,7 +162,8 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 	}
 	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name)
 
-	err = serve(ctx, nc, services(cfg, log)...)
+	ledger, workers := services(cfg, log)
+	err = serve(ctx, nc, ledger, workers...)
 
 	if derr := nc.Drain(); derr != nil {
 		nc.Close()
@@ -155,26 +179,36 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 // until ctx ends, then drains and returns nil, or returns an error early.
 type runner func(ctx context.Context, nc *nats.Conn) error
 
-// serve runs the runners until ctx ends or one of them fails, which stops
-// the others; it returns once all have returned.
-func serve(ctx context.Context, nc *nats.Conn, runners ...runner) error {
-	g, ctx := errgroup.WithContext(ctx)
-	for _, run := range runners {
-		g.Go(func() error { return run(ctx, nc) })
+// serve runs the ledger and the workers until ctx ends or one of them fails,
+// which stops the others. The workers stop first, then the ledger they write
+// through; serve returns once all have returned.
+func serve(ctx context.Context, nc *nats.Conn, ledger runner, workers ...runner) error {
+	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLedger()
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	ledgerDone := make(chan error, 1)
+	go func() {
+		err := ledger(lctx, nc)
+		stopWorkers() // a ledger that stops takes the workers with it
+		ledgerDone <- err
+	}()
+	g, gctx := errgroup.WithContext(wctx)
+	for _, run := range workers {
+		g.Go(func() error { return run(gctx, nc) })
 	}
-	return g.Wait()
+	werr := g.Wait()
+	stopLedger()
+	return errors.Join(werr, <-ledgerDone)
 }
 
-// services lists what `rath up` runs, one line each.
-func services(cfg upConfig, log *slog.Logger) []runner {
-	return []runner{
-		ledger(cfg.Ledger, log),
-	}
-}
-
-// ledger runs the session ledger.
-func ledger(cfg service.Config, log *slog.Logger) runner {
-	return func(ctx context.Context, nc *nats.Conn) error {
-		return service.Run(ctx, nc, cfg, log)
-	}
+// services returns what `rath up` runs: the ledger, and the workers, one
+// line each.
+func services(cfg upConfig, log *slog.Logger) (runner, []runner) {
+	return func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, cfg.Ledger, log) },
+		[]runner{
+			func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
+			func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) },
+			func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) },
+		}
 }

@@ -16,6 +16,7 @@ func TestUp(t *testing.T) {
 	cfg := defaultUpConfig()
 	cfg.Data = t.TempDir()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.ToolRunner.Sandbox.Root = t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out syncBuffer
@@ -46,6 +47,8 @@ func TestUp(t *testing.T) {
 	}
 }
 
+// A failing worker stops the ledger too (and the other way round): serve
+// returns once all have returned.
 func TestServeStopsAllWhenOneFails(t *testing.T) {
 	boom := errors.New("boom")
 	stopped := make(chan struct{})

@@ -181,3 +181,33 @@ func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
 // Conn returns the NATS connection the store uses.
 func (s *Store) Conn() *nats.Conn { return s.nc }
+
+// Attach binds to the streams and buckets a ledger created, creating and
+// changing nothing: for tools (the CLI) that must not alter a deployment's
+// configuration, such as its replica count.
+func Attach(ctx context.Context, nc *nats.Conn) (*Store, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("event store: %w", err)
+	}
+	s := &Store{nc: nc, js: js, cfg: DefaultConfig()}
+	if s.sessions, err = js.Stream(ctx, events.StreamSessions); err != nil {
+		return nil, fmt.Errorf("attach %s: %w", events.StreamSessions, err)
+	}
+	if s.inbox, err = js.Stream(ctx, events.StreamInbox); err != nil {
+		return nil, fmt.Errorf("attach %s: %w", events.StreamInbox, err)
+	}
+	if s.snapshots, err = js.KeyValue(ctx, events.BucketSnapshots); err != nil {
+		return nil, fmt.Errorf("attach %s: %w", events.BucketSnapshots, err)
+	}
+	if s.index, err = js.KeyValue(ctx, events.BucketSessions); err != nil {
+		return nil, fmt.Errorf("attach %s: %w", events.BucketSessions, err)
+	}
+	if s.tools, err = js.KeyValue(ctx, events.BucketTools); err != nil {
+		return nil, fmt.Errorf("attach %s: %w", events.BucketTools, err)
+	}
+	if s.blobs, err = js.ObjectStore(ctx, events.BucketBlobs); err != nil {
+		return nil, fmt.Errorf("attach %s: %w", events.BucketBlobs, err)
+	}
+	return s, nil
+}

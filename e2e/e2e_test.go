@@ -1,0 +1,226 @@
+// Package e2e runs the agent loop end to end on a real embedded JetStream:
+// the ledger, the selector, the agent worker (scripted models) and the tool
+// runner (real tools in real git workspaces), each through its composition
+// root, exactly as `rath up` wires them.
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
+	worker "github.com/openrath/rath/services/agent-worker/service"
+	selector "github.com/openrath/rath/services/selector/service"
+	ledger "github.com/openrath/rath/services/session-ledger/service"
+	toolrunner "github.com/openrath/rath/services/tool-runner/service"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type runtime struct {
+	nc    *nats.Conn
+	c     *client.Client
+	store *eventstore.Store
+}
+
+// start runs every service in-process; workers stop before the ledger.
+func start(t *testing.T) *runtime {
+	t.Helper()
+	_, nc := natstest.Start(t)
+	lctx, lcancel := context.WithCancel(context.Background())
+	wctx, wcancel := context.WithCancel(context.Background())
+	ldone := make(chan error, 1)
+	go func() { ldone <- ledger.Run(lctx, nc, ledger.DefaultConfig(), quiet) }()
+
+	tr := toolrunner.DefaultConfig()
+	tr.Sandbox.Root = t.TempDir()
+	tr.Seeds = "testdata"
+	tr.Sandbox.Path = os.Getenv("PATH")
+	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
+	workers := []func(context.Context) error{
+		func(ctx context.Context) error { return selector.Run(ctx, nc, selector.DefaultConfig(), quiet) },
+		func(ctx context.Context) error { return worker.Run(ctx, nc, worker.DefaultConfig(), quiet) },
+		func(ctx context.Context) error { return toolrunner.Run(ctx, nc, tr, quiet) },
+	}
+	wdone := make(chan error, len(workers))
+	for _, w := range workers {
+		go func() { wdone <- w(wctx) }()
+	}
+	t.Cleanup(func() {
+		wcancel()
+		for range workers {
+			if err := <-wdone; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		}
+		lcancel()
+		if err := <-ldone; err != nil {
+			t.Errorf("ledger: %v", err)
+		}
+	})
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := eventstore.Open(context.Background(), nc, eventstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &runtime{nc: nc, c: c, store: store}
+}
+
+// run starts a session of a workflow and waits until it is closed.
+func (r *runtime) run(t *testing.T, id, wfFile, workspace string) (*session.State, []events.Stored) {
+	t.Helper()
+	ctx := context.Background()
+	wf, err := workflow.Load(filepath.Join("testdata", wfFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := workflow.NewBundle(wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := b.Marshal()
+	ref, err := r.store.PutBlob(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref, Task: "make TestAdd pass"}
+	if workspace != "" {
+		start.Labels = map[string]string{"workspace": workspace}
+	}
+	if _, err := r.c.Start(ctx, id, start); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var log []events.Stored
+	closed := errors.New("closed")
+	if err := r.c.Watch(wctx, id, 1, func(ev events.Stored) error {
+		log = append(log, ev)
+		if ev.Type == events.TypeSessionClosed {
+			return closed
+		}
+		return nil
+	}); !errors.Is(err, closed) {
+		types := make([]string, len(log))
+		for i, ev := range log {
+			types[i] = ev.Type
+		}
+		t.Fatalf("session %s did not close: %v; log: %v", id, err, types)
+	}
+	st, err := r.c.State(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, log
+}
+
+func data[T any](t *testing.T, ev events.Stored) *T {
+	t.Helper()
+	d, err := ev.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := d.(*T)
+	if !ok {
+		t.Fatalf("event %d is %s", ev.Seq, ev.Type)
+	}
+	return v
+}
+
+// A two-agent workflow with tool calls: the researcher reads, the coder fixes
+// the code and runs the tests, and the session closes when they pass. The log
+// alone explains every step.
+func TestTwoAgentsFixAFailingTest(t *testing.T) {
+	r := start(t)
+	st, log := r.run(t, "fix", "two-agents.yaml", "repo")
+
+	if st.Status != session.StatusClosed || st.Outcome != "succeeded" {
+		t.Fatalf("session ended %s/%s (%s)", st.Status, st.Outcome, st.CloseReason)
+	}
+	// Every turn was routed by a recorded decision, and requested after it.
+	var routes []string
+	for i, ev := range log {
+		if ev.Type != events.TypeTurnRequested {
+			continue
+		}
+		req := data[events.TurnRequested](t, ev)
+		prev := log[i-1]
+		if prev.Type != events.TypeSelectorDecided || ev.Causation != prev.Causation {
+			t.Fatalf("turn %s at %d not preceded by its decision", req.TurnID, ev.Seq)
+		}
+		routes = append(routes, req.Rule+"→"+req.Agent)
+	}
+	want := []string{"start→researcher", "continue→researcher", "code-after-research→coder", "continue→coder", "continue→coder"}
+	if !slices.Equal(routes, want) {
+		t.Fatalf("routes %v, want %v", routes, want)
+	}
+	// Tool evidence: the write changed calc.go (diff and commits), the test
+	// run passed, each in the session's own sandbox.
+	var wrote, tested bool
+	for _, ev := range log {
+		if ev.Type != events.TypeToolCompleted {
+			continue
+		}
+		done := data[events.ToolCompleted](t, ev)
+		if done.Sandbox == nil || done.Sandbox.Backend != "local" || done.CommitBefore == "" || done.CommitAfter == "" {
+			t.Fatalf("tool %s lacks sandbox evidence: %+v", done.CallID, done)
+		}
+		switch done.Tool {
+		case "write_file":
+			wrote = strings.Contains(done.Diff, "-func Add(a, b int) int { return a - b }") &&
+				strings.Contains(done.Diff, "+func Add(a, b int) int { return a + b }") && done.CommitAfter != done.CommitBefore
+		case "run":
+			tested = done.ExitCode == 0 && strings.Contains(done.Result, "ok")
+		}
+	}
+	if !wrote || !tested {
+		t.Fatalf("evidence: wrote %v, tested %v", wrote, tested)
+	}
+	if st.Sandbox == nil || st.Sandbox.Session != "fix" {
+		t.Fatalf("placement %+v", st.Sandbox)
+	}
+	// Usage by agent, from the model call events.
+	if st.Usage.ByAgent["researcher"].Calls != 2 || st.Usage.ByAgent["coder"].Calls != 3 || st.Counts.Turns != 5 {
+		t.Fatalf("usage %+v turns %d", st.Usage.ByAgent, st.Counts.Turns)
+	}
+	// The model saw the tool results: the coder's last answer is the
+	// scripted branch for passing tests.
+	last := st.Chunks[len(st.Chunks)-1]
+	if last.Agent != "coder" || last.Content != "The tests pass." {
+		t.Fatalf("last chunk %+v", last)
+	}
+	if rep, err := r.c.Verify(context.Background(), "fix"); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// A budget stops a workflow that would otherwise loop, with the reason.
+func TestBudgetStopsALoop(t *testing.T) {
+	r := start(t)
+	st, _ := r.run(t, "loop", "looping.yaml", "")
+	if st.Outcome != workflow.OutcomeBudget || !strings.Contains(st.CloseReason, "max_turns=3") || st.Counts.Turns != 3 {
+		t.Fatalf("closed %s (%s) after %d turns", st.Outcome, st.CloseReason, st.Counts.Turns)
+	}
+	last := st.Decisions[len(st.Decisions)-1]
+	if last.Rule != "budget" || last.Route != "close:"+workflow.OutcomeBudget {
+		t.Fatalf("last decision %+v", last)
+	}
+}
