@@ -212,6 +212,18 @@ func summary(ev events.Stored) string {
 	case *events.ApprovalRejected:
 		add("%s by %s", d.ApprovalID, d.By)
 		opt("reason", d.Reason)
+	case *events.TurnRequested:
+		add("%s %s", d.Agent, d.TurnID)
+		opt("rule", d.Rule)
+	case *events.TurnCompleted:
+		add("%s %s tool_calls=%d", d.Agent, d.TurnID, d.ToolCalls)
+		opt("stop", d.StopReason)
+	case *events.TurnFailed:
+		add("%s %s attempts=%d: %s", d.Agent, d.TurnID, d.Attempts, clip(d.Error, 60))
+	case *events.ModelCallFailed:
+		add("%s %s/%s attempt %d status %d: %s", d.Agent, d.Provider, d.Model, d.Attempt, d.Status, clip(d.Error, 60))
+	case *events.HandlerFailed:
+		add("%s gave up on %s (%s) after %d attempts: %s", d.Handler, d.EventID, d.EventType, d.Attempts, clip(d.Error, 60))
 	default:
 		return clip(string(ev.Data), 60)
 	}
