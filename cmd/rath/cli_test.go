@@ -86,7 +86,7 @@ func waitReady(t *testing.T, url string) {
 func TestSessionLifecycle(t *testing.T) {
 	url := startLedger(t)
 
-	if got := ok(t, url, "start", "--id", "s1", "--task", "fix the parser", "--workflow", "fix", "--label", "team=core"); got != "s1\n" {
+	if got := ok(t, url, "start", "--id", "s1", "--task", "fix the parser", "--workflow", "testdata/fix.yaml", "--label", "team=core"); got != "s1\n" {
 		t.Fatalf("start printed %q, want the session ID", got)
 	}
 	ok(t, url, "emit", "s1", events.TypeChunkAppended, "--data", `{"role":"user","content":"please fix TestParse"}`)
