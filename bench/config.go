@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sections of the benchmark, in the order they run.
+const (
+	sectionAppend = "append"
+	sectionReplay = "replay"
+	sectionFork   = "fork"
+	sectionMemory = "memory"
+)
+
+var allSections = []string{sectionAppend, sectionReplay, sectionFork, sectionMemory}
+
+// config is the whole configuration of one run.
+type config struct {
+	// scale multiplies every event and session count (1: full scale).
+	scale float64
+	// syncAlways runs the server with SyncAlways (fsync before every ack).
+	syncAlways bool
+	// chunkBytes is the content length of each chunk event.
+	chunkBytes int
+	// sessions is how many sessions the pipelined and inbox appends spread over.
+	sessions int
+	// historyWorkers is how many appends to one session are in flight while
+	// the long histories are written through the ledger.
+	historyWorkers int
+	// samples is how many forks and state reads each latency figure takes the
+	// median of; replays is how many replays each replay figure does.
+	samples, replays int
+	sections         []string
+	// ledgerProcess runs the ledger as its own process for every section,
+	// not only for the memory section.
+	ledgerProcess bool
+	// ledgerBin is a prebuilt session-ledger binary ("" builds one).
+	ledgerBin string
+	// profileDir, if set, receives CPU profiles of this process and of the
+	// ledger (built with a profiling hook) per section.
+	profileDir string
+	// timeout bounds the whole run.
+	timeout time.Duration
+	// keep keeps the temporary directory (store, ledger logs) after the run.
+	keep bool
+	// tries bounds how often a figure disturbed by other processes is
+	// measured again (see quiet.go).
+	tries int
+	// waitQuiet is how long to wait, at most, for other processes to leave
+	// the CPUs alone before measuring.
+	waitQuiet time.Duration
+}
+
+func parseFlags(args []string) (config, error) {
+	c := config{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	quick := fs.Bool("quick", false, "run everything at 1/10 scale (a smoke run of about a minute)")
+	fs.Float64Var(&c.scale, "scale", 0, "multiply every count by this factor (0 < scale <= 1; overrides --quick)")
+	fs.BoolVar(&c.syncAlways, "sync-always", false, "run the embedded server with SyncAlways (fsync every write before the ack)")
+	fs.IntVar(&c.chunkBytes, "chunk-bytes", 64, "content length of each chunk event")
+	fs.IntVar(&c.sessions, "sessions", 256, "sessions the pipelined and inbox appends spread over")
+	fs.IntVar(&c.historyWorkers, "history-workers", 64, "appends in flight to one session while writing the long histories")
+	fs.IntVar(&c.samples, "samples", 5, "forks and state reads per latency figure (median)")
+	fs.IntVar(&c.replays, "replays", 3, "replays per replay figure (median)")
+	sections := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ","))
+	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
+	fs.StringVar(&c.ledgerBin, "ledger-bin", "", "prebuilt session-ledger binary (default: go build ./services/session-ledger)")
+	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the harness and of the ledger per section")
+	fs.DurationVar(&c.timeout, "timeout", 0, "bound on the whole run (default 40m, 5m with --quick)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (JetStream store, ledger logs)")
+	fs.IntVar(&c.tries, "tries", 3, "measure a figure disturbed by other processes up to this many times (1 with --quick unless set)")
+	fs.DurationVar(&c.waitQuiet, "wait-quiet", 0, "before measuring, wait up to this long for 5 s in which other processes use under 0.2 cores")
+	var usage strings.Builder
+	fs.SetOutput(&usage)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.PrintDefaults()
+		}
+		return config{}, fmt.Errorf("%w\n%s", err, usage.String())
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.scale == 0 {
+		c.scale = 1
+		if *quick {
+			c.scale = 0.1
+		}
+	}
+	if *quick {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "tries" })
+		if !set {
+			c.tries = 1
+		}
+	}
+	if c.timeout == 0 {
+		c.timeout = time.Duration(math.Max(5, 40*c.scale)) * time.Minute
+	}
+	for _, s := range strings.Split(*sections, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.sections = append(c.sections, s)
+		}
+	}
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	var errs []error
+	if c.scale <= 0 || c.scale > 1 {
+		errs = append(errs, fmt.Errorf("scale must be in (0, 1], got %g", c.scale))
+	}
+	if c.chunkBytes < 1 || c.chunkBytes > 64<<10 {
+		errs = append(errs, fmt.Errorf("chunk-bytes must be 1..65536, got %d", c.chunkBytes))
+	}
+	if c.sessions < 1 || c.sessions > 4096 {
+		errs = append(errs, fmt.Errorf("sessions must be 1..4096, got %d", c.sessions))
+	}
+	if c.historyWorkers < 1 || c.historyWorkers > 256 {
+		errs = append(errs, fmt.Errorf("history-workers must be 1..256, got %d", c.historyWorkers))
+	}
+	if c.samples < 1 || c.samples > 100 || c.replays < 1 || c.replays > 100 {
+		errs = append(errs, errors.New("samples and replays must be 1..100"))
+	}
+	if len(c.sections) == 0 {
+		errs = append(errs, errors.New("no section selected"))
+	}
+	for _, s := range c.sections {
+		if !slices.Contains(allSections, s) {
+			errs = append(errs, fmt.Errorf("unknown section %q (want %s)", s, strings.Join(allSections, ",")))
+		}
+	}
+	if c.tries < 1 || c.tries > 10 {
+		errs = append(errs, fmt.Errorf("tries must be 1..10, got %d", c.tries))
+	}
+	if c.waitQuiet < 0 || c.waitQuiet > time.Hour {
+		errs = append(errs, errors.New("wait-quiet must be 0..1h"))
+	}
+	if c.timeout <= 0 {
+		errs = append(errs, errors.New("timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c config) has(section string) bool { return slices.Contains(c.sections, section) }
+
+// n scales a full-scale count, never below floor.
+func (c config) n(full, floor int) int {
+	return max(int(math.Round(float64(full)*c.scale)), floor)
+}
+
+// Sizes of each measurement at the configured scale.
+func (c config) seqAppends() int   { return c.n(5_000, 100) }
+func (c config) pipeAppends() int  { return c.n(100_000, 1_000) }
+func (c config) inboxAppends() int { return c.n(50_000, 1_000) }
+func (c config) memSessions() int  { return c.n(100_000, 500) }
+
+// histories are the session lengths (in events, start included) that the
+// replay, fork and state-at-N figures read; the last is the longest.
+func (c config) histories() []int {
+	var out []int
+	for _, full := range []int{10, 1_000, 10_000, 100_000} {
+		n := c.n(full, 10)
+		if len(out) == 0 || out[len(out)-1] != n {
+			out = append(out, n)
+		}
+	}
+	return out
+}

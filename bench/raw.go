@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The raw JetStream reference stream: file storage and the sessions stream's
+// dedupe window, without the ledger. Raw runs use their own subject prefixes
+// so that conditional publishes start on empty subjects.
+const (
+	rawStream       = "BENCH_RAW"
+	rawPrefixAsync  = "bench.async"
+	rawPrefixCond   = "bench.cond"
+	rawPrefixSeq    = "bench.seq"
+	rawPrefixFork   = "bench.fork"
+	asyncWindow     = 4000
+	asyncStallWait  = 30 * time.Second
+	rawDedupeWindow = 10 * time.Minute
+)
+
+func createRawStream(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        rawStream,
+		Subjects:    []string{"bench.>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Duplicates:  rawDedupeWindow,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create stream %s: %w", rawStream, err)
+	}
+	return nil
+}
+
+// rawAsync publishes every message with PublishMsgAsync (window 4000, a long
+// stall wait) and returns once all are acknowledged.
+func rawAsync(ctx context.Context, nc *nats.Conn, msgs []rawMsg) (rate, error) {
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(asyncWindow),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, err)
+		}))
+	if err != nil {
+		return rate{}, err
+	}
+	start := time.Now()
+	for _, m := range msgs {
+		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: m.subject, Data: m.body}, jetstream.WithStallWait(asyncStallWait)); err != nil {
+			return rate{}, fmt.Errorf("raw async publish: %w", err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return rate{}, fmt.Errorf("raw async publish: %w", ctx.Err())
+	}
+	r := rate{n: len(msgs), d: time.Since(start)}
+	if n := failed.Load(); n > 0 {
+		return r, fmt.Errorf("raw async publish: %d of %d failed, first: %v", n, len(msgs), firstErr.Load())
+	}
+	return r, nil
+}
+
+// condPublish publishes one message only if the last message on its
+// session's subjects is at stream sequence last, with its event ID as message
+// ID: what the event store does for every append.
+func condPublish(ctx context.Context, js jetstream.JetStream, m rawMsg, filter string, last uint64) (uint64, error) {
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: m.subject, Data: m.body},
+		jetstream.WithMsgID(m.id), jetstream.WithExpectLastSequenceForSubject(last, filter))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// rawCondSequential publishes one session's messages one at a time, each
+// conditional on the previous one.
+func rawCondSequential(ctx context.Context, js jetstream.JetStream, msgs []rawMsg, filter string) (rate, latencies, error) {
+	lats := make(latencies, 0, len(msgs))
+	var last uint64
+	start := time.Now()
+	for _, m := range msgs {
+		t := time.Now()
+		seq, err := condPublish(ctx, js, m, filter, last)
+		if err != nil {
+			return rate{}, nil, fmt.Errorf("raw conditional publish: %w", err)
+		}
+		lats = append(lats, time.Since(t))
+		last = seq
+	}
+	return rate{n: len(msgs), d: time.Since(start)}, lats, nil
+}
+
+// rawCondConcurrent runs one goroutine per session, each publishing its
+// session's messages one at a time, conditionally: the ceiling of any
+// appender that keeps each session's log linear.
+func rawCondConcurrent(ctx context.Context, js jetstream.JetStream, perSession [][]rawMsg, filters []string) (rate, error) {
+	var (
+		wg    sync.WaitGroup
+		total atomic.Int64
+		mu    sync.Mutex
+		errs  []error
+	)
+	start := time.Now()
+	for i, msgs := range perSession {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last uint64
+			for _, m := range msgs {
+				seq, err := condPublish(ctx, js, m, filters[i], last)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				last = seq
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	r := rate{n: int(total.Load()), d: time.Since(start)}
+	if len(errs) > 0 {
+		return r, fmt.Errorf("raw conditional publish (%d sessions): %d failed, first: %w", len(perSession), len(errs), errs[0])
+	}
+	return r, nil
+}
+
+// rawOrderedRead reads the first n messages matching filter with an ordered
+// consumer, only counting them.
+func rawOrderedRead(ctx context.Context, js jetstream.JetStream, stream, filter string, n int) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return 0, fmt.Errorf("ordered consumer on %s: %w", filter, err)
+	}
+	var got atomic.Int64
+	done := make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ordered consumer on %s: %w", filter, err)
+	}
+	defer cc.Stop()
+	select {
+	case <-done:
+		return time.Since(start), nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("ordered read of %s: %d of %d after %s: %w", filter, got.Load(), n, time.Since(start), ctx.Err())
+	}
+}
+
+// rawFork does the JetStream work a fork needs at the least: read the parent's
+// event at the fork point (for its hash) and write one conditional event on a
+// new session's subject.
+func rawFork(ctx context.Context, js jetstream.JetStream, parent jetstream.Stream, parentStreamSeq uint64, m rawMsg) (time.Duration, error) {
+	start := time.Now()
+	if _, err := parent.GetMsg(ctx, parentStreamSeq); err != nil {
+		return 0, fmt.Errorf("raw fork: get %d: %w", parentStreamSeq, err)
+	}
+	if _, err := condPublish(ctx, js, m, m.subject, 0); err != nil {
+		return 0, fmt.Errorf("raw fork: publish: %w", err)
+	}
+	return time.Since(start), nil
+}
