@@ -99,6 +99,11 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	if err != nil {
 		return err
 	}
+	if found && resp.StopReason == provider.StopToolUse && len(resp.ToolCalls) == 0 {
+		// Recorded before tool calls were written ahead of the model call:
+		// the calls are lost, and asking again could act twice.
+		return t.fail(ctx, "the model asked for tools, but its tool calls were not recorded", 0)
+	}
 	var latency time.Duration
 	if !found {
 		p, err := w.provider(wf, agent)
@@ -119,7 +124,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			if ctx.Err() != nil {
 				return err // shutting down: the turn is redelivered
 			}
-			return t.fail(ctx, err.Error(), attempts+1)
+			return t.fail(ctx, err.Error(), attempts) // every attempt, the last included, was reported
 		}
 		if err := t.answered(ctx, agent, resp, latency, attempts+1); err != nil {
 			return err
@@ -203,8 +208,10 @@ func (t *turn) fail(ctx context.Context, why string, attempts int) error {
 	return t.emit(ctx, "failed", &events.TurnFailed{TurnID: t.req.TurnID, Agent: t.req.Agent, Error: why, Attempts: attempts})
 }
 
-// answered records the model's answer: the text as a chunk, then the call
-// with its usage and the wire bodies (in the object store, by hash).
+// answered records the model's answer: the text as a chunk, the tool calls
+// it asked for, and last the call itself with its usage and the wire bodies
+// (in the object store, by hash). The model call comes last so that finding
+// it in the log means the whole answer is recorded.
 func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
 	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
 		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
@@ -227,11 +234,6 @@ func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Res
 			return err
 		}
 	}
-	return t.emit(ctx, "model", called)
-}
-
-// finish asks for the answer's tool calls and ends the turn.
-func (t *turn) finish(ctx context.Context, resp provider.Response) error {
 	for i, call := range resp.ToolCalls {
 		id := call.ID
 		if id == "" {
@@ -242,6 +244,11 @@ func (t *turn) finish(ctx context.Context, resp provider.Response) error {
 			return err
 		}
 	}
+	return t.emit(ctx, "model", called)
+}
+
+// finish ends the turn.
+func (t *turn) finish(ctx context.Context, resp provider.Response) error {
 	return t.emit(ctx, "completed", &events.TurnCompleted{TurnID: t.req.TurnID, Agent: t.req.Agent, StopReason: resp.StopReason, ToolCalls: len(resp.ToolCalls)})
 }
 

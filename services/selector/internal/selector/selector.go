@@ -151,6 +151,9 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	// what the decision asked for (idempotently), decide nothing new.
 	for _, d := range st.Decisions {
 		if d.Cause == ev.ID {
+			if d.TurnID != "" && (st.Turn == nil || st.Turn.ID != d.TurnID) {
+				return nil // the turn it routed has ended: nothing to re-send
+			}
 			p, err := parsePlan(d.Route)
 			if err != nil {
 				return consume.Permanent(err)
