@@ -131,14 +131,16 @@ func (c *Client) State(ctx context.Context, id string, at uint64) (*session.Stat
 	return &st, nil
 }
 
-// Log returns one page of a session's logical log.
+// Log returns the events of a session's logical log with from <= seq <= to
+// (to 0: the head), at most limit (0: one ledger page). It asks for as many
+// pages as that takes: a page is bounded in bytes too.
 func (c *Client) Log(ctx context.Context, id string, from, to uint64, limit int) ([]events.Stored, error) {
-	var r api.LogReply
-	if err := c.request(ctx, events.SubjectLog, api.LogRequest{Session: id, From: from, To: to, Limit: limit}, &r); err != nil {
-		return nil, fmt.Errorf("log of %s: %w", id, err)
+	raws, err := c.LogRaw(ctx, id, from, to, limit)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]events.Stored, 0, len(r.Events))
-	for _, raw := range r.Events {
+	out := make([]events.Stored, 0, len(raws))
+	for _, raw := range raws {
 		ev, err := events.ParseStored(raw)
 		if err != nil {
 			return nil, fmt.Errorf("log of %s: %w", id, err)
@@ -148,13 +150,29 @@ func (c *Client) Log(ctx context.Context, id string, from, to uint64, limit int)
 	return out, nil
 }
 
-// LogRaw returns one page of a session's logical log as stored JSON.
+// LogRaw is Log returning each event as stored JSON.
 func (c *Client) LogRaw(ctx context.Context, id string, from, to uint64, limit int) ([]json.RawMessage, error) {
-	var r api.LogReply
-	if err := c.request(ctx, events.SubjectLog, api.LogRequest{Session: id, From: from, To: to, Limit: limit}, &r); err != nil {
-		return nil, fmt.Errorf("log of %s: %w", id, err)
+	if limit <= 0 || limit > api.MaxLogPage {
+		limit = api.MaxLogPage
 	}
-	return r.Events, nil
+	var out []json.RawMessage
+	for {
+		var r api.LogReply
+		if err := c.request(ctx, events.SubjectLog, api.LogRequest{Session: id, From: from, To: to, Limit: limit - len(out)}, &r); err != nil {
+			return nil, fmt.Errorf("log of %s: %w", id, err)
+		}
+		out = append(out, r.Events...)
+		if !r.More || len(r.Events) == 0 || len(out) >= limit {
+			return out, nil
+		}
+		var last struct {
+			Seq uint64 `json:"rathseq"`
+		}
+		if err := json.Unmarshal(r.Events[len(r.Events)-1], &last); err != nil {
+			return nil, fmt.Errorf("log of %s: %w", id, err)
+		}
+		from = last.Seq + 1
+	}
 }
 
 // List lists sessions.

@@ -12,13 +12,19 @@ import (
 	"github.com/openrath/rath/pkg/session"
 )
 
-// Snapshot is a session's state folded up to State.Seq, with the stream
-// sequence of the session's own last event at that point, where reading on
-// resumes.
+// Snapshot is a session's state folded up to Seq, with the stream sequence
+// of the session's own last event at that point, where reading on resumes.
+// A marker is a snapshot without the state, for sessions whose state grew
+// too large to store: it still tells where in the stream event Seq is.
 type Snapshot struct {
-	State     *session.State `json:"state"`
+	State     *session.State `json:"state,omitempty"`
+	Seq       uint64         `json:"seq"`
+	Hash      string         `json:"hash"`
 	StreamSeq uint64         `json:"stream_seq"`
 }
+
+// Marker reports whether the snapshot holds no state.
+func (s Snapshot) Marker() bool { return s.State == nil }
 
 func snapshotKey(sessionID string, seq uint64) string {
 	return sessionID + "." + strconv.FormatUint(seq, 10)
@@ -29,16 +35,19 @@ func snapshotKey(sessionID string, seq uint64) string {
 var ErrTooLarge = errors.New("too large")
 
 // PutSnapshot stores a snapshot under its session and sequence.
-func (s *Store) PutSnapshot(ctx context.Context, snap Snapshot) error {
+func (s *Store) PutSnapshot(ctx context.Context, session string, snap Snapshot) error {
+	if snap.State != nil {
+		snap.Seq, snap.Hash = snap.State.Seq, snap.State.Hash
+	}
 	b, err := json.Marshal(snap)
 	if err != nil {
-		return fmt.Errorf("snapshot %s at %d: %w", snap.State.ID, snap.State.Seq, err)
+		return fmt.Errorf("snapshot %s at %d: %w", session, snap.Seq, err)
 	}
 	if len(b) > int(s.cfg.MaxSnapshotSize) {
-		return fmt.Errorf("snapshot %s at %d: %d bytes: %w", snap.State.ID, snap.State.Seq, len(b), ErrTooLarge)
+		return fmt.Errorf("snapshot %s at %d: %d bytes: %w", session, snap.Seq, len(b), ErrTooLarge)
 	}
-	if _, err := s.snapshots.Put(ctx, snapshotKey(snap.State.ID, snap.State.Seq), b); err != nil {
-		return fmt.Errorf("snapshot %s at %d: %w", snap.State.ID, snap.State.Seq, err)
+	if _, err := s.snapshots.Put(ctx, snapshotKey(session, snap.Seq), b); err != nil {
+		return fmt.Errorf("snapshot %s at %d: %w", session, snap.Seq, err)
 	}
 	return nil
 }

@@ -124,7 +124,7 @@ func TestSnapshotsIndexAndRejections(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	st := &session.State{ID: "s", Seq: 128, Hash: "h"}
-	if err := s.PutSnapshot(ctx, eventstore.Snapshot{State: st, StreamSeq: 900}); err != nil {
+	if err := s.PutSnapshot(ctx, "s", eventstore.Snapshot{State: st, StreamSeq: 900}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetSnapshot(ctx, "s", 128)

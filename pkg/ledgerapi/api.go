@@ -104,8 +104,11 @@ type LogRequest struct {
 const MaxLogPage = 1000
 
 // LogReply carries stored events, each its structured-mode CloudEvent JSON.
+// A page is also bounded in bytes (to fit a NATS message); More says the
+// range holds more events after the last one: ask again from its seq + 1.
 type LogReply struct {
 	Events []json.RawMessage `json:"events"`
+	More   bool              `json:"more,omitempty"`
 }
 
 // ListRequest selects sessions.

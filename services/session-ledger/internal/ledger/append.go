@@ -180,10 +180,7 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		if res.Duplicate {
 			return l.ackAt(ctx, res.StreamSeq)
 		}
-		stored, err := events.ParseStored(body)
-		if err != nil {
-			return api.Ack{}, fmt.Errorf("re-read appended event: %w", err)
-		}
+		stored := storedOf(&ev, id, seq, prev, hash, body)
 		if e.state == nil {
 			e.state = &session.State{}
 		}
@@ -206,7 +203,20 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 func (l *Ledger) afterAppend(ctx context.Context, e *entry, kind events.Kind) {
 	st := e.state
 	if st.Seq%l.cfg.SnapshotEvery == 0 {
-		if err := l.store.PutSnapshot(ctx, eventstore.Snapshot{State: st, StreamSeq: e.streamSeq}); err != nil {
+		// A state too large to store is not marshalled again: its session
+		// gets markers (positions without state) from then on, which still
+		// bound reading one event; folding it starts further back.
+		snap := eventstore.Snapshot{State: st, StreamSeq: e.streamSeq}
+		if e.bigState {
+			snap = eventstore.Snapshot{Seq: st.Seq, Hash: st.Hash, StreamSeq: e.streamSeq}
+		}
+		err := l.store.PutSnapshot(ctx, e.id, snap)
+		if errors.Is(err, eventstore.ErrTooLarge) && !e.bigState {
+			e.bigState = true
+			l.log.Info("session state too large for snapshots; storing markers", "session", e.id, "seq", st.Seq, "err", err)
+			err = l.store.PutSnapshot(ctx, e.id, eventstore.Snapshot{Seq: st.Seq, Hash: st.Hash, StreamSeq: e.streamSeq})
+		}
+		if err != nil {
 			l.log.Warn("snapshot skipped", "session", st.ID, "seq", st.Seq, "err", err)
 		}
 	}
@@ -295,3 +305,13 @@ func unavailable(err error) error {
 
 // NewSessionID returns a fresh session ID (a UUIDv7, valid as a subject token).
 func NewSessionID() string { return events.NewID() }
+
+// storedOf is the stored form of an event the ledger just sealed, without
+// parsing the body again.
+func storedOf(ev *event.Event, session string, seq uint64, prev, hash string, body []byte) events.Stored {
+	return events.Stored{
+		ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Session: session, Time: ev.Time(),
+		Seq: seq, Prev: prev, Hash: hash, Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
+		Data: ev.Data(), Raw: body,
+	}
+}

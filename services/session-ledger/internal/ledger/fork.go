@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/openrath/rath/pkg/events"
@@ -23,27 +22,32 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	if err := events.ValidateSessionID(req.ID); err != nil {
 		return api.Ack{}, api.Errorf(api.CodeInvalidSession, "fork: %v", err)
 	}
-	parentHead, err := l.head(ctx, req.Parent)
+	parent, err := l.headOf(ctx, req.Parent)
 	if err != nil {
 		return api.Ack{}, err
 	}
 	at := req.At
 	if at == 0 {
-		at = parentHead.Seq
+		at = parent.Seq
 	}
-	if at > parentHead.Seq {
-		return api.Ack{}, api.Errorf(api.CodeOutOfRange, "cannot fork %s at %d: its head is %d", req.Parent, at, parentHead.Seq)
+	if at > parent.Seq {
+		return api.Ack{}, api.Errorf(api.CodeOutOfRange, "cannot fork %s at %d: its head is %d", req.Parent, at, parent.Seq)
 	}
-	base, _, err := l.stateAt(ctx, req.Parent, at)
-	if err != nil {
-		return api.Ack{}, err
+	parentHash := parent.Hash
+	if at != parent.Seq {
+		// At most K events from the nearest snapshot (or marker) before At.
+		atEv, err := l.eventAt(ctx, req.Parent, at)
+		if err != nil {
+			return api.Ack{}, err
+		}
+		parentHash = atEv.Hash
 	}
 	opts := []events.Option{events.WithSource(sourceOr(req.Source))}
 	if req.EventID != "" {
 		opts = append(opts, events.WithID(req.EventID))
 	}
 	ev, err := events.New(req.ID, &events.SessionForked{
-		Parent: req.Parent, AtSeq: at, ParentHash: base.Hash, Reason: req.Reason, Labels: req.Labels,
+		Parent: req.Parent, AtSeq: at, ParentHash: parentHash, Reason: req.Reason, Labels: req.Labels,
 	}, opts...)
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
@@ -63,7 +67,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		}
 		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: session exists (head %d)", req.ID, e.state.Seq)
 	}
-	body, hash, err := events.Seal(&ev, at+1, base.Hash)
+	body, hash, err := events.Seal(&ev, at+1, parentHash)
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
@@ -83,16 +87,47 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		}
 		return a, err
 	}
-	stored, err := events.ParseStored(body)
-	if err != nil {
-		return api.Ack{}, fmt.Errorf("re-read fork event: %w", err)
-	}
-	session.Apply(base, stored)
-	e.state, e.streamSeq, e.loaded = base, res.StreamSeq, true
+	// The fork's state is folded when it is first used (from the parent's
+	// snapshot before At): forking costs the same at any At.
+	e.state, e.loaded = nil, false
 	a := api.Ack{ID: ev.ID(), Session: req.ID, Seq: at + 1, Hash: hash, StreamSeq: res.StreamSeq}
 	e.remember(a)
-	l.afterAppend(ctx, e, kind)
+	labels := map[string]string{}
+	for k, v := range parent.Labels {
+		labels[k] = v
+	}
+	for k, v := range req.Labels {
+		labels[k] = v
+	}
+	rec := eventstore.Record{ID: req.ID, Status: string(session.StatusActive), Parent: req.Parent, ForkSeq: at,
+		Workflow: parent.Workflow, Labels: labels, Created: ev.Time(), Updated: ev.Time(), Seq: at + 1}
+	if err := l.store.PutRecord(ctx, rec); err != nil {
+		l.log.Warn("session index not updated", "session", req.ID, "err", err)
+	}
 	return a, nil
+}
+
+// position is what a fork needs of its parent's head.
+type position struct {
+	Seq      uint64
+	Hash     string
+	Workflow string
+	Labels   map[string]string
+}
+
+// headOf reads a session's head without copying its state.
+func (l *Ledger) headOf(ctx context.Context, id string) (position, error) {
+	if err := events.ValidateSessionID(id); err != nil {
+		return position{}, api.Errorf(api.CodeInvalidSession, "%v", err)
+	}
+	e := l.entry(id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := l.current(ctx, e); err != nil {
+		return position{}, err
+	}
+	st := e.state
+	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Labels: st.Labels}, nil
 }
 
 // head returns a copy of the current state of a session.
@@ -103,18 +138,26 @@ func (l *Ledger) head(ctx context.Context, id string) (*session.State, error) {
 	e := l.entry(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.loaded {
-		if err := l.load(ctx, e); err != nil {
-			return nil, unavailable(err)
-		}
-	} else if err := l.refresh(ctx, e); err != nil {
-		// Another ledger may have appended: a read sees every stored event.
-		return nil, unavailable(err)
-	}
-	if e.state == nil {
-		return nil, api.Errorf(api.CodeNotFound, "session %s does not exist", id)
+	if err := l.current(ctx, e); err != nil {
+		return nil, err
 	}
 	return e.state.Clone(), nil
+}
+
+// current brings an entry up to date with the stream (another ledger may
+// have appended: a read sees every stored event). The caller holds e.mu.
+func (l *Ledger) current(ctx context.Context, e *entry) error {
+	if !e.loaded {
+		if err := l.load(ctx, e); err != nil {
+			return unavailable(err)
+		}
+	} else if err := l.refresh(ctx, e); err != nil {
+		return unavailable(err)
+	}
+	if e.state == nil {
+		return api.Errorf(api.CodeNotFound, "session %s does not exist", e.id)
+	}
+	return nil
 }
 
 func sourceOr(s string) string {

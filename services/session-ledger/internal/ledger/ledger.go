@@ -61,6 +61,8 @@ type Ledger struct {
 
 	lineMu  sync.Mutex
 	lineage map[string][]segment // immutable once a session exists
+
+	maxPayload int64 // of the connection Serve answers on
 }
 
 // entry is the cached head of one session. Its mutex serialises every append
@@ -75,13 +77,15 @@ type entry struct {
 	streamSeq uint64 // stream sequence of the session's own last event
 	recent    map[string]api.Ack
 	recentIDs []string
+	// bigState is set once the state outgrew the snapshot size limit.
+	bigState bool
 }
 
 const recentKeep = 64
 
 func (e *entry) remember(a api.Ack) {
 	if e.recent == nil {
-		e.recent = make(map[string]api.Ack, recentKeep)
+		e.recent = make(map[string]api.Ack, 4)
 	}
 	e.recent[a.ID] = a
 	e.recentIDs = append(e.recentIDs, a.ID)

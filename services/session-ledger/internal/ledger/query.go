@@ -29,27 +29,34 @@ func (l *Ledger) State(ctx context.Context, id string, at uint64) (*session.Stat
 }
 
 // Log returns the stored events of a session's logical log with
-// from <= seq <= to (to 0: the head), at most limit (0 or above api.MaxLogPage:
-// api.MaxLogPage). Each event is its stored structured-mode JSON.
-func (l *Ledger) Log(ctx context.Context, id string, from, to uint64, limit int) ([]json.RawMessage, error) {
+// from <= seq <= to (to 0: the head), at most limit (0 or above MaxLogPage:
+// MaxLogPage) and at most half the server's message size in bytes; more
+// reports that the range goes on. Each event is its stored JSON.
+func (l *Ledger) Log(ctx context.Context, id string, from, to uint64, limit int) (evs []json.RawMessage, more bool, err error) {
 	if err := events.ValidateSessionID(id); err != nil {
-		return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
+		return nil, false, api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
 	if limit <= 0 || limit > api.MaxLogPage {
 		limit = api.MaxLogPage
 	}
-	var out []json.RawMessage
-	err := l.logicalEvents(ctx, id, from, to, func(_ events.Stored, m eventstore.Msg) error {
-		out = append(out, json.RawMessage(m.Body))
-		if len(out) == limit {
+	budget := l.maxPayload / 2
+	if budget <= 0 {
+		budget = 512 << 10
+	}
+	var size int64
+	err = l.logicalEvents(ctx, id, from, to, func(_ events.Stored, m eventstore.Msg) error {
+		if len(evs) == limit || len(evs) > 0 && size+int64(len(m.Body)) > budget {
+			more = true
 			return errStop
 		}
+		evs = append(evs, json.RawMessage(m.Body))
+		size += int64(len(m.Body))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return nil, unavailable(err)
+		return nil, false, unavailable(err)
 	}
-	return out, nil
+	return evs, more, nil
 }
 
 // List returns the indexed sessions matching the filter, oldest first.

@@ -78,11 +78,12 @@ func owner(segs []segment, n uint64) (segment, int) {
 // at or before n and at or after the segment's start. It tries a few multiples
 // of K: a missing snapshot (too large, or lost to a crash) costs a longer read,
 // never a wrong answer.
-func (l *Ledger) snapshotBelow(ctx context.Context, seg segment, n uint64) (eventstore.Snapshot, bool, error) {
+// withState asks for a snapshot holding a state (not a marker).
+func (l *Ledger) snapshotBelow(ctx context.Context, seg segment, n uint64, withState bool) (eventstore.Snapshot, bool, error) {
 	k := l.cfg.SnapshotEvery
 	for s, tries := n/k*k, 0; s >= seg.From && s > 0 && tries < 3; s, tries = s-k, tries+1 {
 		snap, err := l.store.GetSnapshot(ctx, seg.Session, s)
-		if errors.Is(err, eventstore.ErrNotFound) {
+		if errors.Is(err, eventstore.ErrNotFound) || err == nil && withState && snap.Marker() {
 			continue
 		}
 		if err != nil {
@@ -103,7 +104,7 @@ func (l *Ledger) ownEvents(ctx context.Context, id string, from, to uint64, fn f
 	own := segs[len(segs)-1]
 	start := own.StreamSeq
 	if from > own.From {
-		snap, ok, err := l.snapshotBelow(ctx, own, from-1)
+		snap, ok, err := l.snapshotBelow(ctx, own, from-1, false)
 		if err != nil {
 			return err
 		}
@@ -183,7 +184,7 @@ func (l *Ledger) stateAt(ctx context.Context, id string, n uint64) (*session.Sta
 		st    *session.State
 		start = seg.StreamSeq
 	)
-	snap, ok, err := l.snapshotBelow(ctx, seg, n)
+	snap, ok, err := l.snapshotBelow(ctx, seg, n, true)
 	switch {
 	case err != nil:
 		return nil, 0, err

@@ -32,6 +32,7 @@ const (
 // Serve answers the ledger subjects and consumes the inbox until ctx ends,
 // then drains: in-flight requests and inbox proposals finish, none is lost.
 func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
+	l.maxPayload = nc.MaxPayload()
 	// The inbox consumer starts first: once requests are answered, the whole
 	// ledger is up.
 	inbox, err := l.consumeInbox(ctx)
@@ -124,6 +125,13 @@ func (l *Ledger) reply(m *nats.Msg, res any, err error) {
 			out.Header.Set(api.HeaderError, string(api.CodeUnavailable))
 			out.Data, _ = json.Marshal(api.ErrorReply{Error: &api.Error{Code: api.CodeUnavailable, Message: err.Error()}})
 		}
+	}
+	if limit := l.maxPayload - 4096; err == nil && limit > 0 && int64(len(out.Data)) > limit {
+		// Above what NATS carries: tell the client rather than go silent.
+		le := api.Errorf(api.CodeTooLarge, "the reply to %s would be %d bytes, above the server's message limit of %d: page the log (rath.ledger.log) instead", m.Subject, len(out.Data), l.maxPayload)
+		out = nats.NewMsg(m.Reply)
+		out.Header.Set(api.HeaderError, string(le.Code))
+		out.Data, _ = json.Marshal(api.ErrorReply{Error: le})
 	}
 	if err := m.RespondMsg(out); err != nil {
 		l.log.Warn("reply lost", "subject", m.Subject, "err", err)
@@ -234,14 +242,14 @@ func (l *Ledger) handleLog(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := decodeRequest(m, &r); err != nil {
 		return nil, err
 	}
-	evs, err := l.Log(ctx, r.Session, r.From, r.To, r.Limit)
+	evs, more, err := l.Log(ctx, r.Session, r.From, r.To, r.Limit)
 	if err != nil {
 		return nil, err
 	}
 	if evs == nil {
 		evs = []json.RawMessage{}
 	}
-	return api.LogReply{Events: evs}, nil
+	return api.LogReply{Events: evs, More: more}, nil
 }
 
 func (l *Ledger) handleList(ctx context.Context, m *nats.Msg) (any, error) {

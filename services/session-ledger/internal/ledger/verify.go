@@ -50,7 +50,7 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 	last := segs[len(segs)-1]
 	if after := (r.Head/k + 1) * k; after >= last.From {
 		if snap, err := l.store.GetSnapshot(ctx, id, after); err == nil {
-			r.Fault = &api.Fault{Seq: r.Head + 1, Session: id, Reason: fmt.Sprintf("missing sequence %d: a snapshot at %d (hash %s) shows the log was truncated", r.Head+1, after, snap.State.Hash)}
+			r.Fault = &api.Fault{Seq: r.Head + 1, Session: id, Reason: fmt.Sprintf("missing sequence %d: a snapshot at %d (hash %s) shows the log was truncated", r.Head+1, after, snap.Hash)}
 			return r, nil
 		}
 	}

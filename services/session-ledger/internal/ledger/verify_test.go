@@ -8,8 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // rewrite replaces a session's stored events straight in the stream, behind
@@ -105,5 +108,47 @@ func TestVerifyFollowsForkAncestry(t *testing.T) {
 	rep, _ := r.c.Verify(ctx, "c")
 	if rep.OK || rep.Fault.Session != "p" || rep.Fault.Seq != 2 {
 		t.Fatalf("child verify after parent tampering: %+v", rep.Fault)
+	}
+}
+
+// A reply above the server's message limit is an error naming the limit, not
+// silence until the client times out.
+func TestTooLargeReplyIsAnError(t *testing.T) {
+	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	r := serveOn(t, natstest.Connect(t, ns.ClientURL()), "small")
+	r.start(t, "big")
+	for i := 0; i < 20; i++ {
+		r.emit(t, "big", chunk(strings.Repeat("x", 4000)))
+	}
+	_, err = r.c.State(context.Background(), "big", 0)
+	wantCode(t, err, api.CodeTooLarge)
+	if !strings.Contains(err.Error(), "message limit") {
+		t.Fatalf("error %v does not name the limit", err)
+	}
+	// The log still pages it out.
+	if log, err := r.c.Log(context.Background(), "big", 1, 5, 0); err != nil || len(log) != 5 {
+		t.Fatalf("log: %d %v", len(log), err)
+	}
+}
+
+// Log pages are bounded in bytes too; the client asks for more pages.
+func TestLogPagesFitTheMessageLimit(t *testing.T) {
+	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	r := serveOn(t, natstest.Connect(t, ns.ClientURL()), "small")
+	r.start(t, "pages")
+	for i := 0; i < 40; i++ {
+		r.emit(t, "pages", chunk(strings.Repeat("y", 3000)))
+	}
+	log, err := r.c.Log(context.Background(), "pages", 1, 0, 0)
+	if err != nil || len(log) != 41 || log[40].Seq != 41 {
+		t.Fatalf("log: %d events, %v", len(log), err)
 	}
 }

@@ -1,0 +1,227 @@
+package toolserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
+)
+
+// inlineLimit bounds the result kept inside an event, as the tool runner
+// does; a longer result goes to the blob store and the event keeps a prefix.
+const inlineLimit = 16 << 10
+
+type server struct {
+	t         Tool
+	durable   string
+	c         *client.Client
+	store     *eventstore.Store
+	workflows *workflow.Library
+	schema    *jsonschema.Schema
+}
+
+// handle runs one requested call of the tool, once: requests of other tools,
+// and calls the session's state shows finished, are left alone.
+func (s *server) handle(ctx context.Context, ev events.Stored) error {
+	d, err := ev.Decode()
+	if err != nil {
+		return consume.Permanent(err)
+	}
+	req := d.(*events.ToolRequested)
+	if req.Tool != s.t.Name {
+		return nil
+	}
+	st, err := s.c.State(ctx, ev.Session, 0)
+	if err != nil {
+		return err
+	}
+	call := st.Tools[req.CallID]
+	if st.Status == session.StatusClosed || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
+		return nil // done already (a redelivery), or nothing to do
+	}
+	e := evidence{s: s, ev: ev, req: req, attempt: call.Attempts + 1}
+	if why := s.allowed(ctx, st, req); why != "" {
+		return e.fail(ctx, why, 0)
+	}
+	if err := s.check(req.Arguments); err != nil {
+		return e.fail(ctx, err.Error(), 0)
+	}
+	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: req.CallID, Tool: req.Tool, Attempt: e.attempt}); err != nil {
+		return err
+	}
+	start := time.Now()
+	result, err := s.run(context.WithValue(ctx, callKey{}, Call{Session: ev.Session, CallID: req.CallID, Agent: req.Agent, Attempt: e.attempt}), req.Arguments)
+	dur := time.Since(start)
+	if err != nil && ctx.Err() != nil {
+		return err // stopping: the request is delivered again, as a new attempt
+	}
+	if err != nil {
+		return e.fail(ctx, err.Error(), dur)
+	}
+	done := &events.ToolCompleted{CallID: req.CallID, Tool: req.Tool, Attempt: e.attempt, DurationMS: dur.Milliseconds()}
+	if done.Result, done.ResultRef, err = s.inline(ctx, strings.ToValidUTF8(result, "\uFFFD")); err != nil {
+		return err
+	}
+	// The result reaches the model as a tool chunk, before the completion
+	// that lets the selector route the next turn.
+	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: req.Agent, Content: done.Result, ToolCallID: req.CallID}); err != nil {
+		return err
+	}
+	return e.emit(ctx, "completed", done)
+}
+
+// run calls Handle, turning a panic into a failed call.
+func (s *server) run(ctx context.Context, args json.RawMessage) (result string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tool %s panicked: %v", s.t.Name, p)
+		}
+	}()
+	return s.t.Handle(ctx, args)
+}
+
+// allowed checks the tool against the requesting agent's tools in the
+// session's workflow, as the tool runner does for its tools, and returns why
+// the call is refused ("" if it is not). Sessions without a workflow may use
+// every tool.
+func (s *server) allowed(ctx context.Context, st *session.State, req *events.ToolRequested) string {
+	if st.WorkflowRef == "" {
+		return ""
+	}
+	wf, err := s.workflows.Get(ctx, st.WorkflowRef)
+	if err != nil {
+		return err.Error()
+	}
+	a, ok := wf.Workflow.Agent(req.Agent)
+	if !ok {
+		return fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name)
+	}
+	if !slices.Contains(a.Tools, req.Tool) {
+		return fmt.Sprintf("tool %s is not allowed for agent %s (allowed: %v)", req.Tool, a.Name, a.Tools)
+	}
+	return ""
+}
+
+// compile compiles the tool's parameter schema.
+func compile(t Tool) (*jsonschema.Schema, error) {
+	if t.Parameters == nil {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Parameters))
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: parameters: %w", t.Name, err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	url := "urn:rath:tool:" + t.Name
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("tool %s: parameters: %w", t.Name, err)
+	}
+	schema, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: parameters: %w", t.Name, err)
+	}
+	return schema, nil
+}
+
+// check validates arguments against the tool's schema; absent or null
+// arguments stand for the empty object.
+func (s *server) check(args json.RawMessage) error {
+	var v any = map[string]any{}
+	if trimmed := bytes.TrimSpace(args); len(trimmed) > 0 && string(trimmed) != "null" {
+		var err error
+		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(trimmed)); err != nil {
+			return fmt.Errorf("%s: arguments are not valid JSON: %w", s.t.Name, err)
+		}
+	}
+	if _, isObject := v.(map[string]any); !isObject {
+		return fmt.Errorf("%s: arguments must be a JSON object", s.t.Name)
+	}
+	if s.schema == nil {
+		return nil
+	}
+	err := s.schema.Validate(v)
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &ve) {
+		var problems []string
+		for _, c := range leaves(ve) {
+			at := "/" + strings.Join(c.InstanceLocation, "/")
+			problems = append(problems, at+": "+c.ErrorKind.LocalizedString(printer))
+		}
+		return fmt.Errorf("%s: invalid arguments: %s", s.t.Name, strings.Join(problems, "; "))
+	}
+	return err
+}
+
+var printer = message.NewPrinter(language.English)
+
+// leaves returns the innermost causes of a validation error: the specific
+// problems, not the "does not match the schema" above them.
+func leaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(ve.Causes) == 0 {
+		return []*jsonschema.ValidationError{ve}
+	}
+	var out []*jsonschema.ValidationError
+	for _, c := range ve.Causes {
+		out = append(out, leaves(c)...)
+	}
+	return out
+}
+
+// inline keeps a short result in the event, and puts a long one in the blob
+// store, keeping a prefix in the event.
+func (s *server) inline(ctx context.Context, text string) (string, string, error) {
+	if len(text) <= inlineLimit {
+		return text, "", nil
+	}
+	ref, err := s.store.PutBlob(ctx, []byte(text))
+	if err != nil {
+		return "", "", err
+	}
+	return strings.ToValidUTF8(text[:inlineLimit], "") + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
+}
+
+// evidence appends the events of one call attempt, with IDs derived from the
+// request and the attempt, so that a redelivered attempt records once.
+type evidence struct {
+	s       *server
+	ev      events.Stored
+	req     *events.ToolRequested
+	attempt int
+}
+
+func (e evidence) emit(ctx context.Context, what string, data any) error {
+	_, err := e.s.c.Emit(ctx, e.ev.Session, data,
+		events.WithID(events.DerivedID(e.s.durable, e.ev.ID, what, strconv.Itoa(e.attempt))),
+		events.WithCausation(e.ev.ID), events.WithCorrelation(e.ev.Correlation))
+	if api.CodeOf(err) == api.CodeClosed {
+		return nil
+	}
+	return err
+}
+
+// fail records a failed call: the model reads why as the tool's result, and
+// the failure ends the call.
+func (e evidence) fail(ctx context.Context, why string, dur time.Duration) error {
+	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: e.req.Agent, Content: "error: " + why, ToolCallID: e.req.CallID}); err != nil {
+		return err
+	}
+	return e.emit(ctx, "failed", &events.ToolFailed{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt, Error: why, DurationMS: dur.Milliseconds()})
+}

@@ -1,0 +1,215 @@
+// Package toolserver serves a custom tool from the bus: it registers the
+// tool in the tool registry and runs the calls sessions request of it,
+// recording each call's evidence in the session as the tool runner does for
+// built-in tools.
+//
+// Any program in any language can serve a tool the same way; docs/tools.md
+// describes the protocol step by step. This package is the Go helper:
+//
+//	err := toolserver.Serve(ctx, nc, toolserver.Tool{
+//		Name:        "word_count",
+//		Description: "Count the words of a text.",
+//		Parameters:  json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
+//		Handle: func(ctx context.Context, args json.RawMessage) (string, error) { ... },
+//	})
+//
+// The protocol, in short: the server puts its ToolSpec in the rath-tools
+// bucket (Server = Durable(name)); consumes rath.tool.call.requested events
+// from stream RATH_SESSIONS through its own durable consumer Durable(name),
+// filtered to rath.log.*.tool; skips requests of other tools and calls the
+// session's state shows finished; and appends rath.tool.call.started, a
+// conversation chunk of role "tool" with the result, and
+// rath.tool.call.completed (or the chunk and rath.tool.call.failed) through
+// the ledger, with event IDs derived from the request and the attempt, so
+// that a redelivered request records each event once.
+package toolserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/workflow"
+)
+
+// Tool is a custom tool and its implementation.
+type Tool struct {
+	// Name is what agents call the tool (and list in a workflow's tools):
+	// 1 to 64 of A-Z a-z 0-9 _ -. A name with a dot would be an MCP server's
+	// tool, and a built-in's name is the tool runner's.
+	Name        string
+	Description string
+	// Parameters is the JSON Schema (draft 2020-12) of the arguments: what
+	// agents are offered, and what arguments are checked against before
+	// Handle sees them. Nil means any object.
+	Parameters json.RawMessage
+	// Handle runs one call. Its result is the text the model reads; an
+	// error fails the call, and the model reads the error's message. It may
+	// run again for the same call after a crash (a new attempt), so side
+	// effects should be idempotent. Call returns what the call is.
+	Handle func(ctx context.Context, args json.RawMessage) (string, error)
+}
+
+// Call is the call a Handle runs, from its context.
+type Call struct {
+	Session string
+	CallID  string
+	// Agent is the agent that requested the call (empty if none did).
+	Agent string
+	// Attempt counts the attempts of the call, from 1.
+	Attempt int
+}
+
+type callKey struct{}
+
+// CallFrom returns the call a Handle's context belongs to.
+func CallFrom(ctx context.Context) (Call, bool) {
+	c, ok := ctx.Value(callKey{}).(Call)
+	return c, ok
+}
+
+// Durable returns the name of a tool's durable consumer, which is also its
+// server's name in the registry: "tool-" and the tool's name.
+func Durable(tool string) string { return "tool-" + tool }
+
+// Source returns the CloudEvents source of the events a tool's server
+// appends.
+func Source(tool string) string { return "rath/tool/" + tool }
+
+// ErrTaken is returned by Serve for a tool name that another server has
+// registered, such as a built-in tool's.
+var ErrTaken = errors.New("tool name registered by another server")
+
+// validName is the form of a custom tool's name: what model APIs accept as
+// a function name, and usable in a durable consumer name.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// reserved are names whose durable consumer would be a Rath service's.
+var reserved = map[string]bool{"runner": true}
+
+// Option configures Serve.
+type Option func(*options)
+
+type options struct {
+	log     *slog.Logger
+	workers int
+}
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithWorkers sets how many calls run at once (default 8). Calls of one
+// session always run one at a time, in order.
+func WithWorkers(n int) Option { return func(o *options) { o.workers = n } }
+
+// Serve registers t and runs its calls until ctx ends, then lets the calls
+// in progress finish (for up to consume.ShutdownGrace) and returns nil.
+// Calls requested while no server runs wait in the durable consumer for the
+// next one. It returns ErrTaken if another server registered the name.
+//
+// Serve waits for the ledger to have created the streams and buckets.
+func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
+	o := options{log: slog.New(slog.NewTextHandler(io.Discard, nil)), workers: 8}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := t.validate(); err != nil {
+		return err
+	}
+	schema, err := compile(t)
+	if err != nil {
+		return err
+	}
+	store, err := attach(ctx, nc, o.log)
+	if err != nil || store == nil {
+		return err
+	}
+	c, err := client.New(nc, client.WithSource(Source(t.Name)))
+	if err != nil {
+		return fmt.Errorf("tool server %s: %w", t.Name, err)
+	}
+	if err := register(ctx, store, t); err != nil {
+		return err
+	}
+	s := &server{t: t, durable: Durable(t.Name), c: c, store: store, schema: schema,
+		workflows: workflow.NewLibrary(store.GetBlob)}
+	h := consume.Handler{
+		Name: s.durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
+		Handle: s.handle, Workers: o.workers, AckWait: time.Minute,
+	}
+	return consume.Run(ctx, nc, h, consume.RecordInSession(c), o.log.With("tool", t.Name))
+}
+
+func (t Tool) validate() error {
+	var errs []error
+	if !validName.MatchString(t.Name) {
+		errs = append(errs, fmt.Errorf("tool name %q: want 1-64 characters of A-Z a-z 0-9 _ -", t.Name))
+	}
+	if reserved[t.Name] {
+		errs = append(errs, fmt.Errorf("tool name %q is reserved", t.Name))
+	}
+	if t.Handle == nil {
+		errs = append(errs, fmt.Errorf("tool %s: no Handle func", t.Name))
+	}
+	if t.Parameters != nil && !json.Valid(t.Parameters) {
+		errs = append(errs, fmt.Errorf("tool %s: parameters are not valid JSON", t.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// attach binds to the event store, waiting for the ledger to create it. It
+// returns a nil store if ctx ended first.
+func attach(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*eventstore.Store, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
+		store, err := eventstore.Attach(ctx, nc)
+		if err == nil {
+			return store, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("tool server: %w", err)
+		}
+		log.Info("waiting for the Rath streams and buckets", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// register puts the tool in the registry, unless another server holds the
+// name. (Two servers registering one name at the same moment can both
+// succeed; the registry is a plain bucket.)
+func register(ctx context.Context, store *eventstore.Store, t Tool) error {
+	spec := eventstore.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Server: Durable(t.Name)}
+	if spec.Parameters == nil {
+		spec.Parameters = json.RawMessage(`{"type":"object"}`)
+	}
+	old, err := store.Tool(ctx, t.Name)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("tool server %s: %w", t.Name, err)
+	case old.Server != spec.Server:
+		return fmt.Errorf("tool server %s: %w (%s)", t.Name, ErrTaken, old.Server)
+	}
+	if err := store.PutTool(ctx, spec); err != nil {
+		return fmt.Errorf("tool server %s: %w", t.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+package toolserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/workflow"
+	ledger "github.com/openrath/rath/services/session-ledger/service"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// wordCount is the tool under test; calls counts its runs.
+func wordCount(calls *atomic.Int32) Tool {
+	return Tool{
+		Name:        "word_count",
+		Description: "Count the words of a text.",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`),
+		Handle: func(ctx context.Context, args json.RawMessage) (string, error) {
+			calls.Add(1)
+			var in struct{ Text string }
+			if err := json.Unmarshal(args, &in); err != nil {
+				return "", err
+			}
+			if in.Text == "boom" {
+				return "", errors.New("cannot count an explosion")
+			}
+			if in.Text == "panic" {
+				panic("counting panicked")
+			}
+			if c, ok := CallFrom(ctx); !ok || c.CallID == "" || c.Attempt != 1 {
+				return "", errors.New("no call in the context")
+			}
+			return strconv.Itoa(len(strings.Fields(in.Text))), nil
+		},
+	}
+}
+
+type rig struct {
+	nc    *nats.Conn
+	c     *client.Client
+	store *eventstore.Store
+}
+
+// setup runs a ledger; the tool server is the test's to start.
+func setup(t *testing.T) *rig {
+	t.Helper()
+	_, nc := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ledger: %v", err)
+		}
+	})
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := eventstore.Open(context.Background(), nc, eventstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{nc: nc, c: c, store: store}
+}
+
+// serve runs Serve until the test ends, and checks it returns nil then.
+func (r *rig) serve(t *testing.T, tool Tool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, r.nc, tool, WithLogger(quiet)) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Serve did not return after cancel")
+		}
+	})
+}
+
+func (r *rig) request(t *testing.T, session, callID, tool, args string) events.Stored {
+	t.Helper()
+	req := &events.ToolRequested{CallID: callID, Tool: tool, Agent: "a", Arguments: json.RawMessage(args)}
+	ack, err := r.c.Emit(context.Background(), session, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := r.c.Log(context.Background(), session, ack.Seq, ack.Seq, 1)
+	if err != nil || len(log) != 1 {
+		t.Fatalf("read back request: %v", err)
+	}
+	return log[0]
+}
+
+// finish waits for the call to complete or fail, and returns the chunk and
+// the last event of the call.
+func (r *rig) finish(t *testing.T, session, callID string) (*events.ChunkAppended, any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var chunk *events.ChunkAppended
+	var last any
+	found := errors.New("found")
+	err := r.c.Watch(ctx, session, 1, func(ev events.Stored) error {
+		d, err := ev.Decode()
+		if err != nil {
+			return err
+		}
+		switch d := d.(type) {
+		case *events.ChunkAppended:
+			if d.ToolCallID == callID {
+				chunk = d
+			}
+		case *events.ToolCompleted:
+			if d.CallID == callID {
+				last = d
+				return found
+			}
+		case *events.ToolFailed:
+			if d.CallID == callID {
+				last = d
+				return found
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, found) {
+		t.Fatalf("call %s did not finish: %v", callID, err)
+	}
+	if chunk == nil {
+		t.Fatalf("call %s finished without a tool chunk before it", callID)
+	}
+	return chunk, last
+}
+
+func waitRegistered(t *testing.T, store *eventstore.Store, name string) eventstore.ToolSpec {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		spec, err := store.Tool(context.Background(), name)
+		if err == nil {
+			return spec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not registered: %v", name, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A call requested in a session is served: started, the result as a tool
+// chunk, then the completion, from the tool's own source.
+func TestServeRunsRequestedCalls(t *testing.T) {
+	r := setup(t)
+	var calls atomic.Int32
+	r.serve(t, wordCount(&calls))
+	spec := waitRegistered(t, r.store, "word_count")
+	if spec.Server != "tool-word_count" || !strings.Contains(string(spec.Parameters), `"text"`) {
+		t.Fatalf("registered %+v", spec)
+	}
+	if _, err := r.c.Start(context.Background(), "s1", events.SessionStarted{Task: "count"}); err != nil {
+		t.Fatal(err)
+	}
+	r.request(t, "s1", "other", "read_file", `{"path":"x"}`) // not ours: left alone
+	r.request(t, "s1", "c1", "word_count", `{"text":"one two  three"}`)
+	chunk, last := r.finish(t, "s1", "c1")
+	done, ok := last.(*events.ToolCompleted)
+	if !ok || done.Result != "3" || done.Attempt != 1 || done.ExitCode != 0 {
+		t.Fatalf("completion %#v", last)
+	}
+	if chunk.Role != events.RoleTool || chunk.Content != "3" || chunk.Agent != "a" {
+		t.Fatalf("chunk %+v", chunk)
+	}
+	st, err := r.c.State(context.Background(), "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if call := st.Tools["other"]; call.Status != "requested" || len(call.Seqs) != 1 {
+		t.Fatalf("another tool's call was touched: %+v", call)
+	}
+	log, err := r.c.Log(context.Background(), "s1", 1, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range log {
+		if ev.Source == Source("word_count") {
+			types = append(types, ev.Type)
+		}
+	}
+	want := []string{events.TypeToolStarted, events.TypeChunkAppended, events.TypeToolCompleted}
+	if strings.Join(types, " ") != strings.Join(want, " ") {
+		t.Fatalf("tool server appended %v, want %v", types, want)
+	}
+}
+
+// Bad arguments, an error and a panic of Handle each fail the call, and
+// the model reads why.
+func TestFailedCallsSayWhy(t *testing.T) {
+	r := setup(t)
+	var calls atomic.Int32
+	r.serve(t, wordCount(&calls))
+	waitRegistered(t, r.store, "word_count")
+	if _, err := r.c.Start(context.Background(), "s2", events.SessionStarted{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ id, args, want string }{
+		{"bad", `{"text":5}`, "word_count: invalid arguments: /text: got number, want string"},
+		{"extra", `{"text":"a","x":1}`, "invalid arguments: /: additional properties 'x' not allowed"},
+		{"boom", `{"text":"boom"}`, "cannot count an explosion"},
+		{"panic", `{"text":"panic"}`, "tool word_count panicked: counting panicked"},
+	} {
+		r.request(t, "s2", c.id, "word_count", c.args)
+		chunk, last := r.finish(t, "s2", c.id)
+		failed, ok := last.(*events.ToolFailed)
+		if !ok || !strings.Contains(failed.Error, c.want) || chunk.Content != "error: "+failed.Error {
+			t.Errorf("%s: %#v, chunk %q; want an error with %q", c.id, last, chunk.Content, c.want)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("Handle ran %d times, want 2 (bad arguments never reach it)", n)
+	}
+}
+
+// A session's workflow decides which agents may call the tool.
+func TestWorkflowAllowList(t *testing.T) {
+	r := setup(t)
+	var calls atomic.Int32
+	r.serve(t, wordCount(&calls))
+	wf, err := workflow.Parse([]byte(`name: w
+agents:
+  - {name: a, provider: openai, model: m, tools: [read_file]}
+rules:
+  - {name: r, when: "false", route: {agent: a}}
+`), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := workflow.NewBundle(wf)
+	data, _ := b.Marshal()
+	ref, err := r.store.PutBlob(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Start(context.Background(), "s3", events.SessionStarted{WorkflowRef: ref}); err != nil {
+		t.Fatal(err)
+	}
+	r.request(t, "s3", "c", "word_count", `{"text":"a"}`)
+	_, last := r.finish(t, "s3", "c")
+	if failed, ok := last.(*events.ToolFailed); !ok || !strings.Contains(failed.Error, "not allowed for agent a") {
+		t.Fatalf("%#v", last)
+	}
+	if calls.Load() != 0 {
+		t.Fatal("Handle ran for an agent not allowed the tool")
+	}
+}
+
+// A redelivered request records nothing new and runs nothing again; a
+// request whose attempt started and never ended runs again as attempt 2,
+// with events of their own.
+func TestRedeliveryRecordsOnce(t *testing.T) {
+	r := setup(t)
+	var calls atomic.Int32
+	tool := wordCount(&calls)
+	store, err := eventstore.Attach(context.Background(), r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(r.nc, client.WithSource(Source(tool.Name)))
+	schema, err := compile(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: tool, durable: Durable(tool.Name), c: c, store: store, schema: schema, workflows: workflow.NewLibrary(store.GetBlob)}
+	if _, err := r.c.Start(context.Background(), "s4", events.SessionStarted{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	req := r.request(t, "s4", "c", "word_count", `{"text":"a b"}`)
+	for range 2 {
+		if err := s.handle(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := r.c.State(ctx, "s4", 0)
+	if calls.Load() != 1 || st.Seq != 5 || st.Tools["c"].Status != "completed" {
+		t.Fatalf("after a redelivery: %d runs, head %d, call %+v", calls.Load(), st.Seq, st.Tools["c"])
+	}
+
+	// Attempt 1 started, then the server died.
+	req2 := r.request(t, "s4", "c2", "word_count", `{"text":"x"}`)
+	e := evidence{s: s, ev: req2, req: &events.ToolRequested{CallID: "c2", Tool: tool.Name}, attempt: 1}
+	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: "c2", Tool: tool.Name, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	calls.Store(0)
+	tool.Handle = func(ctx context.Context, _ json.RawMessage) (string, error) {
+		c, _ := CallFrom(ctx)
+		return "attempt " + strconv.Itoa(c.Attempt), nil
+	}
+	s.t = tool
+	if err := s.handle(ctx, req2); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = r.c.State(ctx, "s4", 0)
+	if call := st.Tools["c2"]; call.Status != "completed" || call.Attempts != 2 || len(st.Chunks) == 0 || st.Chunks[len(st.Chunks)-1].Content != "attempt 2" {
+		t.Fatalf("after a crash: %+v", call)
+	}
+}
+
+// A name already served by another server, and names that are not a
+// custom tool's, are refused before anything is registered.
+func TestServeRefusesNames(t *testing.T) {
+	r := setup(t)
+	if err := r.store.PutTool(context.Background(), eventstore.ToolSpec{Name: "read_file", Server: "tool-runner"}); err != nil {
+		t.Fatal(err)
+	}
+	handle := func(context.Context, json.RawMessage) (string, error) { return "", nil }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Serve(ctx, r.nc, Tool{Name: "read_file", Handle: handle}); !errors.Is(err, ErrTaken) {
+		t.Errorf("built-in name: %v", err)
+	}
+	for _, name := range []string{"", "fs.read", "runner", "a b", strings.Repeat("x", 65)} {
+		if err := Serve(ctx, r.nc, Tool{Name: name, Handle: handle}); err == nil {
+			t.Errorf("name %q accepted", name)
+		}
+	}
+	if err := Serve(ctx, r.nc, Tool{Name: "ok", Handle: handle, Parameters: json.RawMessage(`{"type":3}`)}); err == nil {
+		t.Error("invalid schema accepted")
+	}
+}
