@@ -1,7 +1,6 @@
 package events
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"sort"
@@ -130,7 +129,7 @@ func DecodeData(typ string, data []byte) (any, error) {
 	if len(data) == 0 {
 		return v, nil
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := fastJSON.Unmarshal(data, v); err != nil {
 		return nil, fmt.Errorf("decode %s data: %w", typ, err)
 	}
 	return v, nil

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	jsoniter "github.com/json-iterator/go"
 )
 
 // Stored is an accepted event as read back from the sessions stream: the
@@ -26,10 +28,15 @@ type Stored struct {
 	Raw json.RawMessage `json:"-"`
 }
 
+// fastJSON decodes the hot paths (replay parses every stored event and its
+// data) with json-iterator's encoding/json-compatible configuration, about
+// twice as fast as the standard library on these small documents.
+var fastJSON = jsoniter.ConfigCompatibleWithStandardLibrary
+
 // ParseStored decodes a stored event body.
 func ParseStored(body []byte) (Stored, error) {
 	var s Stored
-	if err := json.Unmarshal(body, &s); err != nil {
+	if err := fastJSON.Unmarshal(body, &s); err != nil {
 		return Stored{}, fmt.Errorf("parse stored event: %w", err)
 	}
 	s.Raw = body

@@ -208,3 +208,58 @@ func (s *Store) First(ctx context.Context, session string) (Msg, error) {
 	}
 	return Msg{StreamSeq: m.Sequence, Subject: m.Subject, Header: m.Header, Body: m.Data}, nil
 }
+
+// parseBatch is how many messages the reader hands the parser at once.
+const parseBatch = 64
+
+// ScanParsed is ScanSession with each body parsed. Reading and parsing run
+// on two goroutines, so a long replay costs about the read alone; fn runs
+// on the caller's goroutine, in stream order. An error from fn (errStop
+// sentinels included) ends the scan and is returned as is.
+func (s *Store) ScanParsed(ctx context.Context, session string, from, upTo uint64, fn func(events.Stored, Msg) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan []Msg, 16)
+	var scanErr error
+	go func() {
+		defer close(batches)
+		batch := make([]Msg, 0, parseBatch)
+		send := func() error {
+			select {
+			case batches <- batch:
+				batch = make([]Msg, 0, parseBatch)
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		scanErr = s.ScanSession(ctx, session, from, upTo, func(m Msg) error {
+			batch = append(batch, m)
+			if len(batch) == parseBatch {
+				return send()
+			}
+			return nil
+		})
+		if scanErr == nil && len(batch) > 0 {
+			scanErr = send()
+		}
+	}()
+	fail := func(err error) error {
+		cancel()
+		for range batches { // let the reader finish
+		}
+		return err
+	}
+	for batch := range batches {
+		for _, m := range batch {
+			ev, err := events.ParseStored(m.Body)
+			if err != nil {
+				return fail(fmt.Errorf("session %s at stream %d: %w", session, m.StreamSeq, err))
+			}
+			if err := fn(ev, m); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	return scanErr
+}

@@ -170,11 +170,7 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 	if !e.loaded || e.state == nil {
 		return l.load(ctx, e)
 	}
-	return l.store.ScanSession(ctx, e.id, e.streamSeq+1, 0, func(m eventstore.Msg) error {
-		ev, err := events.ParseStored(m.Body)
-		if err != nil {
-			return fmt.Errorf("refresh session %s at stream %d: %w", e.id, m.StreamSeq, err)
-		}
+	return l.store.ScanParsed(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if err := l.fold(ctx, e.state, ev); err != nil {
 			return err
 		}

@@ -112,11 +112,7 @@ func (l *Ledger) ownEvents(ctx context.Context, id string, from, to uint64, fn f
 			start = snap.StreamSeq + 1
 		}
 	}
-	err = l.store.ScanSession(ctx, id, start, 0, func(m eventstore.Msg) error {
-		ev, err := events.ParseStored(m.Body)
-		if err != nil {
-			return fmt.Errorf("session %s at stream %d: %w", id, m.StreamSeq, err)
-		}
+	err = l.store.ScanParsed(ctx, id, start, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.Seq < from {
 			return nil
 		}
@@ -201,11 +197,7 @@ func (l *Ledger) stateAt(ctx context.Context, id string, n uint64) (*session.Sta
 		st = &session.State{}
 	}
 	last := start - 1
-	err = l.store.ScanSession(ctx, seg.Session, start, 0, func(m eventstore.Msg) error {
-		ev, err := events.ParseStored(m.Body)
-		if err != nil {
-			return fmt.Errorf("session %s at stream %d: %w", seg.Session, m.StreamSeq, err)
-		}
+	err = l.store.ScanParsed(ctx, seg.Session, start, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.Seq > n {
 			return errStop
 		}
