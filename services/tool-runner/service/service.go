@@ -1,5 +1,6 @@
 // Package service is the tool runner's composition root: event store, ledger
-// client, sandbox backend and runner, wired onto a NATS connection.
+// client, sandbox backend, MCP server pool and runner, wired onto a NATS
+// connection.
 package service
 
 import (
@@ -9,11 +10,13 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/services/tool-runner/internal/mcp"
 	"github.com/openrath/rath/services/tool-runner/internal/runner"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
@@ -24,19 +27,32 @@ type Config struct {
 	Sandbox sandbox.Config
 	// Seeds is the directory workspace seeds are named under.
 	Seeds string
+	// MCP configures the MCP servers of workflows; an empty MCP.Path is
+	// Sandbox.Path.
+	MCP mcp.Config
 }
 
 // DefaultConfig returns the defaults; Sandbox.Root must still be set.
 func DefaultConfig() Config {
-	return Config{Store: eventstore.DefaultConfig(), Sandbox: sandbox.DefaultConfig()}
+	return Config{Store: eventstore.DefaultConfig(), Sandbox: sandbox.DefaultConfig(), MCP: mcp.DefaultConfig()}
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return errors.Join(c.Store.Validate(), c.Sandbox.Validate())
+	return errors.Join(c.Store.Validate(), c.Sandbox.Validate(), c.mcp().Validate())
 }
 
-// Run runs tool calls until ctx ends, then drains.
+// mcp is the MCP configuration with its defaults applied.
+func (c Config) mcp() mcp.Config {
+	m := c.MCP
+	if m.Path == "" {
+		m.Path = c.Sandbox.Path
+	}
+	return m
+}
+
+// Run runs tool calls until ctx ends, then drains its consumers and stops
+// the MCP servers it started.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("tool runner config: %w", err)
@@ -54,9 +70,18 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}
-	r := runner.New(c, store, backend, workflow.NewLibrary(store.GetBlob), cfg.Seeds, log)
+	servers, err := mcp.NewPool(cfg.mcp(), log)
+	if err != nil {
+		return fmt.Errorf("tool runner: %w", err)
+	}
+	defer servers.Close()
+	r := runner.New(c, store, backend, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
 	if err := r.Register(ctx); err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}
-	return consume.Run(ctx, nc, r.Handler(), consume.RecordInSession(c), log)
+	g, gctx := errgroup.WithContext(ctx)
+	for _, h := range []consume.Handler{r.Handler(), r.ServersHandler()} {
+		g.Go(func() error { return consume.Run(gctx, nc, h, consume.RecordInSession(c), log) })
+	}
+	return g.Wait()
 }

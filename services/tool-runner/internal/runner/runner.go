@@ -2,6 +2,13 @@
 // placed, and records the evidence of each call in the session: arguments,
 // result, exit code, duration, workspace commit before and after, the diff,
 // the sandbox and the attempt.
+//
+// Who runs a requested tool is decided by one rule (route), in order: a
+// built-in name runs here; a name "<server>.<tool>" whose server is an MCP
+// server of the session's workflow runs here, on that server; a name another
+// server registered (eventstore.ToolSpec.Server other than Durable) is that
+// server's to run, and the runner leaves it alone; anything else fails, since
+// nobody would ever run it.
 package runner
 
 import (
@@ -12,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/openrath/rath/pkg/client"
@@ -21,12 +29,19 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/services/tool-runner/internal/mcp"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 	"github.com/openrath/rath/services/tool-runner/internal/tools"
 )
 
-// Durable is the tool runner's consumer name (never derived from code).
+// Durable is the tool runner's consumer name (never derived from code), and
+// the Server of the tools it registers.
 const Durable = "tool-runner"
+
+// DurableMCP is the consumer name of the handler that registers the tools of
+// a session's MCP servers when the session starts and stops its servers when
+// it closes.
+const DurableMCP = "mcp-servers"
 
 // Source is the CloudEvents source of the runner's events.
 const Source = "rath/tool-runner"
@@ -45,14 +60,15 @@ type Runner struct {
 	store     *eventstore.Store
 	backend   *sandbox.Local
 	workflows *workflow.Library
+	servers   *mcp.Pool
 	seeds     string
 	log       *slog.Logger
 }
 
-// New returns a runner placing workspaces with backend; seeds is the root
-// directory of workspace seeds.
-func New(c *client.Client, store *eventstore.Store, backend *sandbox.Local, workflows *workflow.Library, seeds string, log *slog.Logger) *Runner {
-	return &Runner{c: c, store: store, backend: backend, workflows: workflows, seeds: seeds, log: log}
+// New returns a runner placing workspaces with backend and running MCP tools
+// on servers; seeds is the root directory of workspace seeds.
+func New(c *client.Client, store *eventstore.Store, backend *sandbox.Local, workflows *workflow.Library, servers *mcp.Pool, seeds string, log *slog.Logger) *Runner {
+	return &Runner{c: c, store: store, backend: backend, workflows: workflows, servers: servers, seeds: seeds, log: log}
 }
 
 // Register publishes the built-in tools in the tool registry.
@@ -89,11 +105,18 @@ func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
 	if st.Status == session.StatusClosed || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
 	}
-	if !builtin(req.Tool) {
+	rt, err := r.route(ctx, st, req.Tool)
+	if err != nil {
+		return err
+	}
+	if rt.kind == routeOther {
 		return nil // a custom server's tool: it consumes its own requests
 	}
 	attempt := call.Attempts + 1
 	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
+	if rt.kind == routeRefused {
+		return e.fail(ctx, nil, rt.why, 0, 0)
+	}
 	if allowed, why := r.allowed(ctx, st, req); !allowed {
 		return e.fail(ctx, nil, why, 0, 0)
 	}
@@ -110,14 +133,15 @@ func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
 		return fmt.Errorf("tool %s: workspace head: %w", req.CallID, err)
 	}
 	start := time.Now()
-	out, callErr := tools.Call(ctx, ws, req.Tool, req.Arguments)
+	out, callErr := r.run(ctx, rt, ev.Session, ws, req)
 	dur := time.Since(start)
 	after, err := ws.Commit(ctx, fmt.Sprintf("rath: %s %s (session %s, attempt %d)", req.Tool, req.CallID, ev.Session, attempt))
 	if err != nil {
 		return fmt.Errorf("tool %s: commit workspace: %w", req.CallID, err)
 	}
 	if callErr != nil {
-		// Bad arguments or an escape: the model is told, the call fails.
+		// Bad arguments, an escape, an MCP server's error or one that
+		// could not run the call: the model is told, the call fails.
 		return e.fail(ctx, sb, callErr.Error(), dur, 0)
 	}
 	diff := ""
@@ -253,6 +277,80 @@ func (r *Runner) seedDir(name string) (string, error) {
 		return "", fmt.Errorf("workspace seed %q is outside the seed root", name)
 	}
 	return dir, nil
+}
+
+// routeKind says who runs a requested tool.
+type routeKind int
+
+const (
+	routeBuiltin routeKind = iota + 1
+	routeMCP
+	// routeOther is a tool another server registered and runs.
+	routeOther
+	// routeRefused is a tool nobody runs: the call fails.
+	routeRefused
+)
+
+// route is who runs one requested tool.
+type route struct {
+	kind routeKind
+	// For routeMCP: the hash of the session's workflow, the server and the
+	// tool's name on it.
+	workflow string
+	server   workflow.MCPServer
+	tool     string
+	// why a call is refused.
+	why string
+}
+
+// route applies the routing rule of the package comment. An error is
+// transient (the registry or the blob store could not be read).
+func (r *Runner) route(ctx context.Context, st *session.State, name string) (route, error) {
+	if builtin(name) {
+		return route{kind: routeBuiltin}, nil
+	}
+	server, _, scoped := strings.Cut(name, ".")
+	if scoped && st.WorkflowRef != "" {
+		wf, err := r.workflows.Get(ctx, st.WorkflowRef)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return route{kind: routeRefused, why: err.Error()}, nil
+		}
+		if err != nil {
+			return route{}, err
+		}
+		if s, tool, ok := mcp.Lookup(wf.Workflow, name); ok {
+			return route{kind: routeMCP, workflow: wf.Workflow.Hash(), server: s, tool: tool}, nil
+		}
+	}
+	spec, err := r.store.Tool(ctx, name)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+		return route{kind: routeRefused, why: fmt.Sprintf("unknown tool %s: not built in, not a tool of an MCP server of the session's workflow, and not registered by any tool server", name)}, nil
+	case err != nil:
+		return route{}, err
+	case spec.Server != Durable:
+		return route{kind: routeOther}, nil
+	case scoped:
+		return route{kind: routeRefused, why: fmt.Sprintf("tool %s is not available to this session: its workflow declares no MCP server %q", name, server)}, nil
+	}
+	return route{kind: routeRefused, why: fmt.Sprintf("tool %s is registered by %s, which no longer serves it", name, Durable)}, nil
+}
+
+// run runs a call routed here, on the session's workspace.
+func (r *Runner) run(ctx context.Context, rt route, sessionID string, ws sandbox.Workspace, req *events.ToolRequested) (tools.Output, error) {
+	if rt.kind == routeBuiltin {
+		return tools.Call(ctx, ws, req.Tool, req.Arguments)
+	}
+	res, err := r.servers.Call(ctx, mcp.Target{Workflow: rt.workflow, Server: rt.server, Session: sessionID, Dir: ws.Dir()}, rt.tool, req.Arguments)
+	switch {
+	case err != nil:
+		return tools.Output{}, err
+	case res.IsError && res.Text == "":
+		return tools.Output{}, fmt.Errorf("MCP tool %s reported an error without a message", req.Tool)
+	case res.IsError:
+		return tools.Output{}, errors.New(res.Text)
+	}
+	return tools.Output{Result: res.Text}, nil
 }
 
 func builtin(name string) bool {
