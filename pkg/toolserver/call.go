@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,14 +108,8 @@ func (s *server) allowed(ctx context.Context, st *session.State, req *events.Too
 	if err != nil {
 		return err.Error()
 	}
-	a, ok := wf.Workflow.Agent(req.Agent)
-	if !ok {
-		return fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name)
-	}
-	if !slices.Contains(a.Tools, req.Tool) {
-		return fmt.Sprintf("tool %s is not allowed for agent %s (allowed: %v)", req.Tool, a.Name, a.Tools)
-	}
-	return ""
+	_, why := wf.Workflow.Allows(req.Agent, req.Tool)
+	return why
 }
 
 // compile compiles the tool's parameter schema.

@@ -3,6 +3,8 @@ package workflow
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"time"
 
 	"cel.dev/cel-go/cel"
@@ -242,6 +244,18 @@ func (w *Workflow) Agent(name string) (Agent, bool) {
 		}
 	}
 	return Agent{}, false
+}
+
+// Allows reports whether the agent may call the tool, and if not, why.
+func (w *Workflow) Allows(agent, tool string) (bool, string) {
+	a, ok := w.Agent(agent)
+	if !ok {
+		return false, fmt.Sprintf("agent %q is not in workflow %s", agent, w.Name)
+	}
+	if !slices.Contains(a.Tools, tool) {
+		return false, fmt.Sprintf("tool %s is not allowed for agent %s (allowed: %v)", tool, a.Name, a.Tools)
+	}
+	return true, ""
 }
 
 // MCPServer returns the MCP server with the given name.

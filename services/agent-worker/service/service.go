@@ -44,6 +44,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	log = log.With("service", "agent-worker")
 	store, err := eventstore.Open(ctx, nc, cfg.Store)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("agent worker: %w", err)
 	}
 	c, err := client.New(nc, client.WithSource(worker.Source))

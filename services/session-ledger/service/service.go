@@ -39,6 +39,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	store, err := eventstore.Open(ctx, nc, cfg.Store)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("session ledger: %w", err)
 	}
 	l, err := ledger.New(store, cfg.Ledger, log.With("service", "session-ledger"))

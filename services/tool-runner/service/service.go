@@ -60,6 +60,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	log = log.With("service", "tool-runner")
 	store, err := eventstore.Open(ctx, nc, cfg.Store)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	backend, err := sandbox.NewLocal(cfg.Sandbox)

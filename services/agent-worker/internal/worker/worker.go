@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,11 +116,20 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			attempts = a.N
 			t.attemptFailed(ctx, agent, a)
 		})
+		tools, names, err := w.tools(ctx, wf.Workflow, agent)
+		if err != nil {
+			return err
+		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: Transcript(st, agent.Name), Tools: w.tools(ctx, agent), MaxTokens: agent.MaxTokens}
+			Messages: wireNames(Transcript(st, agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
 		start := time.Now()
 		resp, err = p.Complete(ctx, request)
 		latency = time.Since(start)
+		for i, call := range resp.ToolCalls {
+			if name, ok := names[call.Name]; ok {
+				resp.ToolCalls[i].Name = name
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return err // shutting down: the turn is redelivered
@@ -160,18 +170,30 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 	return p, nil
 }
 
-// tools returns the registered specs of the agent's tools.
-func (w *Worker) tools(ctx context.Context, a workflow.Agent) []provider.Tool {
+// tools returns the registered specs of the agent's tools, named as model
+// APIs accept them ("server.tool" becomes "server__tool"), with the way back
+// to the registered names. A tool of one of the workflow's MCP servers that
+// is not registered yet (its server is being listed) is a transient error:
+// the turn waits for it rather than run without it.
+func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Agent) ([]provider.Tool, map[string]string, error) {
 	var out []provider.Tool
+	names := map[string]string{}
 	for _, name := range a.Tools {
 		spec, err := w.store.Tool(ctx, name)
 		if err != nil {
+			if server, _, ok := strings.Cut(name, "."); ok {
+				if _, declared := wf.MCPServer(server); declared {
+					return nil, nil, fmt.Errorf("tool %s of MCP server %s is not registered yet: %w", name, server, err)
+				}
+			}
 			w.log.Warn("tool not offered: not registered", "tool", name, "agent", a.Name, "err", err)
 			continue
 		}
-		out = append(out, provider.Tool{Name: spec.Name, Description: spec.Description, Parameters: spec.Parameters})
+		wire := strings.ReplaceAll(spec.Name, ".", "__")
+		names[wire] = spec.Name
+		out = append(out, provider.Tool{Name: wire, Description: spec.Description, Parameters: spec.Parameters})
 	}
-	return out
+	return out, names, nil
 }
 
 // turn emits the events of one turn, with IDs derived from the request, so
@@ -286,4 +308,15 @@ func (t *turn) recorded(ctx context.Context, from uint64) (provider.Response, bo
 		}
 		from = page[len(page)-1].Seq + 1
 	}
+}
+
+// wireNames renames "server.tool" calls in a transcript the way tools are
+// offered to models, so that earlier calls match the offered names.
+func wireNames(msgs []provider.Message) []provider.Message {
+	for i := range msgs {
+		for j := range msgs[i].ToolCalls {
+			msgs[i].ToolCalls[j].Name = strings.ReplaceAll(msgs[i].ToolCalls[j].Name, ".", "__")
+		}
+	}
+	return msgs
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -189,14 +188,7 @@ func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.Too
 	if err != nil {
 		return false, err.Error()
 	}
-	a, ok := wf.Workflow.Agent(req.Agent)
-	if !ok {
-		return false, fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name)
-	}
-	if !slices.Contains(a.Tools, req.Tool) {
-		return false, fmt.Sprintf("tool %s is not allowed for agent %s (allowed: %v)", req.Tool, a.Name, a.Tools)
-	}
-	return true, ""
+	return wf.Workflow.Allows(req.Agent, req.Tool)
 }
 
 // place returns the session's workspace, placing it on first use: a fresh
