@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"

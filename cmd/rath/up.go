@@ -107,7 +107,6 @@ API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
 				return usageError{err}
 			}
 			cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
-			cfg.Selector.Store, cfg.Worker.Store, cfg.ToolRunner.Store = cfg.Ledger.Store, cfg.Ledger.Store, cfg.Ledger.Store
 			log := slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: logLevel}))
 			return up(cmd.Context(), cfg, a.Stdout, log)
 		},

@@ -73,6 +73,15 @@ func Permanent(err error) error {
 	return permanent{err}
 }
 
+type attemptKey struct{}
+
+// Attempt is the delivery attempt (from 1) of the event a handler is
+// handling; 0 outside a handler.
+func Attempt(ctx context.Context) int {
+	n, _ := ctx.Value(attemptKey{}).(int)
+	return n
+}
+
 // IsPermanent reports whether err was marked Permanent.
 func IsPermanent(err error) bool {
 	var p permanent
@@ -197,7 +206,7 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 	if meta, err := m.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
 	}
-	err = r.handle(ctx, m, ev)
+	err = r.handle(context.WithValue(ctx, attemptKey{}, attempt), m, ev)
 	switch {
 	case err == nil:
 		if err := m.DoubleAck(ctx); err != nil {

@@ -211,3 +211,20 @@ func Attach(ctx context.Context, nc *nats.Conn) (*Store, error) {
 	}
 	return s, nil
 }
+
+// AttachWait attaches like Attach, waiting (with growing pauses) until a
+// ledger has created the streams and buckets: worker services start in any
+// order and never create or reconfigure what the ledger owns.
+func AttachWait(ctx context.Context, nc *nats.Conn) (*Store, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
+		s, err := Attach(ctx, nc)
+		if err == nil {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waiting for the ledger's streams: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}

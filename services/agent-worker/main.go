@@ -17,7 +17,6 @@ import (
 
 func main() {
 	cfg := service.DefaultConfig()
-	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	flag.IntVar(&cfg.Retry.MaxAttempts, "model-attempts", 4, "attempts per model call (429 and 5xx are retried)")
 	daemon.Main("agent-worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)

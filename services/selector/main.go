@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +15,6 @@ import (
 
 func main() {
 	cfg := service.DefaultConfig()
-	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	daemon.Main("selector", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		return service.Run(ctx, nc, cfg, log)
 	})

@@ -18,7 +18,6 @@ import (
 
 func main() {
 	cfg := service.DefaultConfig()
-	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	flag.StringVar(&cfg.Sandbox.Root, "workspaces", filepath.Join(".rath", "workspaces"), "directory of the per-session workspaces")
 	flag.StringVar(&cfg.Seeds, "seeds", ".", "directory that sessions' workspace seeds are named under")
 	flag.DurationVar(&cfg.Sandbox.Limits.Timeout, "timeout", cfg.Sandbox.Limits.Timeout, "default wall-clock limit of a command")

@@ -19,7 +19,6 @@ import (
 
 // Config is the agent worker's configuration.
 type Config struct {
-	Store eventstore.Config
 	// Keys are API keys by provider ("openai", "anthropic"), from the
 	// environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) at the edge.
 	Keys  map[string]string
@@ -28,7 +27,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Store: eventstore.DefaultConfig(), Keys: map[string]string{}}
+	return Config{Keys: map[string]string{}}
 }
 
 // KeysFromEnv reads the provider API keys with getenv.
@@ -42,7 +41,7 @@ func KeysFromEnv(getenv func(string) string) map[string]string {
 // Run takes agent turns until ctx ends, then drains.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
 	log = log.With("service", "agent-worker")
-	store, err := eventstore.Open(ctx, nc, cfg.Store)
+	store, err := eventstore.AttachWait(ctx, nc)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
@@ -54,5 +53,5 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("agent worker: %w", err)
 	}
 	w := worker.New(c, store, workflow.NewLibrary(store.GetBlob), worker.Config{Keys: cfg.Keys, Retry: cfg.Retry}, log)
-	return consume.Run(ctx, nc, w.Handler(), consume.RecordInSession(c), log)
+	return consume.Run(ctx, nc, w.Handler(), w.GaveUp(consume.RecordInSession(c)), log)
 }

@@ -17,18 +17,17 @@ import (
 	"github.com/openrath/rath/services/selector/internal/selector"
 )
 
-// Config is the selector service's configuration.
-type Config struct {
-	Store eventstore.Config
-}
+// Config is the selector service's configuration: nothing yet, the rules
+// come with each session's workflow.
+type Config struct{}
 
 // DefaultConfig returns the defaults for one embedded server.
-func DefaultConfig() Config { return Config{Store: eventstore.DefaultConfig()} }
+func DefaultConfig() Config { return Config{} }
 
 // Run routes sessions until ctx ends, then drains.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
 	log = log.With("service", "selector")
-	store, err := eventstore.Open(ctx, nc, cfg.Store)
+	store, err := eventstore.AttachWait(ctx, nc)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

@@ -23,7 +23,6 @@ import (
 
 // Config is the tool runner's configuration.
 type Config struct {
-	Store   eventstore.Config
 	Sandbox sandbox.Config
 	// Seeds is the directory workspace seeds are named under.
 	Seeds string
@@ -34,12 +33,12 @@ type Config struct {
 
 // DefaultConfig returns the defaults; Sandbox.Root must still be set.
 func DefaultConfig() Config {
-	return Config{Store: eventstore.DefaultConfig(), Sandbox: sandbox.DefaultConfig(), MCP: mcp.DefaultConfig()}
+	return Config{Sandbox: sandbox.DefaultConfig(), MCP: mcp.DefaultConfig()}
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return errors.Join(c.Store.Validate(), c.Sandbox.Validate(), c.mcp().Validate())
+	return errors.Join(c.Sandbox.Validate(), c.mcp().Validate())
 }
 
 // mcp is the MCP configuration with its defaults applied.
@@ -58,7 +57,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner config: %w", err)
 	}
 	log = log.With("service", "tool-runner")
-	store, err := eventstore.Open(ctx, nc, cfg.Store)
+	store, err := eventstore.AttachWait(ctx, nc)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
@@ -84,7 +83,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, h := range []consume.Handler{r.Handler(), r.ServersHandler()} {
-		g.Go(func() error { return consume.Run(gctx, nc, h, consume.RecordInSession(c), log) })
+		g.Go(func() error { return consume.Run(gctx, nc, h, r.GaveUp(consume.RecordInSession(c)), log) })
 	}
 	return g.Wait()
 }

@@ -96,7 +96,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	}
 	// A redelivered turn whose model answer is recorded already is finished
 	// from the log, not asked again: the model need not answer the same way.
-	resp, found, err := t.recorded(ctx, st.Turn.Seq)
+	resp, found, partial, err := t.recorded(ctx, st.Turn.Seq)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			return err
 		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: wireNames(Transcript(st, agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
+			Messages: wireNames(Transcript(withoutSeqs(st, partial), agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
 		start := time.Now()
 		resp, err = p.Complete(ctx, request)
 		latency = time.Since(start)
@@ -141,6 +141,24 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		}
 	}
 	return t.finish(ctx, resp)
+}
+
+// GaveUp wraps the runner's failure record: a turn the runner gave up on
+// is also ended (rath.agent.turn.failed), so its session is not left
+// waiting for a turn that will never end.
+func (w *Worker) GaveUp(record consume.Failure) consume.Failure {
+	return func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error {
+		if ev.Type == events.TypeTurnRequested {
+			if d, err := ev.Decode(); err == nil {
+				req := d.(*events.TurnRequested)
+				t := &turn{w: w, ev: ev, req: req}
+				if err := t.fail(ctx, "the agent worker gave up: "+f.Error, 0); err != nil && !api.Permanent(err) {
+					return err
+				}
+			}
+		}
+		return record(ctx, ev, f)
+	}
 }
 
 // provider returns the agent's provider, built once per workflow bundle.
@@ -275,16 +293,15 @@ func (t *turn) finish(ctx context.Context, resp provider.Response) error {
 }
 
 // recorded rebuilds the model's answer from the events an earlier attempt
-// of this turn appended, if it got as far as recording the model call.
-func (t *turn) recorded(ctx context.Context, from uint64) (provider.Response, bool, error) {
-	var (
-		resp  provider.Response
-		found bool
-	)
+// of this turn appended, if it got as far as recording the model call (the
+// answer's last event). Otherwise partial holds the sequences of what that
+// attempt did record of its answer: the model is asked again without them.
+func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Response, found bool, partial map[uint64]bool, err error) {
+	partial = map[uint64]bool{}
 	for {
 		page, err := t.w.c.Log(ctx, t.ev.Session, from, 0, api.MaxLogPage)
 		if err != nil {
-			return provider.Response{}, false, err
+			return provider.Response{}, false, nil, err
 		}
 		for _, e := range page {
 			if e.Causation != t.ev.ID {
@@ -297,17 +314,45 @@ func (t *turn) recorded(ctx context.Context, from uint64) (provider.Response, bo
 			switch d := d.(type) {
 			case *events.ChunkAppended:
 				resp.Content = d.Content
+				partial[e.Seq] = true
 			case *events.ModelCalled:
 				found, resp.StopReason, resp.TokensIn, resp.TokensOut = true, d.StopReason, d.TokensIn, d.TokensOut
 			case *events.ToolRequested:
 				resp.ToolCalls = append(resp.ToolCalls, provider.ToolCall{ID: d.CallID, Name: d.Tool, Arguments: d.Arguments})
+				partial[e.Seq] = true
 			}
 		}
 		if len(page) < api.MaxLogPage {
-			return resp, found, nil
+			return resp, found, partial, nil
 		}
 		from = page[len(page)-1].Seq + 1
 	}
+}
+
+// withoutSeqs returns st without the chunks and tool calls recorded at the
+// given sequences, and those calls' results: a turn asked again must not see
+// its own half-recorded answer.
+func withoutSeqs(st *session.State, seqs map[uint64]bool) *session.State {
+	if len(seqs) == 0 {
+		return st
+	}
+	c := *st
+	c.Tools = map[string]*session.Tool{}
+	dropped := map[string]bool{}
+	for id, tool := range st.Tools {
+		if len(tool.Seqs) > 0 && seqs[tool.Seqs[0]] {
+			dropped[id] = true // and its result, if a runner got to it
+			continue
+		}
+		c.Tools[id] = tool
+	}
+	c.Chunks = nil
+	for _, ch := range st.Chunks {
+		if !seqs[ch.Seq] && !dropped[ch.ToolCallID] {
+			c.Chunks = append(c.Chunks, ch)
+		}
+	}
+	return &c
 }
 
 // wireNames renames "server.tool" calls in a transcript the way tools are

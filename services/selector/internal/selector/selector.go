@@ -201,7 +201,7 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			if decided, err = d.Event(); err != nil {
 				return consume.Permanent(err)
 			}
-		case continues(st, ev):
+		case continues(st, ev) && !decidedSince(st, ev.Seq):
 			// A turn's tool results are in: the same agent goes on.
 			rule, reason = RuleContinue, "tool results of the last turn are in"
 			p = plan{kind: workflow.RouteAgent, agent: st.LastAgent}
@@ -301,12 +301,35 @@ func pendingTools(st *session.State) bool {
 	return false
 }
 
-// continues reports whether the last turn's tool results just completed.
+// continues reports whether the last turn's tool results are all in, and
+// ev is the event that completed them: the last result, or the turn's end if
+// that came after the results. (The caller has checked no tool is pending.)
 func continues(st *session.State, ev events.Stored) bool {
 	if st.Turn != nil || st.LastAgent == "" {
 		return false
 	}
-	return ev.Type == events.TypeToolCompleted || ev.Type == events.TypeToolFailed
+	switch ev.Type {
+	case events.TypeToolCompleted, events.TypeToolFailed:
+		return true
+	case events.TypeTurnCompleted:
+		// The tool results may be in before the turn's end (a worker that
+		// took the turn over late): then its end is the routing point.
+		d, err := ev.Decode()
+		if err != nil {
+			return false
+		}
+		return d.(*events.TurnCompleted).ToolCalls > 0
+	}
+	return false
+}
+
+// decidedSince reports whether a decision was stored after sequence seq. The
+// built-in continue rule fires on one of two events (the last tool result or
+// the turn's end, whichever comes last); a selector that reaches the other
+// one late, after a decision, must not route the agent a second time.
+func decidedSince(st *session.State, seq uint64) bool {
+	n := len(st.Decisions)
+	return n > 0 && st.Decisions[n-1].Seq > seq
 }
 
 func ruleNamed(wf *workflow.Workflow, name string) *workflow.Rule {

@@ -126,6 +126,7 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 	e := l.entry(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	refreshed := false
 	for attempt := 0; ; attempt++ {
 		if !e.loaded {
 			if err := l.load(ctx, e); err != nil {
@@ -137,6 +138,16 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 			return a, nil
 		}
 		if err := transition(e.state, id, ev.Type(), expected, hasExpected); err != nil {
+			if !refreshed {
+				// The cache may be behind another ledger: judge on the
+				// stream's latest before refusing.
+				refreshed = true
+				if rerr := l.refresh(ctx, e); rerr != nil {
+					return api.Ack{}, unavailable(rerr)
+				}
+				attempt--
+				continue
+			}
 			if a, ok, ferr := l.findStored(ctx, id, ev.ID()); ferr == nil && ok {
 				return a, nil
 			}

@@ -49,6 +49,11 @@ const Source = "rath/tool-runner"
 // its workspace (relative to the runner's seed root).
 const LabelWorkspace = "workspace"
 
+// takeOverAfter is how many deliveries of a call a runner leaves to the
+// runner holding the session's workspace before it places the session
+// again itself (that runner is then taken to be gone).
+const takeOverAfter = 8
+
 // inlineLimit bounds the result and diff kept inside an event; anything
 // larger goes to the object store by hash and the event keeps a prefix.
 const inlineLimit = 16 << 10
@@ -86,6 +91,9 @@ func (r *Runner) Handler() consume.Handler {
 	return consume.Handler{
 		Name: Durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
 		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
+		// A call delivered to a runner that does not hold the session's
+		// workspace is handed back; enough attempts to reach the one that does.
+		MaxAttempts: 20,
 	}
 }
 
@@ -165,6 +173,23 @@ func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
 	return e.emit(ctx, "completed", done)
 }
 
+// GaveUp wraps the runner's failure record: a tool call the runner gave up
+// on also fails (with its result telling the model why), so the turn can go
+// on instead of waiting for a result that will never come.
+func (r *Runner) GaveUp(record consume.Failure) consume.Failure {
+	return func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error {
+		if ev.Type == events.TypeToolRequested {
+			if d, err := ev.Decode(); err == nil {
+				e := evidence{r: r, ev: ev, req: d.(*events.ToolRequested), attempt: f.Attempts}
+				if err := e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0); err != nil && !api.Permanent(err) {
+					return err
+				}
+			}
+		}
+		return record(ctx, ev, f)
+	}
+}
+
 // inline keeps small text in the event and puts large text in the object
 // store, keeping a prefix in the event.
 func (r *Runner) inline(ctx context.Context, text string) (string, string, error) {
@@ -196,23 +221,32 @@ func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.Too
 // parent's placement, a workspace of its own materialised at the commit the
 // parent's workspace had at the fork point. The placement is an event.
 func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored) (sandbox.Workspace, error) {
+	lost := ""
 	if st.Sandbox != nil && st.Sandbox.Session == st.ID {
-		ws, err := r.backend.Open(st.ID)
-		if err == nil {
+		if !r.backend.Holds(st.Sandbox.Host, st.Sandbox.Workspace) {
+			if consume.Attempt(ctx) < takeOverAfter {
+				// Another runner holds the workspace: placing it again
+				// here would lose its changes. Redelivery gives it the call.
+				return nil, fmt.Errorf("session %s is placed on %s:%s, not on this runner", st.ID, st.Sandbox.Host, st.Sandbox.Workspace)
+			}
+			// That runner has not taken the call in all these deliveries:
+			// it is gone. Place again below, and say what was lost.
+			r.log.Warn("taking over a session whose runner is gone", "session", st.ID, "host", st.Sandbox.Host, "workspace", st.Sandbox.Workspace)
+			lost = fmt.Sprintf("; the workspace on %s:%s did not answer, its changes since commit %s are lost", st.Sandbox.Host, st.Sandbox.Workspace, st.Sandbox.Commit)
+		} else if ws, err := r.backend.Open(st.ID); err == nil {
 			return ws, nil
-		}
-		if !errors.Is(err, sandbox.ErrNotFound) {
+		} else if !errors.Is(err, sandbox.ErrNotFound) {
 			return nil, err
 		}
-		// Placed by a runner that crashed before the workspace existed, or
-		// on another host: place again below.
+		// Placed by a runner that crashed before the workspace existed:
+		// place again below.
 	}
 	var (
 		seed   *sandbox.Seed
 		reason = "first tool call"
 	)
 	switch {
-	case st.Sandbox != nil && st.Sandbox.Session != st.ID:
+	case st.Sandbox != nil && st.Sandbox.Session != st.ID && st.Sandbox.Session != "":
 		parent, err := r.backend.Open(st.Sandbox.Session)
 		if err != nil {
 			return nil, fmt.Errorf("fork %s: parent workspace %s: %w", st.ID, st.Sandbox.Session, err)
@@ -238,8 +272,8 @@ func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored)
 	if err != nil {
 		return nil, err
 	}
-	placed := &events.SandboxPlaced{Backend: ws.Backend(), SandboxID: ws.ID(), Host: ws.Host(), Workspace: ws.Dir(), Commit: head, Reason: reason}
-	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.ID())),
+	placed := &events.SandboxPlaced{Backend: ws.Backend(), SandboxID: ws.ID(), Host: ws.Host(), Workspace: ws.Dir(), Commit: head, Reason: reason + lost}
+	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())),
 		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil {
 		return nil, err
 	}

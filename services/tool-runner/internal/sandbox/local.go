@@ -121,6 +121,12 @@ type Local struct {
 	staging string // where Place builds a workspace before renaming it in
 }
 
+// Holds reports whether a workspace directory (as recorded in a placement)
+// is one of this backend's, on this host.
+func (l *Local) Holds(host, dir string) bool {
+	return host == l.host && filepath.Dir(filepath.Clean(dir)) == l.root
+}
+
 // NewLocal prepares the root directory.
 func NewLocal(cfg Config) (*Local, error) {
 	if err := cfg.Validate(); err != nil {
