@@ -16,8 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/gobuild"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -71,22 +70,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// raceEnabled reports whether this test binary runs under the race detector;
-// the services are then built with it too, so a data race in a child shows
-// up on its stderr (and fails the test).
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
 // serviceBinary returns the path of a service's binary, building all four
 // with one `go build` the first time.
 func serviceBinary(t *testing.T, kind string) string {
@@ -96,24 +79,11 @@ func serviceBinary(t *testing.T, kind string) string {
 		if binErr != nil {
 			return
 		}
-		args := []string{"build"}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		args = append(args, "-o", binDir+string(filepath.Separator))
+		var pkgs []string
 		for _, k := range []string{kindLedger, kindSelector, kindWorker, kindRunner} {
-			args = append(args, "github.com/openrath/rath/services/"+k)
+			pkgs = append(pkgs, "github.com/openrath/rath/services/"+k)
 		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(goruntime.GOROOT(), "bin", "go")
-		}
-		cmd := exec.Command(goTool, args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			binErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		}
+		binErr = gobuild.Build(binDir, pkgs...)
 	})
 	if binErr != nil {
 		t.Fatalf("build the services: %v", binErr)

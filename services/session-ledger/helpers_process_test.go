@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/gobuild"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -41,29 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// raceEnabled reports whether this test binary runs under the race detector;
-// the ledger is then built with it too, so a data race in the child shows up
-// on its stderr (and fails the test).
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
-
 // ledgerBinary returns the path of the session-ledger binary built from this
 // package's directory (the test's working directory).
 func ledgerBinary(t *testing.T) string {
@@ -74,17 +50,7 @@ func ledgerBinary(t *testing.T) string {
 			return
 		}
 		buildBin = filepath.Join(buildDir, "session-ledger")
-		args := []string{"build"}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		args = append(args, "-o", buildBin, ".")
-		cmd := exec.Command(goTool(), args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		}
+		buildErr = gobuild.Build(buildDir, ".")
 	})
 	if buildErr != nil {
 		t.Fatalf("build session-ledger: %v", buildErr)

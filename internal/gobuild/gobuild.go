@@ -1,0 +1,49 @@
+// Package gobuild builds the repository's commands for tests that run them
+// as real OS processes.
+package gobuild
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+)
+
+// RaceEnabled reports whether the running binary was built with the race
+// detector; children are then built with it too, so a data race in a child
+// shows up on its stderr.
+func RaceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// Build runs one `go build` of the packages into dir (-race when the caller
+// runs with it) and returns its combined output on failure.
+func Build(dir string, pkgs ...string) error {
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if RaceEnabled() {
+		args = append(args, "-race")
+	}
+	args = append(args, pkgs...)
+	out, err := exec.Command(goTool(), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %v: %w\n%s", args, err, out)
+	}
+	return nil
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
