@@ -17,9 +17,10 @@ const (
 	sectionReplay = "replay"
 	sectionFork   = "fork"
 	sectionMemory = "memory"
+	sectionAgents = "agents"
 )
 
-var allSections = []string{sectionAppend, sectionReplay, sectionFork, sectionMemory}
+var allSections = []string{sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionAgents}
 
 // config is the whole configuration of one run.
 type config struct {
@@ -162,6 +163,13 @@ func (c config) seqAppends() int   { return c.n(5_000, 100) }
 func (c config) pipeAppends() int  { return c.n(100_000, 1_000) }
 func (c config) inboxAppends() int { return c.n(50_000, 1_000) }
 func (c config) memSessions() int  { return c.n(100_000, 500) }
+
+// Sizes of the agents section: sessions run one at a time for the hop
+// latencies, raw round trips beside them, and sessions per process count
+// for the completion rate.
+func (c config) agentSessions() int { return c.n(50, 10) }
+func (c config) rawRoundTrips() int { return c.n(500, 100) }
+func (c config) agentRate() int     { return c.n(200, 40) }
 
 // histories are the session lengths (in events, start included) that the
 // replay, fork and state-at-N figures read; the last is the longest.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +14,8 @@ import (
 // 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// procCPU reads the user+system CPU time a process has used so far.
+// procCPU reads the user+system CPU time a process and its waited-for
+// children (a tool runner's commands) have used so far.
 func procCPU(pid string) (time.Duration, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
@@ -26,15 +28,18 @@ func procCPU(pid string) (time.Duration, error) {
 		return 0, fmt.Errorf("/proc/%s/stat: no command name", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(f))
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%s/stat: bad utime/stime", pid)
+	var total int64
+	for _, s := range f[11:15] { // utime, stime, cutime, cstime
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%s/stat: bad utime/stime/cutime/cstime", pid)
+		}
+		total += n
 	}
-	return time.Duration(utime+stime) * clockTick, nil
+	return time.Duration(total) * clockTick, nil
 }
 
 // systemCPU reads the CPU time all processes have used so far (every state
@@ -71,7 +76,11 @@ type cpuMeter struct {
 	pid                  int64 // of the ledger; 0 when it runs in this process
 	ledgerPID            string
 	ledger0, self0, all0 time.Duration
-	start                time.Time
+	// workerPIDs are the worker processes the agents section runs; their
+	// CPU is part of the measurement, not noise.
+	workerPIDs []string
+	workers0   time.Duration
+	start      time.Time
 }
 
 func (h *harness) cpuStart() *cpuMeter {
@@ -79,6 +88,11 @@ func (h *harness) cpuStart() *cpuMeter {
 	if m.pid != 0 {
 		m.ledgerPID = strconv.FormatInt(m.pid, 10)
 		m.ledger0, _ = procCPU(m.ledgerPID)
+	}
+	m.workerPIDs = h.workerPIDs()
+	for _, pid := range m.workerPIDs {
+		d, _ := procCPU(pid)
+		m.workers0 += d
 	}
 	m.self0, _ = procCPU("self")
 	m.all0, _ = systemCPU()
@@ -88,9 +102,12 @@ func (h *harness) cpuStart() *cpuMeter {
 // cpuUse is the CPU used over an interval.
 type cpuUse struct {
 	ledger, self, others, wall time.Duration
+	// workers is what the agents section's worker processes used.
+	workers time.Duration
 	// separate is set when the ledger runs in a process of its own.
 	separate bool
-	// partial is set when the ledger exited during the interval.
+	// partial is set when the ledger or a worker process exited during the
+	// interval.
 	partial bool
 }
 
@@ -100,10 +117,17 @@ func (m *cpuMeter) stop() cpuUse {
 		l, err := procCPU(m.ledgerPID)
 		u.ledger, u.partial = max(l-m.ledger0, 0), err != nil
 	}
+	var w time.Duration
+	for _, pid := range m.workerPIDs {
+		d, err := procCPU(pid)
+		w += d
+		u.partial = u.partial || err != nil
+	}
+	u.workers = max(w-m.workers0, 0)
 	s, _ := procCPU("self")
 	a, _ := systemCPU()
 	u.self = s - m.self0
-	u.others = max(a-m.all0-u.ledger-u.self, 0)
+	u.others = max(a-m.all0-u.ledger-u.self-u.workers, 0)
 	u.wall = time.Since(m.start)
 	return u
 }
@@ -154,7 +178,7 @@ func (h *harness) watchNoise() *noise {
 			case <-t.C:
 			}
 			u := m.stop()
-			if !u.partial && h.ledgerPID.Load() == m.pid {
+			if !u.partial && h.ledgerPID.Load() == m.pid && slices.Equal(m.workerPIDs, h.workerPIDs()) {
 				n.samples = append(n.samples, u.cores(u.others))
 			}
 			m = h.cpuStart()

@@ -88,6 +88,7 @@ func buildLedger(ctx context.Context, dir string, profile bool) (string, error) 
 
 // ledgerRun is a running session ledger: service.Run in this process (the
 // topology of `rath up`), or the session-ledger binary as its own process.
+// The agents section runs its worker processes as ledgerRuns too.
 type ledgerRun struct {
 	name    string
 	logPath string
@@ -133,22 +134,36 @@ func startInProcess(ns *server.Server, name, logPath string) (*ledgerRun, error)
 // startProcess runs the ledger binary against the server at url; its log goes
 // to logPath. The process dies with the harness (Pdeathsig).
 func startProcess(bin, url, name, logPath, profDir string) (*ledgerRun, error) {
+	var env []string
+	if profDir != "" {
+		env = append(env, "RATH_BENCH_PROFILE_DIR="+profDir)
+	}
+	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--name", name}, env)
+	if err != nil {
+		return nil, fmt.Errorf("start ledger: %w", err)
+	}
+	p.profDir = profDir
+	return p, nil
+}
+
+// startCommand runs a service binary with args and the harness's
+// environment plus env; its output goes to logPath. The process dies with
+// the harness (Pdeathsig). The agents section runs the worker services with
+// it too.
+func startCommand(name, logPath, bin string, args, env []string) (*ledgerRun, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--nats", url, "--name", name)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Env = os.Environ()
-	if profDir != "" {
-		cmd.Env = append(cmd.Env, "RATH_BENCH_PROFILE_DIR="+profDir)
-	}
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start ledger: %w", err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &ledgerRun{name: name, cmd: cmd, logPath: logPath, profDir: profDir, exited: make(chan struct{})}
+	p := &ledgerRun{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		logf.Close()

@@ -9,7 +9,10 @@
 // Sections 1-3 run the ledger in this process (service.Run on an in-process
 // connection, as `rath up` does); section 4 runs the session-ledger binary,
 // built into a temporary directory, as its own process so that its resident
-// memory can be read. docs/benchmarks.md has the results and what they mean.
+// memory can be read. Section 5 (agents) runs the selector, agent worker and
+// tool runner on top: in this process for per-hop latencies, then as 1, 2
+// and 4 OS processes of each for completed sessions per second.
+// docs/benchmarks.md has the results and what they mean.
 package main
 
 import (

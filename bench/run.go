@@ -50,6 +50,11 @@ type harness struct {
 	nledgers  int
 
 	hist []*history // written once, read by the replay and fork sections
+
+	// workers are the worker processes the agents section runs now; their
+	// CPU is measured, not counted as noise.
+	workerMu sync.Mutex
+	workers  []*ledgerRun
 }
 
 // Client timeouts. Queries get one attempt: a read that cannot be answered
@@ -240,6 +245,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runFork(ctx)
 	case sectionMemory:
 		err = h.runMemory(ctx)
+	case sectionAgents:
+		err = h.runAgents(ctx)
 	}
 	return errors.Join(err, stop())
 }
