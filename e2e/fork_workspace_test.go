@@ -1,0 +1,81 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// call requests a tool call in a session (no workflow: every tool is allowed)
+// and waits for its completion.
+func (r *runtime) call(t *testing.T, id, callID, tool string, args any) *events.ToolCompleted {
+	t.Helper()
+	ctx := context.Background()
+	raw, _ := json.Marshal(args)
+	req, err := r.c.Emit(ctx, id, &events.ToolRequested{CallID: callID, Tool: tool, Arguments: raw, Agent: "tester"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var done *events.ToolCompleted
+	found := errors.New("found")
+	err = r.c.Watch(wctx, id, req.Seq, func(ev events.Stored) error {
+		switch ev.Type {
+		case events.TypeToolCompleted:
+			if d := data[events.ToolCompleted](t, ev); d.CallID == callID {
+				done = d
+				return found
+			}
+		case events.TypeToolFailed:
+			if d := data[events.ToolFailed](t, ev); d.CallID == callID {
+				t.Fatalf("%s failed: %s", callID, d.Error)
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, found) {
+		t.Fatalf("waiting for %s: %v", callID, err)
+	}
+	return done
+}
+
+// A fork gets its own workspace at the commit its parent's workspace had at
+// the fork point: neither branch sees the other's later side effects.
+func TestForkWorkspacesAreIsolated(t *testing.T) {
+	r := start(t)
+	ctx := context.Background()
+	if _, err := r.c.Start(ctx, "parent", events.SessionStarted{Task: "branching", Labels: map[string]string{"workspace": "repo"}}); err != nil {
+		t.Fatal(err)
+	}
+	first := r.call(t, "parent", "w1", "write_file", map[string]string{"path": "notes.txt", "content": "shared\n"})
+	st, _ := r.c.State(ctx, "parent", 0)
+	fork, err := r.c.Fork(ctx, api.ForkRequest{Parent: "parent", At: st.Seq, ID: "branch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.call(t, "parent", "w2", "write_file", map[string]string{"path": "notes.txt", "content": "parent only\n"})
+	read := r.call(t, "branch", "r1", "read_file", map[string]string{"path": "notes.txt"})
+	if !strings.Contains(read.Result, "shared") || strings.Contains(read.Result, "parent only") {
+		t.Fatalf("the fork reads %q", read.Result)
+	}
+	r.call(t, "branch", "w3", "write_file", map[string]string{"path": "branch.txt", "content": "branch only\n"})
+	list := r.call(t, "parent", "l1", "list_files", map[string]any{})
+	if strings.Contains(list.Result, "branch.txt") {
+		t.Fatalf("the parent sees the fork's file: %q", list.Result)
+	}
+	bst, _ := r.c.State(ctx, "branch", 0)
+	if bst.Sandbox == nil || bst.Sandbox.Session != "branch" || bst.Sandbox.Commit != first.CommitAfter || bst.Sandbox.Seq <= fork.Seq {
+		t.Fatalf("fork placement %+v, want its own at commit %s", bst.Sandbox, first.CommitAfter)
+	}
+	log, _ := r.c.Log(ctx, "branch", bst.Sandbox.Seq, bst.Sandbox.Seq, 0)
+	if p := data[events.SandboxPlaced](t, log[0]); !strings.Contains(p.Reason, "fork of parent at commit "+first.CommitAfter) {
+		t.Fatalf("placement reason %q", p.Reason)
+	}
+}
