@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 // call requests a tool call in a session (no workflow: every tool is allowed)
@@ -77,5 +80,53 @@ func TestForkWorkspacesAreIsolated(t *testing.T) {
 	log, _ := r.c.Log(ctx, "branch", bst.Sandbox.Seq, bst.Sandbox.Seq, 0)
 	if p := data[events.SandboxPlaced](t, log[0]); !strings.Contains(p.Reason, "fork of parent at commit "+first.CommitAfter) {
 		t.Fatalf("placement reason %q", p.Reason)
+	}
+}
+
+// With two tool runners, each with a workspace root of its own, a session's
+// calls reach either; the one that does not hold the workspace hands the call
+// over, so every call sees every earlier change and the session is placed once.
+func TestToolRunnersHandCallsOver(t *testing.T) {
+	r := start(t) // one runner already
+	second := toolrunner.DefaultConfig()
+	second.Sandbox.Root = t.TempDir()
+	second.Seeds = "testdata"
+	second.Sandbox.Path = os.Getenv("PATH")
+	second.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- toolrunner.Run(ctx, r.nc, second, quiet) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second runner: %v", err)
+		}
+	})
+
+	if _, err := r.c.Start(context.Background(), "shared", events.SessionStarted{Labels: map[string]string{"workspace": "repo"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := 0; i < n; i++ {
+		r.call(t, "shared", fmt.Sprintf("w%d", i), "write_file", map[string]string{"path": fmt.Sprintf("f%d.txt", i), "content": "x"})
+		list := r.call(t, "shared", fmt.Sprintf("l%d", i), "list_files", map[string]any{})
+		for j := 0; j <= i; j++ {
+			if !strings.Contains(list.Result, fmt.Sprintf("f%d.txt", j)) {
+				t.Fatalf("after %d writes the workspace lacks f%d.txt: %q", i+1, j, list.Result)
+			}
+		}
+	}
+	log, err := r.c.Log(context.Background(), "shared", 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := 0
+	for _, ev := range log {
+		if ev.Type == events.TypeSandboxPlaced {
+			placed++
+		}
+	}
+	if placed != 1 {
+		t.Fatalf("placed %d times", placed)
 	}
 }

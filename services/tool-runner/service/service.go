@@ -82,6 +82,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.ServeHandovers(gctx) })
 	for _, h := range []consume.Handler{r.Handler(), r.ServersHandler()} {
 		g.Go(func() error { return consume.Run(gctx, nc, h, r.GaveUp(consume.RecordInSession(c)), log) })
 	}

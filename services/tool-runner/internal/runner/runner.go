@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openrath/rath/pkg/client"
@@ -49,11 +50,6 @@ const Source = "rath/tool-runner"
 // its workspace (relative to the runner's seed root).
 const LabelWorkspace = "workspace"
 
-// takeOverAfter is how many deliveries of a call a runner leaves to the
-// runner holding the session's workspace before it places the session
-// again itself (that runner is then taken to be gone).
-const takeOverAfter = 8
-
 // inlineLimit bounds the result and diff kept inside an event; anything
 // larger goes to the object store by hash and the event keeps a prefix.
 const inlineLimit = 16 << 10
@@ -67,6 +63,7 @@ type Runner struct {
 	servers   *mcp.Pool
 	seeds     string
 	log       *slog.Logger
+	locks     [64]sync.Mutex // by session
 }
 
 // New returns a runner placing workspaces with backend and running MCP tools
@@ -91,14 +88,26 @@ func (r *Runner) Handler() consume.Handler {
 	return consume.Handler{
 		Name: Durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
 		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
-		// A call delivered to a runner that does not hold the session's
-		// workspace is handed back; enough attempts to reach the one that does.
-		MaxAttempts: 20,
 	}
 }
 
-// Handle runs one requested tool call.
+// Handle runs one requested tool call: here, or, when another runner holds
+// the session's workspace, on that runner (see forward).
 func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
+	err := r.handle(ctx, ev, false)
+	var away *elsewhere
+	if errors.As(err, &away) {
+		return r.forward(ctx, ev, away)
+	}
+	return err
+}
+
+// handle runs a call with the session's lock held, so that a call handed
+// over by another runner and a redelivery never run at once.
+func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) error {
+	mu := &r.locks[fnvHash(ev.Session)%uint32(len(r.locks))]
+	mu.Lock()
+	defer mu.Unlock()
 	d, err := ev.Decode()
 	if err != nil {
 		return consume.Permanent(err)
@@ -127,7 +136,7 @@ func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
 	if allowed, why := r.allowed(ctx, st, req); !allowed {
 		return e.fail(ctx, nil, why, 0, 0)
 	}
-	ws, err := r.place(ctx, st, ev)
+	ws, err := r.place(ctx, st, ev, takeOver)
 	if err != nil {
 		return err
 	}
@@ -220,17 +229,16 @@ func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.Too
 // workspace from the session's seed, or, for a fork that inherited its
 // parent's placement, a workspace of its own materialised at the commit the
 // parent's workspace had at the fork point. The placement is an event.
-func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored) (sandbox.Workspace, error) {
+func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored, takeOver bool) (sandbox.Workspace, error) {
 	lost := ""
 	if st.Sandbox != nil && st.Sandbox.Session == st.ID {
 		if !r.backend.Holds(st.Sandbox.Host, st.Sandbox.Workspace) {
-			if consume.Attempt(ctx) < takeOverAfter {
-				// Another runner holds the workspace: placing it again
-				// here would lose its changes. Redelivery gives it the call.
-				return nil, fmt.Errorf("session %s is placed on %s:%s, not on this runner", st.ID, st.Sandbox.Host, st.Sandbox.Workspace)
+			if !takeOver {
+				// Placing it again here would lose the workspace's changes:
+				// the runner holding it runs the call.
+				return nil, &elsewhere{host: st.Sandbox.Host, root: filepath.Dir(st.Sandbox.Workspace)}
 			}
-			// That runner has not taken the call in all these deliveries:
-			// it is gone. Place again below, and say what was lost.
+			// That runner is gone. Place again below, and say what was lost.
 			r.log.Warn("taking over a session whose runner is gone", "session", st.ID, "host", st.Sandbox.Host, "workspace", st.Sandbox.Workspace)
 			lost = fmt.Sprintf("; the workspace on %s:%s did not answer, its changes since commit %s are lost", st.Sandbox.Host, st.Sandbox.Workspace, st.Sandbox.Commit)
 		} else if ws, err := r.backend.Open(st.ID); err == nil {

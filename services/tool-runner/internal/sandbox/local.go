@@ -121,6 +121,9 @@ type Local struct {
 	staging string // where Place builds a workspace before renaming it in
 }
 
+// Location is where this backend keeps workspaces: its host and root.
+func (l *Local) Location() (host, root string) { return l.host, l.root }
+
 // Holds reports whether a workspace directory (as recorded in a placement)
 // is one of this backend's, on this host.
 func (l *Local) Holds(host, dir string) bool {

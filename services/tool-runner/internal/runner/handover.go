@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// A session's workspace lives on the runner that placed it (a directory
+// under its root, on its host). A call delivered to another runner is handed
+// over to the holder by request/reply on a subject named after the holder's
+// host and root; "no responders" means the holder is gone, and the runner
+// that got the call takes the session over (placing it again, with the loss
+// recorded). Handing over avoids both losing a workspace's changes and
+// bouncing the call around the consumer until the right runner pulls it.
+
+// handoverPrefix starts the subject each runner answers hand-overs on.
+const handoverPrefix = "rath.toolrunner."
+
+// handoverWait bounds a handed-over call: a tool may run for minutes.
+const handoverWait = 35 * time.Minute
+
+// elsewhere reports that another runner holds the session's workspace.
+type elsewhere struct{ host, root string }
+
+func (e *elsewhere) Error() string {
+	return fmt.Sprintf("the session's workspace is on %s:%s", e.host, e.root)
+}
+
+func handoverSubject(host, root string) string {
+	sum := sha256.Sum256([]byte(host + "\x00" + root))
+	return handoverPrefix + hex.EncodeToString(sum[:8])
+}
+
+func fnvHash(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// forward hands a call to the runner holding the session's workspace and
+// waits for it to be done there.
+func (r *Runner) forward(ctx context.Context, ev events.Stored, away *elsewhere) error {
+	ctx, cancel := context.WithTimeout(ctx, handoverWait)
+	defer cancel()
+	reply, err := r.c.Conn().RequestWithContext(ctx, handoverSubject(away.host, away.root), ev.Raw)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return r.handle(ctx, ev, true)
+	}
+	if err != nil {
+		return fmt.Errorf("hand %s over to %s:%s: %w", ev.ID, away.host, away.root, err)
+	}
+	if len(reply.Data) > 0 {
+		return fmt.Errorf("handed over to %s:%s: %s", away.host, away.root, reply.Data)
+	}
+	return nil
+}
+
+// ServeHandovers answers calls handed over by other runners until ctx ends.
+func (r *Runner) ServeHandovers(ctx context.Context) error {
+	host, root := r.backend.Location()
+	sub, err := r.c.Conn().Subscribe(handoverSubject(host, root), func(m *nats.Msg) {
+		go func() {
+			ev, err := events.ParseStored(m.Data)
+			if err == nil {
+				err = r.Handle(context.WithoutCancel(ctx), ev)
+			}
+			var out []byte
+			if err != nil {
+				out = []byte(err.Error())
+			}
+			_ = m.Respond(out)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("serve hand-overs: %w", err)
+	}
+	<-ctx.Done()
+	return sub.Drain()
+}
