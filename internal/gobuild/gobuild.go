@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 )
 
@@ -41,9 +40,11 @@ func Build(dir string, pkgs ...string) error {
 	return nil
 }
 
+// goTool is the go command that runs the tests (GOROOT/bin is on PATH under
+// `go test`).
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return "go"
 }
