@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Resource limits are set in the child, before it executes the command, by a
@@ -92,7 +94,6 @@ func execHelper(spec string, argv []string) {
 	}
 	// The status pipe must not reach the command, and must close on execve
 	// so that the runner sees EOF once the command has started.
-	status := os.NewFile(3, "status")
 	syscall.CloseOnExec(3)
 
 	r, err := decodeRlimits(spec)
@@ -141,9 +142,62 @@ func execHelper(spec string, argv []string) {
 	set("cpu", syscall.RLIMIT_CPU, r.cpu, "s", 1)
 	set("nofile", syscall.RLIMIT_NOFILE, r.nofile, "", 0)
 	set("fsize", syscall.RLIMIT_FSIZE, r.fsize, "B", 0)
-	set("as", syscall.RLIMIT_AS, r.as, "B", 0)
-	status.WriteString(strings.Join(report, " "))
 
-	err = syscall.Exec(path, argv, env)
-	fail(fmt.Errorf("exec %s: %w", argv[0], err))
+	// The address-space limit comes last, right before execve, with raw
+	// system calls only: once it is set, this Go process cannot map memory
+	// for a new thread (the race detector's runtime in tests is well above
+	// any small limit), and a blocking syscall could make the runtime start
+	// one. Everything it reports is decided before it is applied.
+	var asLim *syscall.Rlimit
+	if r.as == 0 {
+		report = append(report, "as=unlimited")
+	} else {
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_AS, &cur); err != nil {
+			report = append(report, fmt.Sprintf("as=%dB (not applied: %v)", r.as, err))
+		} else {
+			lim := syscall.Rlimit{Cur: uint64(r.as), Max: min(uint64(r.as), cur.Max)}
+			lim.Cur = min(lim.Cur, lim.Max)
+			asLim = &lim
+			if lim.Cur < uint64(r.as) {
+				report = append(report, fmt.Sprintf("as=%dB (lowered to the hard limit %d)", r.as, lim.Cur))
+			} else {
+				report = append(report, fmt.Sprintf("as=%dB", r.as))
+			}
+		}
+	}
+	msg := []byte(strings.Join(report, " "))
+	argv0, argvp, envp, err := execArgs(path, argv, env)
+	if err != nil {
+		fail(err)
+	}
+	runtime.LockOSThread()
+	if asLim != nil {
+		if _, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, syscall.RLIMIT_AS, uintptr(unsafe.Pointer(asLim)), 0, 0, 0); e != 0 {
+			fail(fmt.Errorf("set the address-space limit: %w", e))
+		}
+	}
+	if len(msg) > 0 {
+		syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&msg[0])), uintptr(len(msg)))
+	}
+	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(argv0)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	fail(fmt.Errorf("exec %s: %w", argv[0], e))
+}
+
+// execArgs converts a command line to what execve takes, allocating before
+// the address-space limit is set.
+func execArgs(path string, argv, env []string) (*byte, []*byte, []*byte, error) {
+	argv0, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return argv0, argvp, envp, nil
 }
