@@ -28,7 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/internal/gobuild"
+	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -83,7 +83,7 @@ func serviceBinary(t *testing.T, kind string) string {
 		for _, k := range []string{kindLedger, kindSelector, kindWorker, kindRunner} {
 			pkgs = append(pkgs, "github.com/openrath/rath/services/"+k)
 		}
-		binErr = gobuild.Build(binDir, pkgs...)
+		binErr = proctest.Build(binDir, pkgs...)
 	})
 	if binErr != nil {
 		t.Fatalf("build the services: %v", binErr)
@@ -91,30 +91,11 @@ func serviceBinary(t *testing.T, kind string) string {
 	return filepath.Join(binDir, kind)
 }
 
-// logBuffer collects a child's stderr; safe for the copying goroutine and the
-// test to use at once.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is one service OS process.
 type proc struct {
 	kind, name string
 	cmd        *exec.Cmd
-	stderr     *logBuffer
+	stderr     *proctest.LogBuffer
 	exited     chan struct{} // closed once Wait returned
 	err        error         // Wait's result, valid after exited
 	// inbox is the reply-subject prefix of the process's NATS connection
@@ -221,7 +202,7 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 // at a time, so the new connection of the right name is this process's.
 func (r *scaleRig) startProc(t *testing.T, kind, name string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{kind: kind, name: name, stderr: &logBuffer{}, exited: make(chan struct{})}
+	p := &proc{kind: kind, name: name, stderr: &proctest.LogBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(serviceBinary(t, kind), append([]string{"--nats", r.url}, extra...)...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=") // only --nats counts

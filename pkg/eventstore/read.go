@@ -61,8 +61,10 @@ type directGetRequest struct {
 
 // Scan calls fn, in stream order, for each message of stream whose subject
 // matches filter, from stream sequence from up to and including upTo (0: to
-// the end as of the call). It uses batched direct gets: no consumer is
-// created, so scans are cheap to start and safe to run anywhere.
+// the end as of the call). It starts with batched direct gets, which need no
+// consumer and are cheap to start; a scan that fills its first batch reads
+// the rest with an ordered consumer, which costs the server far less per
+// message.
 func (s *Store) Scan(ctx context.Context, stream, filter string, from, upTo uint64, fn func(Msg) error) error {
 	return Scan(ctx, s.nc, stream, filter, from, upTo, fn)
 }

@@ -12,7 +12,7 @@ import (
 
 // ToolSpec is a tool's entry in the registry: what agents are offered, and
 // who serves it. Any program can register a tool and serve its calls from
-// the bus (see docs/protocol.md).
+// the bus (see docs/tools.md).
 type ToolSpec struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`

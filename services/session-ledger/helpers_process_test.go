@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/internal/gobuild"
+	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -50,7 +49,7 @@ func ledgerBinary(t *testing.T) string {
 			return
 		}
 		buildBin = filepath.Join(buildDir, "session-ledger")
-		buildErr = gobuild.Build(buildDir, ".")
+		buildErr = proctest.Build(buildDir, ".")
 	})
 	if buildErr != nil {
 		t.Fatalf("build session-ledger: %v", buildErr)
@@ -58,30 +57,11 @@ func ledgerBinary(t *testing.T) string {
 	return buildBin
 }
 
-// logBuffer collects a child's stderr; safe for the copying goroutine and the
-// test to use at once.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // ledgerProc is one session-ledger OS process.
 type ledgerProc struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *logBuffer
+	stderr *proctest.LogBuffer
 	exited chan struct{} // closed once Wait returned
 	err    error         // Wait's result, valid after exited
 }
@@ -91,7 +71,7 @@ type ledgerProc struct {
 func startLedger(t *testing.T, url, name string, extra ...string) *ledgerProc {
 	t.Helper()
 	args := append([]string{"--nats", url, "--name", name, "--snapshot-every", "8"}, extra...)
-	p := &ledgerProc{name: name, stderr: &logBuffer{}, exited: make(chan struct{})}
+	p := &ledgerProc{name: name, stderr: &proctest.LogBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ledgerBinary(t), args...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=") // only --nats counts

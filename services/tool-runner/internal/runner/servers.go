@@ -14,10 +14,10 @@ import (
 // session's MCP servers when the session starts, so that agents are offered
 // them, and stops the session's server processes when it closes.
 //
-// Registration races the session's first turn: the agent worker reads the
-// registry when it builds the turn's request, and a tool not registered yet
-// is not offered. A workflow's tools are registered once this runner has
-// seen one session of the workflow start.
+// Registration races the session's first turn: an agent worker that finds a
+// declared MCP tool not registered yet leaves the turn to be redelivered
+// rather than run it without the tool. A workflow's tools are registered
+// once this runner has seen one session of the workflow start.
 func (r *Runner) ServersHandler() consume.Handler {
 	return consume.Handler{
 		Name: DurableMCP, Tokens: []string{events.TokenLifecycle},

@@ -1,12 +1,14 @@
-// Package gobuild builds the repository's commands for tests that run them
-// as real OS processes.
-package gobuild
+// Package proctest supports tests that run the repository's commands as real
+// OS processes: building them, and collecting what they print.
+package proctest
 
 import (
+	"bytes"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 )
 
 // RaceEnabled reports whether the running binary was built with the race
@@ -47,4 +49,23 @@ func goTool() string {
 		return p
 	}
 	return "go"
+}
+
+// LogBuffer collects a child's output; safe for the copying goroutine and
+// the test to use at once.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
