@@ -84,58 +84,52 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("event store: %w", err)
 	}
 	s := &Store{nc: nc, js: js, cfg: cfg}
-	if s.sessions, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	// Every stream is file-backed, replicated alike, deduplicates message IDs
+	// over the same window and serves direct gets.
+	stream := func(c jetstream.StreamConfig) (jetstream.Stream, error) {
+		c.Storage, c.Replicas, c.Duplicates, c.AllowDirect = jetstream.FileStorage, cfg.Replicas, cfg.DedupeWindow, true
+		st, err := js.CreateOrUpdateStream(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("create stream %s: %w", c.Name, err)
+		}
+		return st, nil
+	}
+	if s.sessions, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamSessions,
 		Description: "Rath: every accepted session event, on rath.log.<session>.<kind>; republished on rath.session.<session>.<kind>",
 		Subjects:    []string{events.SessionsWildcard},
-		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DedupeWindow,
 		MaxMsgSize:  cfg.MaxEventSize,
-		AllowDirect: true,
 		RePublish:   &jetstream.RePublish{Source: events.SessionsWildcard, Destination: events.LiveWildcard},
 	}); err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", events.StreamSessions, err)
+		return nil, err
 	}
-	if s.inbox, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if s.inbox, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamInbox,
 		Description: "Rath: fire-and-forget proposals awaiting the ledger",
 		Subjects:    []string{events.InboxWildcard},
-		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.WorkQueuePolicy,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DedupeWindow,
 		MaxMsgSize:  cfg.MaxEventSize,
-		AllowDirect: true,
 	}); err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", events.StreamInbox, err)
+		return nil, err
 	}
-	if _, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if _, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamRejects,
 		Description: "Rath: rejected proposals with the reason",
 		Subjects:    []string{events.RejectsWildcard},
-		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.RejectsMaxAge,
-		Duplicates:  cfg.DedupeWindow,
-		AllowDirect: true,
 	}); err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", events.StreamRejects, err)
+		return nil, err
 	}
-	if _, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if _, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamDead,
 		Description: "Rath: events a handler gave up on, with the error",
 		Subjects:    []string{events.DeadWildcard},
-		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.RejectsMaxAge,
-		Duplicates:  cfg.DedupeWindow,
-		AllowDirect: true,
 	}); err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", events.StreamDead, err)
+		return nil, err
 	}
 	if s.snapshots, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:       events.BucketSnapshots,
