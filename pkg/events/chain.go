@@ -31,13 +31,12 @@ func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
 		e.SetExtension(ExtPrev, nil) // nil deletes; Extensions() is a copy
 	}
 	e.SetExtension(ExtHash, nil)
-	raw, err := json.Marshal(e)
-	if err != nil {
-		return nil, "", fmt.Errorf("seal event %s: %w", e.ID(), err)
-	}
-	canon, err := jcs.Transform(raw)
-	if err != nil {
-		return nil, "", fmt.Errorf("seal event %s: canonicalize: %w", e.ID(), err)
+	canon, ok := canonicalEvent(e)
+	if !ok {
+		var err error
+		if canon, err = canonicalGeneral(e); err != nil {
+			return nil, "", fmt.Errorf("seal event %s: %w", e.ID(), err)
+		}
 	}
 	sum := sha256.Sum256(canon)
 	hash := hex.EncodeToString(sum[:])
@@ -50,6 +49,20 @@ func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
 	body = append(body, hash...)
 	body = append(body, `"}`...)
 	return body, hash, nil
+}
+
+// canonicalGeneral is the RFC 8785 form of any event: its structured-mode
+// JSON, canonicalised.
+func canonicalGeneral(e *event.Event) ([]byte, error) {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("canonicalize: %w", err)
+	}
+	return canon, nil
 }
 
 // ComputeHash recomputes the chain hash of a stored body, ignoring the
