@@ -21,6 +21,9 @@ func (h *harness) runAppend(ctx context.Context) error {
 	if err := h.measureQuietly(ctx, "1b", h.appendPipelined); err != nil {
 		return fmt.Errorf("pipelined: %w", err)
 	}
+	if err := h.measureQuietly(ctx, "1d", h.appendBatched); err != nil {
+		return fmt.Errorf("batched: %w", err)
+	}
 	if err := h.measureQuietly(ctx, "1c", h.appendInbox); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
@@ -165,6 +168,125 @@ func (h *harness) appendPipelined(ctx context.Context, try int) (attempt, error)
 		rawWhat: fmt.Sprintf("sync publish with expected-last-subject-seq + Nats-Msg-Id, %d sessions in flight", s),
 		raw:     rawCond.String(),
 		ratio:   fmtRatio(speedRatio(rath, rawCond)),
+	})
+	return a, nil
+}
+
+// appendBatched is 1d: the same work as 1b, sent with client.AppendBatch:
+// batchInflight requests in flight, each for its own share of the sessions,
+// each carrying up to batch events taken from its sessions in turn; against
+// raw async publish of the same bodies in the same run.
+func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
+	var a attempt
+	n, s, g := h.cfg.pipeAppends(), h.cfg.sessions, h.cfg.batchInflight
+	ids, err := h.startSessions(ctx, fmt.Sprintf("batch%d", try), s)
+	if err != nil {
+		return a, err
+	}
+	// Client k sends the events of sessions k, k+g, k+2g, … interleaved,
+	// cut into batches.
+	work := make([][][]event.Event, g)
+	for k := range g {
+		var mine [][]event.Event
+		for i := k; i < s; i += g {
+			evs, err := h.pay.chunks(ids[i], share(n, s, i))
+			if err != nil {
+				return a, err
+			}
+			mine = append(mine, evs)
+		}
+		var all []event.Event
+		for j := 0; ; j++ {
+			added := false
+			for _, evs := range mine {
+				if j < len(evs) {
+					all = append(all, evs[j])
+					added = true
+				}
+			}
+			if !added {
+				break
+			}
+		}
+		for len(all) > 0 {
+			m := min(h.cfg.batch, len(all))
+			work[k] = append(work[k], all[:m])
+			all = all[m:]
+		}
+	}
+	h.logf("1d: %d appends over %d sessions, batches of %d, %d in flight", n, s, h.cfg.batch, g)
+	var (
+		mu   sync.Mutex
+		lats = make(latencies, 0, n/h.cfg.batch+g)
+	)
+	cpu := h.cpuStart()
+	start := time.Now()
+	err = parallel(ctx, g, g, func(ctx context.Context, k int) error {
+		for _, b := range work[k] {
+			t := time.Now()
+			res, err := h.cli.AppendBatch(ctx, b)
+			if err != nil {
+				return err
+			}
+			for i, r := range res {
+				if r.Err != nil {
+					return fmt.Errorf("event %s: %w", b[i].ID(), r.Err)
+				}
+			}
+			mu.Lock()
+			lats = append(lats, time.Since(t))
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return a, err
+	}
+	rath := rate{n: n, d: time.Since(start)}
+	use := a.timed(cpu.stop())
+	h.logf("1d: Rath %s (per batch %s; %s)", rath, lats, use.perEvent(n))
+
+	chains, err := h.rawChains(rawPrefixAsync, ids, n)
+	if err != nil {
+		return a, err
+	}
+	cpu = h.cpuStart()
+	raw, err := rawAsync(ctx, h.ncRaw, interleave(chains))
+	if err != nil {
+		return a, err
+	}
+	a.timed(cpu.stop())
+	cond, err := h.rawChains(rawPrefixCond, ids, n)
+	if err != nil {
+		return a, err
+	}
+	filters := make([]string, len(ids))
+	for i, id := range ids {
+		filters[i] = rawPrefixCond + "." + id + ".>"
+	}
+	cpu = h.cpuStart()
+	rounds, err := rawCondRounds(ctx, h.ncRaw, cond, filters)
+	if err != nil {
+		return a, err
+	}
+	a.timed(cpu.stop())
+	x := speedRatio(rath, raw)
+	h.logf("1d: raw async %s; raw conditional async in rounds %s", raw, rounds)
+	a.rows = append(a.rows, row{
+		id:      "1d",
+		what:    fmt.Sprintf("append, batched: client.AppendBatch, %d sessions, batches of %d, %d in flight (%d events)", s, h.cfg.batch, g, n),
+		rath:    fmt.Sprintf("%s (per batch %s; %s)", rath, lats, use.perEvent(n)),
+		rawWhat: fmt.Sprintf("async publish, window %d, stall wait %s, no msg ID", asyncWindow, asyncStallWait),
+		raw:     raw.String(),
+		ratio:   fmtRatio(x),
+		target:  atLeast(x, 0.5, "0.8×"),
+	}, row{
+		id:      "1d′",
+		what:    "same Rath run as 1d",
+		rath:    rath.String(),
+		rawWhat: fmt.Sprintf("async publish with expected-last-subject-seq + Nats-Msg-Id in rounds of one per session (%d sessions): the JetStream work of 1d without the ledger", s),
+		raw:     rounds.String(),
+		ratio:   fmtRatio(speedRatio(rath, rounds)),
 	})
 	return a, nil
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 // Sections of the benchmark, in the order they run.
@@ -32,6 +34,12 @@ type config struct {
 	chunkBytes int
 	// sessions is how many sessions the pipelined and inbox appends spread over.
 	sessions int
+	// batch is the events per AppendBatch request, batchInflight the requests
+	// in flight at once (each from its own share of the sessions).
+	batch, batchInflight int
+	// figures, if set, limits the run to these figures of the sections (for
+	// profiling one of them).
+	figures []string
 	// historyWorkers is how many appends to one session are in flight while
 	// the long histories are written through the ledger.
 	historyWorkers int
@@ -68,10 +76,13 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.syncAlways, "sync-always", false, "run the embedded server with SyncAlways (fsync every write before the ack)")
 	fs.IntVar(&c.chunkBytes, "chunk-bytes", 64, "content length of each chunk event")
 	fs.IntVar(&c.sessions, "sessions", 256, "sessions the pipelined and inbox appends spread over")
+	figures := fs.String("figures", "", "comma-separated figures to measure within the sections, e.g. 1d (default: all)")
+	fs.IntVar(&c.batch, "batch", 256, "events per batch request in the batched appends")
+	fs.IntVar(&c.batchInflight, "batch-inflight", 4, "batch requests in flight at once, each for its own share of the sessions")
 	fs.IntVar(&c.historyWorkers, "history-workers", 64, "appends in flight to one session while writing the long histories")
 	fs.IntVar(&c.samples, "samples", 5, "forks and state reads per latency figure (median)")
 	fs.IntVar(&c.replays, "replays", 3, "replays per replay figure (median)")
-	sections := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ","))
+	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ","))
 	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
 	fs.StringVar(&c.ledgerBin, "ledger-bin", "", "prebuilt session-ledger binary (default: go build ./services/session-ledger)")
 	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the harness and of the ledger per section")
@@ -106,7 +117,10 @@ func parseFlags(args []string) (config, error) {
 	if c.timeout == 0 {
 		c.timeout = time.Duration(math.Max(5, 40*c.scale)) * time.Minute
 	}
-	for _, s := range strings.Split(*sections, ",") {
+	if *figures != "" {
+		c.figures = strings.Split(*figures, ",")
+	}
+	for _, s := range strings.Split(*sectionsFlag, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			c.sections = append(c.sections, s)
 		}
@@ -121,6 +135,12 @@ func (c config) validate() error {
 	}
 	if c.chunkBytes < 1 || c.chunkBytes > 64<<10 {
 		errs = append(errs, fmt.Errorf("chunk-bytes must be 1..65536, got %d", c.chunkBytes))
+	}
+	if c.batch < 1 || c.batch > api.MaxBatch {
+		errs = append(errs, fmt.Errorf("batch must be 1..%d, got %d", api.MaxBatch, c.batch))
+	}
+	if c.batchInflight < 1 || c.batchInflight > c.sessions {
+		errs = append(errs, fmt.Errorf("batch-inflight must be 1..sessions (%d), got %d", c.sessions, c.batchInflight))
 	}
 	if c.sessions < 1 || c.sessions > 4096 {
 		errs = append(errs, fmt.Errorf("sessions must be 1..4096, got %d", c.sessions))

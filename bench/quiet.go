@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -35,6 +36,9 @@ func (a *attempt) timed(u cpuUse) cpuUse {
 // and reports the rows of the least disturbed try. fn gets the try number
 // so that each try can use fresh sessions.
 func (h *harness) measureQuietly(ctx context.Context, name string, fn func(ctx context.Context, try int) (attempt, error)) error {
+	if len(h.cfg.figures) > 0 && !slices.Contains(h.cfg.figures, name) {
+		return nil
+	}
 	a, err := h.quietly(ctx, name, fn)
 	if err != nil {
 		return err

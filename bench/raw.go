@@ -180,3 +180,54 @@ func rawFork(ctx context.Context, js jetstream.JetStream, parent jetstream.Strea
 	}
 	return time.Since(start), nil
 }
+
+// rawCondRounds publishes each session's messages conditionally, with
+// message IDs, in rounds: one async publish per session, then all acks,
+// then the next round. It is what the ledger's batch path asks of
+// JetStream, without the ledger: the ceiling of any appender that keeps each
+// session's log linear and deduplicated while pipelining across sessions.
+func rawCondRounds(ctx context.Context, nc *nats.Conn, perSession [][]rawMsg, filters []string) (rate, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(asyncWindow))
+	if err != nil {
+		return rate{}, err
+	}
+	last := make([]uint64, len(perSession))
+	futures := make([]jetstream.PubAckFuture, len(perSession))
+	n := 0
+	start := time.Now()
+	for k := 0; ; k++ {
+		sent := 0
+		for i, msgs := range perSession {
+			futures[i] = nil
+			if k >= len(msgs) {
+				continue
+			}
+			m := msgs[k]
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: m.subject, Data: m.body},
+				jetstream.WithMsgID(m.id), jetstream.WithExpectLastSequenceForSubject(last[i], filters[i]),
+				jetstream.WithStallWait(asyncStallWait))
+			if err != nil {
+				return rate{}, fmt.Errorf("raw conditional async publish: %w", err)
+			}
+			futures[i] = f
+			sent++
+		}
+		if sent == 0 {
+			return rate{n: n, d: time.Since(start)}, nil
+		}
+		for i, f := range futures {
+			if f == nil {
+				continue
+			}
+			select {
+			case ack := <-f.Ok():
+				last[i] = ack.Sequence
+				n++
+			case err := <-f.Err():
+				return rate{}, fmt.Errorf("raw conditional async publish: %w", err)
+			case <-ctx.Done():
+				return rate{}, ctx.Err()
+			}
+		}
+	}
+}

@@ -61,6 +61,7 @@ const (
 const (
 	LedgerQueue    = "rath-ledger"
 	SubjectAppend  = "rath.ledger.append"
+	SubjectBatch   = "rath.ledger.batch"
 	SubjectState   = "rath.ledger.state"
 	SubjectLog     = "rath.ledger.log"
 	SubjectList    = "rath.ledger.sessions"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,56 @@ type Appended struct {
 // The event ID is the JetStream message ID, so a retried append inside the
 // dedupe window is stored once.
 func (s *Store) Append(ctx context.Context, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (Appended, error) {
+	msg := appendMsg(ctx, session, token, body, seq, hash)
+	ack, err := s.js.PublishMsg(ctx, msg,
+		jetstream.WithMsgID(eventID),
+		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)))
+	if err != nil {
+		return Appended{}, appendErr(session, expectLast, len(body), err)
+	}
+	return Appended{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// PendingAppend is an append published without waiting for its ack.
+type PendingAppend struct {
+	future     jetstream.PubAckFuture
+	session    string
+	expectLast uint64
+	size       int
+}
+
+// AppendAsync publishes like Append but returns before JetStream acks, so
+// appends to many sessions can be in flight at once; Wait gives the outcome.
+// Appends to one session cannot overlap: each expects the one before it.
+func (s *Store) AppendAsync(ctx context.Context, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (*PendingAppend, error) {
+	msg := appendMsg(ctx, session, token, body, seq, hash)
+	f, err := s.js.PublishMsgAsync(msg,
+		jetstream.WithMsgID(eventID),
+		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)),
+		jetstream.WithStallWait(asyncStallWait))
+	if err != nil {
+		return nil, appendErr(session, expectLast, len(body), err)
+	}
+	return &PendingAppend{future: f, session: session, expectLast: expectLast, size: len(body)}, nil
+}
+
+// asyncStallWait is how long AppendAsync waits for room in the window of
+// unacknowledged publishes (nats.go's default gives up after 200 ms).
+const asyncStallWait = 10 * time.Second
+
+// Wait returns the outcome of the append, as Append would have.
+func (p *PendingAppend) Wait(ctx context.Context) (Appended, error) {
+	select {
+	case ack := <-p.future.Ok():
+		return Appended{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	case err := <-p.future.Err():
+		return Appended{}, appendErr(p.session, p.expectLast, p.size, err)
+	case <-ctx.Done():
+		return Appended{}, fmt.Errorf("append to session %s: %w", p.session, ctx.Err())
+	}
+}
+
+func appendMsg(ctx context.Context, session, token string, body []byte, seq uint64, hash string) *nats.Msg {
 	msg := &nats.Msg{
 		Subject: events.SessionSubject(session, token),
 		Data:    body,
@@ -56,21 +107,20 @@ func (s *Store) Append(ctx context.Context, session, token string, body []byte, 
 	}
 	// Consumers continue the appender's trace from the stored message.
 	tracing.Inject(ctx, msg.Header)
-	ack, err := s.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(eventID),
-		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)))
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			return Appended{}, &ConflictError{Session: session, Expected: expectLast, Detail: apiErr.Description}
-		}
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-			return Appended{}, fmt.Errorf("append to session %s: %d bytes: %w", session, len(body), ErrTooLarge)
-		}
-		return Appended{}, fmt.Errorf("append to session %s: %w", session, err)
+	return msg
+}
+
+// appendErr maps a refused publish to the store's errors.
+func appendErr(session string, expectLast uint64, size int, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return &ConflictError{Session: session, Expected: expectLast, Detail: apiErr.Description}
 	}
-	return Appended{StreamSeq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return fmt.Errorf("append to session %s: %d bytes: %w", session, size, ErrTooLarge)
+	}
+	return fmt.Errorf("append to session %s: %w", session, err)
 }
 
 // MaxEventSize is the largest stored event body the store accepts.

@@ -86,6 +86,25 @@ type Ack struct {
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
+// ContentTypeBatch is the Content-Type of a batch of proposals: a JSON array
+// of structured-mode CloudEvents (the CloudEvents JSON batch format).
+const ContentTypeBatch = "application/cloudevents-batch+json"
+
+// MaxBatch is the most proposals one batch request may carry.
+const MaxBatch = 1000
+
+// BatchReply answers a batch request: one result per proposal, in the
+// batch's order.
+type BatchReply struct {
+	Results []BatchResult `json:"results"`
+}
+
+// BatchResult is one proposal's outcome: exactly one of Ack and Error is set.
+type BatchResult struct {
+	Ack   *Ack   `json:"ack,omitempty"`
+	Error *Error `json:"error,omitempty"`
+}
+
 // StateRequest asks for the state of Session at sequence At (0: the head).
 type StateRequest struct {
 	Session string `json:"session"`

@@ -39,9 +39,8 @@ func conflictPause(ctx context.Context, n int) {
 // *api.Error; the caller records it. Re-proposing a stored event ID returns the
 // original ack.
 func (l *Ledger) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
-	switch ev.Type() {
-	case events.TypeSessionForked, events.TypeSessionMerged:
-		return api.Ack{}, api.Errorf(api.CodeUseOperation, "%s events are made by the ledger's %s operation, not proposed", ev.Type(), opOf(ev.Type()))
+	if err := refuseOperation(ev.Type()); err != nil {
+		return api.Ack{}, err
 	}
 	assigned := ev.Subject() == ""
 	if err := l.check(&ev); err != nil {
@@ -60,6 +59,15 @@ func (l *Ledger) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
 // deduplicates message IDs stream-wide.
 func duplicateID(original api.Ack) error {
 	return api.Errorf(api.CodeDuplicateID, "event ID %s is stored already, in session %s at %d: choose a new ID", original.ID, original.Session, original.Seq)
+}
+
+// refuseOperation refuses the event kinds only the ledger's own operations make.
+func refuseOperation(typ string) error {
+	switch typ {
+	case events.TypeSessionForked, events.TypeSessionMerged:
+		return api.Errorf(api.CodeUseOperation, "%s events are made by the ledger's %s operation, not proposed", typ, opOf(typ))
+	}
+	return nil
 }
 
 func opOf(typ string) string {
@@ -117,12 +125,30 @@ func (l *Ledger) check(ev *event.Event) error {
 // current state after the lifecycle checks (merge uses it to compute what it
 // takes in).
 func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context.Context, *session.State, *event.Event) error) (api.Ack, error) {
-	id := ev.Subject()
-	expected, hasExpected, _ := events.ExpectedSeq(ev)
-	// Chain attributes are the ledger's to set; the expectation is spent.
+	x := takeExpectation(&ev)
+	return l.appendExpecting(ctx, ev, x, before)
+}
+
+// expectation is the head sequence a proposer expects its session to have.
+type expectation struct {
+	seq uint64
+	set bool
+}
+
+// takeExpectation reads the proposer's expected head and strips every chain
+// attribute: they are the ledger's to set, and the expectation is spent.
+func takeExpectation(ev *event.Event) expectation {
+	seq, set, _ := events.ExpectedSeq(*ev)
 	for _, name := range []string{events.ExtExpectedSeq, events.ExtSeq, events.ExtPrev, events.ExtHash} {
 		ev.SetExtension(name, nil)
 	}
+	return expectation{seq: seq, set: set}
+}
+
+// appendExpecting appends an event whose expectation has been taken.
+func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectation, before func(context.Context, *session.State, *event.Event) error) (api.Ack, error) {
+	id := ev.Subject()
+	expected, hasExpected := x.seq, x.set
 	e := l.entry(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -191,21 +217,33 @@ func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context
 		if res.Duplicate {
 			return l.ackAt(ctx, res.StreamSeq)
 		}
-		stored := storedOf(&ev, id, seq, prev, hash, body)
-		if e.state == nil {
-			e.state = &session.State{}
-		}
-		if err := l.fold(ctx, e.state, stored); err != nil {
-			// Stored but not folded: drop the cache so the next use reloads.
-			e.loaded = false
-			return api.Ack{}, unavailable(err)
-		}
-		e.streamSeq = res.StreamSeq
-		a := api.Ack{ID: ev.ID(), Session: id, Seq: seq, Hash: hash, StreamSeq: res.StreamSeq}
-		e.remember(a)
-		l.afterAppend(ctx, e, kind)
-		return a, nil
+		return l.stored(ctx, e, &ev, kind, sealed{seq: seq, prev: prev, hash: hash, body: body}, res.StreamSeq)
 	}
+}
+
+// sealed is an event's place in its session's chain and its stored body.
+type sealed struct {
+	seq        uint64
+	prev, hash string
+	body       []byte
+}
+
+// stored moves a session's cached head past an event JetStream just stored.
+// The caller holds e.mu.
+func (l *Ledger) stored(ctx context.Context, e *entry, ev *event.Event, kind events.Kind, s sealed, streamSeq uint64) (api.Ack, error) {
+	if e.state == nil {
+		e.state = &session.State{}
+	}
+	if err := l.fold(ctx, e.state, storedOf(ev, e.id, s.seq, s.prev, s.hash, s.body)); err != nil {
+		// Stored but not folded: drop the cache so the next use reloads.
+		e.loaded = false
+		return api.Ack{}, unavailable(err)
+	}
+	e.streamSeq = streamSeq
+	a := api.Ack{ID: ev.ID(), Session: e.id, Seq: s.seq, Hash: s.hash, StreamSeq: streamSeq}
+	e.remember(a)
+	l.afterAppend(ctx, e, kind)
+	return a, nil
 }
 
 // afterAppend stores a snapshot every K events and keeps the session index

@@ -67,6 +67,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	}
 	for subject, fn := range map[string]func(context.Context, *nats.Msg) (any, error){
 		events.SubjectAppend:  l.handleAppend,
+		events.SubjectBatch:   l.handleBatch,
 		events.SubjectState:   l.handleState,
 		events.SubjectLog:     l.handleLog,
 		events.SubjectList:    l.handleList,

@@ -1,0 +1,92 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// BatchResult is the ledger's decision on one event of a batch: an ack, or
+// an *api.Error naming why it was refused.
+type BatchResult struct {
+	Ack api.Ack
+	Err error
+}
+
+// AppendBatch proposes events in one request (at most api.MaxBatch) and
+// returns each one's decision, in order. Events of one session are appended
+// in the batch's order; events of different sessions are appended together,
+// which is much cheaper per event than Append when many sessions have work.
+// Proposals that failed transiently are sent again with the same event IDs
+// until the retry horizon, so each is stored at most once. The error is
+// non-nil only when the batch as a whole got no answer or was refused.
+func (c *Client) AppendBatch(ctx context.Context, evs []event.Event) ([]BatchResult, error) {
+	if len(evs) > api.MaxBatch {
+		return nil, api.Errorf(api.CodeTooLarge, "%d events in one batch, at most %d", len(evs), api.MaxBatch)
+	}
+	out := make([]BatchResult, len(evs))
+	todo := make([]int, len(evs))
+	for i := range todo {
+		todo[i] = i
+	}
+	deadline := time.Now().Add(c.retry)
+	backoff := 20 * time.Millisecond
+	for {
+		body := make([]byte, 0, 512*len(todo))
+		body = append(body, '[')
+		for j, i := range todo {
+			raw, err := evs[i].MarshalJSON()
+			if err != nil {
+				return nil, fmt.Errorf("append batch: event %s: %w", evs[i].ID(), err)
+			}
+			if j > 0 {
+				body = append(body, ',')
+			}
+			body = append(body, raw...)
+		}
+		body = append(body, ']')
+		msg := nats.NewMsg(events.SubjectBatch)
+		msg.Header.Set("Content-Type", api.ContentTypeBatch)
+		msg.Data = body
+		var reply api.BatchReply
+		if err := c.call(ctx, msg, &reply); err != nil {
+			return nil, fmt.Errorf("append batch of %d: %w", len(todo), err)
+		}
+		if len(reply.Results) != len(todo) {
+			return nil, fmt.Errorf("append batch: %d results for %d events", len(reply.Results), len(todo))
+		}
+		again := todo[:0:0]
+		for j, r := range reply.Results {
+			i := todo[j]
+			switch {
+			case r.Ack != nil:
+				out[i] = BatchResult{Ack: *r.Ack}
+			case r.Error != nil:
+				out[i] = BatchResult{Err: r.Error}
+				if !api.Permanent(r.Error) {
+					again = append(again, i)
+				}
+			default:
+				out[i] = BatchResult{Err: fmt.Errorf("append %s: the ledger's reply has neither ack nor error", evs[i].ID())}
+			}
+		}
+		if len(again) == 0 || time.Now().Add(backoff).After(deadline) {
+			return out, nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 2*time.Second)
+		todo = again
+	}
+}

@@ -1,0 +1,243 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	jsoniter "github.com/json-iterator/go"
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/tracing"
+)
+
+// AppendBatch decides a batch of proposals, each as Append would, and returns
+// their outcomes in the batch's order. Proposals to one session are appended
+// in the batch's order; proposals to different sessions are published
+// together, without waiting for each other's acks, in rounds of one event per
+// session. That is where a batch is faster than single appends: JetStream
+// acks a round's appends in one pipelined burst instead of one round trip
+// each. Anything out of the ordinary (a refusal to look into, a conflict with
+// another ledger) is handed to the single-event path, so its rules hold here
+// unchanged.
+func (l *Ledger) AppendBatch(ctx context.Context, evs []event.Event) []BatchResult {
+	res := make([]BatchResult, len(evs))
+	expect := make([]expectation, len(evs))
+	assigned := make([]bool, len(evs))
+	queues := map[string][]int{}
+	for i := range evs {
+		ev := &evs[i]
+		if err := refuseOperation(ev.Type()); err != nil {
+			res[i].Err = err
+			continue
+		}
+		assigned[i] = ev.Subject() == ""
+		if err := l.check(ev); err != nil {
+			res[i].Err = err
+			continue
+		}
+		expect[i] = takeExpectation(ev)
+		queues[ev.Subject()] = append(queues[ev.Subject()], i)
+	}
+	round := make([]string, 0, len(queues))
+	for len(queues) > 0 {
+		round = round[:0]
+		for id := range queues {
+			round = append(round, id)
+		}
+		// Every round locks its sessions in one global order, so two
+		// batches sharing sessions cannot deadlock.
+		slices.Sort(round)
+		heads := make([]int, len(round))
+		for j, id := range round {
+			heads[j] = queues[id][0]
+			if q := queues[id][1:]; len(q) > 0 {
+				queues[id] = q
+			} else {
+				delete(queues, id)
+			}
+		}
+		l.appendRound(ctx, evs, expect, heads, res)
+	}
+	for i := range res {
+		if a := res[i].Ack; res[i].Err == nil && a.Duplicate && a.Session != evs[i].Subject() && !assigned[i] {
+			res[i] = BatchResult{Err: duplicateID(a)}
+		}
+	}
+	return res
+}
+
+// BatchResult is the outcome of one proposal of a batch: an ack or a refusal.
+type BatchResult struct {
+	Ack api.Ack
+	Err error
+}
+
+// inflight is an append of a round published and not yet acknowledged. Its
+// session's entry stays locked until the ack is in.
+type inflight struct {
+	i       int
+	e       *entry
+	kind    events.Kind
+	sealed  sealed
+	pending *eventstore.PendingAppend
+}
+
+// appendRound appends evs[i] for each i in heads, all to different sessions.
+func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []expectation, heads []int, res []BatchResult) {
+	var (
+		flying []inflight
+		slow   []int
+	)
+	for _, i := range heads {
+		f, ok, err := l.publish(ctx, &evs[i], expect[i])
+		switch {
+		case err != nil:
+			res[i].Err = err
+		case !ok:
+			slow = append(slow, i)
+		default:
+			f.i = i
+			flying = append(flying, f)
+		}
+	}
+	for _, f := range flying {
+		r, err := f.pending.Wait(ctx)
+		switch {
+		case err == nil && !r.Duplicate:
+			res[f.i].Ack, res[f.i].Err = l.stored(ctx, f.e, &evs[f.i], f.kind, f.sealed, r.StreamSeq)
+			f.e.mu.Unlock()
+		case err == nil:
+			f.e.mu.Unlock()
+			res[f.i].Ack, res[f.i].Err = l.ackAt(ctx, r.StreamSeq)
+		case eventstore.IsConflict(err):
+			f.e.mu.Unlock()
+			slow = append(slow, f.i)
+		case errors.Is(err, eventstore.ErrTooLarge):
+			f.e.mu.Unlock()
+			res[f.i].Err = api.Errorf(api.CodeTooLarge, "%v", err)
+		default:
+			f.e.mu.Unlock()
+			res[f.i].Err = unavailable(err)
+		}
+	}
+	for _, i := range slow {
+		res[i].Ack, res[i].Err = l.appendExpecting(ctx, evs[i], expect[i], nil)
+	}
+}
+
+// publish seals an event onto its session's cached head and publishes it
+// without waiting. On success the session's entry stays locked for the
+// caller. It reports false, holding nothing, when the single-event path
+// should decide the event instead.
+func (l *Ledger) publish(ctx context.Context, ev *event.Event, x expectation) (inflight, bool, error) {
+	id := ev.Subject()
+	e := l.entry(id)
+	e.mu.Lock()
+	if !e.loaded {
+		if err := l.load(ctx, e); err != nil {
+			e.mu.Unlock()
+			return inflight{}, false, unavailable(err)
+		}
+	}
+	if a, ok := e.recent[ev.ID()]; ok {
+		e.mu.Unlock()
+		a.Duplicate = true
+		return inflight{}, false, nil // the single path answers with the same ack
+	}
+	if transition(e.state, id, ev.Type(), x.seq, x.set) != nil {
+		e.mu.Unlock()
+		return inflight{}, false, nil // refresh, look for a stored retry, refuse
+	}
+	var s sealed
+	s.seq = 1
+	if e.state != nil {
+		s.seq, s.prev = e.state.Seq+1, e.state.Hash
+	}
+	var err error
+	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev); err != nil {
+		e.mu.Unlock()
+		return inflight{}, false, api.Errorf(api.CodeOutOfRange, "%v", err)
+	}
+	if len(s.body) > l.store.MaxEventSize() {
+		e.mu.Unlock()
+		return inflight{}, false, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(s.body), l.store.MaxEventSize())
+	}
+	kind, _ := events.Lookup(ev.Type())
+	p, err := l.store.AppendAsync(ctx, id, kind.Token, s.body, ev.ID(), s.seq, s.hash, e.streamSeq)
+	if err != nil {
+		e.mu.Unlock()
+		return inflight{}, false, unavailable(err)
+	}
+	return inflight{e: e, kind: kind, sealed: s, pending: p}, true, nil
+}
+
+// handleBatch answers a batch request: a JSON array of structured-mode
+// CloudEvents. Each proposal is decided on its own; each refusal is recorded
+// on the rejections stream like a single proposal's. A body that is not an
+// array of at most api.MaxBatch items is refused (and recorded) as a whole.
+func (l *Ledger) handleBatch(ctx context.Context, m *nats.Msg) (any, error) {
+	ctx = tracing.Extract(ctx, m.Header)
+	ctx, span := tracing.Tracer("session-ledger").Start(ctx, "rath.ledger.batch", trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	var items []jsoniter.RawMessage
+	if err := jsoniter.ConfigFastest.Unmarshal(m.Data, &items); err != nil {
+		refusal := api.Errorf(api.CodeMalformed, "%s: the body must be a JSON array of structured CloudEvents (%s): %v", m.Subject, api.ContentTypeBatch, err)
+		return nil, l.recordRejection(ctx, m, "batch", event.Event{}, refusal, "")
+	}
+	if len(items) > api.MaxBatch {
+		refusal := api.Errorf(api.CodeTooLarge, "%s: %d proposals in one batch, at most %d", m.Subject, len(items), api.MaxBatch)
+		return nil, l.recordRejection(ctx, m, "batch", event.Event{}, refusal, "")
+	}
+	span.SetAttributes(attribute.Int("rath.batch", len(items)))
+	tp := tracing.Traceparent(ctx)
+	evs := make([]event.Event, 0, len(items))
+	where := make([]int, 0, len(items)) // index in items of each parsed event
+	out := make([]api.BatchResult, len(items))
+	for i, raw := range items {
+		ev, err := events.FromNATS(nil, raw)
+		if err != nil {
+			out[i].Error = l.refusal(ctx, m, raw, event.Event{}, api.Errorf(api.CodeMalformed, "proposal %d of the batch: %v", i, err))
+			continue
+		}
+		if tp != "" && events.Traceparent(ev) == "" {
+			ev.SetExtension(events.ExtTraceparent, tp)
+		}
+		evs = append(evs, ev)
+		where = append(where, i)
+	}
+	for j, r := range l.AppendBatch(ctx, evs) {
+		i := where[j]
+		if r.Err == nil {
+			out[i].Ack = &r.Ack
+			continue
+		}
+		if api.Permanent(r.Err) {
+			out[i].Error = l.refusal(ctx, m, items[i], evs[j], r.Err)
+		} else {
+			out[i].Error = asAPIError(r.Err)
+		}
+	}
+	return api.BatchReply{Results: out}, nil
+}
+
+// refusal records a refused proposal of a batch and returns what the
+// batch's reply says of it.
+func (l *Ledger) refusal(ctx context.Context, m *nats.Msg, raw []byte, ev event.Event, err error) *api.Error {
+	one := &nats.Msg{Subject: m.Subject, Header: m.Header, Data: raw}
+	return asAPIError(l.recordRejection(ctx, one, "batch", ev, err, ""))
+}
+
+func asAPIError(err error) *api.Error {
+	var le *api.Error
+	if errors.As(err, &le) {
+		return le
+	}
+	return &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
+}
