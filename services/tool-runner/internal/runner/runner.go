@@ -13,6 +13,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -179,7 +180,38 @@ func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) er
 	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: req.Agent, Content: done.Result, ToolCallID: req.CallID}); err != nil {
 		return err
 	}
+	if req.Tool == tools.Validate {
+		if err := e.emit(ctx, "verdict", verdict(req, out, after)); err != nil {
+			return err
+		}
+	}
 	return e.emit(ctx, "completed", done)
+}
+
+// verdict is the validation a validate call records: the check passed if
+// its command exited 0. Target is the workspace commit it checked, so the
+// verdict names exactly which code it judged.
+func verdict(req *events.ToolRequested, out tools.Output, commit string) any {
+	details, _ := json.Marshal(map[string]any{"call_id": req.CallID, "agent": req.Agent, "exit_code": out.ExitCode, "commit": commit})
+	check := tools.CheckName(req.Arguments)
+	if out.ExitCode == 0 {
+		return &events.ValidationPassed{Validator: check, Target: commit, Details: details}
+	}
+	return &events.ValidationFailed{Validator: check, Target: commit, Details: details,
+		Reason: fmt.Sprintf("exit code %d: %s", out.ExitCode, tail(out.Stdout+out.Stderr, 600))}
+}
+
+// tail is the end of s, at most n bytes, cut at a line start when it can be.
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+		s = s[i+1:]
+	}
+	return strings.ToValidUTF8("…"+s, "")
 }
 
 // GaveUp wraps the runner's failure record: a tool call the runner gave up

@@ -25,6 +25,7 @@ const (
 	Search     = "search"
 	ApplyPatch = "apply_patch"
 	Run        = "run"
+	Validate   = "validate"
 )
 
 // Spec describes a tool to a model.
@@ -86,7 +87,7 @@ type tool struct {
 }
 
 // order is the order Specs lists the tools in.
-var order = []string{ReadFile, WriteFile, ListFiles, Search, ApplyPatch, Run}
+var order = []string{ReadFile, WriteFile, ListFiles, Search, ApplyPatch, Run, Validate}
 
 var builtins = map[string]tool{
 	ReadFile:   {readFileDescription, readFileSchema, readFile},
@@ -95,6 +96,7 @@ var builtins = map[string]tool{
 	Search:     {searchDescription, searchSchema, search},
 	ApplyPatch: {applyPatchDescription, applyPatchSchema, applyPatch},
 	Run:        {runDescription, runSchema, runCommand},
+	Validate:   {validateDescription, validateSchema, validateCommand},
 }
 
 // Specs returns the built-in tools' specs, in a fixed order.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,7 @@ func TestSpecs(t *testing.T) {
 			t.Errorf("%s parameters are not a closed object schema: %s", s.Name, s.Parameters)
 		}
 	}
-	if got, want := strings.Join(names, " "), "read_file write_file list_files search apply_patch run"; got != want {
+	if got, want := strings.Join(names, " "), "read_file write_file list_files search apply_patch run validate"; got != want {
 		t.Errorf("specs %q, want %q", got, want)
 	}
 }
@@ -115,6 +116,8 @@ func TestCallValidatesArguments(t *testing.T) {
 		{"run", `{"command": "ls -l"}`, "command"},
 		{"run", `{"command": [1]}`, "command[0]"},
 		{"run", `{"command": [""]}`, "command[0]"},
+		{"validate", `{}`, "command"},
+		{"validate", `{"command": ["go"], "check": 3}`, "check"},
 		{"run", `{"command": ["ls"], "timeout_seconds": 0}`, "timeout_seconds"},
 		{"run", `{"command": ["ls"], "timeout_seconds": 1.5}`, "timeout_seconds"},
 		{"run", `{"command": ["ls"], "timeout_seconds": 86400}`, "timeout_seconds"},
@@ -417,5 +420,31 @@ func TestRun(t *testing.T) {
 	out = call(t, ws, "run", `{"command": ["no-such-program"]}`)
 	if out.ExitCode != 127 || !strings.Contains(out.Result, "no-such-program") {
 		t.Errorf("missing program: %+v", out)
+	}
+}
+
+// validate runs its command like run; the exit code is the verdict and the
+// check name defaults to the command.
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	for _, tc := range []struct {
+		args  string
+		exit  int
+		check string
+	}{
+		{`{"command": ["sh", "-c", "exit 0"]}`, 0, "sh -c exit 0"},
+		{`{"command": ["sh", "-c", "echo broken; exit 3"], "check": "tests"}`, 3, "tests"},
+	} {
+		out, err := tools.Call(context.Background(), ws, tools.Validate, json.RawMessage(tc.args))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.args, err)
+		}
+		if out.ExitCode != tc.exit || !strings.Contains(out.Result, fmt.Sprintf("exit code %d", tc.exit)) {
+			t.Fatalf("%s: exit %d, result %q", tc.args, out.ExitCode, out.Result)
+		}
+		if got := tools.CheckName(json.RawMessage(tc.args)); got != tc.check {
+			t.Fatalf("%s: check %q, want %q", tc.args, got, tc.check)
+		}
 	}
 }
