@@ -19,7 +19,8 @@ import (
 //	state: status, last_agent, parent (string); turn_in_flight (bool);
 //	       turns, turns_failed, tool_calls, model_calls, events, tokens_in,
 //	       tokens_out, tokens, validations_failed, validations_passed,
-//	       fork_seq, seq (int); labels (map of string); agent_turns (map of int)
+//	       fork_seq, seq (int); labels (map of string); agent_turns (map of int);
+//	       decisions (list of maps: seq (int), rule, route (string)), oldest first
 //
 // It fails only on event data that is not a JSON object.
 func Activation(st *session.State, ev events.Stored) (map[string]any, error) {
@@ -63,7 +64,19 @@ func stateMap(st *session.State) map[string]any {
 		"seq":                int64(st.Seq),
 		"labels":             labels,
 		"agent_turns":        agentTurns(st),
+		"decisions":          decisions(st),
 	}
+}
+
+// decisions lists the routing decisions in the session's logical log, so a
+// rule can find where something was routed, for instance to fork before the
+// coder's first turn: state.decisions.filter(d, d.route == "agent:coder")[0].seq - 1.
+func decisions(st *session.State) []any {
+	out := make([]any, len(st.Decisions))
+	for i, d := range st.Decisions {
+		out[i] = map[string]any{"seq": int64(d.Seq), "rule": d.Rule, "route": d.Route}
+	}
+	return out
 }
 
 // agentTurns counts completed turns by agent.

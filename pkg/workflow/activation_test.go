@@ -17,6 +17,7 @@ func TestActivation(t *testing.T) {
 		&events.TurnRequested{TurnID: "t1", Agent: "researcher"},
 		&events.ModelCalled{Agent: "researcher", Provider: "anthropic", Model: "m", TokensIn: 100, TokensOut: 20},
 		&events.TurnCompleted{TurnID: "t1", Agent: "researcher"},
+		&events.SelectorDecided{Rule: "code", Route: "agent:coder", Agent: "coder", TurnID: "t2"},
 		&events.TurnRequested{TurnID: "t2", Agent: "coder"},
 		&events.ModelCallFailed{Agent: "coder", Provider: "openai", Model: "m", Attempt: 1, Error: "429"},
 		&events.TurnFailed{TurnID: "t2", Agent: "coder", Error: "429"},
@@ -35,7 +36,7 @@ func TestActivation(t *testing.T) {
 	}
 	want := map[string]any{
 		"event": map[string]any{
-			"type": events.TypeToolCompleted, "id": last.ID, "seq": int64(14), "session": "s",
+			"type": events.TypeToolCompleted, "id": last.ID, "seq": int64(15), "session": "s",
 			"data": map[string]any{"call_id": "c1", "tool": "shell", "exit_code": int64(1), "duration_ms": int64(1500), "result": "FAIL"},
 		},
 		"state": map[string]any{
@@ -44,7 +45,7 @@ func TestActivation(t *testing.T) {
 			"turns_failed":       int64(1),
 			"tool_calls":         int64(1),
 			"model_calls":        int64(2),
-			"events":             int64(14),
+			"events":             int64(15),
 			"last_agent":         "coder",
 			"turn_in_flight":     true,
 			"tokens_in":          int64(400),
@@ -54,9 +55,10 @@ func TestActivation(t *testing.T) {
 			"validations_passed": int64(1),
 			"parent":             "p",
 			"fork_seq":           int64(1),
-			"seq":                int64(14),
+			"seq":                int64(15),
 			"labels":             map[string]any{"team": "core"},
 			"agent_turns":        map[string]any{"researcher": int64(1)}, // coder: one turn failed, one in flight
+			"decisions":          []any{map[string]any{"seq": int64(6), "rule": "code", "route": "agent:coder"}},
 		},
 	}
 	if !reflect.DeepEqual(act, want) {

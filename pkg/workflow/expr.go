@@ -103,7 +103,7 @@ var (
 	stateFields = []string{
 		"status", "turns", "turns_failed", "tool_calls", "model_calls", "events", "last_agent",
 		"turn_in_flight", "tokens_in", "tokens_out", "tokens", "validations_failed",
-		"validations_passed", "parent", "fork_seq", "seq", "labels", "agent_turns",
+		"validations_passed", "parent", "fork_seq", "seq", "labels", "agent_turns", "decisions",
 	}
 )
 

@@ -216,8 +216,10 @@ agents: [{name: a, provider: openai}]
 rules: [{name: back, when: "true", route: {fork: {at: "` + at + `", reason: try again}}}]
 `
 	}
-	given := concat(started, turn("t1", "a"))
-	for at, want := range map[string]uint64{"": 5, "event.seq - 1": 4, "state.fork_seq + 1": 1} {
+	decided := []any{&events.SelectorDecided{Rule: "r", Route: "agent:a", Agent: "a", TurnID: "t1"}}
+	given := concat(started, decided, turn("t1", "a"))
+	for at, want := range map[string]uint64{"": 6, "event.seq - 1": 5, "state.fork_seq + 1": 1,
+		`state.decisions.filter(d, d.route == 'agent:a')[0].seq - 1`: 1} {
 		d, ok, err := mustParse(t, src(at)).Decide(activation(t, given...))
 		if err != nil || !ok || d.ForkAt != want || d.Reason != "try again" || d.Route.String() != "fork:" {
 			t.Errorf("at %q: %+v %v %v, want fork at %d", at, d, ok, err, want)
