@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -48,6 +49,13 @@ type Turn struct {
 	// StopReason defaults to StopToolUse when the turn calls tools, else
 	// StopEndTurn.
 	StopReason string `yaml:"stop_reason"`
+	// OneOf makes the turn a choice: the first alternative whose
+	// WhenContains occurs in the newest input answers (one without
+	// WhenContains always does). Unlike turns skipped by WhenContains, the
+	// alternatives share one position in the script, so the turns after
+	// them stay aligned whichever was taken. A turn with OneOf has no other
+	// fields.
+	OneOf []Turn `yaml:"one_of"`
 }
 
 // ScriptCall is a tool call in a Turn. In YAML, arguments may be any value;
@@ -60,11 +68,25 @@ type ScriptCall struct {
 // UnmarshalYAML rejects unknown keys, so a misspelt when_contains fails at
 // load time instead of silently matching everything.
 func (t *Turn) UnmarshalYAML(node *yaml.Node) error {
-	if err := knownKeys(node, "content", "tool_calls", "tokens_in", "tokens_out", "when_contains", "stop_reason"); err != nil {
+	if err := knownKeys(node, "content", "tool_calls", "tokens_in", "tokens_out", "when_contains", "stop_reason", "one_of"); err != nil {
 		return err
 	}
 	type plain Turn
-	return node.Decode((*plain)(t))
+	if err := node.Decode((*plain)(t)); err != nil {
+		return err
+	}
+	if t.OneOf == nil {
+		return nil
+	}
+	if len(t.OneOf) == 0 || t.Content != "" || t.ToolCalls != nil || t.TokensIn != 0 || t.TokensOut != 0 || t.WhenContains != "" || t.StopReason != "" {
+		return fmt.Errorf("line %d: a turn with one_of has a non-empty list of alternatives and no other fields", node.Line)
+	}
+	for _, alt := range t.OneOf {
+		if alt.OneOf != nil {
+			return fmt.Errorf("line %d: one_of alternatives cannot themselves be one_of", node.Line)
+		}
+	}
+	return nil
 }
 
 // UnmarshalYAML converts the arguments to JSON.
@@ -186,7 +208,8 @@ func ParseScript(data []byte, name string) (Script, error) {
 // demos and benchmarks without a model. Its answer is a function of the
 // Request alone: the Nth assistant message in the conversation is answered
 // by the first turn at or after index N whose WhenContains (if any) occurs in
-// the newest input. Replaying a session therefore gives the same answers.
+// the newest input, or by the chosen alternative of a OneOf turn. Replaying a
+// session therefore gives the same answers.
 type Scripted struct {
 	scripts map[string]Script
 }
@@ -222,8 +245,13 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) 
 	input := newestInput(req.Messages)
 	for i := n; i < len(script.Turns); i++ {
 		t := script.Turns[i]
-		if t.WhenContains == "" || strings.Contains(input, t.WhenContains) {
-			return t.response(req, i), nil
+		for alt, a := range t.OneOf {
+			if a.WhenContains == "" || strings.Contains(input, a.WhenContains) {
+				return a.response(req, fmt.Sprintf("%d%c", i, 'a'+alt)), nil
+			}
+		}
+		if t.OneOf == nil && (t.WhenContains == "" || strings.Contains(input, t.WhenContains)) {
+			return t.response(req, strconv.Itoa(i)), nil
 		}
 	}
 	return Response{}, fmt.Errorf("scripted: agent %q: no turn left for assistant message %d (script has %d turns): %w",
@@ -249,7 +277,9 @@ func newestInput(msgs []Message) string {
 	return b.String()
 }
 
-func (t Turn) response(req Request, index int) Response {
+// response is the turn's answer; step names its place in the script (its
+// index, and a letter for an alternative of one_of) in tool call IDs.
+func (t Turn) response(req Request, step string) Response {
 	resp := Response{
 		Content:    t.Content,
 		StopReason: t.StopReason,
@@ -267,7 +297,7 @@ func (t Turn) response(req Request, index int) Response {
 			args = json.RawMessage(`{}`)
 		}
 		resp.ToolCalls = append(resp.ToolCalls, ToolCall{
-			ID:        fmt.Sprintf("call_%s_%d_%d", req.Agent, index, i),
+			ID:        fmt.Sprintf("call_%s_%s_%d", req.Agent, step, i),
 			Name:      c.Name,
 			Arguments: append(json.RawMessage(nil), args...),
 		})

@@ -78,11 +78,14 @@ func TestLoadScript(t *testing.T) {
 
 func TestLoadScriptErrors(t *testing.T) {
 	tests := map[string]string{
-		"unknown turn field": "turns:\n  - content: hi\n    when_contain: FAIL\n",
-		"unknown call field": "turns:\n  - tool_calls: [{name: ls, args: {}}]\n",
-		"call without name":  "turns:\n  - tool_calls: [{arguments: {}}]\n",
-		"no turns":           "turns: []\n",
-		"not yaml":           "turns: [\n",
+		"unknown turn field":  "turns:\n  - content: hi\n    when_contain: FAIL\n",
+		"unknown call field":  "turns:\n  - tool_calls: [{name: ls, args: {}}]\n",
+		"call without name":   "turns:\n  - tool_calls: [{arguments: {}}]\n",
+		"no turns":            "turns: []\n",
+		"not yaml":            "turns: [\n",
+		"one_of with content": "turns:\n  - content: x\n    one_of: [{content: a}]\n",
+		"empty one_of":        "turns:\n  - one_of: []\n",
+		"nested one_of":       "turns:\n  - one_of: [{one_of: [{content: a}]}]\n",
 	}
 	for name, text := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -241,4 +244,41 @@ func TestRecorded(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// A one_of turn answers with its first matching alternative and keeps the
+// turns after it aligned, whichever alternative was taken.
+func TestScriptedOneOf(t *testing.T) {
+	script, err := ParseScript([]byte(`
+- one_of:
+    - when_contains: rejected before
+      content: A careful fix.
+      tool_calls: [{name: write, arguments: {v: 2}}]
+    - content: A quick fix.
+      tool_calls: [{name: write, arguments: {v: 1}}]
+- content: Done.
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewScripted(map[string]Script{"coder": script})
+	for _, tc := range []struct {
+		input, first, callID string
+	}{
+		{"Fix it.", "A quick fix.", "call_coder_0b_0"},
+		{"Fix it. Note: the quick fix was rejected before.", "A careful fix.", "call_coder_0a_0"},
+	} {
+		req := Request{Agent: "coder", Messages: []Message{{Role: RoleUser, Content: tc.input}}}
+		resp, err := p.Complete(context.Background(), req)
+		if err != nil || resp.Content != tc.first || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID != tc.callID {
+			t.Fatalf("%q: %+v %v; want %q with call %s", tc.input, resp, err, tc.first, tc.callID)
+		}
+		req.Messages = append(req.Messages,
+			Message{Role: RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls},
+			Message{Role: RoleTool, ToolCallID: tc.callID, Content: "written"})
+		resp, err = p.Complete(context.Background(), req)
+		if err != nil || resp.Content != "Done." {
+			t.Fatalf("%q, second answer: %+v %v; want Done.", tc.input, resp, err)
+		}
+	}
 }
