@@ -20,9 +20,10 @@ const (
 	sectionFork   = "fork"
 	sectionMemory = "memory"
 	sectionAgents = "agents"
+	sectionRecall = "recall"
 )
 
-var allSections = []string{sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionAgents}
+var allSections = []string{sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionAgents, sectionRecall}
 
 // config is the whole configuration of one run.
 type config struct {

@@ -247,6 +247,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runMemory(ctx)
 	case sectionAgents:
 		err = h.runAgents(ctx)
+	case sectionRecall:
+		err = h.runRecall(ctx)
 	}
 	return errors.Join(err, stop())
 }

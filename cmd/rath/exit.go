@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/memoryapi"
 )
 
 // Exit codes of rath.
@@ -57,11 +58,12 @@ func (e *brokenError) Error() string {
 //	0  ok
 //	1  any other error
 //	2  usage error: unknown command or flag, wrong arguments, unusable value
-//	3  not found: session_not_found, out_of_range
+//	3  not found: session_not_found, out_of_range, item_not_found,
+//	   version_not_found
 //	4  refused by the ledger: malformed, unknown_type, schema,
 //	   invalid_session, session_exists, session_closed, stale_sequence,
 //	   bad_transition, use_operation, nothing_to_merge, too_large,
-//	   duplicate_id
+//	   duplicate_id, invalid_scope, unknown_event
 //	5  verify found a broken chain
 //	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
 //	   answered unavailable or conflict; retrying later may succeed
@@ -83,11 +85,12 @@ func exitCode(err error) int {
 		return exitUnavailable
 	case errors.As(err, &refusal):
 		switch refusal.Code {
-		case api.CodeNotFound, api.CodeOutOfRange:
+		case api.CodeNotFound, api.CodeOutOfRange, memoryapi.CodeItemNotFound, memoryapi.CodeVersionNotFound:
 			return exitNotFound
 		case api.CodeMalformed, api.CodeUnknownType, api.CodeSchema, api.CodeInvalidSession,
 			api.CodeExists, api.CodeClosed, api.CodeStale, api.CodeTransition,
-			api.CodeUseOperation, api.CodeNothingToMerge, api.CodeTooLarge, api.CodeDuplicateID:
+			api.CodeUseOperation, api.CodeNothingToMerge, api.CodeTooLarge, api.CodeDuplicateID,
+			memoryapi.CodeInvalidScope, memoryapi.CodeUnknownEvent:
 			return exitRefused
 		case api.CodeUnavailable, api.CodeConflict:
 			return exitUnavailable

@@ -110,7 +110,9 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry).`
 		a.lsCmd(),
 		a.verifyCmd(), a.rejectsCmd(),
 		a.schemaCmd(),
+		a.memoryCmd(),
 	)
+	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
 	return root
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/openrath/rath/pkg/embedded"
 	worker "github.com/openrath/rath/services/agent-worker/service"
+	memory "github.com/openrath/rath/services/memory-svc/service"
 	selector "github.com/openrath/rath/services/selector/service"
 	"github.com/openrath/rath/services/session-ledger/service"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
@@ -41,6 +42,7 @@ type upConfig struct {
 	Selector   selector.Config
 	Worker     worker.Config
 	ToolRunner toolrunner.Config
+	Memory     memory.Config
 }
 
 func defaultUpConfig() upConfig {
@@ -53,6 +55,7 @@ func defaultUpConfig() upConfig {
 		Selector:     selector.DefaultConfig(),
 		Worker:       worker.DefaultConfig(),
 		ToolRunner:   toolRunnerDefaults(),
+		Memory:       memory.DefaultConfig(),
 	}
 }
 
@@ -118,6 +121,9 @@ API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", cfg.SyncInterval, "fsync interval with --sync interval")
 	f.IntVar(&cfg.Ledger.Store.Replicas, "replicas", cfg.Ledger.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	f.Uint64Var(&cfg.Ledger.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")
+	f.DurationVar(&cfg.Ledger.Ledger.Retention.ArchiveAfter, "retention-archive-after", 0, "archive closed sessions this long after they closed (0: only on request)")
+	f.DurationVar(&cfg.Ledger.Ledger.Retention.PurgeAfter, "retention-purge-after", 0, "purge archived sessions from the hot stream this long after they were archived (0: never)")
+	f.DurationVar(&cfg.Ledger.Ledger.Retention.Interval, "retention-interval", 0, "how often the ledger's retention pass runs (0: every 10m)")
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
 	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
@@ -209,5 +215,9 @@ func services(cfg upConfig, log *slog.Logger) (runner, []runner) {
 			func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
 			func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) },
 			func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) },
+			func(ctx context.Context, nc *nats.Conn) error {
+				cfg.Memory.Replicas = cfg.Ledger.Store.Replicas
+				return memory.Run(ctx, nc, cfg.Memory, log)
+			},
 		}
 }

@@ -65,6 +65,22 @@ var examples = map[string]any{
 		Reason:  "task complete",
 		Outcome: "succeeded",
 	},
+	events.TypeSessionArchived: events.SessionArchived{
+		BundleRef:     "sha256:3b3a2f0e8f2a9c7d7c1c9e4f5b6a7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8",
+		FromSeq:       1,
+		HeadSeq:       58,
+		HeadHash:      exampleHashC,
+		HeadStreamSeq: 1207,
+		Events:        58,
+		Bytes:         91234,
+		Reason:        "retention: closed for 7 days",
+	},
+	events.TypeSessionPurged: events.SessionPurged{
+		BundleRef: "sha256:3b3a2f0e8f2a9c7d7c1c9e4f5b6a7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8",
+		UpToSeq:   58,
+		Events:    58,
+		Reason:    "retention: archived for 30 days",
+	},
 	events.TypeChunkAppended: events.ChunkAppended{
 		Role:       events.RoleTool,
 		Agent:      "coder",
@@ -145,6 +161,8 @@ var examples = map[string]any{
 		Agent:  "coder",
 		TurnID: "turn_01JDQ9A0",
 		Scope:  "project",
+		Scopes: []string{"project:acme/app", "agent:coder"},
+		Tags:   []string{"config"},
 		Items: []events.MemoryItemRef{
 			{ItemID: "mem_01JC2K8V", Version: 3, Score: 0.87},
 			{ItemID: "mem_01JC7P1D", Version: 1, Score: 0.64},
@@ -152,15 +170,16 @@ var examples = map[string]any{
 	},
 	events.TypeMemoryWritten: events.MemoryWritten{
 		ItemID:  "mem_01JDQB5F",
-		Version: 1,
+		Version: 3,
 		Content: "In acme/app, config defaults must be applied before flag parsing, or flags are overwritten.",
 		Tags:    []string{"config", "go"},
-		Scope:   "project",
+		Scope:   "project:acme/app",
 		Provenance: events.Provenance{
 			Session:  exampleSession,
 			EventIDs: []string{"0193a7c4-5e2b-7c1d-9f3e-2a4b6c8d0e1f", "0193a7c5-1a2b-7c3d-8e4f-5a6b7c8d9e0f"},
 			Evidence: "tool_result",
 		},
+		RestoredFrom: 2,
 	},
 	events.TypeMemoryRetracted: events.MemoryRetracted{
 		ItemID:  "mem_01JC7P1D",

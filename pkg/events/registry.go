@@ -64,6 +64,8 @@ func init() {
 	register[SessionPaused](TypeSessionPaused, TokenLifecycle)
 	register[SessionResumed](TypeSessionResumed, TokenLifecycle)
 	register[SessionClosed](TypeSessionClosed, TokenLifecycle)
+	register[SessionArchived](TypeSessionArchived, TokenLifecycle)
+	register[SessionPurged](TypeSessionPurged, TokenLifecycle)
 	register[ChunkAppended](TypeChunkAppended, TokenConversation)
 	register[TranscriptCompacted](TypeTranscriptCompacted, TokenConversation)
 	register[ModelCalled](TypeModelCalled, TokenModel)

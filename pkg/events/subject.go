@@ -70,6 +70,8 @@ const (
 	SubjectMerge   = "rath.ledger.merge"
 	SubjectVerify  = "rath.ledger.verify"
 	SubjectSchema  = "rath.ledger.schema"
+	// SubjectArchive archives a closed session now (and purges it, if asked).
+	SubjectArchive = "rath.ledger.archive"
 )
 
 // validSessionID keeps a session ID usable as one NATS subject token and as a

@@ -11,6 +11,8 @@ const (
 	TypeSessionPaused       = "rath.session.paused"
 	TypeSessionResumed      = "rath.session.resumed"
 	TypeSessionClosed       = "rath.session.closed"
+	TypeSessionArchived     = "rath.session.archived"
+	TypeSessionPurged       = "rath.session.purged"
 	TypeChunkAppended       = "rath.conversation.chunk.appended"
 	TypeTranscriptCompacted = "rath.transcript.compacted"
 	TypeModelCalled         = "rath.model.called"
@@ -108,6 +110,38 @@ type SessionResumed struct {
 type SessionClosed struct {
 	Reason  string `json:"reason,omitempty"`
 	Outcome string `json:"outcome,omitempty"`
+}
+
+// SessionArchived records that a closed session's own events were written to
+// an archive bundle in the object store (rath-blobs): the events FromSeq..HeadSeq
+// stored on the session's own subjects, in order, with their hashes. The
+// bundle is verifiable offline; HeadHash is the hash this event chains onto.
+// Made by the ledger's archive operation, never proposed.
+type SessionArchived struct {
+	// BundleRef names the bundle in the object store, "sha256:<hex>".
+	BundleRef string `json:"bundle_ref"`
+	// FromSeq is the session's first own sequence (1, or a fork's fork point + 1).
+	FromSeq uint64 `json:"from_seq"`
+	// HeadSeq and HeadHash are the last archived event.
+	HeadSeq  uint64 `json:"head_seq"`
+	HeadHash string `json:"head_hash"`
+	// HeadStreamSeq is the sessions stream sequence of the last archived
+	// event: after a purge, a read that starts at or before it reads the bundle.
+	HeadStreamSeq uint64 `json:"head_stream_seq"`
+	Events        int    `json:"events"`
+	Bytes         int64  `json:"bytes"`
+	Reason        string `json:"reason,omitempty"`
+}
+
+// SessionPurged records that the events an archive holds were removed from
+// the hot sessions stream; reads of them go to the bundle from then on. Made
+// by the ledger's retention (or archive --purge), never proposed.
+type SessionPurged struct {
+	BundleRef string `json:"bundle_ref"`
+	// UpToSeq is the last purged sequence (the archive's head).
+	UpToSeq uint64 `json:"up_to_seq"`
+	Events  int    `json:"events"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // ChunkAppended adds one piece of conversation to the transcript.
@@ -227,12 +261,15 @@ type Provenance struct {
 	Evidence string   `json:"evidence"`
 }
 
-// MemoryRecalled records a retrieval and the turn that used it.
+// MemoryRecalled records a retrieval and the turn that used it. Scopes and
+// Tags are the filters the recall applied (Scope is the older single form).
 type MemoryRecalled struct {
 	Query  string          `json:"query"`
 	Agent  string          `json:"agent,omitempty"`
 	TurnID string          `json:"turn_id,omitempty"`
 	Scope  string          `json:"scope,omitempty"`
+	Scopes []string        `json:"scopes,omitempty"`
+	Tags   []string        `json:"tags,omitempty"`
 	Items  []MemoryItemRef `json:"items"`
 }
 
@@ -244,6 +281,9 @@ type MemoryWritten struct {
 	Tags       []string   `json:"tags,omitempty"`
 	Scope      string     `json:"scope"`
 	Provenance Provenance `json:"provenance"`
+	// RestoredFrom is the earlier version whose content this version
+	// restores (absent: not a restore).
+	RestoredFrom int `json:"restored_from,omitempty"`
 }
 
 // MemoryRetracted withdraws an item (or one version of it).

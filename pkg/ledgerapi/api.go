@@ -195,6 +195,25 @@ type MergeRequest struct {
 	EventSource string `json:"event_source,omitempty"`
 }
 
+// ArchiveRequest asks the ledger to archive a closed session now: its own
+// events go to a verifiable bundle in the object store and a
+// rath.session.archived event records it. Purge also removes the archived
+// events from the hot stream (refused while a live fork reads through them).
+type ArchiveRequest struct {
+	Session string `json:"session"`
+	Reason  string `json:"reason,omitempty"`
+	Purge   bool   `json:"purge,omitempty"`
+}
+
+// ArchiveReply answers an archive: the bundle and the acks of the archived
+// (and purged) events; an ack with Duplicate set was stored before.
+type ArchiveReply struct {
+	Session   string `json:"session"`
+	BundleRef string `json:"bundle_ref"`
+	Archived  Ack    `json:"archived"`
+	Purged    *Ack   `json:"purged,omitempty"`
+}
+
 // Report is the outcome of verifying a session's chain.
 type Report struct {
 	Session  string `json:"session"`

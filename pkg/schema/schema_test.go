@@ -205,7 +205,7 @@ func TestValidate(t *testing.T) {
 		{"memory written", events.TypeMemoryWritten, `{"item_id":"m1","version":1,"content":"x","scope":"project","provenance":{"session":"s1","evidence":"human_correction"}}`, ""},
 		{"memory written bad enums", events.TypeMemoryWritten, `{"item_id":"m1","version":1,"content":"x","scope":"global","provenance":{"session":"s1","evidence":"hunch"}}`,
 			`data of rath.memory.written: /provenance/evidence: value must be one of "tool_result", "human_correction", "failed_attempt", "validation_signal", "other"; ` +
-				`/scope: value must be one of "user", "agent", "project", "workflow", "session"`},
+				`/scope: value must match pattern "^(user|agent|project|workflow|session)(:[A-Za-z0-9_-][A-Za-z0-9._@/+-]{0,127})?$"`},
 		{"memory recalled nothing", events.TypeMemoryRecalled, `{"query":"q","items":null}`, ""},
 		{"memory recalled bad item", events.TypeMemoryRecalled, `{"query":"q","items":[{"item_id":"m1","version":0}]}`,
 			`data of rath.memory.recalled: /items/0/version: value must be at least 1, got 0`},

@@ -56,7 +56,7 @@ func apply(s *State, e events.Stored, merged bool) {
 		// becomes a session of its own from here.
 		s.ID = e.Session
 		s.Status = StatusActive
-		s.CloseReason, s.Outcome = "", ""
+		s.CloseReason, s.Outcome, s.Archive = "", "", nil
 		s.Created = e.Time
 		s.Labels = mergeLabels(s.Labels, d.Labels)
 		path := append([]events.Segment{}, s.Lineage.Path...)
@@ -91,6 +91,16 @@ func apply(s *State, e events.Stored, merged bool) {
 		if !merged {
 			s.Status = StatusClosed
 			s.CloseReason, s.Outcome = d.Reason, d.Outcome
+		}
+	case *events.SessionArchived:
+		if !merged {
+			s.Status = StatusArchived
+			s.Archive = &Archive{Seq: e.Seq, BundleRef: d.BundleRef, FromSeq: d.FromSeq, HeadSeq: d.HeadSeq, HeadHash: d.HeadHash,
+				HeadStreamSeq: d.HeadStreamSeq, Events: d.Events}
+		}
+	case *events.SessionPurged:
+		if !merged && s.Archive != nil {
+			s.Archive.PurgedSeq = e.Seq
 		}
 	case *events.ChunkAppended:
 		s.Chunks = append(s.Chunks, Chunk{Seq: e.Seq, Role: d.Role, Agent: d.Agent, Content: d.Content, ToolCallID: d.ToolCallID, Origin: origin})

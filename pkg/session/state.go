@@ -13,13 +13,22 @@ import (
 // Status is a session's lifecycle state.
 type Status string
 
-// Session statuses. A session is active from its start (or fork) until it is
-// paused or closed; closed is final.
+// Session statuses. A session is open from its start (or fork) on, and its
+// status is active while open and not paused: Rath has no separate "open"
+// status, because nothing routes an opened session differently from one with
+// agent work (the selector routes the first turn from the start event). A
+// paused session still takes events but is routed no new work; resumed is an
+// event that makes it active again, not a status. Closed takes only archival
+// events; archived is final (a purge is an event of an archived session).
 const (
-	StatusActive Status = "active"
-	StatusPaused Status = "paused"
-	StatusClosed Status = "closed"
+	StatusActive   Status = "active"
+	StatusPaused   Status = "paused"
+	StatusClosed   Status = "closed"
+	StatusArchived Status = "archived"
 )
+
+// Ended reports whether the session takes no more work: closed or archived.
+func (s Status) Ended() bool { return s == StatusClosed || s == StatusArchived }
 
 // State is a session folded up to Seq.
 type State struct {
@@ -39,6 +48,9 @@ type State struct {
 
 	Chunks      []Chunk      `json:"chunks,omitempty"`
 	Compactions []Compaction `json:"compactions,omitempty"`
+
+	// Archive is where the session's events were archived, once they were.
+	Archive *Archive `json:"archive,omitempty"`
 
 	Usage Usage `json:"usage"`
 
@@ -133,6 +145,21 @@ type Compaction struct {
 	Summary      string `json:"summary"`
 	TokensBefore int64  `json:"tokens_before"`
 	TokensAfter  int64  `json:"tokens_after"`
+}
+
+// Archive records a session's archive bundle (rath.session.archived) and,
+// once the hot stream no longer holds them, the purge of its events.
+type Archive struct {
+	Seq           uint64 `json:"seq"`
+	BundleRef     string `json:"bundle_ref"`
+	FromSeq       uint64 `json:"from_seq"`
+	HeadSeq       uint64 `json:"head_seq"`
+	HeadHash      string `json:"head_hash"`
+	HeadStreamSeq uint64 `json:"head_stream_seq"`
+	Events        int    `json:"events"`
+	// PurgedSeq is the sequence of the rath.session.purged event (0: the
+	// archived events are still in the hot stream).
+	PurgedSeq uint64 `json:"purged_seq,omitempty"`
 }
 
 // Tokens counts model usage.

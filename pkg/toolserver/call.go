@@ -52,7 +52,7 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 		return err
 	}
 	call := st.Tools[req.CallID]
-	if st.Status == session.StatusClosed || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
+	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
 	}
 	e := evidence{s: s, ev: ev, req: req, attempt: call.Attempts + 1}

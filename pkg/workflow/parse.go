@@ -47,7 +47,7 @@ func Parse(data []byte, path string) (*Workflow, error) {
 // Fields each mapping of the file may have; anything else is a problem, so a
 // misspelt key never silently means "unset".
 var (
-	workflowFields  = []string{"name", "description", "agents", "mcp_servers", "rules", "budgets", "stop"}
+	workflowFields  = []string{"name", "description", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction"}
 	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "script", "max_tokens"}
 	mcpServerFields = []string{"name", "command", "env"}
 	ruleFields      = []string{"name", "when", "route", "reason"}
@@ -56,6 +56,7 @@ var (
 	approvalFields  = []string{"action", "approver"}
 	budgetFields    = []string{"max_turns", "max_tokens", "max_tool_calls", "wall_time"}
 	stopFields      = []string{"name", "when", "reason"}
+	compactFields   = []string{"max_context_tokens", "keep_last"}
 )
 
 // parser collects the problems of one file and the line of every field it
@@ -164,6 +165,8 @@ func (p *parser) workflow(n *yaml.Node, w *Workflow) {
 			w.Budgets = p.budgets(v, f)
 		case "stop":
 			p.list(v, f, func(v *yaml.Node, f string) { w.Stop = append(w.Stop, p.stop(v, f)) })
+		case "compaction":
+			w.Compaction = p.compaction(v, f)
 		}
 	})
 }
@@ -291,6 +294,19 @@ func (p *parser) budgets(n *yaml.Node, field string) Budgets {
 		}
 	})
 	return b
+}
+
+func (p *parser) compaction(n *yaml.Node, field string) Compaction {
+	var c Compaction
+	p.mapping(n, field, compactFields, func(key string, v *yaml.Node, f string) {
+		switch key {
+		case "max_context_tokens":
+			c.MaxContextTokens = p.count(v, f)
+		case "keep_last":
+			c.KeepLast = int(p.count(v, f))
+		}
+	})
+	return c
 }
 
 func (p *parser) stop(n *yaml.Node, field string) StopCondition {

@@ -171,13 +171,19 @@ func TestParseProblems(t *testing.T) {
 		{"unknown field", strings.Replace(base, "openai", "openai\n    temperature: 0.2", 1),
 			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, script, max_tokens)"}}},
 		{"unknown top-level field", base + "budget:\n  max_turns: 3\n",
-			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, agents, mcp_servers, rules, budgets, stop)"}}},
+			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, agents, mcp_servers, rules, budgets, stop, compaction)"}}},
 		{"field given twice", strings.Replace(base, "openai", "openai\n    provider: anthropic", 1),
 			[]workflow.Problem{{5, "agents[0].provider", "given twice (first at line 4)"}}},
 		{"bad duration", base + "budgets:\n  wall_time: 30 minutes\n",
 			[]workflow.Problem{{10, "budgets.wall_time", `"30 minutes" is not a duration (such as 45s, 30m, 1h30m)`}}},
 		{"negative budget", base + "budgets:\n  max_turns: -1\n",
 			[]workflow.Problem{{10, "budgets.max_turns", "must not be negative, got -1"}}},
+		{"negative compaction threshold", base + "compaction:\n  max_context_tokens: -5\n",
+			[]workflow.Problem{{10, "compaction.max_context_tokens", "must not be negative, got -5"}}},
+		{"keep_last without threshold", base + "compaction:\n  keep_last: 3\n",
+			[]workflow.Problem{{9, "compaction.max_context_tokens", "required with keep_last: the estimated context tokens above which the transcript is compacted"}}},
+		{"unknown compaction field", base + "compaction:\n  max_tokens: 10\n",
+			[]workflow.Problem{{10, "compaction.max_tokens", "unknown field (fields: max_context_tokens, keep_last)"}}},
 		{"budget not a number", base + "budgets:\n  max_tokens: lots\n",
 			[]workflow.Problem{{10, "budgets.max_tokens", `expected a whole number, got "lots"`}}},
 		{"wrong type", "name: w\nagents: coder\nrules: []\n",
@@ -268,5 +274,24 @@ func TestCheckScripts(t *testing.T) {
 	}
 	if err := w.CheckScripts(); err != nil {
 		t.Fatalf("script exists: %v", err)
+	}
+}
+
+func TestCompactionSettings(t *testing.T) {
+	src := "name: w\nagents:\n  - name: coder\n    provider: openai\nrules:\n  - name: go\n    when: \"true\"\n    route: {agent: coder}\n" +
+		"compaction:\n  max_context_tokens: 8000\n  keep_last: 6\n"
+	w, err := workflow.Parse([]byte(src), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Compaction != (workflow.Compaction{MaxContextTokens: 8000, KeepLast: 6}) || w.Compaction.Keep() != 6 {
+		t.Fatalf("compaction %+v", w.Compaction)
+	}
+	w, err = workflow.Parse([]byte(strings.Replace(src, "  keep_last: 6\n", "", 1)), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Compaction.Keep() != workflow.DefaultKeepLast {
+		t.Fatalf("default keep %d", w.Compaction.Keep())
 	}
 }

@@ -41,6 +41,9 @@ type Workflow struct {
 	Budgets Budgets
 	// Stop conditions close the session with outcome OutcomeStopped.
 	Stop []StopCondition
+	// Compaction bounds the context the agents see; zero: never compacted
+	// automatically.
+	Compaction Compaction
 
 	path   string
 	source []byte
@@ -213,6 +216,29 @@ type Budgets struct {
 	MaxToolCalls int
 	// WallTime bounds the time since the session started.
 	WallTime time.Duration
+}
+
+// DefaultKeepLast is how many of the newest chunks a compaction keeps when
+// the workflow does not say.
+const DefaultKeepLast = 4
+
+// Compaction says when the agent worker compacts a session's transcript:
+// before a turn whose context is estimated above MaxContextTokens
+// (session.ContextTokens), everything but the last KeepLast chunks is
+// replaced by an extractive summary (a rath.transcript.compacted event).
+type Compaction struct {
+	MaxContextTokens int64
+	// KeepLast is how many of the newest chunks stay verbatim (0:
+	// DefaultKeepLast).
+	KeepLast int
+}
+
+// Keep returns KeepLast, or DefaultKeepLast when it is 0.
+func (c Compaction) Keep() int {
+	if c.KeepLast > 0 {
+		return c.KeepLast
+	}
+	return DefaultKeepLast
 }
 
 // StopCondition closes the session with outcome OutcomeStopped when When

@@ -21,6 +21,9 @@ func main() {
 	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	flag.DurationVar(&cfg.Store.DedupeWindow, "dedupe-window", cfg.Store.DedupeWindow, "how long an event ID is remembered for deduplication")
 	flag.Uint64Var(&cfg.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")
+	flag.DurationVar(&cfg.Ledger.Retention.ArchiveAfter, "retention-archive-after", 0, "archive closed sessions this long after they closed (0: only on request)")
+	flag.DurationVar(&cfg.Ledger.Retention.PurgeAfter, "retention-purge-after", 0, "purge archived sessions from the hot stream this long after they were archived (0: never)")
+	flag.DurationVar(&cfg.Ledger.Retention.Interval, "retention-interval", 0, "how often the retention pass runs (0: every 10m)")
 	flag.IntVar(&cfg.Ledger.CacheSessions, "cache-sessions", cfg.Ledger.CacheSessions, "sessions whose state stays in memory")
 	flag.StringVar(&cfg.Ledger.Name, "name", fmt.Sprintf("ledger-%d", os.Getpid()), "instance name in logs and rejections")
 	daemon.Main("session-ledger", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {

@@ -13,18 +13,36 @@ import (
 // own words and tool calls are its assistant messages and their results its
 // tool messages; other agents' words and tool results reach it as user
 // messages naming their author.
+//
+// Compactions in force (session.State.ActiveCompactions) replace the chunks
+// and tool calls of their range by one user message holding the summary,
+// marked as such (session.SummaryHeader), at the place of the range: a
+// summary is context, never a system instruction. A kept tool result whose
+// request was compacted reaches the agent as a user message, since a tool
+// message must answer a call the model can see.
 func Transcript(st *session.State, agent string) []provider.Message {
 	type item struct {
-		seq   uint64
-		chunk *session.Chunk
-		tool  *session.Tool
+		seq     uint64
+		chunk   *session.Chunk
+		tool    *session.Tool
+		summary *session.Compaction
 	}
-	items := make([]item, 0, len(st.Chunks)+len(st.Tools))
+	active := st.ActiveCompactions()
+	compacted := func(seq uint64) bool {
+		_, ok := session.CompactedBy(active, seq)
+		return ok
+	}
+	items := make([]item, 0, len(st.Chunks)+len(st.Tools)+len(active))
+	for i := range active {
+		items = append(items, item{seq: active[i].FromSeq, summary: &active[i]})
+	}
 	for i := range st.Chunks {
-		items = append(items, item{seq: st.Chunks[i].Seq, chunk: &st.Chunks[i]})
+		if !compacted(st.Chunks[i].Seq) {
+			items = append(items, item{seq: st.Chunks[i].Seq, chunk: &st.Chunks[i]})
+		}
 	}
 	for _, t := range st.Tools {
-		if t.Agent == agent && len(t.Seqs) > 0 {
+		if t.Agent == agent && len(t.Seqs) > 0 && !compacted(t.Seqs[0]) {
 			items = append(items, item{seq: t.Seqs[0], tool: t})
 		}
 	}
@@ -35,6 +53,10 @@ func Transcript(st *session.State, agent string) []provider.Message {
 		msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "Task: " + st.Task})
 	}
 	for _, it := range items {
+		if it.summary != nil {
+			msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: session.SummaryHeader(*it.summary) + "\n" + it.summary.Summary})
+			continue
+		}
 		if it.tool != nil {
 			call := provider.ToolCall{ID: it.tool.CallID, Name: it.tool.Tool, Arguments: it.tool.Arguments}
 			if n := len(msgs); n > 0 && msgs[n-1].Role == provider.RoleAssistant {
@@ -57,7 +79,7 @@ func Transcript(st *session.State, agent string) []provider.Message {
 				msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "[" + c.Agent + "] " + c.Content})
 			}
 		case events.RoleTool:
-			if t := st.Tools[c.ToolCallID]; t != nil && t.Agent == agent {
+			if t := st.Tools[c.ToolCallID]; t != nil && t.Agent == agent && len(t.Seqs) > 0 && !compacted(t.Seqs[0]) {
 				msgs = append(msgs, provider.Message{Role: provider.RoleTool, Content: c.Content, ToolCallID: c.ToolCallID})
 			} else {
 				msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "[tool result for " + c.Agent + "] " + c.Content})

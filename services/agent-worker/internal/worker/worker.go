@@ -79,7 +79,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	if err != nil {
 		return err
 	}
-	if st.Status == session.StatusClosed || st.Turn == nil || st.Turn.ID != req.TurnID {
+	if st.Status.Ended() || st.Turn == nil || st.Turn.ID != req.TurnID {
 		return nil // ended already (a redelivery) or superseded
 	}
 	t := &turn{w: w, ev: ev, req: req}
@@ -118,6 +118,9 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		})
 		tools, names, err := w.tools(ctx, wf.Workflow, agent)
 		if err != nil {
+			return err
+		}
+		if st, err = t.compact(ctx, st, wf.Workflow.Compaction); err != nil {
 			return err
 		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,

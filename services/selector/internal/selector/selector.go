@@ -311,6 +311,10 @@ func continues(st *session.State, ev events.Stored) bool {
 	switch ev.Type {
 	case events.TypeToolCompleted, events.TypeToolFailed:
 		return true
+	case events.TypeSessionResumed:
+		// A paused session is routed nothing: results that came in while
+		// it was paused are routed when it resumes.
+		return resultsSinceDecision(st)
 	case events.TypeTurnCompleted:
 		// The tool results may be in before the turn's end (a worker that
 		// took the turn over late): then its end is the routing point.
@@ -319,6 +323,21 @@ func continues(st *session.State, ev events.Stored) bool {
 			return false
 		}
 		return d.(*events.TurnCompleted).ToolCalls > 0
+	}
+	return false
+}
+
+// resultsSinceDecision reports whether a tool call ended after the last
+// routing decision.
+func resultsSinceDecision(st *session.State) bool {
+	var last uint64
+	if n := len(st.Decisions); n > 0 {
+		last = st.Decisions[n-1].Seq
+	}
+	for _, t := range st.Tools {
+		if (t.Status == session.ToolCompleted || t.Status == session.ToolFailed) && len(t.Seqs) > 0 && t.Seqs[len(t.Seqs)-1] > last {
+			return true
+		}
 	}
 	return false
 }

@@ -145,6 +145,11 @@ func TestContinues(t *testing.T) {
 		{"tool started", []any{started, requested, callRun, completed, runStart}, false},
 		{"a failed turn continues too", []any{started, requested, callRun,
 			&events.TurnFailed{TurnID: "t1", Agent: "coder", Error: "x"}, runDone}, true},
+		// Paused sessions are routed nothing: the resume is the routing point
+		// for results that came in meanwhile.
+		{"resumed after results came in while paused", []any{started, requested, callRun, completed,
+			&events.SessionPaused{}, runDone, &events.SessionResumed{}}, true},
+		{"resumed with nothing new", []any{started, requested, completed, &events.SessionPaused{}, &events.SessionResumed{}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

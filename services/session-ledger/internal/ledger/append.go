@@ -64,7 +64,7 @@ func duplicateID(original api.Ack) error {
 // refuseOperation refuses the event kinds only the ledger's own operations make.
 func refuseOperation(typ string) error {
 	switch typ {
-	case events.TypeSessionForked, events.TypeSessionMerged:
+	case events.TypeSessionForked, events.TypeSessionMerged, events.TypeSessionArchived, events.TypeSessionPurged:
 		return api.Errorf(api.CodeUseOperation, "%s events are made by the ledger's %s operation, not proposed", typ, opOf(typ))
 	}
 	return nil
@@ -73,6 +73,9 @@ func refuseOperation(typ string) error {
 func opOf(typ string) string {
 	if typ == events.TypeSessionForked {
 		return "fork (" + events.SubjectFork + ")"
+	}
+	if typ == events.TypeSessionArchived || typ == events.TypeSessionPurged {
+		return "archive (" + events.SubjectArchive + ")"
 	}
 	return "merge (" + events.SubjectMerge + ")"
 }
@@ -298,8 +301,10 @@ func transition(st *session.State, id, typ string, expected uint64, hasExpected 
 	switch {
 	case typ == events.TypeSessionStarted || typ == events.TypeSessionForked:
 		return api.Errorf(api.CodeExists, "session %s already exists (head %d)", id, st.Seq)
-	case st.Status == session.StatusClosed:
-		return api.Errorf(api.CodeClosed, "session %s is closed (at %d); fork it to continue", id, st.Seq)
+	case st.Status.Ended():
+		return endedTransition(st, id, typ)
+	case typ == events.TypeSessionArchived || typ == events.TypeSessionPurged:
+		return api.Errorf(api.CodeTransition, "session %s is %s: only a closed session can be archived; close it first", id, st.Status)
 	case typ == events.TypeSessionPaused && st.Status == session.StatusPaused:
 		return api.Errorf(api.CodeTransition, "session %s is already paused", id)
 	case typ == events.TypeSessionResumed && st.Status != session.StatusPaused:

@@ -27,6 +27,8 @@ type Config struct {
 	CacheSessions int
 	// Name identifies this ledger instance in rejections and logs.
 	Name string
+	// Retention archives and purges ended sessions (zero: never).
+	Retention Retention
 }
 
 // DefaultConfig returns the defaults.
@@ -43,6 +45,7 @@ func (c Config) Validate() error {
 	if c.CacheSessions < 1 {
 		errs = append(errs, fmt.Errorf("session cache size must be positive, got %d", c.CacheSessions))
 	}
+	errs = append(errs, c.Retention.Validate())
 	return errors.Join(errs...)
 }
 
@@ -63,6 +66,9 @@ type Ledger struct {
 	lineage map[string][]segment // immutable once a session exists
 
 	maxPayload int64 // of the connection Serve answers on
+
+	archMu sync.Mutex
+	arch   *bundles // parsed archive bundles, for purged sessions
 }
 
 // entry is the cached head of one session. Its mutex serialises every append
@@ -170,7 +176,7 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 	if !e.loaded || e.state == nil {
 		return l.load(ctx, e)
 	}
-	return l.store.ScanParsed(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
+	return l.scanOwn(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if err := l.fold(ctx, e.state, ev); err != nil {
 			return err
 		}

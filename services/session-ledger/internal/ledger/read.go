@@ -33,7 +33,7 @@ func (l *Ledger) lineageOf(ctx context.Context, id string) ([]segment, error) {
 	if ok {
 		return segs, nil
 	}
-	first, err := l.store.First(ctx, id)
+	first, err := l.firstOwn(ctx, id)
 	if errors.Is(err, eventstore.ErrNotFound) {
 		return nil, api.Errorf(api.CodeNotFound, "session %s does not exist", id)
 	}
@@ -112,7 +112,7 @@ func (l *Ledger) ownEvents(ctx context.Context, id string, from, to uint64, fn f
 			start = snap.StreamSeq + 1
 		}
 	}
-	err = l.store.ScanParsed(ctx, id, start, 0, func(ev events.Stored, m eventstore.Msg) error {
+	err = l.scanOwn(ctx, id, start, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.Seq < from {
 			return nil
 		}
@@ -197,7 +197,7 @@ func (l *Ledger) stateAt(ctx context.Context, id string, n uint64) (*session.Sta
 		st = &session.State{}
 	}
 	last := start - 1
-	err = l.store.ScanParsed(ctx, seg.Session, start, 0, func(ev events.Stored, m eventstore.Msg) error {
+	err = l.scanOwn(ctx, seg.Session, start, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.Seq > n {
 			return errStop
 		}

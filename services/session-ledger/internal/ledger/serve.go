@@ -76,6 +76,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		events.SubjectMerge:   l.handleMerge,
 		events.SubjectVerify:  l.handleVerify,
 		events.SubjectSchema:  l.handleSchema,
+		events.SubjectArchive: l.handleArchive,
 	} {
 		if err := handle(subject, fn); err != nil {
 			inbox.stop()
@@ -87,6 +88,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("ledger subscriptions: %w", err)
 	}
 	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", "rath.ledger.*", "inbox", events.StreamInbox)
+	defer l.startRetention(ctx)()
 	<-ctx.Done()
 	// Drain: stop taking requests, answer the ones queued, then wait until
 	// every handler has replied.

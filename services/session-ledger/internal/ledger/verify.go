@@ -31,7 +31,7 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 			end = segs[i+1].From - 1
 		}
 		v.seg, v.segIndex, v.segs, v.end = seg, i, segs, end
-		err := l.store.ScanSession(ctx, seg.Session, seg.StreamSeq, 0, func(m eventstore.Msg) error {
+		err := l.scanOwnMsgs(ctx, seg.Session, seg.StreamSeq, 0, func(m eventstore.Msg) error {
 			return v.check(ctx, l, m)
 		})
 		if err != nil && !errors.Is(err, errStop) {

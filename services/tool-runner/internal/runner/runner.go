@@ -119,7 +119,7 @@ func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) er
 		return err
 	}
 	call := st.Tools[req.CallID]
-	if st.Status == session.StatusClosed || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
+	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
 	}
 	rt, err := r.route(ctx, st, req.Tool)

@@ -1,0 +1,240 @@
+package memory
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/openrath/rath/pkg/memoryapi"
+)
+
+// item is the fold of one item's records.
+type item struct {
+	records   []memoryapi.Record
+	versions  map[int]int // write records by version: index in records
+	retracted map[int]bool
+	n         int // versions written
+}
+
+// apply folds the item's next record. A retraction of version 0 retracts
+// every version the item had then; a later write is live again.
+func (it *item) apply(r memoryapi.Record) {
+	it.records = append(it.records, r)
+	switch r.Op {
+	case memoryapi.OpWrite:
+		if it.versions == nil {
+			it.versions = map[int]int{}
+		}
+		it.versions[r.Version] = len(it.records) - 1
+		it.n = max(it.n, r.Version)
+	case memoryapi.OpRetract:
+		if it.retracted == nil {
+			it.retracted = map[int]bool{}
+		}
+		if r.Version > 0 {
+			it.retracted[r.Version] = true
+			return
+		}
+		for v := 1; v <= it.n; v++ {
+			it.retracted[v] = true
+		}
+	}
+}
+
+// current is the version recall serves: the newest not retracted (nil if
+// none). Retracting the newest version therefore rolls back to the one
+// before it.
+func (it *item) current() *memoryapi.Record {
+	for v := it.n; v >= 1; v-- {
+		if i, ok := it.versions[v]; ok && !it.retracted[v] {
+			return &it.records[i]
+		}
+	}
+	return nil
+}
+
+func (it *item) retractedList() []int {
+	var out []int
+	for v := range it.retracted {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// recorded locates a record by its session event (rath.memory.written or
+// rath.memory.retracted).
+type recorded struct {
+	itemID  string
+	version int
+	op      string
+}
+
+// Items is the in-memory view of every item, kept current by following the
+// backend, and the recall index over it. Only the follower changes it.
+type Items struct {
+	mu      sync.RWMutex
+	items   map[string]*item
+	byEvent map[string]recorded // session event ID → record
+	index   *Index
+	seen    progress
+}
+
+// NewItems returns an empty view.
+func NewItems() *Items {
+	return &Items{items: map[string]*item{}, byEvent: map[string]recorded{}, index: NewIndex()}
+}
+
+// Apply folds a record read from the backend at position pos.
+func (s *Items) Apply(r memoryapi.Record, pos uint64) error {
+	if r.ItemID == "" { // an unreadable record: only the position moves
+		s.seen.advance(pos)
+		return nil
+	}
+	s.mu.Lock()
+	it := s.items[r.ItemID]
+	if it == nil {
+		it = &item{}
+		s.items[r.ItemID] = it
+	}
+	before := 0
+	if c := it.current(); c != nil {
+		before = c.Version
+	}
+	it.apply(r)
+	if r.EventID != "" {
+		if _, dup := s.byEvent[r.EventID]; !dup {
+			s.byEvent[r.EventID] = recorded{r.ItemID, r.Version, r.Op}
+		}
+	}
+	after := it.current()
+	s.mu.Unlock()
+	switch {
+	case after == nil:
+		s.index.Remove(r.ItemID)
+	case after.Version != before:
+		s.index.Put(r.ItemID, after.Version, after.Content, after.Scope, after.Tags)
+	}
+	s.seen.advance(pos)
+	return nil
+}
+
+// Wait returns once every record up to position pos is applied.
+func (s *Items) Wait(ctx context.Context, pos uint64) error { return s.seen.wait(ctx, pos) }
+
+// Get returns a copy of an item's view, or false.
+func (s *Items) Get(itemID string) (memoryapi.Item, []memoryapi.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	it := s.items[itemID]
+	if it == nil {
+		return memoryapi.Item{}, nil, false
+	}
+	out := memoryapi.Item{ItemID: itemID, Versions: it.n, Retracted: it.retractedList()}
+	if c := it.current(); c != nil {
+		cp := *c
+		out.Current = &cp
+	}
+	return out, slices.Clone(it.records), true
+}
+
+// ByEvent finds the record of a session event: the version a
+// rath.memory.written event wrote, or the version (0: all) a
+// rath.memory.retracted event withdrew.
+func (s *Items) ByEvent(eventID string) (recorded, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.byEvent[eventID]
+	return r, ok
+}
+
+// Record returns the write record of an item's version.
+func (s *Items) Record(itemID string, version int) (memoryapi.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	it := s.items[itemID]
+	if it == nil {
+		return memoryapi.Record{}, false
+	}
+	i, ok := it.versions[version]
+	if !ok {
+		return memoryapi.Record{}, false
+	}
+	return it.records[i], true
+}
+
+// Search ranks the current versions.
+func (s *Items) Search(query string, f memoryapi.Filter, k int) []Result {
+	return s.index.Search(query, f.Scopes, f.Tags, k)
+}
+
+// Len is the number of recallable items.
+func (s *Items) Len() int { return s.index.Len() }
+
+// progress is a position that only grows, with waiters.
+type progress struct {
+	mu   sync.Mutex
+	pos  uint64
+	wake chan struct{}
+}
+
+func (p *progress) advance(pos uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pos <= p.pos {
+		return
+	}
+	p.pos = pos
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
+}
+
+func (p *progress) get() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pos
+}
+
+func (p *progress) wait(ctx context.Context, pos uint64) error {
+	for {
+		p.mu.Lock()
+		if p.pos >= pos {
+			p.mu.Unlock()
+			return nil
+		}
+		if p.wake == nil {
+			p.wake = make(chan struct{})
+		}
+		wake := p.wake
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+// set moves the position to pos, even backwards (an ordered consumer that
+// was reset numbers its deliveries from 1 again), and wakes the waiters.
+func (p *progress) set(pos uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pos = pos
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
+}
+
+// changed returns a channel closed at the next change of the position.
+func (p *progress) changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.wake == nil {
+		p.wake = make(chan struct{})
+	}
+	return p.wake
+}
