@@ -11,14 +11,26 @@ import (
 )
 
 func (a *app) verifyCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "verify SESSION",
+	var dossierDir string
+	cmd := &cobra.Command{
+		Use:   "verify SESSION | verify --dossier DIR",
 		Short: "Recompute a session's hash chain through its fork ancestry",
 		Long: `verify asks the ledger to recompute every hash of the session's logical log
 from the stream. It prints "OK <session> head <seq> <hash>", or
-"BROKEN <session> at <seq>: <reason>" and exits with code 5.`,
-		Args: cobra.ExactArgs(1),
+"BROKEN <session> at <seq>: <reason>" and exits with code 5.
+
+With --dossier DIR it checks an exported dossier offline instead, without
+NATS (see "rath export" and docs/dossier.md).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dossierDir != "" {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dossierDir != "" {
+				return a.verifyDossier(dossierDir)
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -44,6 +56,8 @@ from the stream. It prints "OK <session> head <seq> <hash>", or
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&dossierDir, "dossier", "", "verify the exported dossier in DIR offline (no NATS) instead of a session")
+	return cmd
 }
 
 func (a *app) rejectsCmd() *cobra.Command {

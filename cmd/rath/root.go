@@ -113,6 +113,7 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry).`
 		a.memoryCmd(),
 	)
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
+	root.AddCommand(a.exportCmd(), a.auditCmd())
 	return root
 }
 

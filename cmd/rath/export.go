@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+func (a *app) exportCmd() *cobra.Command {
+	var (
+		out   string
+		force bool
+	)
+	cmd := &cobra.Command{
+		Use:   "export SESSION --out DIR",
+		Short: "Write the dossier of SESSION's session tree to DIR, verifiable offline",
+		Long: `export reads SESSION's tree from the ledger (its root, every fork, every
+session a merge took events from) and writes to DIR:
+
+  dossier.json         the evidence, machine-readable (schema: dossier.schema.json)
+  dossier.schema.json  its JSON Schema
+  dossier.md           the story of the run for people
+  graph.svg, graph.html  the session graph (self-contained, renders offline)
+  events/<branch>.jsonl  each branch's own events, exactly as stored
+  blobs/<sha256>       full results and diffs the events reference
+
+It then checks the written dossier as "rath verify --dossier DIR" does. DIR
+may hold an earlier dossier (it is overwritten); any other non-empty DIR is
+refused unless --force. See docs/dossier.md.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usageError{errors.New("--out DIR is required")}
+			}
+			if err := checkOutDir(out, force); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			d, err := dossier.Build(cmd.Context(), c, args[0], dossier.Options{Blobs: a.blobReader(cmd.Context()), Log: a.warnLog()})
+			if err != nil {
+				return err
+			}
+			if err := d.Write(out); err != nil {
+				return err
+			}
+			rep, err := dossier.Verify(out)
+			if err != nil {
+				return fmt.Errorf("check the written dossier: %w", err)
+			}
+			if !rep.OK {
+				return fmt.Errorf("the written dossier does not verify: %s", rep.Fault)
+			}
+			final := ""
+			if d.Final != nil {
+				final = d.Final.Branch
+			}
+			if a.json {
+				return a.printJSON(struct {
+					Dir      string `json:"dir"`
+					Session  string `json:"session"`
+					Root     string `json:"root"`
+					Branches int    `json:"branches"`
+					Events   int    `json:"events"`
+					Final    string `json:"final,omitempty"`
+				}{out, d.Session, d.Root, rep.Branches, rep.Events, final})
+			}
+			_, err = fmt.Fprintf(a.Stdout, "wrote %s: %d branches, %d events, final answer %s\n  %s\n", out, rep.Branches, rep.Events,
+				orNone(final), filepath.Join(out, dossier.FileMarkdown))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory to write the dossier to")
+	cmd.Flags().BoolVar(&force, "force", false, "write into a non-empty directory that holds no dossier")
+	return cmd
+}
+
+// checkOutDir refuses a non-empty directory that holds no dossier.
+func checkOutDir(dir string, force bool) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || force {
+		return nil
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("--out %s: %w", dir, err)}
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, dossier.FileJSON)); err == nil {
+		return nil
+	}
+	return usageError{fmt.Errorf("--out %s is not empty and holds no dossier (use --force to write into it)", dir)}
+}
+
+// blobReader reads blobs from the runtime's object store, or nil when the
+// streams are not there (the dossier then keeps the cut results and diffs).
+func (a *app) blobReader(ctx context.Context) func(context.Context, string) ([]byte, error) {
+	if a.nc == nil {
+		return nil
+	}
+	store, err := eventstore.Attach(ctx, a.nc)
+	if err != nil {
+		a.warnLog().Warn("no object store: full results and diffs above 16 KiB stay cut", "err", err)
+		return nil
+	}
+	return store.GetBlob
+}
+
+func (a *app) warnLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// verifyDossier is "rath verify --dossier DIR": offline, no NATS.
+func (a *app) verifyDossier(dir string) error {
+	rep, err := dossier.Verify(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case a.json:
+		err = a.printJSON(rep)
+	case rep.OK:
+		_, err = fmt.Fprintf(a.Stdout, "OK dossier %s: root %s, %d branches, %d events\n", dir, rep.Root, rep.Branches, rep.Events)
+		for _, h := range rep.Heads {
+			if err == nil {
+				_, err = fmt.Fprintf(a.Stdout, "  %s head %d %s\n", h.Session, h.Seq, h.Hash)
+			}
+		}
+	default:
+		_, err = fmt.Fprintf(a.Stdout, "BROKEN %s\n", rep.Fault)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK {
+		return dossierBroken(dir, *rep.Fault)
+	}
+	return nil
+}
+
+func dossierBroken(dir string, f dossier.Fault) error {
+	session := f.Session
+	if session == "" {
+		session = "dossier " + dir
+	}
+	return &brokenError{session: session, fault: &api.Fault{Seq: f.Seq, Session: f.Session, Reason: f.Reason}}
+}

@@ -1,0 +1,395 @@
+package dossier
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// fold walks one branch's logical log (and the events its merges take in)
+// and records the branch's own events. Context that spans a fork (turn
+// numbers, the turn in flight, tool calls in flight, the sandbox placement)
+// comes from the inherited prefix, so a branch's records read the same as
+// the ledger's state of that branch would.
+type fold struct {
+	t     *tree
+	id    string
+	blobs map[string][]byte
+
+	branch Branch
+
+	turnCount int
+	inFlight  string // turn ID
+	turns     map[string]*turnState
+	turnOrder []string
+	calls     map[string]*callState
+	callOrder []string
+	placement *Ref
+	ids       map[string]events.Stored
+	covered   map[events.Position]bool // merged-in (session, seq); Hash unused
+	lastVal   *Validation              // last validation of the content so far
+	logical   Usage                    // usage of the logical log
+	segments  map[string]*SegmentUsage
+	mergedIn  Usage
+
+	placements  []Placement
+	memory      []Memory
+	validations []Validation
+	decisions   []Decision
+	candidates  []candidate
+}
+
+type turnState struct {
+	rec     Turn
+	touched bool
+	request events.Stored
+}
+
+type callState struct {
+	rec     ToolCall
+	touched bool
+	request *events.Stored
+}
+
+func newFold(t *tree, id string, blobs map[string][]byte) *fold {
+	evs := t.own[id]
+	in := t.info[id]
+	b := Branch{
+		ID: id, Parent: in.parent, ForkSeq: in.forkSeq, Status: "active",
+		Created: evs[0].Time, Updated: evs[len(evs)-1].Time,
+		FirstSeq: evs[0].Seq, Head: Head{Seq: evs[len(evs)-1].Seq, Hash: evs[len(evs)-1].Hash},
+		Events: len(evs), EventsFile: DirEvents + "/" + id + ".jsonl",
+	}
+	if in.fork != nil {
+		b.ForkHash, b.ForkReason = in.fork.ParentHash, in.fork.Reason
+	}
+	f := &fold{t: t, id: id, blobs: blobs, branch: b,
+		turns: map[string]*turnState{}, calls: map[string]*callState{},
+		ids: map[string]events.Stored{}, covered: map[events.Position]bool{}, segments: map[string]*SegmentUsage{}}
+	for _, seg := range t.path(id) {
+		f.segments[seg.Session] = &SegmentUsage{Segment: seg}
+	}
+	return f
+}
+
+func (f *fold) run() {
+	for _, e := range f.t.logical(f.id) {
+		f.event(e)
+	}
+}
+
+func (f *fold) covers(session string, seq uint64) bool {
+	if seg, ok := f.segments[session]; ok && seq >= seg.From && seq <= seg.To {
+		return true
+	}
+	return f.covered[events.Position{Session: session, Seq: seq}]
+}
+
+// expand takes in a merge's segments as the ledger folds them: every event
+// not covered yet, a nested merge's own segments first.
+func (f *fold) expand(d *events.SessionMerged) {
+	for _, seg := range d.Segments {
+		for _, e := range f.t.own[seg.Session] {
+			if e.Seq < seg.From || e.Seq > seg.To || f.covers(e.Session, e.Seq) {
+				continue
+			}
+			f.covered[events.Position{Session: e.Session, Seq: e.Seq}] = true
+			data, err := e.Decode()
+			if err != nil {
+				continue
+			}
+			switch m := data.(type) {
+			case *events.SessionMerged:
+				f.expand(m)
+			case *events.ValidationPassed, *events.ValidationFailed:
+				v := validation(e, m)
+				f.lastVal = &v
+			case *events.ModelCalled:
+				addUse(&f.mergedIn, m.Agent, m.Provider, m.Model, m.TokensIn, m.TokensOut, true)
+			case *events.UsageRecorded:
+				addUse(&f.mergedIn, m.Agent, m.Provider, m.Model, m.TokensIn, m.TokensOut, false)
+			}
+		}
+	}
+}
+
+func validation(e events.Stored, data any) Validation {
+	switch d := data.(type) {
+	case *events.ValidationPassed:
+		return Validation{At: at(e), Passed: true, Validator: d.Validator, Target: d.Target, Details: d.Details}
+	case *events.ValidationFailed:
+		return Validation{At: at(e), Validator: d.Validator, Target: d.Target, Reason: d.Reason, Details: d.Details}
+	}
+	return Validation{At: at(e)}
+}
+
+func (f *fold) event(e events.Stored) {
+	own := e.Session == f.id
+	f.ids[e.ID] = e
+	data, err := e.Decode()
+	if err != nil {
+		return // the fold never fails on history: undecodable data only counts
+	}
+	b := &f.branch
+	if own {
+		b.Counts.Events++
+	}
+	switch d := data.(type) {
+	case *events.SessionStarted:
+		if own {
+			b.Task, b.Labels = d.Task, d.Labels
+		}
+	case *events.SessionForked:
+		if own {
+			b.Labels = d.Labels
+		}
+	case *events.SessionPaused:
+		if own {
+			b.Status = "paused"
+		}
+	case *events.SessionResumed:
+		if own {
+			b.Status = "active"
+		}
+	case *events.SessionClosed:
+		if own {
+			b.Status, b.Outcome, b.CloseReason, b.ClosedSeq = "closed", d.Outcome, d.Reason, e.Seq
+			if Successful(d.Outcome) {
+				f.candidates = append(f.candidates, candidate{close: at(e), outcome: d.Outcome, reason: d.Reason, last: f.lastVal})
+			}
+		}
+	case *events.SessionArchived:
+		if own {
+			b.Status = "archived"
+		}
+	case *events.SessionMerged:
+		if own {
+			n := 0
+			for _, s := range d.Segments {
+				n += int(s.To - s.From + 1)
+			}
+			b.Merges = append(b.Merges, MergeIn{At: at(e), Source: d.Source, SourceHead: d.SourceHead,
+				Ancestor: d.Ancestor, Segments: d.Segments, Reason: d.Reason, Events: n})
+		}
+		f.expand(d)
+	case *events.TurnRequested:
+		f.turnCount++
+		ts := &turnState{request: e, rec: Turn{At: at(e), Number: f.turnCount, TurnID: d.TurnID, Agent: d.Agent,
+			Rule: d.Rule, Reason: d.Reason, Status: TurnInFlight}}
+		if _, seen := f.turns[d.TurnID]; !seen {
+			f.turnOrder = append(f.turnOrder, d.TurnID)
+		}
+		f.turns[d.TurnID] = ts
+		f.inFlight = d.TurnID
+		ts.touched = own
+	case *events.ChunkAppended:
+		if ts := f.turns[f.inFlight]; ts != nil && d.Role == events.RoleAssistant && (d.Agent == "" || d.Agent == ts.rec.Agent) {
+			if ts.rec.Answer != "" {
+				ts.rec.Answer += "\n"
+			}
+			ts.rec.Answer += d.Content
+		}
+	case *events.TurnCompleted:
+		f.endTurn(e, own, d.TurnID, TurnCompleted, d.StopReason, d.ToolCalls, "")
+	case *events.TurnFailed:
+		f.endTurn(e, own, d.TurnID, TurnFailed, "", 0, d.Error)
+	case *events.ModelCalled:
+		f.use(e, own, d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, true)
+		if own {
+			b.Counts.ModelCalls++
+		}
+	case *events.UsageRecorded:
+		f.use(e, own, d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, false)
+	case *events.ToolRequested:
+		c := f.call(e, own, d.CallID, d.Tool)
+		c.request = &e
+		c.rec.Agent, c.rec.Arguments, c.rec.TurnID = d.Agent, d.Arguments, f.inFlight
+		if own {
+			b.Counts.ToolCalls++
+		}
+	case *events.ToolStarted:
+		c := f.call(e, own, d.CallID, d.Tool)
+		c.rec.Status, c.rec.Attempt, c.rec.Sandbox = ToolRunning, max(c.rec.Attempt, d.Attempt), d.Sandbox
+	case *events.ToolCompleted:
+		c := f.call(e, own, d.CallID, d.Tool)
+		r := &c.rec
+		r.Status, r.Attempt, r.ExitCode, r.DurationMS, r.Error = ToolCompleted, max(r.Attempt, d.Attempt), d.ExitCode, d.DurationMS, ""
+		r.Result, r.ResultRef, r.Diff, r.DiffRef = d.Result, d.ResultRef, d.Diff, d.DiffRef
+		r.CommitBefore, r.CommitAfter = d.CommitBefore, d.CommitAfter
+		if d.Sandbox != nil {
+			r.Sandbox = d.Sandbox
+		}
+		full := d.Diff
+		if blob, ok := f.blobs[d.DiffRef]; ok && d.DiffRef != "" {
+			full = string(blob)
+		}
+		r.Files = DiffFiles(full)
+	case *events.ToolFailed:
+		c := f.call(e, own, d.CallID, d.Tool)
+		r := &c.rec
+		r.Status, r.Attempt, r.ExitCode, r.DurationMS, r.Error = ToolFailed, max(r.Attempt, d.Attempt), d.ExitCode, d.DurationMS, d.Error
+		if d.Sandbox != nil {
+			r.Sandbox = d.Sandbox
+		}
+	case *events.SandboxPlaced:
+		f.placement = &Ref{Branch: e.Session, Seq: e.Seq}
+		if own {
+			f.placements = append(f.placements, Placement{At: at(e), Backend: d.Backend, SandboxID: d.SandboxID,
+				Host: d.Host, Workspace: d.Workspace, Commit: d.Commit, Reason: d.Reason})
+		}
+	case *events.MemoryRecalled:
+		if own {
+			scopes := d.Scopes
+			if len(scopes) == 0 && d.Scope != "" {
+				scopes = []string{d.Scope}
+			}
+			f.memory = append(f.memory, Memory{At: at(e), Kind: MemoryRecalled, Agent: d.Agent, TurnID: d.TurnID,
+				Turn: f.turnNumber(d.TurnID), Query: d.Query, Scopes: scopes, Tags: d.Tags, Items: d.Items})
+		}
+	case *events.MemoryWritten:
+		if own {
+			p := d.Provenance
+			f.memory = append(f.memory, Memory{At: at(e), Kind: MemoryWritten, Turn: f.turnNumber(""), ItemID: d.ItemID,
+				Version: d.Version, Content: d.Content, Scope: d.Scope, Tags: d.Tags, Provenance: &p, RestoredFrom: d.RestoredFrom})
+		}
+	case *events.MemoryRetracted:
+		if own {
+			f.memory = append(f.memory, Memory{At: at(e), Kind: MemoryRetracted, Turn: f.turnNumber(""), ItemID: d.ItemID,
+				Version: d.Version, By: d.By, Reason: d.Reason})
+		}
+	case *events.ValidationPassed, *events.ValidationFailed:
+		v := validation(e, d)
+		f.lastVal = &v
+		if own {
+			f.validations = append(f.validations, v)
+			if v.Passed {
+				b.Counts.ValidationsPassed++
+			} else {
+				b.Counts.ValidationsFailed++
+			}
+		}
+	case *events.SelectorDecided:
+		if own {
+			dec := Decision{At: at(e), Rule: d.Rule, Route: d.Route, Reason: d.Reason, Inputs: d.Inputs,
+				Candidates: d.Candidates, Agent: d.Agent, TurnID: d.TurnID}
+			if e.Causation != "" {
+				dec.Cause = &Cause{EventID: e.Causation}
+				if c, ok := f.ids[e.Causation]; ok {
+					dec.Cause.Seq, dec.Cause.Type = c.Seq, c.Type
+				}
+			}
+			f.decisions = append(f.decisions, dec)
+		}
+	}
+	if own {
+		b.Counts.Memory = len(f.memory)
+		b.Counts.Decisions = len(f.decisions)
+	}
+}
+
+func (f *fold) use(e events.Stored, own bool, agent, provider, model string, in, out int64, call bool) {
+	addUse(&f.logical, agent, provider, model, in, out, call)
+	if seg, ok := f.segments[e.Session]; ok {
+		addUse(&seg.Usage, agent, provider, model, in, out, call)
+	}
+	if own {
+		addUse(&f.branch.Usage, agent, provider, model, in, out, call)
+	}
+}
+
+// turnNumber is the number of turn id, or of the turn in flight.
+func (f *fold) turnNumber(id string) int {
+	if id == "" {
+		id = f.inFlight
+	}
+	if ts := f.turns[id]; ts != nil {
+		return ts.rec.Number
+	}
+	return 0
+}
+
+func (f *fold) endTurn(e events.Stored, own bool, id, status, stop string, calls int, errText string) {
+	ts := f.turns[id]
+	if ts == nil {
+		ts = &turnState{request: e, rec: Turn{At: at(e), TurnID: id}}
+		f.turns[id] = ts
+		f.turnOrder = append(f.turnOrder, id)
+	}
+	ts.rec.Status, ts.rec.EndSeq, ts.rec.StopReason, ts.rec.ToolCalls, ts.rec.Error = status, e.Seq, stop, calls, errText
+	if own {
+		ts.touched = true
+		if status == TurnCompleted {
+			f.branch.Counts.Turns++
+		}
+	}
+	if f.inFlight == id {
+		f.inFlight = ""
+	}
+}
+
+func (f *fold) call(e events.Stored, own bool, id, tool string) *callState {
+	c := f.calls[id]
+	if c == nil {
+		c = &callState{rec: ToolCall{At: at(e), CallID: id, Tool: tool, Status: ToolRequested}}
+		f.calls[id] = c
+		f.callOrder = append(f.callOrder, id)
+	}
+	if own {
+		c.touched = true
+		c.rec.Seqs = append(c.rec.Seqs, e.Seq)
+		c.rec.Placement = f.placement
+	}
+	return c
+}
+
+func (f *fold) turnRecords() []Turn {
+	var out []Turn
+	for _, id := range f.turnOrder {
+		ts := f.turns[id]
+		if !ts.touched {
+			continue
+		}
+		r := ts.rec
+		if ts.request.Session != f.id {
+			r.RequestedIn = &Ref{Branch: ts.request.Session, Seq: ts.request.Seq}
+			r.At = At{Branch: f.id, Seq: r.EndSeq, EventID: r.EventID, Time: r.Time}
+			if end, ok := f.t.event(f.id, r.EndSeq); ok {
+				r.At = at(end)
+			}
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b Turn) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
+
+func (f *fold) toolRecords() []ToolCall {
+	var out []ToolCall
+	for _, id := range f.callOrder {
+		c := f.calls[id]
+		if !c.touched {
+			continue
+		}
+		r := c.rec
+		if c.request != nil && c.request.Session != f.id {
+			r.RequestedIn = &Ref{Branch: c.request.Session, Seq: c.request.Seq}
+		}
+		if c.request == nil || c.request.Session != f.id {
+			if first, ok := f.t.event(f.id, r.Seqs[0]); ok {
+				r.At = at(first)
+			}
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b ToolCall) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
+
+func (f *fold) pathUsage() *PathUsage {
+	p := &PathUsage{Branch: f.id, Usage: f.logical, MergedIn: f.mergedIn}
+	for _, seg := range f.t.path(f.id) {
+		p.Segments = append(p.Segments, *f.segments[seg.Session])
+	}
+	return p
+}
