@@ -111,6 +111,7 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry).`
 		a.verifyCmd(), a.rejectsCmd(),
 		a.schemaCmd(),
 		a.memoryCmd(),
+		a.demoCmd(),
 	)
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())

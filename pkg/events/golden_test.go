@@ -164,8 +164,8 @@ var examples = map[string]any{
 		Scopes: []string{"project:acme/app", "agent:coder"},
 		Tags:   []string{"config"},
 		Items: []events.MemoryItemRef{
-			{ItemID: "mem_01JC2K8V", Version: 3, Score: 0.87},
-			{ItemID: "mem_01JC7P1D", Version: 1, Score: 0.64},
+			{ItemID: "mem_01JC2K8V", Version: 3, Score: 0.87, Content: "Config defaults are applied in config.Load, before flags."},
+			{ItemID: "mem_01JC7P1D", Version: 1, Score: 0.64, Content: "Failure pattern: TestParseConfig fails when defaults are applied twice."},
 		},
 	},
 	events.TypeMemoryWritten: events.MemoryWritten{

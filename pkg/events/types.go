@@ -248,10 +248,14 @@ type SandboxPlaced struct {
 }
 
 // MemoryItemRef names one version of a memory item and its recall score.
+// Content is the version's text as it was recalled, so the session's log
+// alone says what the turn was given (audit, replay); absent in recalls
+// recorded before it was added.
 type MemoryItemRef struct {
 	ItemID  string  `json:"item_id"`
 	Version int     `json:"version"`
 	Score   float64 `json:"score,omitempty"`
+	Content string  `json:"content,omitempty"`
 }
 
 // Provenance says what justified a memory write.

@@ -138,7 +138,8 @@ func apply(s *State, e events.Stored, merged bool) {
 		for i, it := range d.Items {
 			ids[i] = it.ItemID
 		}
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: e.ID})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: e.ID,
+			Agent: d.Agent, TurnID: d.TurnID, Items: d.Items})
 	case *events.MemoryWritten:
 		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID})
 	case *events.MemoryRetracted:

@@ -226,12 +226,18 @@ const (
 )
 
 // MemoryEvent is one memory read, write or retraction seen by the session.
+// A recall keeps the agent and turn that asked and the item versions it
+// returned, with their content: the agent worker builds the turn's context
+// from them.
 type MemoryEvent struct {
-	Seq     uint64   `json:"seq"`
-	Kind    string   `json:"kind"`
-	ItemIDs []string `json:"item_ids"`
-	Query   string   `json:"query,omitempty"`
-	EventID string   `json:"event_id"`
+	Seq     uint64                 `json:"seq"`
+	Kind    string                 `json:"kind"`
+	ItemIDs []string               `json:"item_ids"`
+	Query   string                 `json:"query,omitempty"`
+	EventID string                 `json:"event_id"`
+	Agent   string                 `json:"agent,omitempty"`
+	TurnID  string                 `json:"turn_id,omitempty"`
+	Items   []events.MemoryItemRef `json:"items,omitempty"`
 }
 
 // Placement is where the session's side effects happen.

@@ -66,7 +66,7 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 		return err
 	}
 	start := time.Now()
-	result, err := s.run(context.WithValue(ctx, callKey{}, Call{Session: ev.Session, CallID: req.CallID, Agent: req.Agent, Attempt: e.attempt}), req.Arguments)
+	result, err := s.run(context.WithValue(ctx, callKey{}, Call{Session: ev.Session, CallID: req.CallID, EventID: ev.ID, Agent: req.Agent, Attempt: e.attempt}), req.Arguments)
 	dur := time.Since(start)
 	if err != nil && ctx.Err() != nil {
 		return err // stopping: the request is delivered again, as a new attempt

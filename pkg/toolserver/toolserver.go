@@ -66,6 +66,9 @@ type Tool struct {
 type Call struct {
 	Session string
 	CallID  string
+	// EventID is the ID of the rath.tool.call.requested event: what a
+	// side effect of the call can cite as its cause (memory provenance).
+	EventID string
 	// Agent is the agent that requested the call (empty if none did).
 	Agent string
 	// Attempt counts the attempts of the call, from 1.

@@ -16,10 +16,10 @@ import (
 // decision records marshal as plain JSON.
 //
 //	event: type, id, session (string), seq (int), data (map: the event's JSON data)
-//	state: status, last_agent, parent (string); turn_in_flight (bool);
+//	state: status, last_agent, parent, task (string); turn_in_flight (bool);
 //	       turns, turns_failed, tool_calls, model_calls, events, tokens_in,
 //	       tokens_out, tokens, validations_failed, validations_passed,
-//	       fork_seq, seq (int); labels (map of string); agent_turns (map of int);
+//	       fork_seq, fork_depth, seq (int); labels (map of string); agent_turns (map of int);
 //	       decisions (list of maps: seq (int), rule, route (string)), oldest first
 //
 // It fails only on event data that is not a JSON object.
@@ -61,11 +61,19 @@ func stateMap(st *session.State) map[string]any {
 		"validations_passed": int64(st.Counts.ValidationsPassed),
 		"parent":             st.Lineage.Parent,
 		"fork_seq":           int64(st.Lineage.ForkSeq),
+		"fork_depth":         forkDepth(st),
 		"seq":                int64(st.Seq),
 		"labels":             labels,
 		"agent_turns":        agentTurns(st),
 		"decisions":          decisions(st),
+		"task":               st.Task,
 	}
+}
+
+// forkDepth counts the forks between the session and its root: 0 for a
+// root, 1 for a fork of a root, and so on (its logical log's runs, less one).
+func forkDepth(st *session.State) int64 {
+	return int64(max(len(st.Lineage.Path)-1, 0))
 }
 
 // decisions lists the routing decisions in the session's logical log, so a

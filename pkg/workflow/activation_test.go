@@ -12,7 +12,7 @@ import (
 
 func TestActivation(t *testing.T) {
 	evs := history(t,
-		&events.SessionStarted{Workflow: "fix-issue", Labels: map[string]string{"team": "core"}},
+		&events.SessionStarted{Workflow: "fix-issue", Task: "fix TestParse", Labels: map[string]string{"team": "core"}},
 		&events.SessionForked{Parent: "p", AtSeq: 1, ParentHash: "h1", Reason: "retry"},
 		&events.TurnRequested{TurnID: "t1", Agent: "researcher"},
 		&events.ModelCalled{Agent: "researcher", Provider: "anthropic", Model: "m", TokensIn: 100, TokensOut: 20},
@@ -55,10 +55,12 @@ func TestActivation(t *testing.T) {
 			"validations_passed": int64(1),
 			"parent":             "p",
 			"fork_seq":           int64(1),
+			"fork_depth":         int64(1),
 			"seq":                int64(15),
 			"labels":             map[string]any{"team": "core"},
 			"agent_turns":        map[string]any{"researcher": int64(1)}, // coder: one turn failed, one in flight
 			"decisions":          []any{map[string]any{"seq": int64(6), "rule": "code", "route": "agent:coder"}},
+			"task":               "fix TestParse",
 		},
 	}
 	if !reflect.DeepEqual(act, want) {

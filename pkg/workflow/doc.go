@@ -1,6 +1,7 @@
-// Package workflow reads a workflow spec (agents, MCP servers, routing rules,
-// budgets and stop conditions, written in YAML) and decides, with the rules'
-// CEL expressions, where a session goes next after each of its events.
+// Package workflow reads a workflow spec (agents and what they recall from
+// memory, MCP servers, routing rules, budgets and stop conditions, written in
+// YAML) and decides, with the rules' CEL expressions, where a session goes
+// next after each of its events, or what it writes to memory.
 //
 // A Workflow is immutable once parsed and safe for concurrent use: Parse
 // checks the whole file and compiles every expression once, so a workflow

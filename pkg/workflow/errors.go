@@ -58,7 +58,8 @@ func (e *SpecError) format(p Problem) string {
 type RuleError struct {
 	// Rule names the rule (or stop condition) whose expression failed.
 	Rule string
-	// Field is the expression that failed: "when" or "route.fork.at".
+	// Field is the expression that failed: "when", "route.fork.at" or
+	// "route.memory.content".
 	Field string
 	Err   error
 }

@@ -43,6 +43,14 @@ func (p *parser) compile(w *Workflow) {
 		if r.Route.Fork != nil && r.Route.Fork.At != "" {
 			r.at, _ = p.compileExpr(e, f+".route.fork.at", r.Route.Fork.At, types.IntType, types.UintType)
 		}
+		if r.Route.Memory != nil && r.Route.Memory.Content != "" {
+			r.content, _ = p.compileExpr(e, f+".route.memory.content", r.Route.Memory.Content, types.StringType)
+		}
+	}
+	for i := range w.Agents {
+		if rc := w.Agents[i].Recall; rc != nil && rc.Query != "" {
+			rc.query, _ = p.compileExpr(e, fmt.Sprintf("agents[%d].recall.query", i), rc.Query, types.StringType)
+		}
 	}
 	for i := range w.Stop {
 		s := &w.Stop[i]
@@ -103,7 +111,7 @@ var (
 	stateFields = []string{
 		"status", "turns", "turns_failed", "tool_calls", "model_calls", "events", "last_agent",
 		"turn_in_flight", "tokens_in", "tokens_out", "tokens", "validations_failed",
-		"validations_passed", "parent", "fork_seq", "seq", "labels", "agent_turns", "decisions",
+		"validations_passed", "parent", "fork_seq", "fork_depth", "seq", "labels", "agent_turns", "decisions", "task",
 	}
 )
 

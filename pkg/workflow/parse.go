@@ -47,8 +47,11 @@ func Parse(data []byte, path string) (*Workflow, error) {
 // Fields each mapping of the file may have; anything else is a problem, so a
 // misspelt key never silently means "unset".
 var (
-	workflowFields  = []string{"name", "description", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction"}
-	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "script", "max_tokens"}
+	workflowFields  = []string{"name", "description", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction", "memory"}
+	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "script", "max_tokens", "recall"}
+	recallFields    = []string{"query", "scopes", "tags", "k"}
+	memoryFields    = []string{"scope"}
+	memWriteFields  = []string{"content", "tags", "scope", "evidence"}
 	mcpServerFields = []string{"name", "command", "env"}
 	ruleFields      = []string{"name", "when", "route", "reason"}
 	closeFields     = []string{"outcome", "reason"}
@@ -167,6 +170,10 @@ func (p *parser) workflow(n *yaml.Node, w *Workflow) {
 			p.list(v, f, func(v *yaml.Node, f string) { w.Stop = append(w.Stop, p.stop(v, f)) })
 		case "compaction":
 			w.Compaction = p.compaction(v, f)
+		case "memory":
+			p.mapping(v, f, memoryFields, func(key string, v *yaml.Node, f string) {
+				w.Memory.Scope = p.str(v, f) // the only field
+			})
 		}
 	})
 }
@@ -195,9 +202,28 @@ func (p *parser) agent(n *yaml.Node, field string) Agent {
 			a.Script = p.str(v, f)
 		case "max_tokens":
 			a.MaxTokens = int(p.count(v, f))
+		case "recall":
+			a.Recall = p.recall(v, f)
 		}
 	})
 	return a
+}
+
+func (p *parser) recall(n *yaml.Node, field string) *Recall {
+	r := &Recall{}
+	p.mapping(n, field, recallFields, func(key string, v *yaml.Node, f string) {
+		switch key {
+		case "query":
+			r.Query = p.str(v, f)
+		case "scopes":
+			r.Scopes = p.strs(v, f)
+		case "tags":
+			r.Tags = p.strs(v, f)
+		case "k":
+			r.K = int(p.count(v, f))
+		}
+	})
+	return r
 }
 
 func (p *parser) mcpServer(n *yaml.Node, field string) MCPServer {
@@ -274,6 +300,21 @@ func (p *parser) route(n *yaml.Node, field string) Route {
 				}
 			})
 			r.Approval = a
+		case "memory":
+			m := &MemoryWrite{}
+			p.mapping(v, f, memWriteFields, func(key string, v *yaml.Node, f string) {
+				switch key {
+				case "content":
+					m.Content = p.str(v, f)
+				case "tags":
+					m.Tags = p.strs(v, f)
+				case "scope":
+					m.Scope = p.str(v, f)
+				case "evidence":
+					m.Evidence = p.str(v, f)
+				}
+			})
+			r.Memory = m
 		}
 	})
 	return r

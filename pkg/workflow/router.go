@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
@@ -28,6 +29,8 @@ type Decision struct {
 	// ForkAt is the sequence a fork route forks at: the value of the
 	// route's at, or the head (state.seq) when it has none.
 	ForkAt uint64
+	// Content is the text a memory route writes: the value of its content.
+	Content string
 }
 
 // Event returns the rath.selector.decided data that records the decision.
@@ -97,7 +100,95 @@ func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
 		}
 		d.ForkAt = at
 	}
+	if r.Route.Memory != nil {
+		content, err := memoryContent(r, act)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		d.Content = content
+	}
 	return d, true, nil
+}
+
+// DecideMemory is Decide restricted to the rules with a memory route: the
+// first of them, in file order, whose expression holds. The selector uses it
+// while tool calls are pending, when no other route may be taken: writing
+// memory moves the session nowhere, so it need not wait. Candidates lists
+// the memory rules that held.
+func (w *Workflow) DecideMemory(act map[string]any) (Decision, bool, error) {
+	var d Decision
+	won := -1
+	for i := range w.Rules {
+		r := &w.Rules[i]
+		if r.Route.Memory == nil {
+			continue
+		}
+		held, err := holds(r.when, act)
+		if err != nil {
+			return Decision{}, false, &RuleError{Rule: r.Name, Field: "when", Err: err}
+		}
+		if !held {
+			continue
+		}
+		d.Candidates = append(d.Candidates, r.Name)
+		if won < 0 {
+			won = i
+		}
+	}
+	if won < 0 {
+		return Decision{}, false, nil
+	}
+	r := &w.Rules[won]
+	d.Rule, d.Route, d.Reason = r.Name, r.Route.clone(), r.Reason
+	d.Inputs = make(map[string]any, len(r.inputs))
+	for _, in := range r.inputs {
+		d.Inputs[in.String()] = in.resolve(act)
+	}
+	var err error
+	if d.Content, err = memoryContent(r, act); err != nil {
+		return Decision{}, false, err
+	}
+	return d, true, nil
+}
+
+// MemoryContent evaluates the content of the named rule's memory route over
+// an activation: what a decision of that rule writes. A redelivered trigger
+// whose decision is stored evaluates it again over the state the decision
+// read.
+func (w *Workflow) MemoryContent(rule string, act map[string]any) (string, error) {
+	for i := range w.Rules {
+		if r := &w.Rules[i]; r.Name == rule && r.Route.Memory != nil {
+			return memoryContent(r, act)
+		}
+	}
+	return "", fmt.Errorf("workflow %s has no rule %q with a memory route", w.Name, rule)
+}
+
+func memoryContent(r *Rule, act map[string]any) (string, error) {
+	s, err := evalString(r.content, act)
+	if err == nil && strings.TrimSpace(s) == "" {
+		err = errors.New("yields an empty text")
+	}
+	if err != nil {
+		return "", &RuleError{Rule: r.Name, Field: "route.memory.content", Err: err}
+	}
+	return s, nil
+}
+
+// evalString evaluates an expression that must yield a string.
+func evalString(prg cel.Program, act map[string]any) (string, error) {
+	if prg == nil {
+		return "", errNotCompiled
+	}
+	out, _, err := prg.Eval(act)
+	if err != nil {
+		return "", err
+	}
+	s, ok := out.(types.String)
+	if !ok {
+		return "", fmt.Errorf("yields %s, not string", out.Type().TypeName())
+	}
+	return string(s), nil
 }
 
 // Stopped reports the first stop condition, in file order, that holds for

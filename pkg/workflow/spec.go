@@ -44,6 +44,8 @@ type Workflow struct {
 	// Compaction bounds the context the agents see; zero: never compacted
 	// automatically.
 	Compaction Compaction
+	// Memory holds the workflow's memory settings (the default scope).
+	Memory Memory
 
 	path   string
 	source []byte
@@ -74,6 +76,66 @@ type Agent struct {
 	Script     string
 	ScriptPath string
 	MaxTokens  int
+	// Recall, if set, is what the agent worker recalls from memory before
+	// the first model call of each of the agent's turns.
+	Recall *Recall
+}
+
+// Memory is the workflow's memory settings.
+type Memory struct {
+	// Scope is the default scope of the workflow's memory writes (memory
+	// routes, the remember tool) and recalls: "<kind>:<name>", such as
+	// "project:rath". Empty: DefaultScope.
+	Scope string
+}
+
+// Recall says what an agent recalls before a turn.
+type Recall struct {
+	// Query is a CEL expression yielding the query string, over event (the
+	// rath.agent.turn.requested event of the turn) and state (the session
+	// folded up to it): "state.task".
+	Query string
+	// Scopes restrict the recall to items of any of them; empty: the
+	// workflow's memory scope if it has one, else every scope.
+	Scopes []string
+	// Tags restrict the recall to items that carry every one of them.
+	Tags []string
+	// K is how many items to recall; 0 is the memory service's default.
+	K int
+
+	query cel.Program
+}
+
+// RecallQuery evaluates the recall's query over an activation (see
+// Activation) built from the turn request and the state.
+func (r *Recall) RecallQuery(act map[string]any) (string, error) {
+	return evalString(r.query, act)
+}
+
+// RecallScopes returns the scopes the agent's recall searches: its own, or
+// the workflow's memory scope, or none (every scope).
+func (w *Workflow) RecallScopes(a Agent) []string {
+	switch {
+	case a.Recall != nil && len(a.Recall.Scopes) > 0:
+		return a.Recall.Scopes
+	case w.Memory.Scope != "":
+		return []string{w.Memory.Scope}
+	}
+	return nil
+}
+
+// DefaultScope is the scope of a memory write that names none, for the
+// agent writing it ("" when no agent does): the workflow's memory scope,
+// else the agent's first recall scope, else "workflow:" and the workflow's
+// name.
+func (w *Workflow) DefaultScope(agent string) string {
+	if w.Memory.Scope != "" {
+		return w.Memory.Scope
+	}
+	if a, ok := w.Agent(agent); ok && a.Recall != nil && len(a.Recall.Scopes) > 0 {
+		return a.Recall.Scopes[0]
+	}
+	return "workflow:" + w.Name
 }
 
 // MCPServer is a Model Context Protocol server the workers start over stdio.
@@ -99,6 +161,8 @@ type Rule struct {
 	at cel.Program
 	// inputs are the activation paths When reads, recorded with a decision.
 	inputs []inputPath
+	// content evaluates Route.Memory.Content.
+	content cel.Program
 }
 
 // RouteKind says what a route does.
@@ -110,9 +174,10 @@ const (
 	RouteClose    RouteKind = "close"
 	RouteFork     RouteKind = "fork"
 	RouteApproval RouteKind = "approval"
+	RouteMemory   RouteKind = "memory"
 )
 
-var routeKinds = []string{string(RouteAgent), string(RouteClose), string(RouteFork), string(RouteApproval)}
+var routeKinds = []string{string(RouteAgent), string(RouteClose), string(RouteFork), string(RouteApproval), string(RouteMemory)}
 
 // Route is where a matching rule sends the session. Exactly one field is set.
 type Route struct {
@@ -121,6 +186,7 @@ type Route struct {
 	Close    *Close
 	Fork     *Fork
 	Approval *Approval
+	Memory   *MemoryWrite
 }
 
 // Close ends the session.
@@ -146,6 +212,23 @@ type Approval struct {
 	Approver string
 }
 
+// MemoryWrite writes a memory item through the memory service, with the
+// triggering event as its provenance. It neither starts a turn nor waits for
+// one.
+type MemoryWrite struct {
+	// Content is a CEL expression over event and state yielding the item's
+	// text: '"Failure pattern: " + event.data.reason'. Decide evaluates it
+	// into Decision.Content.
+	Content string
+	Tags    []string
+	// Scope is the item's scope; Parse fills in the workflow's default
+	// (Workflow.DefaultScope) when the file gives none.
+	Scope string
+	// Evidence is the kind of evidence the trigger is: tool_result,
+	// human_correction, failed_attempt or validation_signal.
+	Evidence string
+}
+
 // Kind returns the kind of the route's set field ("" for a zero Route).
 func (r Route) Kind() RouteKind {
 	switch {
@@ -157,12 +240,15 @@ func (r Route) Kind() RouteKind {
 		return RouteFork
 	case r.Approval != nil:
 		return RouteApproval
+	case r.Memory != nil:
+		return RouteMemory
 	}
 	return ""
 }
 
 // String renders the route as "KIND:DETAIL": "agent:NAME",
-// "close:OUTCOME", "fork:AGENT" (AGENT may be empty), "approval:ACTION". A
+// "close:OUTCOME", "fork:AGENT" (AGENT may be empty), "approval:ACTION",
+// "memory:SCOPE". A
 // decision records a fork with its point appended (Decision.Event).
 func (r Route) String() string {
 	switch r.Kind() {
@@ -174,6 +260,8 @@ func (r Route) String() string {
 		return "fork:" + r.Fork.Agent
 	case RouteApproval:
 		return "approval:" + r.Approval.Action
+	case RouteMemory:
+		return "memory:" + r.Memory.Scope
 	}
 	return ""
 }
@@ -191,6 +279,11 @@ func (r Route) clone() Route {
 	if r.Approval != nil {
 		a := *r.Approval
 		r.Approval = &a
+	}
+	if r.Memory != nil {
+		m := *r.Memory
+		m.Tags = slices.Clone(m.Tags)
+		r.Memory = &m
 	}
 	return r
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/openrath/rath/pkg/memoryapi"
 )
 
 // nameForm is the allowed form of a kind of name.
@@ -30,6 +32,9 @@ var (
 func (p *parser) validate(w *Workflow) {
 	if w.Name == "" {
 		p.add(p.line("name"), "name", "required")
+	}
+	if w.Memory.Scope != "" {
+		p.checkScope("memory.scope", w.Memory.Scope)
 	}
 	p.validateMCPServers(w)
 	p.validateAgents(w)
@@ -104,6 +109,68 @@ func (p *parser) validateAgents(w *Workflow) {
 			}
 			seen[t] = true
 		}
+		if a.Recall != nil {
+			p.validateRecall(f+".recall", a.Recall)
+		}
+	}
+}
+
+func (p *parser) validateRecall(f string, r *Recall) {
+	if r.Query == "" && !p.reported(f+".query") {
+		p.add(p.line(f+".query"), f+".query", "required: a CEL expression yielding the query, such as state.task")
+	}
+	for j, s := range r.Scopes {
+		p.checkScope(fmt.Sprintf("%s.scopes[%d]", f, j), s)
+	}
+	p.checkTags(f+".tags", r.Tags)
+	if r.K > memoryapi.MaxK {
+		p.add(p.line(f+".k"), f+".k", "at most %d, got %d", memoryapi.MaxK, r.K)
+	}
+}
+
+// checkScope reports a memory scope that is not "<kind>:<name>".
+func (p *parser) checkScope(field, scope string) {
+	if p.reported(field) {
+		return
+	}
+	if _, _, err := memoryapi.ParseScope(scope); err != nil {
+		p.add(p.line(field), field, "%v", err)
+	}
+}
+
+func (p *parser) checkTags(field string, tags []string) {
+	if p.reported(field) || len(tags) == 0 {
+		return
+	}
+	if err := memoryapi.ValidateTags(tags); err != nil {
+		p.add(p.line(field), field, "%v", err)
+	}
+}
+
+// validateMemoryWrite checks a memory route and fills in its default scope.
+func (p *parser) validateMemoryWrite(w *Workflow, f string, m *MemoryWrite) {
+	if m.Content == "" && !p.reported(f+".content") {
+		p.add(p.line(f+".content"), f+".content", "required: a CEL expression yielding the item's text")
+	}
+	p.checkTags(f+".tags", m.Tags)
+	switch {
+	case p.reported(f + ".evidence"):
+	case m.Evidence == "":
+		p.add(p.line(f+".evidence"), f+".evidence", "required (one of %s)", strings.Join(memoryapi.Evidences, ", "))
+	case !memoryapi.ValidEvidence(m.Evidence):
+		p.add(p.line(f+".evidence"), f+".evidence", "%q is not one of %s", m.Evidence, strings.Join(memoryapi.Evidences, ", "))
+	}
+	if m.Scope != "" {
+		p.checkScope(f+".scope", m.Scope)
+		return
+	}
+	if w.Memory.Scope != "" {
+		m.Scope = w.Memory.Scope // checked at memory.scope
+		return
+	}
+	m.Scope = w.DefaultScope("")
+	if _, _, err := memoryapi.ParseScope(m.Scope); err != nil && w.Name != "" {
+		p.add(p.line(f+".scope"), f+".scope", "required: the workflow has no memory scope and its default, %q, is not a scope (%v)", m.Scope, err)
 	}
 }
 
@@ -150,6 +217,8 @@ func (p *parser) validateRules(w *Workflow) {
 			if rt.Approval.Action == "" {
 				p.add(p.line(rf+".approval.action"), rf+".approval.action", "required")
 			}
+		case RouteMemory:
+			p.validateMemoryWrite(w, rf+".memory", rt.Memory)
 		}
 	}
 }

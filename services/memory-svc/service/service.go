@@ -1,6 +1,7 @@
 // Package service is the memory service's composition root: it creates the
 // memory stream, follows it and the sessions stream, and answers the memory
-// API on a NATS connection until the context ends.
+// API and serves the remember tool on a NATS connection until the context
+// ends.
 package service
 
 import (
@@ -14,6 +15,8 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/toolserver"
+	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/memory-svc/internal/memory"
 )
 
@@ -56,7 +59,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("memory: %w", err)
 	}
 	// The ledger creates the sessions stream; memory records into it.
-	if _, err := eventstore.AttachWait(ctx, nc); err != nil {
+	store, err := eventstore.AttachWait(ctx, nc)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
 		}
@@ -90,10 +94,22 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	go func() { _ = waitItems(); stopServing() }()
 	go func() { _ = sessions.Wait(); stopServing() }()
 	m := memory.New(backend, items, sessions, c)
+	// The remember tool is served beside the API, by every process, from
+	// one durable consumer; if it cannot be served the service stops.
+	toolDone := make(chan error, 1)
+	go func() {
+		err := toolserver.Serve(sctx, nc, m.Remember(workflow.NewLibrary(store.GetBlob)), toolserver.WithLogger(log))
+		if err != nil {
+			stopServing()
+		}
+		toolDone <- err
+	}()
 	serveErr := m.Serve(sctx, nc, cfg.Inflight, log)
+	stopServing()
+	toolErr := <-toolDone
 	early := ctx.Err() == nil && fctx.Err() == nil
 	stopFollowing()
-	errs := []error{serveErr, waitItems(), sessions.Wait()}
+	errs := []error{serveErr, toolErr, waitItems(), sessions.Wait()}
 	if early && errors.Join(errs...) == nil {
 		errs = append(errs, errors.New("memory: a stream follower stopped"))
 	}

@@ -20,12 +20,18 @@ import (
 // summary is context, never a system instruction. A kept tool result whose
 // request was compacted reaches the agent as a user message, since a tool
 // message must answer a call the model can see.
+//
+// The agent's own recalls (rath.memory.recalled of its turns) are user
+// messages at their place in the log, each item marked "[recalled memory]"
+// with its ID, version, score and the content the event recorded: recalled
+// memory is context, never a system instruction.
 func Transcript(st *session.State, agent string) []provider.Message {
 	type item struct {
 		seq     uint64
 		chunk   *session.Chunk
 		tool    *session.Tool
 		summary *session.Compaction
+		recall  *session.MemoryEvent
 	}
 	active := st.ActiveCompactions()
 	compacted := func(seq uint64) bool {
@@ -46,6 +52,11 @@ func Transcript(st *session.State, agent string) []provider.Message {
 			items = append(items, item{seq: t.Seqs[0], tool: t})
 		}
 	}
+	for i := range st.Memory {
+		if m := &st.Memory[i]; m.Kind == "recalled" && m.Agent == agent && len(m.Items) > 0 && !compacted(m.Seq) {
+			items = append(items, item{seq: m.Seq, recall: m})
+		}
+	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].seq < items[j].seq })
 
 	var msgs []provider.Message
@@ -53,6 +64,10 @@ func Transcript(st *session.State, agent string) []provider.Message {
 		msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: "Task: " + st.Task})
 	}
 	for _, it := range items {
+		if it.recall != nil {
+			msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: recalledMessage(*it.recall)})
+			continue
+		}
 		if it.summary != nil {
 			msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: session.SummaryHeader(*it.summary) + "\n" + it.summary.Summary})
 			continue

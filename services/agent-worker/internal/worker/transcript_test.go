@@ -204,3 +204,30 @@ func dump(msgs []provider.Message) string {
 	b, _ := json.MarshalIndent(msgs, "", "  ")
 	return string(b)
 }
+
+// An agent's recalls are user messages at their place in the log, each item
+// marked as recalled memory; other agents' recalls and empty recalls are not
+// in its context.
+func TestTranscriptRecalledMemory(t *testing.T) {
+	st := fold(t,
+		&events.SessionStarted{Task: "fix slugs"},
+		&events.MemoryRecalled{Query: "fix slugs", Agent: "coder", TurnID: "turn-1", Items: []events.MemoryItemRef{
+			{ItemID: "mem-a", Version: 2, Score: 1.5, Content: "Failure pattern: capitals kept"},
+			{ItemID: "mem-b", Version: 1, Score: 0.25, Content: "slugs use dashes"},
+		}},
+		&events.MemoryRecalled{Query: "fix slugs", Agent: "researcher", TurnID: "turn-0", Items: []events.MemoryItemRef{
+			{ItemID: "mem-c", Version: 1, Score: 1, Content: "not for the coder"},
+		}},
+		&events.MemoryRecalled{Query: "nothing", Agent: "coder", TurnID: "turn-2"},
+		chunk(events.RoleAssistant, "coder", "writing the full fix"),
+	)
+	want := []provider.Message{
+		user("Task: fix slugs"),
+		user("[recalled memory] mem-a v2 (score 1.50): Failure pattern: capitals kept\n" +
+			"[recalled memory] mem-b v1 (score 0.25): slugs use dashes"),
+		{Role: provider.RoleAssistant, Content: "writing the full fix"},
+	}
+	if got := worker.Transcript(st, "coder"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("transcript:\n got %s\nwant %s", dump(got), dump(want))
+	}
+}

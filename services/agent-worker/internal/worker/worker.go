@@ -38,8 +38,13 @@ type Config struct {
 	// Retry bounds model call retries.
 	Retry provider.Retry
 	// Override, if set, replaces every agent's provider (tests, re-execution
-	// replay, and demos pointed at a live model).
+	// replay, and demos pointed at a live model); an Override that returns
+	// a nil Provider and no error leaves the agent its own.
 	Override func(agent workflow.Agent) (provider.Provider, error)
+	// RecallWait bounds how long a turn waits for the memory service to
+	// answer the agent's recall before the turn fails; 0 is
+	// DefaultRecallWait.
+	RecallWait time.Duration
 }
 
 // Worker takes agent turns.
@@ -120,6 +125,13 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		if err != nil {
 			return err
 		}
+		var why string
+		if st, why, err = t.recall(ctx, st, wf.Workflow, agent); err != nil {
+			return err
+		}
+		if why != "" {
+			return t.fail(ctx, why, 0)
+		}
 		if st, err = t.compact(ctx, st, wf.Workflow.Compaction); err != nil {
 			return err
 		}
@@ -167,9 +179,11 @@ func (w *Worker) GaveUp(record consume.Failure) consume.Failure {
 // provider returns the agent's provider, built once per workflow bundle.
 func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provider, error) {
 	if w.cfg.Override != nil {
-		return w.cfg.Override(a)
+		if p, err := w.cfg.Override(a); p != nil || err != nil {
+			return p, err
+		}
 	}
-	key := wf.Workflow.Hash() + "/" + a.Name
+	key := wf.Workflow.Hash() + "/" + a.Name + "/" + a.Provider + "/" + a.Model + "/" + a.BaseURL
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if p, ok := w.providers[key]; ok {

@@ -51,6 +51,14 @@ type rig struct {
 func setup(t *testing.T, baseURL string) *rig {
 	t.Helper()
 	_, nc := natstest.Start(t)
+	return setupFile(t, nc, "testdata/coder.yaml", baseURL)
+}
+
+// setupFile starts the ledger on nc and uploads the workflow file's bundle
+// (the file and its scripts), with its agents' endpoint replaced by baseURL
+// when that is not empty.
+func setupFile(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
@@ -68,14 +76,14 @@ func setup(t *testing.T, baseURL string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("testdata/coder.yaml")
+	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if baseURL != "" {
 		src = bytes.ReplaceAll(src, []byte("http://127.0.0.1:9/v1/"), []byte(baseURL))
 	}
-	wf, err := workflow.Parse(src, "testdata/coder.yaml")
+	wf, err := workflow.Parse(src, path)
 	if err != nil {
 		t.Fatal(err)
 	}

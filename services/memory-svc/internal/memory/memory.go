@@ -408,10 +408,7 @@ func (m *Memory) Recall(ctx context.Context, req memoryapi.RecallRequest) (memor
 		return memoryapi.RecallReply{}, err
 	}
 	hs := hits(m.items.Search(req.Query, req.Filter, k))
-	refs := make([]events.MemoryItemRef, len(hs))
-	for i, h := range hs {
-		refs[i] = events.MemoryItemRef{ItemID: h.ItemID, Version: h.Version, Score: h.Score}
-	}
+	refs := recalledRefs(hs)
 	ack, err := m.ledger.Emit(ctx, req.Session, &events.MemoryRecalled{
 		Query: req.Query, Agent: req.Agent, TurnID: req.TurnID, Scopes: req.Scopes, Tags: req.Tags, Items: refs,
 	}, events.WithID(events.DerivedID("memory.recalled", req.RequestID)))
@@ -419,6 +416,28 @@ func (m *Memory) Recall(ctx context.Context, req memoryapi.RecallRequest) (memor
 		return memoryapi.RecallReply{}, fmt.Errorf("record the recall in session %s: %w", req.Session, err)
 	}
 	return memoryapi.RecallReply{Hits: hs, Ack: &ack}, nil
+}
+
+// recalledContent bounds the content a recall event carries in all, far
+// below the ledger's event size limit (k items of up to MaxContent each
+// could exceed it).
+const recalledContent = 256 << 10
+
+// recalledRefs names the hits in a recall event with their content, so the
+// session's log alone says what the turn was given. Past recalledContent
+// bytes in all, a content is cut and says so.
+func recalledRefs(hs []memoryapi.Hit) []events.MemoryItemRef {
+	refs := make([]events.MemoryItemRef, len(hs))
+	left := recalledContent
+	for i, h := range hs {
+		content := h.Content
+		if len(content) > left {
+			content = strings.ToValidUTF8(content[:max(left, 0)], "") + fmt.Sprintf(" … [cut: %d bytes in all; rath memory show %s]", len(h.Content), h.ItemID)
+		}
+		left -= len(h.Content)
+		refs[i] = events.MemoryItemRef{ItemID: h.ItemID, Version: h.Version, Score: h.Score, Content: content}
+	}
+	return refs
 }
 
 // Show returns an item as recall sees it.

@@ -18,6 +18,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
 )
@@ -67,7 +68,10 @@ type plan struct {
 	kind   workflow.RouteKind
 	agent  string
 	at     uint64 // fork point
-	detail string // close outcome, approval action
+	detail string // close outcome, approval action, memory scope
+	// content is what a memory route writes. The route string does not
+	// hold it: a redelivered trigger evaluates it again (memoryContent).
+	content string
 }
 
 func (p plan) route() string {
@@ -80,6 +84,8 @@ func (p plan) route() string {
 		return "fork:" + p.agent + "@" + strconv.FormatUint(p.at, 10)
 	case workflow.RouteApproval:
 		return "approval:" + p.detail
+	case workflow.RouteMemory:
+		return "memory:" + p.detail
 	}
 	return ""
 }
@@ -90,7 +96,7 @@ func parsePlan(route string) (plan, error) {
 	switch p.kind {
 	case workflow.RouteAgent:
 		p.agent = rest
-	case workflow.RouteClose, workflow.RouteApproval:
+	case workflow.RouteClose, workflow.RouteApproval, workflow.RouteMemory:
 		p.detail = rest
 	case workflow.RouteFork:
 		agent, at, _ := strings.Cut(rest, "@")
@@ -158,6 +164,11 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			if err != nil {
 				return consume.Permanent(err)
 			}
+			if p.kind == workflow.RouteMemory {
+				if p.content, err = s.memoryContent(ctx, st.ID, wf.Workflow, ev, d); err != nil {
+					return err
+				}
+			}
 			return s.follow(ctx, st, wf.Workflow, ev, d.Rule, d.Reason, p, d.TurnID)
 		}
 	}
@@ -176,10 +187,14 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		return consume.Permanent(err)
 	} else if stop {
 		rule, reason, p = rulePrefixStop+name, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeStopped}
-	} else if pendingTools(st) {
-		return nil // the results will trigger the next decision
 	} else {
-		d, ok, err := wf.Workflow.Decide(act)
+		decide := wf.Workflow.Decide
+		if pendingTools(st) {
+			// The results will trigger the next decision; meanwhile only
+			// memory is written, which moves the session nowhere.
+			decide = wf.Workflow.DecideMemory
+		}
+		d, ok, err := decide(act)
 		if err != nil {
 			return consume.Permanent(err)
 		}
@@ -197,11 +212,13 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 				}
 			case workflow.RouteApproval:
 				p.detail = d.Route.Approval.Action
+			case workflow.RouteMemory:
+				p.detail, p.content = d.Route.Memory.Scope, d.Content
 			}
 			if decided, err = d.Event(); err != nil {
 				return consume.Permanent(err)
 			}
-		case continues(st, ev) && !decidedSince(st, ev.Seq):
+		case !pendingTools(st) && continues(st, ev) && !decidedSince(st, ev.Seq):
 			// A turn's tool results are in: the same agent goes on.
 			rule, reason = RuleContinue, "tool results of the last turn are in"
 			p = plan{kind: workflow.RouteAgent, agent: st.LastAgent}
@@ -247,6 +264,8 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 		_, err = s.c.Emit(ctx, st.ID, &events.ApprovalRequested{ApprovalID: "approval-" + events.DerivedID(ev.ID)[:8], Action: p.detail, Approver: approver}, s.opts(ev, "approval")...)
 	case workflow.RouteFork:
 		err = s.fork(ctx, st, ev, rule, reason, p)
+	case workflow.RouteMemory:
+		err = s.remember(ctx, st, wf, ev, rule, p)
 	}
 	if err != nil && api.CodeOf(err) == api.CodeClosed {
 		return nil
@@ -276,6 +295,46 @@ func (s *Selector) fork(ctx context.Context, st *session.State, ev events.Stored
 	}
 	_, err := s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: "superseded", Reason: fmt.Sprintf("forked to %s at %d", childID, p.at)}, s.opts(ev, "fork-close")...)
 	return err
+}
+
+// remember writes what a memory route decided, with the trigger as the
+// provenance. The request ID derives from the trigger, so a redelivered
+// trigger writes the item once; the memory service records the write in the
+// session (rath.memory.written).
+func (s *Selector) remember(ctx context.Context, st *session.State, wf *workflow.Workflow, ev events.Stored, rule string, p plan) error {
+	r := ruleNamed(wf, rule)
+	if r == nil || r.Route.Memory == nil {
+		return consume.Permanent(fmt.Errorf("decision of rule %q routes to memory, but the workflow has no such memory rule", rule))
+	}
+	_, err := s.c.Memory().Add(ctx, memoryapi.AddRequest{
+		RequestID: events.DerivedID(Durable, ev.ID, "memory"),
+		Session:   st.ID, Content: p.content, Tags: r.Route.Memory.Tags, Scope: p.detail,
+		Evidence: r.Route.Memory.Evidence, EventIDs: []string{ev.ID},
+	})
+	if err != nil {
+		return fmt.Errorf("memory rule %q on event %s: %w", rule, ev.ID, err)
+	}
+	s.log.Info("memory written", "session", st.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "scope", p.detail)
+	return nil
+}
+
+// memoryContent evaluates a stored memory decision's content again, over the
+// state that decision read (the head before it): the same text the first
+// delivery wrote, or would have written.
+func (s *Selector) memoryContent(ctx context.Context, id string, wf *workflow.Workflow, ev events.Stored, d session.Decision) (string, error) {
+	read, err := s.c.State(ctx, id, d.Seq-1)
+	if err != nil {
+		return "", err
+	}
+	act, err := workflow.Activation(read, ev)
+	if err != nil {
+		return "", consume.Permanent(err)
+	}
+	content, err := wf.MemoryContent(d.Rule, act)
+	if err != nil {
+		return "", consume.Permanent(err)
+	}
+	return content, nil
 }
 
 func (s *Selector) opts(ev events.Stored, what string, more ...events.Option) []events.Option {
@@ -346,9 +405,16 @@ func resultsSinceDecision(st *session.State) bool {
 // built-in continue rule fires on one of two events (the last tool result or
 // the turn's end, whichever comes last); a selector that reaches the other
 // one late, after a decision, must not route the agent a second time.
+//
+// Only decisions that route the session count: a memory route writes an
+// item and leaves the routing as it was, so a continue still follows it.
 func decidedSince(st *session.State, seq uint64) bool {
-	n := len(st.Decisions)
-	return n > 0 && st.Decisions[n-1].Seq > seq
+	for i := len(st.Decisions) - 1; i >= 0 && st.Decisions[i].Seq > seq; i-- {
+		if !strings.HasPrefix(st.Decisions[i].Route, string(workflow.RouteMemory)+":") {
+			return true
+		}
+	}
+	return false
 }
 
 func ruleNamed(wf *workflow.Workflow, name string) *workflow.Rule {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -37,6 +39,7 @@ func TestPlanRouteRoundTrip(t *testing.T) {
 		{plan{kind: workflow.RouteFork, agent: "coder", at: 14}, "fork:coder@14"},
 		{plan{kind: workflow.RouteFork, at: 3}, "fork:@3"},
 		{plan{kind: workflow.RouteApproval, detail: "deploy"}, "approval:deploy"},
+		{plan{kind: workflow.RouteMemory, detail: "project:demo"}, "memory:project:demo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.route, func(t *testing.T) {
@@ -161,6 +164,30 @@ func TestContinues(t *testing.T) {
 	}
 }
 
+// A decision that routes the session stops a late continue; a memory
+// decision, which writes an item and routes nothing, does not.
+func TestDecidedSince(t *testing.T) {
+	memory := &events.SelectorDecided{Rule: "record", Route: "memory:project:x"}
+	agent := &events.SelectorDecided{Rule: "next", Route: "agent:coder", Agent: "coder", TurnID: "t2"}
+	for _, tc := range []struct {
+		name  string
+		given []any
+		want  bool
+	}{
+		{"nothing decided", []any{started, requested, callRun, completed, runDone}, false},
+		{"a memory decision after the result", []any{started, requested, callRun, completed, runDone, memory}, false},
+		{"an agent decision after the result", []any{started, requested, callRun, completed, runDone, agent}, true},
+		{"an agent decision before a memory one", []any{started, requested, callRun, completed, runDone, agent, memory}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _ := folded(t, tc.given...)
+			if got := decidedSince(st, 5); got != tc.want {
+				t.Fatalf("decidedSince(5) = %v, want %v (decisions %+v)", got, tc.want, st.Decisions)
+			}
+		})
+	}
+}
+
 // rig is a ledger on a real embedded JetStream and a selector whose Handle
 // the tests call directly, as the consumer runner would, redeliveries and
 // concurrency included.
@@ -174,6 +201,12 @@ type rig struct {
 func setup(t *testing.T) *rig {
 	t.Helper()
 	_, nc := natstest.Start(t)
+	return setupWith(t, nc, "testdata/chatty.yaml")
+}
+
+// setupWith runs the ledger on nc and a selector of the workflow file.
+func setupWith(t *testing.T, nc *nats.Conn, path string) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
@@ -187,7 +220,7 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wf, err := workflow.Load("testdata/chatty.yaml")
+	wf, err := workflow.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

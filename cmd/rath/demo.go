@@ -1,0 +1,569 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/memoryapi"
+	"github.com/openrath/rath/pkg/workflow"
+	worker "github.com/openrath/rath/services/agent-worker/service"
+)
+
+// demoExample is where the demo's example lives, relative to the module root.
+const demoExample = "examples/demo"
+
+// demoOptions are the flags of rath demo.
+type demoOptions struct {
+	example  string
+	data     string
+	keepData bool
+	out      string
+	wait     time.Duration
+	serve    bool
+	live     liveModel
+}
+
+// liveModel overrides every agent's provider, for a run against a live model.
+type liveModel struct {
+	provider, model, baseURL string
+}
+
+func (a *app) demoCmd() *cobra.Command {
+	var o demoOptions
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the software-task example end to end and export its evidence dossier",
+		Long: `demo starts an embedded NATS server and every Rath service in this process and
+runs examples/demo: a researcher reads an issue and recalls notes from memory,
+a coder patches a real Go repository in the session's sandbox, a validator runs
+go test through the tool runner and rejects the first patch, the workflow
+records the failure pattern in memory and forks from before the patch, and the
+coder's second attempt on the new branch passes. It prints the events as they
+arrive, then a summary, and writes the dossier to --out.
+
+The agents use the deterministic scripted provider unless --provider names a
+live one (openai or anthropic, with --model and --base-url; keys from
+OPENAI_API_KEY and ANTHROPIC_API_KEY).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.demo(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.example, "example", "", "the example directory (default: "+demoExample+" of the module this runs in)")
+	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces (default: a fresh temporary directory)")
+	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
+	f.StringVar(&o.out, "out", "rath-demo", "directory the dossier is written to")
+	f.BoolVar(&o.serve, "serve", false, "keep the runtime up after the run, to explore it with rath commands, until interrupted")
+	f.DurationVar(&o.wait, "wait", 3*time.Minute, "give up if the run has not finished after this long")
+	f.StringVar(&o.live.provider, "provider", "", "run every agent on this provider instead of its script: openai or anthropic")
+	f.StringVar(&o.live.model, "model", "", "model of --provider")
+	f.StringVar(&o.live.baseURL, "base-url", "", "API endpoint of --provider")
+	return cmd
+}
+
+func (a *app) demo(ctx context.Context, o demoOptions) error {
+	run, err := a.runDemo(ctx, o)
+	if run != nil {
+		defer run.close()
+	}
+	if err != nil {
+		return err
+	}
+	if o.serve {
+		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  rath --nats %s graph %s\n  rath --nats %s audit final %s\n",
+			run.rt.url, run.rt.url, run.root, run.rt.url, run.root)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// demoRun is a finished demo whose runtime is still up.
+type demoRun struct {
+	rt      *runtime
+	root    string
+	data    string
+	cleanup []func()
+}
+
+// close stops the runtime and removes what the run does not keep.
+func (r *demoRun) close() {
+	for i := len(r.cleanup) - 1; i >= 0; i-- {
+		r.cleanup[i]()
+	}
+}
+
+// runDemo runs the example to its end, prints the report and writes the
+// dossier. The runtime stays up until the returned run is closed, which the
+// caller must do even when the error is not nil.
+func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
+	example, err := findExample(o.example)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	run := &demoRun{data: o.data}
+	if run.data == "" {
+		if run.data, err = os.MkdirTemp("", "rath-demo-"); err != nil {
+			return nil, fmt.Errorf("demo data directory: %w", err)
+		}
+		if !o.keepData {
+			run.cleanup = append(run.cleanup, func() { os.RemoveAll(run.data) })
+		}
+	}
+	logFile, err := os.Create(filepath.Join(run.data, "rath.log"))
+	if err != nil {
+		return run, fmt.Errorf("demo log: %w", err)
+	}
+	run.cleanup = append(run.cleanup, func() { logFile.Close() })
+	log := slog.New(slog.NewTextHandler(logFile, nil))
+
+	if run.rt, err = startRuntime(ctx, demoConfig(run.data, example), log); err != nil {
+		return run, err
+	}
+	run.cleanup = append(run.cleanup, run.rt.stop)
+	fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.url, run.data, logFile.Name())
+
+	c, err := client.New(run.rt.nc, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
+	if err != nil {
+		return run, err
+	}
+	wfPath := filepath.Join(example, "workflow.yaml")
+	if o.live.provider != "" {
+		if wfPath, err = liveWorkflow(wfPath, run.data, o.live); err != nil {
+			return run, usageError{err}
+		}
+	}
+	issue, err := os.ReadFile(filepath.Join(example, "repo", "ISSUE.md"))
+	if err != nil {
+		return run, fmt.Errorf("demo issue: %w", err)
+	}
+
+	progress := newDemoProgress(a.Stdout)
+	sub, err := run.rt.nc.Subscribe(events.LiveFilter("*"), progress.onMsg)
+	if err != nil {
+		return run, fmt.Errorf("demo: follow events: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := run.rt.nc.Flush(); err != nil {
+		return run, fmt.Errorf("demo: follow events: %w", err)
+	}
+
+	start := time.Now()
+	if run.root, err = startDemo(ctx, c, run.rt.nc, wfPath, string(issue)); err != nil {
+		return run, err
+	}
+	fmt.Fprintf(a.Stdout, "rath demo: session %s started\n", run.root)
+
+	wctx, cancel := context.WithTimeout(ctx, o.wait)
+	defer cancel()
+	select {
+	case <-progress.finished:
+	case <-wctx.Done():
+		return run, fmt.Errorf("demo: not finished after %s (%d sessions still open; see %s)", o.wait, progress.open(), logFile.Name())
+	}
+	fmt.Fprintf(a.Stdout, "\nrath demo: finished in %s\n", time.Since(start).Round(10*time.Millisecond))
+	return run, a.demoReport(ctx, c, run.root, o.out, progress)
+}
+
+// startDemo uploads the workflow and starts the root session on the example
+// repository.
+func startDemo(ctx context.Context, c *client.Client, nc *nats.Conn, wfPath, issue string) (string, error) {
+	data := events.SessionStarted{
+		Task:   strings.TrimSpace(issue),
+		Labels: map[string]string{"workspace": "repo", "example": "demo"},
+	}
+	// The ledger creates the streams and buckets as it starts.
+	if _, err := eventstore.AttachWait(ctx, nc); err != nil {
+		return "", fmt.Errorf("demo: wait for the ledger: %w", err)
+	}
+	if err := uploadWorkflow(ctx, nc, wfPath, &data); err != nil {
+		return "", err
+	}
+	if err := seedNotes(ctx, c); err != nil {
+		return "", err
+	}
+	ack, err := c.Start(ctx, "", data)
+	if err != nil {
+		return "", fmt.Errorf("demo: start session: %w", err)
+	}
+	return ack.Session, nil
+}
+
+// findExample returns the example directory: the flag's, or examples/demo
+// of the module found from the working directory upwards.
+func findExample(flag string) (string, error) {
+	if flag != "" {
+		if _, err := os.Stat(filepath.Join(flag, "workflow.yaml")); err != nil {
+			return "", fmt.Errorf("--example %s: no workflow.yaml: %w", flag, err)
+		}
+		return filepath.Abs(flag)
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		candidate := filepath.Join(dir, demoExample)
+		if _, err := os.Stat(filepath.Join(candidate, "workflow.yaml")); err == nil {
+			return candidate, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no " + demoExample + " in the working directory or above it: run from the Rath repository or pass --example DIR")
+		}
+		dir = parent
+	}
+}
+
+// demoConfig is `rath up`'s configuration for a private runtime: a free
+// port, the data directory, workspaces seeded from the example.
+func demoConfig(data, example string) upConfig {
+	cfg := defaultUpConfig()
+	cfg.Data = filepath.Join(data, "jetstream")
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-demo-%d", os.Getpid())
+	cfg.ToolRunner.Sandbox.Root = filepath.Join(data, "workspaces")
+	cfg.ToolRunner.Seeds = example
+	cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
+	return cfg
+}
+
+// runtime is an embedded NATS server with every Rath service running on it.
+type runtime struct {
+	url  string
+	nc   *nats.Conn
+	stop func()
+}
+
+// startRuntime starts the server and the services; stop shuts them down in
+// order (services, connection, server) and waits.
+func startRuntime(ctx context.Context, cfg upConfig, log *slog.Logger) (*runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	ns, err := embedded.Start(cfg.embedded())
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("rath-demo"))
+	if err != nil {
+		ns.Shutdown()
+		return nil, fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	ledger, workers := services(cfg, log)
+	go func() { done <- serve(sctx, nc, ledger, workers...) }()
+	var once sync.Once
+	return &runtime{url: ns.ClientURL(), nc: nc, stop: func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				log.Error("services stopped with an error", "err", err)
+			}
+			nc.Close()
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		})
+	}}, nil
+}
+
+// demoProgress prints events as they arrive and tells when every session of
+// the run has closed.
+type demoProgress struct {
+	out io.Writer
+
+	mu       sync.Mutex
+	sessions map[string]string // session → status ("open" until it closes, then its outcome)
+	order    []string
+	accepted string
+	finished chan struct{}
+	done     bool
+}
+
+func newDemoProgress(out io.Writer) *demoProgress {
+	return &demoProgress{out: out, sessions: map[string]string{}, finished: make(chan struct{})}
+}
+
+func (p *demoProgress) open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.sessions {
+		if s == "open" {
+			n++
+		}
+	}
+	return n
+}
+
+// onMsg handles one live event. NATS calls it from one goroutine per
+// subscription, so events print in the order they were stored per session.
+func (p *demoProgress) onMsg(m *nats.Msg) {
+	ev, err := events.ParseStored(m.Data)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if line := describeEvent(ev); line != "" {
+		fmt.Fprintf(p.out, "  %-14s %4d  %s\n", branchName(ev.Session), ev.Seq, line)
+	}
+	switch ev.Type {
+	case events.TypeSessionStarted, events.TypeSessionForked:
+		var st events.SessionStarted
+		if ev.Type == events.TypeSessionStarted && (json.Unmarshal(ev.Data, &st) != nil || st.Workflow == "") {
+			return // the notes session: not part of the run
+		}
+		if _, ok := p.sessions[ev.Session]; !ok {
+			p.order = append(p.order, ev.Session)
+		}
+		p.sessions[ev.Session] = "open"
+	case events.TypeSessionClosed:
+		if _, ok := p.sessions[ev.Session]; !ok {
+			return
+		}
+		var d events.SessionClosed
+		_ = json.Unmarshal(ev.Data, &d)
+		p.sessions[ev.Session] = d.Outcome
+		if d.Outcome == "accepted" {
+			p.accepted = ev.Session
+		}
+		open := 0
+		for _, s := range p.sessions {
+			if s == "open" {
+				open++
+			}
+		}
+		if open == 0 && !p.done {
+			p.done = true
+			close(p.finished)
+		}
+	}
+}
+
+// branchName shortens a session ID for the progress lines.
+func branchName(id string) string {
+	if i := strings.LastIndexByte(id, '-'); i > 0 && len(id) > 24 {
+		return "…" + id[len(id)-12:]
+	}
+	return id
+}
+
+// describeEvent is one progress line, or "" for events not worth a line.
+func describeEvent(ev events.Stored) string {
+	d, err := ev.Decode()
+	if err != nil {
+		return ""
+	}
+	switch x := d.(type) {
+	case *events.SessionStarted:
+		return "session started: " + x.Workflow
+	case *events.SessionForked:
+		return fmt.Sprintf("fork of %s at %d: %s", x.Parent, x.AtSeq, x.Reason)
+	case *events.SessionClosed:
+		return fmt.Sprintf("closed: %s (%s)", x.Outcome, x.Reason)
+	case *events.TurnRequested:
+		return "turn of " + x.Agent
+	case *events.ToolRequested:
+		return fmt.Sprintf("%s calls %s %s", x.Agent, x.Tool, clip(string(x.Arguments), 60))
+	case *events.ToolCompleted:
+		return fmt.Sprintf("%s exit %d, %d ms", x.Tool, x.ExitCode, x.DurationMS)
+	case *events.ValidationPassed:
+		return "validation passed: " + x.Validator
+	case *events.ValidationFailed:
+		return "validation FAILED: " + x.Validator + ": " + clip(x.Reason, 70)
+	case *events.MemoryRecalled:
+		return fmt.Sprintf("memory recalled for %s: %d items", x.Agent, len(x.Items))
+	case *events.MemoryWritten:
+		return fmt.Sprintf("memory written: %s v%d (%s): %s", x.ItemID, x.Version, x.Provenance.Evidence, clip(x.Content, 50))
+	case *events.SelectorDecided:
+		return fmt.Sprintf("selector: %s → %s", x.Rule, x.Route)
+	}
+	return ""
+}
+
+// seedNotes records the project notes the researcher recalls: what a team
+// learnt before, in a session of its own that the notes' provenance names,
+// justified by a human correction.
+func seedNotes(ctx context.Context, c *client.Client) error {
+	start, err := c.Start(ctx, "", events.SessionStarted{
+		Task:   "notes the team took on the slug package before this run",
+		Labels: map[string]string{"example": "demo", "kind": "notes"},
+	})
+	if err != nil {
+		return fmt.Errorf("demo: notes session: %w", err)
+	}
+	notes := []struct {
+		content string
+		tags    []string
+	}{
+		{"House style for slugs: ASCII lower case, letters and digits only, words joined by single dashes, no dash at either end.", []string{"convention", "slug"}},
+		{"Run go test ./... in the repository root before handing a patch over; the validator rejects anything that does not pass.", []string{"process"}},
+	}
+	for _, n := range notes {
+		if _, err := c.Memory().Add(ctx, memoryapi.AddRequest{
+			Session: start.Session, Content: n.content, Tags: n.tags, Scope: demoScope,
+			Evidence: memoryapi.EvidenceHumanCorrection, EventIDs: []string{start.ID},
+		}); err != nil {
+			return fmt.Errorf("demo: seed memory: %w", err)
+		}
+	}
+	if _, err := c.Emit(ctx, start.Session, &events.SessionClosed{Outcome: "recorded", Reason: "notes taken"}); err != nil {
+		return fmt.Errorf("demo: close the notes session: %w", err)
+	}
+	return nil
+}
+
+// demoScope is the memory scope of the example's notes and failure patterns.
+const demoScope = "project:slug"
+
+// liveWorkflow writes a copy of the workflow whose agents all use the live
+// provider (their scripts dropped) and returns its path.
+func liveWorkflow(path, dir string, live liveModel) (string, error) {
+	if live.provider != workflow.ProviderOpenAI && live.provider != workflow.ProviderAnthropic {
+		return "", fmt.Errorf("--provider must be %s or %s, got %q", workflow.ProviderOpenAI, workflow.ProviderAnthropic, live.provider)
+	}
+	if live.model == "" {
+		return "", errors.New("--provider needs --model")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil || len(doc.Content) == 0 {
+		return "", fmt.Errorf("%s: %v", path, err)
+	}
+	agents := mappingValue(doc.Content[0], "agents")
+	if agents == nil || agents.Kind != yaml.SequenceNode {
+		return "", fmt.Errorf("%s: no agents list", path)
+	}
+	for _, agent := range agents.Content {
+		setMapping(agent, "provider", live.provider)
+		setMapping(agent, "model", live.model)
+		if live.baseURL != "" {
+			setMapping(agent, "base_url", live.baseURL)
+		}
+		deleteMapping(agent, "script")
+	}
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "workflow-"+live.provider+".yaml")
+	return dst, os.WriteFile(dst, out, 0o644)
+}
+
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func setMapping(m *yaml.Node, key, value string) {
+	if v := mappingValue(m, key); v != nil {
+		v.Kind, v.Tag, v.Value = yaml.ScalarNode, "!!str", value
+		return
+	}
+	m.Content = append(m.Content,
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key},
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: value})
+}
+
+func deleteMapping(m *yaml.Node, key string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content = append(m.Content[:i], m.Content[i+2:]...)
+			return
+		}
+	}
+}
+
+// demoReport prints what the run did, verifies every branch and writes the
+// dossier.
+func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string, p *demoProgress) error {
+	p.mu.Lock()
+	order := slices.Clone(p.order)
+	outcomes := maps.Clone(p.sessions)
+	p.mu.Unlock()
+	fmt.Fprintf(a.Stdout, "%d branches:\n", len(order))
+	broken := 0
+	for _, id := range order {
+		st, err := c.State(ctx, id, 0)
+		if err != nil {
+			return fmt.Errorf("demo: state of %s: %w", id, err)
+		}
+		verdict := "no validation"
+		if n := len(st.Validations); n > 0 {
+			v := st.Validations[n-1]
+			verdict = "validation failed: " + v.Validator
+			if v.Passed {
+				verdict = "validation passed: " + v.Validator
+			}
+		}
+		rep, err := c.Verify(ctx, id)
+		if err != nil {
+			return fmt.Errorf("demo: verify %s: %w", id, err)
+		}
+		chain := "chain OK"
+		if !rep.OK {
+			broken++
+			chain = "chain BROKEN"
+		}
+		from := "root"
+		if st.Lineage.Parent != "" {
+			from = fmt.Sprintf("fork of %s at %d", branchName(st.Lineage.Parent), st.Lineage.ForkSeq)
+		}
+		fmt.Fprintf(a.Stdout, "  %-14s %-24s %-11s %-30s %5d tokens  %s\n", branchName(id), from, outcomes[id], verdict,
+			st.Usage.Total.In+st.Usage.Total.Out, chain)
+	}
+	d, err := dossier.Build(ctx, c, root, dossier.Options{Blobs: func(ctx context.Context, ref string) ([]byte, error) {
+		store, err := eventstore.Attach(ctx, c.Conn())
+		if err != nil {
+			return nil, err
+		}
+		return store.GetBlob(ctx, ref)
+	}})
+	if err != nil {
+		return fmt.Errorf("demo: dossier: %w", err)
+	}
+	if err := d.Write(out); err != nil {
+		return fmt.Errorf("demo: write dossier: %w", err)
+	}
+	fmt.Fprintf(a.Stdout, "  dossier: %s (dossier.json, dossier.md, graph.html; check it with: rath verify --dossier %s)\n",
+		filepath.Join(out, "dossier.md"), out)
+	if broken > 0 {
+		return fmt.Errorf("demo: %d branches do not verify", broken)
+	}
+	if p.accepted == "" {
+		return errors.New("demo: no branch was accepted")
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// TestDemo runs `rath demo` as CI does and checks what it claims: the
+// rejected and the accepted branch exist, the accepted branch's tests pass in
+// its workspace, the failure pattern went to memory with its provenance, the
+// dossier validates against its schema and verifies, and each audit question
+// answers correctly about the run.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole agent loop with real go test calls")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to run the example's tests")
+	}
+	var stdout syncBuffer
+	a := &app{env: env{Stdout: &stdout, Stderr: &stdout}, timeout: 10 * time.Second}
+	out := filepath.Join(t.TempDir(), "dossier")
+	run, err := a.runDemo(context.Background(), demoOptions{out: out, wait: 3 * time.Minute})
+	if run != nil {
+		defer run.close()
+	}
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stdout.String())
+	}
+	ctx := context.Background()
+	c, err := client.New(run.rt.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Two branches: the root, whose patch the validator rejected, and the
+	// fork from before that patch, accepted.
+	g, err := c.Lineage(ctx, run.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Root == nil || len(g.Root.Children) != 1 {
+		t.Fatalf("lineage %+v, want a root with one fork:\n%s", g.Root, stdout.String())
+	}
+	fork := g.Root.Children[0].Session
+	root, err := c.State(ctx, run.root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err := c.State(ctx, fork, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.Outcome != "superseded" || lastValidation(root) == nil || lastValidation(root).Passed {
+		t.Fatalf("root: outcome %q, validations %+v; want superseded after a failed validation", root.Outcome, root.Validations)
+	}
+	if accepted.Outcome != "accepted" || lastValidation(accepted) == nil || !lastValidation(accepted).Passed {
+		t.Fatalf("fork: outcome %q, validations %+v; want accepted after a passed validation", accepted.Outcome, accepted.Validations)
+	}
+	if coder := firstDecision(root, "agent:coder"); coder == nil || accepted.Lineage.ForkSeq != coder.Seq-1 {
+		t.Fatalf("fork at %d, want just before the root's first coder decision (%+v)", accepted.Lineage.ForkSeq, coder)
+	}
+
+	// The accepted branch's workspace passes its tests, run here, outside
+	// Rath; the rejected one does not.
+	for _, tc := range []struct {
+		st   *session.State
+		pass bool
+	}{{accepted, true}, {root, false}} {
+		if tc.st.Sandbox == nil || tc.st.Sandbox.Workspace == "" {
+			t.Fatalf("%s has no workspace: %+v", tc.st.ID, tc.st.Sandbox)
+		}
+		cmd := exec.Command("go", "test", "./...")
+		cmd.Dir = tc.st.Sandbox.Workspace
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+		outb, err := cmd.CombinedOutput()
+		if (err == nil) != tc.pass {
+			t.Fatalf("go test in %s's workspace: %v, want pass=%v\n%s", tc.st.ID, err, tc.pass, outb)
+		}
+	}
+
+	// The failure pattern of the rejected branch is in memory, justified by
+	// the failed validation.
+	var pattern *events.MemoryWritten
+	var failed string
+	log, err := c.Log(ctx, run.root, 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range log {
+		switch ev.Type {
+		case events.TypeValidationFailed:
+			failed = ev.ID
+		case events.TypeMemoryWritten:
+			var w events.MemoryWritten
+			if err := json.Unmarshal(ev.Data, &w); err != nil {
+				t.Fatal(err)
+			}
+			if w.Provenance.Evidence == "validation_signal" {
+				pattern = &w
+			}
+		}
+	}
+	if pattern == nil || failed == "" || len(pattern.Provenance.EventIDs) != 1 || pattern.Provenance.EventIDs[0] != failed {
+		t.Fatalf("failure pattern %+v, want one justified by the failed validation %s", pattern, failed)
+	}
+	// The accepted branch's coder recalled it.
+	recalled := false
+	for _, m := range accepted.Memory {
+		if m.Kind == "recalled" && m.Seq > accepted.Lineage.ForkSeq && slices.Contains(m.ItemIDs, pattern.ItemID) {
+			recalled = true
+		}
+	}
+	if !recalled {
+		t.Fatalf("the accepted branch never recalled the failure pattern %s: %+v", pattern.ItemID, accepted.Memory)
+	}
+
+	// The dossier validates and verifies.
+	raw, err := os.ReadFile(filepath.Join(out, "dossier.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dossier.ValidateJSON(raw); err != nil {
+		t.Fatalf("dossier.json: %v", err)
+	}
+	if got := ok(t, "nats://127.0.0.1:1", "verify", "--dossier", out); !strings.HasPrefix(got, "OK") {
+		t.Fatalf("verify --dossier: %q", got)
+	}
+
+	// The audit questions, against the live ledger.
+	url := run.rt.url
+	var final struct {
+		Final struct {
+			Branch    string `json:"branch"`
+			Outcome   string `json:"outcome"`
+			Validated bool   `json:"validated"`
+		} `json:"final"`
+	}
+	decode(t, ok(t, url, "--json", "audit", "final", run.root), &final)
+	if final.Final.Branch != fork || final.Final.Outcome != "accepted" || !final.Final.Validated {
+		t.Fatalf("audit final: %+v, want the validated, accepted fork %s", final.Final, fork)
+	}
+	if got := ok(t, url, "audit", "modified", fork, "--file", "slug.go"); !strings.Contains(got, "unicode.IsLetter") {
+		t.Fatalf("audit modified: %q, want the accepted patch", got)
+	}
+	recordSeq := decisionSeq(root, "record-failure")
+	if got := ok(t, url, "audit", "route", run.root, "--step", strconv.FormatUint(recordSeq, 10)); !strings.Contains(got, "by rule record-failure") ||
+		!strings.Contains(got, "rath.validation.failed") {
+		t.Fatalf("audit route at %d: %q, want the record-failure rule triggered by the failed validation", recordSeq, got)
+	}
+	recalledStep := uint64(0)
+	for _, m := range accepted.Memory {
+		if m.Kind == "recalled" && slices.Contains(m.ItemIDs, pattern.ItemID) {
+			recalledStep = m.Seq
+			break
+		}
+	}
+	if got := ok(t, url, "audit", "recalled", fork, "--step", strconv.FormatUint(recalledStep, 10)); !strings.Contains(got, pattern.ItemID) {
+		t.Fatalf("audit recalled at %d: %q, want %s", recalledStep, got, pattern.ItemID)
+	}
+	if got := ok(t, url, "audit", "usage", run.root); !strings.Contains(got, "accepted path of "+fork) || !strings.Contains(got, "agent coder") || !strings.Contains(got, "agent validator") {
+		t.Fatalf("audit usage: %q", got)
+	}
+}
+
+func lastValidation(st *session.State) *session.Validation {
+	if n := len(st.Validations); n > 0 {
+		return &st.Validations[n-1]
+	}
+	return nil
+}
+
+func firstDecision(st *session.State, route string) *session.Decision {
+	for i := range st.Decisions {
+		if st.Decisions[i].Route == route {
+			return &st.Decisions[i]
+		}
+	}
+	return nil
+}
+
+func decisionSeq(st *session.State, rule string) uint64 {
+	for _, d := range st.Decisions {
+		if d.Rule == rule {
+			return d.Seq
+		}
+	}
+	return 0
+}
