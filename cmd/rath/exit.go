@@ -20,6 +20,7 @@ const (
 	exitRefused     = 4
 	exitBroken      = 5
 	exitUnavailable = 6
+	exitDiverged    = 7
 )
 
 // usageError marks a bad command line: an unknown command or flag, a wrong
@@ -67,10 +68,12 @@ func (e *brokenError) Error() string {
 //	5  verify found a broken chain
 //	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
 //	   answered unavailable or conflict; retrying later may succeed
+//	7  replay diverged: a re-execution did not reproduce the original
 func exitCode(err error) int {
 	var (
 		usage     usageError
 		broken    *brokenError
+		diverged  *divergedError
 		unreached *unreachableError
 		refusal   *api.Error
 	)
@@ -81,6 +84,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.As(err, &broken):
 		return exitBroken
+	case errors.As(err, &diverged):
+		return exitDiverged
 	case errors.As(err, &unreached):
 		return exitUnavailable
 	case errors.As(err, &refusal):

@@ -83,7 +83,8 @@ func (a *app) root() *cobra.Command {
 every other command is a client of the ledger at --nats.
 
 Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
-ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry).`,
+ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
+7 a replay diverged from its original.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
@@ -115,6 +116,7 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry).`
 	)
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())
+	root.AddCommand(a.replayCmd(), a.diffCmd())
 	return root
 }
 

@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
@@ -23,7 +25,23 @@ type Config struct {
 	// environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) at the edge.
 	Keys  map[string]string
 	Retry provider.Retry
+	// Recorded, if not nil, is the log of an earlier run (every branch's
+	// own events, in the order they were stored): agents of a live-model
+	// provider (openai, anthropic) answer with that run's recorded answers,
+	// the Nth call of an agent with its Nth answer, instead of calling the
+	// model; scripted agents keep their scripts. Re-execution replay
+	// (`rath replay`) sets it.
+	Recorded []events.Stored
 }
+
+// Session labels that run a session's agents on another provider, model or
+// endpoint than their workflow names (the what-if fork of `rath replay
+// --from N --fork`); see docs/replay.md.
+const (
+	LabelProvider = worker.LabelProvider
+	LabelModel    = worker.LabelModel
+	LabelBaseURL  = worker.LabelBaseURL
+)
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -52,6 +70,36 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("agent worker: %w", err)
 	}
-	w := worker.New(c, store, workflow.NewLibrary(store.GetBlob), worker.Config{Keys: cfg.Keys, Retry: cfg.Retry}, log)
+	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry}
+	if cfg.Recorded != nil {
+		wcfg.Override = recordedAnswers(cfg.Recorded)
+	}
+	w := worker.New(c, store, workflow.NewLibrary(store.GetBlob), wcfg, log)
 	return consume.Run(ctx, nc, w.Handler(), w.GaveUp(consume.RecordInSession(c)), log)
+}
+
+// recordedAnswers answers the calls of live-model agents from a recorded
+// log, one Recorded provider per agent shared by every session, so the
+// agent's answers are used once each, in the order they were recorded.
+// An agent without recorded answers fails its turn (ErrRecordingExhausted)
+// rather than call a model.
+func recordedAnswers(log []events.Stored) func(workflow.Agent) (provider.Provider, error) {
+	byAgent := map[string]*provider.Recorded{}
+	for agent, rs := range worker.RecordedAnswers(log) {
+		byAgent[agent] = provider.FromRecorded(rs)
+	}
+	var mu sync.Mutex
+	return func(a workflow.Agent) (provider.Provider, error) {
+		if a.Provider == workflow.ProviderScripted {
+			return nil, nil // its own script
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p, ok := byAgent[a.Name]
+		if !ok {
+			p = provider.FromRecorded(nil)
+			byAgent[a.Name] = p
+		}
+		return p, nil
+	}
 }

@@ -99,6 +99,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	if !ok {
 		return t.fail(ctx, fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name), 0)
 	}
+	agent = withModelLabels(agent, st.Labels)
 	// A redelivered turn whose model answer is recorded already is finished
 	// from the log, not asked again: the model need not answer the same way.
 	resp, found, partial, err := t.recorded(ctx, st.Turn.Seq)

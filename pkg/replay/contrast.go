@@ -1,0 +1,276 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Contrast compares two branches (`rath diff A B`): their events after their
+// common ancestor, aligned by sequence; the files their tool calls changed;
+// their outcomes and validations; their token usage.
+type Contrast struct {
+	A, B Side `json:"-"`
+	// Common is the last sequence the two logical logs share (the same
+	// stored events: a fork shares its parent's prefix); 0 when none.
+	Common uint64         `json:"common_seq"`
+	Events []EventPair    `json:"events"`
+	Files  []FileContrast `json:"files"`
+	// SameEvents counts the aligned pairs equal in normalised form.
+	SameEvents int `json:"same_events"`
+}
+
+// Side is one branch of a Contrast: what it did after the common prefix.
+type Side struct {
+	Session     string             `json:"session"`
+	Head        uint64             `json:"head"`
+	Status      string             `json:"status"`
+	Outcome     string             `json:"outcome,omitempty"`
+	Reason      string             `json:"reason,omitempty"`
+	Validations []ValidationResult `json:"validations"`
+	Usage       Usage              `json:"usage"`
+	Files       []string           `json:"files_changed"`
+}
+
+// ValidationResult is one validation after the common prefix.
+type ValidationResult struct {
+	Seq       uint64 `json:"seq"`
+	Passed    bool   `json:"passed"`
+	Validator string `json:"validator"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Tokens is token usage.
+type Tokens struct {
+	In    int64 `json:"in"`
+	Out   int64 `json:"out"`
+	Calls int   `json:"calls"`
+}
+
+// Usage is token usage of the model calls after the common prefix, in
+// total, by agent and by "provider/model".
+type Usage struct {
+	Total   Tokens            `json:"total"`
+	ByAgent map[string]Tokens `json:"by_agent"`
+	ByModel map[string]Tokens `json:"by_model"`
+}
+
+// EventPair is the two branches' events at one sequence after the common
+// prefix (A or B nil past that branch's head).
+type EventPair struct {
+	Seq  uint64 `json:"seq"`
+	A    *Brief `json:"a,omitempty"`
+	B    *Brief `json:"b,omitempty"`
+	Same bool   `json:"same"`
+}
+
+// Brief is an event in a line.
+type Brief struct {
+	Type    string `json:"type"`
+	Source  string `json:"source"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// FileContrast is one file changed by either branch: the diffs of the tool
+// calls that changed it, per branch, in order.
+type FileContrast struct {
+	File  string `json:"file"`
+	A     string `json:"a_diff,omitempty"`
+	B     string `json:"b_diff,omitempty"`
+	Same  bool   `json:"same"`
+	Where string `json:"where"` // "both", "a", "b"
+}
+
+// MarshalJSON names the sides a and b.
+func (c Contrast) MarshalJSON() ([]byte, error) {
+	type plain Contrast
+	return json.Marshal(struct {
+		A Side `json:"a"`
+		B Side `json:"b"`
+		plain
+	}{c.A, c.B, plain(c)})
+}
+
+// NewContrast compares the logical logs of sessions a and b.
+func NewContrast(a string, la []events.Stored, b string, lb []events.Stored) Contrast {
+	c := Contrast{}
+	n := 0
+	for n < len(la) && n < len(lb) && la[n].ID == lb[n].ID {
+		n++
+	}
+	if n > 0 {
+		c.Common = la[n-1].Seq
+	}
+	ra, rb := la[n:], lb[n:]
+	c.A, c.B = side(a, la, ra), side(b, lb, rb)
+
+	// Normalise both rests together, so renamed IDs agree across them.
+	t := &Tree{byID: map[string]*Branch{}}
+	ba := &Branch{ID: a, Pos: "a", Events: ra}
+	bb := &Branch{ID: b, Pos: "b", Events: rb}
+	t.Branches = []*Branch{ba, bb}
+	norm := Normalise(t)
+	na, nb := norm[a], norm[b]
+	if a == b {
+		nb = na
+	}
+	for i := range max(len(ra), len(rb)) {
+		p := EventPair{}
+		if i < len(ra) {
+			p.Seq, p.A = ra[i].Seq, brief(ra[i])
+		}
+		if i < len(rb) {
+			p.Seq, p.B = rb[i].Seq, brief(rb[i])
+		}
+		if i < len(na) && i < len(nb) && equal(na[i], nb[i]) {
+			p.Same = true
+			c.SameEvents++
+		}
+		c.Events = append(c.Events, p)
+	}
+
+	fa, fb := fileDiffs(ra), fileDiffs(rb)
+	files := slices.Sorted(maps.Keys(fa))
+	for f := range fb {
+		if _, ok := fa[f]; !ok {
+			files = append(files, f)
+		}
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		fc := FileContrast{File: f, A: fa[f], B: fb[f], Same: fa[f] == fb[f]}
+		_, ina := fa[f]
+		_, inb := fb[f]
+		switch {
+		case ina && inb:
+			fc.Where = "both"
+		case ina:
+			fc.Where = "a"
+		default:
+			fc.Where = "b"
+		}
+		c.Files = append(c.Files, fc)
+	}
+	return c
+}
+
+func side(id string, all, rest []events.Stored) Side {
+	s := Side{Session: id, Status: "active", Usage: Usage{ByAgent: map[string]Tokens{}, ByModel: map[string]Tokens{}}, Validations: []ValidationResult{}}
+	if len(all) > 0 {
+		s.Head = all[len(all)-1].Seq
+	}
+	for _, e := range all {
+		switch e.Type {
+		case events.TypeSessionClosed:
+			var d events.SessionClosed
+			_ = json.Unmarshal(e.Data, &d)
+			s.Status, s.Outcome, s.Reason = "closed", d.Outcome, d.Reason
+		case events.TypeSessionForked:
+			s.Status, s.Outcome, s.Reason = "active", "", ""
+		case events.TypeSessionPaused:
+			s.Status = "paused"
+		case events.TypeSessionResumed:
+			s.Status = "active"
+		}
+	}
+	for _, e := range rest {
+		d, err := e.Decode()
+		if err != nil {
+			continue
+		}
+		switch d := d.(type) {
+		case *events.ValidationPassed:
+			s.Validations = append(s.Validations, ValidationResult{Seq: e.Seq, Passed: true, Validator: d.Validator})
+		case *events.ValidationFailed:
+			s.Validations = append(s.Validations, ValidationResult{Seq: e.Seq, Validator: d.Validator, Reason: d.Reason})
+		case *events.ModelCalled:
+			add := func(m map[string]Tokens, k string) {
+				t := m[k]
+				t.In, t.Out, t.Calls = t.In+d.TokensIn, t.Out+d.TokensOut, t.Calls+1
+				m[k] = t
+			}
+			s.Usage.Total.In += d.TokensIn
+			s.Usage.Total.Out += d.TokensOut
+			s.Usage.Total.Calls++
+			add(s.Usage.ByAgent, d.Agent)
+			add(s.Usage.ByModel, d.Provider+"/"+d.Model)
+		}
+	}
+	s.Files = slices.Sorted(maps.Keys(fileDiffs(rest)))
+	if s.Files == nil {
+		s.Files = []string{}
+	}
+	return s
+}
+
+// fileDiffs joins, per file, the diffs of the completed tool calls that
+// changed it, in order (a diff cut at 16 KiB stays cut: its diff_ref names
+// the whole).
+func fileDiffs(evs []events.Stored) map[string]string {
+	out := map[string]string{}
+	for _, e := range evs {
+		if e.Type != events.TypeToolCompleted {
+			continue
+		}
+		var d events.ToolCompleted
+		if json.Unmarshal(e.Data, &d) != nil || d.Diff == "" {
+			continue
+		}
+		for _, f := range dossier.DiffFiles(d.Diff) {
+			out[f] += dossier.FileDiff(d.Diff, f)
+		}
+	}
+	return out
+}
+
+// brief summarises an event in a line.
+func brief(e events.Stored) *Brief {
+	b := &Brief{Type: e.Type, Source: e.Source}
+	d, err := e.Decode()
+	if err != nil {
+		return b
+	}
+	switch x := d.(type) {
+	case *events.SessionForked:
+		b.Summary = fmt.Sprintf("fork of %s at %d", x.Parent, x.AtSeq)
+	case *events.SessionClosed:
+		b.Summary = x.Outcome + ": " + x.Reason
+	case *events.SelectorDecided:
+		b.Summary = x.Rule + " → " + x.Route
+	case *events.TurnRequested:
+		b.Summary = x.Agent
+	case *events.ChunkAppended:
+		b.Summary = x.Role + ": " + oneLine(x.Content)
+	case *events.ToolRequested:
+		b.Summary = x.Tool + " " + oneLine(string(x.Arguments))
+	case *events.ToolCompleted:
+		b.Summary = fmt.Sprintf("%s exit %d", x.Tool, x.ExitCode)
+		if fs := dossier.DiffFiles(x.Diff); len(fs) > 0 {
+			b.Summary += ", changed " + strings.Join(fs, ", ")
+		}
+	case *events.ModelCalled:
+		b.Summary = fmt.Sprintf("%s on %s/%s: %d+%d tokens", x.Agent, x.Provider, x.Model, x.TokensIn, x.TokensOut)
+	case *events.ValidationPassed:
+		b.Summary = "passed: " + x.Validator
+	case *events.ValidationFailed:
+		b.Summary = "failed: " + x.Validator + ": " + oneLine(x.Reason)
+	case *events.MemoryWritten:
+		b.Summary = oneLine(x.Content)
+	case *events.MemoryRecalled:
+		b.Summary = fmt.Sprintf("%d items for %s", len(x.Items), x.Agent)
+	}
+	return b
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 60 {
+		return string(r[:59]) + "…"
+	}
+	return s
+}

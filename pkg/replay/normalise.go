@@ -1,0 +1,164 @@
+package replay
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Event is a stored event in normalised form: what two runs of the same
+// work must agree on.
+type Event struct {
+	// Seq is the event's sequence in its run (kept for reports; not
+	// compared).
+	Seq    uint64 `json:"seq"`
+	Type   string `json:"type"`
+	Source string `json:"source"`
+	// Data is the event's data with run-specific values masked or renamed.
+	Data any `json:"data,omitempty"`
+}
+
+// Masked replaces the value of every data field (at any depth) whose name
+// is a key here: values that differ between runs of the same work.
+var Masked = map[string]bool{
+	"latency_ms":    true, // model call latency
+	"duration_ms":   true, // tool call duration
+	"retry_in_ms":   true, // backoff of a failed model attempt
+	"parent_hash":   true, // a fork's parent event hash
+	"request_ref":   true, // wire bodies: a recorded answer has none
+	"response_ref":  true,
+	"workflow_ref":  true, // the bundle (a replay may run a modified one)
+	"workflow_hash": true,
+	"host":          true, // sandbox placement
+	"workspace":     true,
+	// A recall's ranking scores depend on every item in the memory store;
+	// a replay's private store holds only what the tree recalled and wrote.
+	"score": true,
+}
+
+// MaskedValue stands for a masked field's value.
+const MaskedValue = "<masked>"
+
+// Run-specific tokens inside strings. Each distinct value is renamed by its
+// first appearance, per kind ("<commit#3>"), so two runs compare equal when
+// their values follow the same pattern of equalities.
+var tokens = []struct {
+	kind string
+	re   *regexp.Regexp
+}{
+	{"turn", regexp.MustCompile(`turn-[0-9a-f]{8}\b`)},
+	{"id", regexp.MustCompile(`\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)},
+	{"commit", regexp.MustCompile(`\b[0-9a-f]{40}\b`)},
+}
+
+// durations in tool output (go test's "0.004s", "(cached)") vary by run.
+var durations = regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|us|ms|s|m)\b|\(cached\)`)
+
+// Duration stands for a duration in tool output.
+const Duration = "<duration>"
+
+// Normalise returns the normalised events of every branch of t, by session
+// ID, in sequence order. Session IDs anywhere in the data become their
+// branch's position ("<root.1>"); workspace paths "<workspace>"; the
+// fields of Masked "<masked>"; event IDs, turn IDs and git commits are
+// renamed by first appearance, in an order that does not depend on how
+// the producers' events interleaved: branches in tree order, then each
+// producer (source) in turn, then sequence.
+func Normalise(t *Tree) map[string][]Event {
+	n := &normaliser{renames: map[string]string{}, counts: map[string]int{}}
+	for _, b := range t.Branches {
+		n.literal = append(n.literal, [2]string{b.ID, "<" + b.Pos + ">"})
+		for _, e := range b.Events {
+			if e.Type != events.TypeSandboxPlaced {
+				continue
+			}
+			var p events.SandboxPlaced
+			if json.Unmarshal(e.Data, &p) == nil && p.Workspace != "" {
+				n.literal = append(n.literal, [2]string{p.Workspace, "<workspace>"})
+			}
+		}
+	}
+	// Longest first: a fork's ID extends its parent's.
+	slices.SortFunc(n.literal, func(a, b [2]string) int { return cmp.Compare(len(b[0]), len(a[0])) })
+
+	out := map[string][]Event{}
+	for _, b := range t.Branches {
+		evs := make([]Event, len(b.Events))
+		order := make([]int, len(b.Events))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(b.Events[x].Source, b.Events[y].Source) })
+		for _, i := range order {
+			e := b.Events[i]
+			evs[i] = Event{Seq: e.Seq, Type: e.Type, Source: e.Source, Data: n.data(e.Data)}
+		}
+		out[b.ID] = evs
+	}
+	return out
+}
+
+type normaliser struct {
+	literal [][2]string
+	renames map[string]string
+	counts  map[string]int
+}
+
+func (n *normaliser) data(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "<undecodable: " + err.Error() + ">"
+	}
+	return n.value(v)
+}
+
+func (n *normaliser) value(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		// Keys in order, so renaming numbers do not depend on map order.
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if Masked[k] {
+				v[k] = MaskedValue
+				continue
+			}
+			v[k] = n.value(v[k])
+		}
+		return v
+	case []any:
+		for i := range v {
+			v[i] = n.value(v[i])
+		}
+		return v
+	case string:
+		return n.text(v)
+	}
+	return v
+}
+
+func (n *normaliser) text(s string) string {
+	for _, l := range n.literal {
+		s = strings.ReplaceAll(s, l[0], l[1])
+	}
+	for _, tk := range tokens {
+		s = tk.re.ReplaceAllStringFunc(s, func(m string) string {
+			key := tk.kind + "\x00" + m
+			if r, ok := n.renames[key]; ok {
+				return r
+			}
+			n.counts[tk.kind]++
+			r := fmt.Sprintf("<%s#%d>", tk.kind, n.counts[tk.kind])
+			n.renames[key] = r
+			return r
+		})
+	}
+	return durations.ReplaceAllString(s, Duration)
+}

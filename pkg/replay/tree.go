@@ -1,0 +1,227 @@
+// Package replay compares session trees event by event: it reads a
+// session's whole tree (its root and every fork), pairs the branches of two
+// trees by their lineage position, normalises their events (dropping what
+// legitimately differs between two runs of the same work) and finds the
+// first divergence. It also tells a tree's external inputs apart from what
+// Rath's services produced, and contrasts two branches (`rath diff`).
+package replay
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// Branch is one session of a tree: its own events (not the prefix it
+// inherits from its parent), in sequence order.
+type Branch struct {
+	ID string
+	// Pos names the branch by lineage position: "root", and "P.i" for the
+	// i-th fork (from 1) of branch P, forks ordered by fork point, then by
+	// the time of their fork event.
+	Pos      string
+	Parent   *Branch
+	ForkSeq  uint64
+	Events   []events.Stored
+	Children []*Branch
+}
+
+// Head is the branch's last sequence.
+func (b *Branch) Head() uint64 {
+	if len(b.Events) == 0 {
+		return b.ForkSeq
+	}
+	return b.Events[len(b.Events)-1].Seq
+}
+
+// Closed reports whether the branch's last event closes it.
+func (b *Branch) Closed() bool {
+	return len(b.Events) > 0 && b.Events[len(b.Events)-1].Type == events.TypeSessionClosed
+}
+
+// Tree is a root session and every fork of it, recursively.
+type Tree struct {
+	Root *Branch
+	// Branches are in tree order: the root, then depth first, children by
+	// position.
+	Branches []*Branch
+	byID     map[string]*Branch
+}
+
+// Branch returns the branch with the session ID, or nil.
+func (t *Tree) Branch(id string) *Branch { return t.byID[id] }
+
+// Logical is a branch's logical log: its ancestors' events up to each fork
+// point, then its own.
+func (t *Tree) Logical(b *Branch) []events.Stored {
+	if b.Parent == nil {
+		return b.Events
+	}
+	var out []events.Stored
+	for _, e := range t.Logical(b.Parent) {
+		if e.Seq <= b.ForkSeq {
+			out = append(out, e)
+		}
+	}
+	return append(out, b.Events...)
+}
+
+// Stored is every branch's own events in the order they were stored (by
+// time, then tree order and sequence): each event once.
+func (t *Tree) Stored() []events.Stored {
+	type at struct {
+		ev     events.Stored
+		branch int
+	}
+	var all []at
+	for i, b := range t.Branches {
+		for _, e := range b.Events {
+			all = append(all, at{e, i})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b at) int {
+		return cmp.Or(a.ev.Time.Compare(b.ev.Time), cmp.Compare(a.branch, b.branch), cmp.Compare(a.ev.Seq, b.ev.Seq))
+	})
+	out := make([]events.Stored, len(all))
+	for i, a := range all {
+		out[i] = a.ev
+	}
+	return out
+}
+
+// Events counts the tree's own events.
+func (t *Tree) Events() int {
+	n := 0
+	for _, b := range t.Branches {
+		n += len(b.Events)
+	}
+	return n
+}
+
+// NewTree builds the tree of the branches' own events. Every branch must
+// start with rath.session.started (exactly one root) or rath.session.forked
+// naming a parent that is held.
+func NewTree(own map[string][]events.Stored) (*Tree, error) {
+	t := &Tree{byID: make(map[string]*Branch, len(own))}
+	forks := map[string]*events.SessionForked{}
+	for id, evs := range own {
+		if len(evs) == 0 {
+			return nil, fmt.Errorf("branch %s has no events", id)
+		}
+		b := &Branch{ID: id, Events: evs}
+		t.byID[id] = b
+		d, err := evs[0].Decode()
+		if err != nil {
+			return nil, fmt.Errorf("branch %s, seq %d: %w", id, evs[0].Seq, err)
+		}
+		switch d := d.(type) {
+		case *events.SessionStarted:
+			if t.Root != nil {
+				return nil, fmt.Errorf("two roots: %s and %s", t.Root.ID, id)
+			}
+			t.Root = b
+		case *events.SessionForked:
+			forks[id] = d
+			b.ForkSeq = d.AtSeq
+		default:
+			return nil, fmt.Errorf("branch %s starts with %s, not a start or a fork", id, evs[0].Type)
+		}
+	}
+	if t.Root == nil {
+		return nil, fmt.Errorf("no root session among %d branches", len(own))
+	}
+	for id, f := range forks {
+		p := t.byID[f.Parent]
+		if p == nil {
+			return nil, fmt.Errorf("branch %s forks from %s, which the tree does not hold", id, f.Parent)
+		}
+		t.byID[id].Parent = p
+		p.Children = append(p.Children, t.byID[id])
+	}
+	var walk func(b *Branch, pos string, depth int) error
+	walk = func(b *Branch, pos string, depth int) error {
+		if depth > len(own) {
+			return fmt.Errorf("the branches' fork links form a cycle")
+		}
+		b.Pos = pos
+		t.Branches = append(t.Branches, b)
+		slices.SortFunc(b.Children, func(x, y *Branch) int {
+			return cmp.Or(cmp.Compare(x.ForkSeq, y.ForkSeq), x.Events[0].Time.Compare(y.Events[0].Time), cmp.Compare(x.ID, y.ID))
+		})
+		for i, c := range b.Children {
+			if err := walk(c, pos+"."+strconv.Itoa(i+1), depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(t.Root, "root", 0); err != nil {
+		return nil, err
+	}
+	if len(t.Branches) != len(own) {
+		return nil, fmt.Errorf("%d of %d branches are not reachable from the root %s", len(own)-len(t.Branches), len(own), t.Root.ID)
+	}
+	return t, nil
+}
+
+// Read reads the whole tree of session's root from the ledger: every
+// branch's own events up to the head its lineage reported.
+func Read(ctx context.Context, c *client.Client, session string) (*Tree, error) {
+	g, err := c.Lineage(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	own := map[string][]events.Stored{}
+	var walk func(n *api.Node) error
+	walk = func(n *api.Node) error {
+		if n == nil {
+			return nil
+		}
+		evs, err := OwnEvents(ctx, c, n.Session, n.ForkSeq+1, n.Head)
+		if err != nil {
+			return err
+		}
+		own[n.Session] = evs
+		for _, ch := range n.Children {
+			if err := walk(ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(g.Root); err != nil {
+		return nil, fmt.Errorf("tree of %s: %w", session, err)
+	}
+	t, err := NewTree(own)
+	if err != nil {
+		return nil, fmt.Errorf("tree of %s: %w", session, err)
+	}
+	return t, nil
+}
+
+// OwnEvents reads a session's events from..to (to 0: the head), page by
+// page.
+func OwnEvents(ctx context.Context, c *client.Client, id string, from, to uint64) ([]events.Stored, error) {
+	var out []events.Stored
+	for to == 0 || from <= to {
+		page, err := c.Log(ctx, id, from, to, 0)
+		if err != nil {
+			return nil, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		out = append(out, page...)
+		from = page[len(page)-1].Seq + 1
+		if to == 0 && len(page) < api.MaxLogPage {
+			break
+		}
+	}
+	return out, nil
+}
