@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
 )
 
 // TestDemo runs `rath demo` as CI does and checks what it claims: the
@@ -199,4 +200,38 @@ func decisionSeq(st *session.State, rule string) uint64 {
 		}
 	}
 	return 0
+}
+
+// `rath demo --provider` runs the same workflow with every agent on the
+// live model: the rewritten file parses, keeps the rules, and has no script.
+func TestLiveWorkflow(t *testing.T) {
+	example, err := findExample("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := liveWorkflow(filepath.Join(example, "workflow.yaml"), t.TempDir(), liveModel{provider: "openai", model: "m-1", baseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := workflow.Load(path)
+	if err != nil {
+		t.Fatalf("rewritten workflow: %v", err)
+	}
+	orig, err := workflow.Load(filepath.Join(example, "workflow.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.Agents) != len(orig.Agents) || len(live.Rules) != len(orig.Rules) {
+		t.Fatalf("live workflow has %d agents and %d rules, want %d and %d", len(live.Agents), len(live.Rules), len(orig.Agents), len(orig.Rules))
+	}
+	for _, a := range live.Agents {
+		if a.Provider != "openai" || a.Model != "m-1" || a.BaseURL != "http://127.0.0.1:1/v1" || a.Script != "" {
+			t.Fatalf("agent %s: %+v", a.Name, a)
+		}
+	}
+	for _, bad := range []liveModel{{provider: "gpt"}, {provider: "openai"}} {
+		if _, err := liveWorkflow(filepath.Join(example, "workflow.yaml"), t.TempDir(), bad); err == nil {
+			t.Fatalf("liveWorkflow accepted %+v", bad)
+		}
+	}
 }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+)
+
+// fixedSlug is the patch the fake live model writes.
+const fixedSlug = `// Package slug turns titles into URL path segments.
+package slug
+
+import (
+	"strings"
+	"unicode"
+)
+
+// Make returns the slug of a title.
+func Make(title string) string {
+	return strings.Join(strings.FieldsFunc(strings.ToLower(title), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	}), "-")
+}
+`
+
+// fakeOpenAI speaks the chat completions wire format for the demo's coder
+// and validator, telling them apart by the tools they are offered: the
+// coder writes the fix, the validator runs the tests, and each ends its turn
+// once its tool's result is in.
+type fakeOpenAI struct {
+	mu     sync.Mutex
+	models []string
+}
+
+func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Role string `json:"role"`
+		} `json:"messages"`
+		Tools []struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	if r.URL.Path != "/v1/chat/completions" || json.NewDecoder(r.Body).Decode(&req) != nil || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.models = append(f.models, req.Model)
+	f.mu.Unlock()
+	var tools []string
+	for _, t := range req.Tools {
+		tools = append(tools, t.Function.Name)
+	}
+	// The call was answered if a tool result follows the model's last
+	// message (a recall may add a user message after it).
+	answered := false
+	for i := len(req.Messages) - 1; i >= 0 && req.Messages[i].Role != "assistant"; i-- {
+		answered = answered || req.Messages[i].Role == "tool"
+	}
+	message := map[string]any{"role": "assistant"}
+	finish := "stop"
+	call := func(name string, args any) {
+		raw, _ := json.Marshal(args)
+		message["tool_calls"] = []any{map[string]any{"id": "call_" + name, "type": "function",
+			"function": map[string]any{"name": name, "arguments": string(raw)}}}
+		finish = "tool_calls"
+	}
+	switch {
+	case slices.Contains(tools, "write_file") && !answered:
+		message["content"] = "Splitting on everything that is not a letter or a digit."
+		call("write_file", map[string]string{"path": "slug.go", "content": fixedSlug})
+	case slices.Contains(tools, "validate") && !answered:
+		message["content"] = "Running the tests."
+		call("validate", map[string]any{"command": []string{"go", "test", "./..."}, "check": "go test"})
+	case slices.Contains(tools, "validate"):
+		message["content"] = "Accepted. The tests pass."
+	default:
+		message["content"] = "Patch written."
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": req.Model,
+		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+	})
+}
+
+// TestWhatIfForkOnALiveModel forks the demo's root from before the coder's
+// first turn and continues it on another model (an OpenAI-compatible local
+// server): the fork runs its agents on that model only, reaches its own
+// verdict, and the comparison with the root names the file both changed.
+func TestWhatIfForkOnALiveModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to run the example's tests")
+	}
+	var stdout syncBuffer
+	a := &app{env: env{Stdout: &stdout, Stderr: &stdout}, timeout: 10 * time.Second}
+	run, err := a.runDemo(context.Background(), demoOptions{out: filepath.Join(t.TempDir(), "dossier"), wait: 3 * time.Minute})
+	if run != nil {
+		defer run.close()
+	}
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stdout.String())
+	}
+	fake := &fakeOpenAI{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+
+	ctx := context.Background()
+	c, err := client.New(run.rt.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := c.State(ctx, run.root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coder := firstDecision(root, "agent:coder")
+	if coder == nil {
+		t.Fatal("the root has no coder decision")
+	}
+	at := coder.Seq - 1
+	res := rath(t, run.rt.url, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
+		"--provider", "openai", "--model", "fake-1", "--base-url", srv.URL+"/v1", "--wait", "2m")
+	if res.code != exitOK {
+		g, _ := c.Lineage(ctx, run.root)
+		for _, n := range g.Root.Children {
+			t.Logf("fork %s:\n%s", n.Session, rath(t, run.rt.url, "log", n.Session).stdout)
+		}
+		t.Fatalf("what-if: exit %d: %s", res.code, res.stderr)
+	}
+	out := res.stdout
+	if !strings.Contains(out, "slug.go") {
+		t.Fatalf("what-if comparison does not name slug.go:\n%s", out)
+	}
+
+	g, err := c.Lineage(ctx, run.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whatIf string
+	for _, n := range g.Root.Children {
+		if n.ForkSeq == at && n.Session != run.root {
+			st, err := c.State(ctx, n.Session, 0)
+			if err == nil && st.Labels["rath.provider"] == "openai" {
+				whatIf = n.Session
+			}
+		}
+	}
+	if whatIf == "" {
+		t.Fatalf("no what-if fork at %d among %+v", at, g.Root.Children)
+	}
+	st, err := c.State(ctx, whatIf, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != "accepted" || lastValidation(st) == nil || !lastValidation(st).Passed {
+		t.Fatalf("what-if fork: outcome %q, validations %+v; want accepted", st.Outcome, st.Validations)
+	}
+	// Its own turns ran on the fake model; the root's stayed scripted.
+	log, err := c.Log(ctx, whatIf, at+1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, ev := range log {
+		if ev.Type != events.TypeModelCalled {
+			continue
+		}
+		var m events.ModelCalled
+		if err := json.Unmarshal(ev.Data, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Provider != "openai" || m.Model != "fake-1" {
+			t.Fatalf("what-if model call %s/%s, want openai/fake-1", m.Provider, m.Model)
+		}
+		calls++
+	}
+	fake.mu.Lock()
+	served := len(fake.models)
+	fake.mu.Unlock()
+	if calls == 0 || calls != served {
+		t.Fatalf("%d model calls recorded on the fork, %d served by the fake model", calls, served)
+	}
+	for model := range root.Usage.ByModel {
+		if strings.Contains(model, "fake-1") {
+			t.Fatalf("the root's usage names the what-if model: %+v", root.Usage.ByModel)
+		}
+	}
+}
