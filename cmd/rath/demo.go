@@ -103,6 +103,7 @@ type demoRun struct {
 	rt      *runtime
 	root    string
 	data    string
+	out     string // the dossier's directory
 	cleanup []func()
 }
 
@@ -121,7 +122,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	run := &demoRun{data: o.data}
+	run := &demoRun{data: o.data, out: o.out}
 	if run.data == "" {
 		if run.data, err = os.MkdirTemp("", "rath-demo-"); err != nil {
 			return nil, fmt.Errorf("demo data directory: %w", err)

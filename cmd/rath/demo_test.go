@@ -25,22 +25,8 @@ import (
 // dossier validates against its schema and verifies, and each audit question
 // answers correctly about the run.
 func TestDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole agent loop with real go test calls")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to run the example's tests")
-	}
-	var stdout syncBuffer
-	a := &app{env: env{Stdout: &stdout, Stderr: &stdout}, timeout: 10 * time.Second}
-	out := filepath.Join(t.TempDir(), "dossier")
-	run, err := a.runDemo(context.Background(), demoOptions{out: out, wait: 3 * time.Minute})
-	if run != nil {
-		defer run.close()
-	}
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, stdout.String())
-	}
+	run, stdout := runDemoForTest(t)
+	out := run.out
 	ctx := context.Background()
 	c, err := client.New(run.rt.nc)
 	if err != nil {
@@ -175,6 +161,28 @@ func TestDemo(t *testing.T) {
 	if got := ok(t, url, "audit", "usage", run.root); !strings.Contains(got, "accepted path of "+fork) || !strings.Contains(got, "agent coder") || !strings.Contains(got, "agent validator") {
 		t.Fatalf("audit usage: %q", got)
 	}
+}
+
+// runDemoForTest runs the demo as `rath demo` does and keeps its runtime up
+// until the test ends. It skips where the example's tests cannot run.
+func runDemoForTest(t *testing.T) (*demoRun, *syncBuffer) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the whole agent loop with real go test calls")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to run the example's tests")
+	}
+	stdout := &syncBuffer{}
+	a := &app{env: env{Stdout: stdout, Stderr: stdout}, timeout: 10 * time.Second}
+	run, err := a.runDemo(context.Background(), demoOptions{out: filepath.Join(t.TempDir(), "dossier"), wait: 3 * time.Minute})
+	if run != nil {
+		t.Cleanup(run.close)
+	}
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stdout.String())
+	}
+	return run, stdout
 }
 
 func lastValidation(st *session.State) *session.Validation {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -21,26 +19,7 @@ import (
 // answer in the root), and diffs its first and last branches (the file the
 // coder changed is named).
 func TestReplayDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole agent loop three times with real go test calls")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to run the example's tests")
-	}
-	var stdout syncBuffer
-	a := &app{env: env{Stdout: &stdout, Stderr: &stdout}, timeout: 10 * time.Second}
-	run, err := a.runDemo(context.Background(), demoOptions{out: filepath.Join(t.TempDir(), "dossier"), wait: 3 * time.Minute})
-	if run != nil {
-		defer run.close()
-	}
-	if run == nil || run.root == "" {
-		t.Fatalf("demo: %v\n%s", err, stdout.String())
-	}
-	if err != nil {
-		// The demo may not produce an accepted branch yet; its tree is
-		// still a tree to replay.
-		t.Logf("demo: %v", err)
-	}
+	run, _ := runDemoForTest(t)
 	ctx := context.Background()
 	c, err := client.New(run.rt.nc)
 	if err != nil {

@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -106,21 +103,7 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // server): the fork runs its agents on that model only, reaches its own
 // verdict, and the comparison with the root names the file both changed.
 func TestWhatIfForkOnALiveModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the demo")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to run the example's tests")
-	}
-	var stdout syncBuffer
-	a := &app{env: env{Stdout: &stdout, Stderr: &stdout}, timeout: 10 * time.Second}
-	run, err := a.runDemo(context.Background(), demoOptions{out: filepath.Join(t.TempDir(), "dossier"), wait: 3 * time.Minute})
-	if run != nil {
-		defer run.close()
-	}
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, stdout.String())
-	}
+	run, _ := runDemoForTest(t)
 	fake := &fakeOpenAI{}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()

@@ -68,6 +68,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	backend, err := memory.OpenJetStream(ctx, nc, memory.StreamConfig{Replicas: cfg.Replicas, DedupeWindow: cfg.DedupeWindow}, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("memory: %w", err)
 	}
 	fctx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))

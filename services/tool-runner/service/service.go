@@ -79,6 +79,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	defer servers.Close()
 	r := runner.New(c, store, backend, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
 	if err := r.Register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)

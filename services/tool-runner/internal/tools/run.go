@@ -32,16 +32,21 @@ func runCommand(ctx context.Context, ws sandbox.Workspace, raw json.RawMessage) 
 	if err != nil {
 		return Output{}, err
 	}
-	if args.Command[0] == "" {
-		return Output{}, &ArgError{Tool: Run, Field: "command[0]", Reason: "must name a program"}
+	return runArgv(ctx, ws, Run, args.Command, args.TimeoutSeconds)
+}
+
+// runArgv runs a command for the run and validate tools.
+func runArgv(ctx context.Context, ws sandbox.Workspace, tool string, argv []string, timeoutSeconds *int) (Output, error) {
+	if argv[0] == "" {
+		return Output{}, &ArgError{Tool: tool, Field: "command[0]", Reason: "must name a program"}
 	}
-	c := sandbox.Cmd{Args: args.Command}
-	if args.TimeoutSeconds != nil {
-		c.Timeout = time.Duration(*args.TimeoutSeconds) * time.Second
+	c := sandbox.Cmd{Args: argv}
+	if timeoutSeconds != nil {
+		c.Timeout = time.Duration(*timeoutSeconds) * time.Second
 	}
 	res, err := ws.Run(ctx, c)
 	if err != nil {
-		return Output{}, fmt.Errorf("%s: %w", Run, err)
+		return Output{}, fmt.Errorf("%s: %w", tool, err)
 	}
 	return Output{
 		Result:    describeRun(res),

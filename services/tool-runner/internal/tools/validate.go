@@ -3,8 +3,6 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"time"
 
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
@@ -36,25 +34,7 @@ func validateCommand(ctx context.Context, ws sandbox.Workspace, raw json.RawMess
 	if err != nil {
 		return Output{}, err
 	}
-	if args.Command[0] == "" {
-		return Output{}, &ArgError{Tool: Validate, Field: "command[0]", Reason: "must name a program"}
-	}
-	c := sandbox.Cmd{Args: args.Command}
-	if args.TimeoutSeconds != nil {
-		c.Timeout = time.Duration(*args.TimeoutSeconds) * time.Second
-	}
-	res, err := ws.Run(ctx, c)
-	if err != nil {
-		return Output{}, fmt.Errorf("%s: %w", Validate, err)
-	}
-	return Output{
-		Result:    describeRun(res),
-		ExitCode:  res.ExitCode,
-		Stdout:    res.Stdout,
-		Stderr:    res.Stderr,
-		Truncated: res.Truncated,
-		Duration:  res.Duration,
-	}, nil
+	return runArgv(ctx, ws, Validate, args.Command, args.TimeoutSeconds)
 }
 
 // CheckName is the name a validate call records its verdict under: its check
