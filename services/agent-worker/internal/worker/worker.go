@@ -208,9 +208,11 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 
 // tools returns the registered specs of the agent's tools, named as model
 // APIs accept them ("server.tool" becomes "server__tool"), with the way back
-// to the registered names. A tool of one of the workflow's MCP servers that
-// is not registered yet (its server is being listed) is a transient error:
-// the turn waits for it rather than run without it.
+// to the registered names. A tool that is not registered (yet: a tool runner
+// or an MCP server still starting) is a transient error: the turn waits for
+// it rather than run with fewer tools than its workflow gives it, which
+// would change what the model is asked. A tool nobody registers ends the
+// turn through the dead-letter path, which records why.
 func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Agent) ([]provider.Tool, map[string]string, error) {
 	var out []provider.Tool
 	names := map[string]string{}
@@ -222,8 +224,7 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 					return nil, nil, fmt.Errorf("tool %s of MCP server %s is not registered yet: %w", name, server, err)
 				}
 			}
-			w.log.Warn("tool not offered: not registered", "tool", name, "agent", a.Name, "err", err)
-			continue
+			return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it yet): %w", name, a.Name, err)
 		}
 		wire := strings.ReplaceAll(spec.Name, ".", "__")
 		names[wire] = spec.Name

@@ -54,10 +54,26 @@ func setup(t *testing.T, baseURL string) *rig {
 	return setupFile(t, nc, "testdata/coder.yaml", baseURL)
 }
 
-// setupFile starts the ledger on nc and uploads the workflow file's bundle
+// setupFile starts the ledger on nc, uploads the workflow file's bundle
 // (the file and its scripts), with its agents' endpoint replaced by baseURL
-// when that is not empty.
+// when that is not empty, and registers the agents' tools, as a tool runner
+// would have.
 func setupFile(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
+	t.Helper()
+	r := setupUnregistered(t, nc, path, baseURL)
+	for _, a := range r.wf.Agents {
+		for _, name := range a.Tools {
+			if err := r.store.PutTool(context.Background(), eventstore.ToolSpec{Name: name, Description: "Runs a command.",
+				Parameters: json.RawMessage(`{"type":"object"}`), Server: "tool-runner"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return r
+}
+
+// setupUnregistered is setupFile without registering any tool.
+func setupUnregistered(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -816,5 +832,37 @@ func TestWorkerFailsTurnsItCannotTake(t *testing.T) {
 	}
 	if m.calls() != 0 {
 		t.Fatalf("%d model calls", m.calls())
+	}
+}
+
+// A turn whose tools are not registered yet (a tool runner still starting)
+// fails transiently and asks nothing: it is redelivered, and once the tool is
+// registered the model sees every tool its workflow gives it.
+func TestTurnWaitsForItsTools(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := setupUnregistered(t, nc, "testdata/coder.yaml", "")
+	ctx := context.Background()
+	m := answering(toolUse)
+	w := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet)
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "coder")
+
+	err := w.Handle(ctx, req)
+	if err == nil || !strings.Contains(err.Error(), "tool run of agent coder is not registered") {
+		t.Fatalf("Handle = %v, want a transient error naming the unregistered tool", err)
+	}
+	if m.calls() != 0 || len(caused(r.log(t, "s1"), req)) != 0 {
+		t.Fatalf("the turn went ahead without its tool: %d model calls, events %v", m.calls(), typesOf(caused(r.log(t, "s1"), req)))
+	}
+
+	if err := r.store.PutTool(ctx, eventstore.ToolSpec{Name: "run", Description: "Runs a command.",
+		Parameters: json.RawMessage(`{"type":"object"}`), Server: "tool-runner"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(ctx, req); err != nil {
+		t.Fatalf("Handle once the tool is registered: %v", err)
+	}
+	if reqs := m.requests(); len(reqs) != 1 || len(reqs[0].Tools) != 1 || reqs[0].Tools[0].Name != "run" {
+		t.Fatalf("model asked %+v, want once, with the tool run", reqs)
 	}
 }
