@@ -35,6 +35,14 @@ var fastJSON = jsoniter.ConfigCompatibleWithStandardLibrary
 
 // ParseStored decodes a stored event body.
 func ParseStored(body []byte) (Stored, error) {
+	if s, ok := scanStored(body); ok {
+		return s, nil
+	}
+	return decodeStored(body)
+}
+
+// decodeStored decodes a stored body with the general JSON decoder.
+func decodeStored(body []byte) (Stored, error) {
 	var s Stored
 	if err := fastJSON.Unmarshal(body, &s); err != nil {
 		return Stored{}, fmt.Errorf("parse stored event: %w", err)

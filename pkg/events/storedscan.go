@@ -1,0 +1,156 @@
+package events
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// scanStored reads a stored body the way the ledger writes it (an RFC 8785
+// object: no whitespace, members in a known set) without a general JSON
+// decoder: one string conversion of the whole body, the attributes as
+// substrings of it, the data as a sub-slice. Replaying a long session parses
+// every event, so this is most of a replay's CPU after the read itself. It
+// reports false for anything it does not expect (whitespace, an escaped
+// string, a number where a string belongs); ParseStored then decodes the
+// body with the general decoder, which also names what is wrong.
+// TestScanStoredMatchesDecoder holds the two together.
+func scanStored(body []byte) (Stored, bool) {
+	var s Stored
+	n := len(body)
+	if n < 2 || body[0] != '{' || body[n-1] != '}' {
+		return s, false
+	}
+	text := string(body) // the attributes are substrings of this one copy
+	i := 1
+	for i < n-1 {
+		if body[i] != '"' {
+			return s, false
+		}
+		k := i + 1
+		for k < n && body[k] != '"' && body[k] != '\\' {
+			k++
+		}
+		if k >= n || body[k] != '"' || k+1 >= n || body[k+1] != ':' {
+			return s, false
+		}
+		key := text[i+1 : k]
+		v := k + 2
+		end, ok := valueEnd(body, v)
+		if !ok {
+			return s, false
+		}
+		if key == "data" {
+			s.Data = json.RawMessage(body[v:end:end])
+		} else if !setAttribute(&s, key, body, text, v, end) {
+			return s, false
+		}
+		i = end
+		if i < n-1 {
+			if body[i] != ',' || i+1 >= n-1 {
+				return s, false // not a separator, or one with no member after it
+			}
+			i++
+		}
+	}
+	if i != n-1 {
+		return s, false
+	}
+	s.Raw = body
+	return s, true
+}
+
+// setAttribute sets the member key of s from the value body[v:end]; it
+// reports false for a value of a type the attribute cannot have.
+func setAttribute(s *Stored, key string, body []byte, text string, v, end int) bool {
+	str := func() (string, bool) {
+		if body[v] != '"' {
+			return "", false
+		}
+		for j := v + 1; j < end-1; j++ {
+			if body[j] == '\\' {
+				return "", false // escaped: let the general decoder unescape it
+			}
+		}
+		return text[v+1 : end-1], true
+	}
+	var ok bool
+	switch key {
+	case "id":
+		s.ID, ok = str()
+	case "source":
+		s.Source, ok = str()
+	case "type":
+		s.Type, ok = str()
+	case "subject":
+		s.Session, ok = str()
+	case ExtPrev:
+		s.Prev, ok = str()
+	case ExtHash:
+		s.Hash, ok = str()
+	case ExtCausation:
+		s.Causation, ok = str()
+	case ExtCorrelation:
+		s.Correlation, ok = str()
+	case "time":
+		var t string
+		if t, ok = str(); ok {
+			var err error
+			s.Time, err = time.Parse(time.RFC3339Nano, t)
+			ok = err == nil
+		}
+	case ExtSeq:
+		seq, err := strconv.ParseUint(text[v:end], 10, 64)
+		s.Seq, ok = seq, err == nil
+	default:
+		return true // an attribute Stored does not keep
+	}
+	return ok
+}
+
+// valueEnd returns the index just past the JSON value starting at i, by
+// matching quotes and brackets; it does not check the value's grammar (the
+// ledger sealed it, and the data is checked when it is decoded).
+func valueEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1, true
+			}
+		}
+		return 0, false
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, ok := valueEnd(b, j)
+				if !ok {
+					return 0, false
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, true
+				}
+			}
+		}
+		return 0, false
+	default:
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
+			j++
+		}
+		return j, j > i
+	}
+}
