@@ -41,6 +41,9 @@ type Config struct {
 	// replay, and demos pointed at a live model); an Override that returns
 	// a nil Provider and no error leaves the agent its own.
 	Override func(agent workflow.Agent) (provider.Provider, error)
+	// ToolWait bounds how long a turn waits for one of its tools to be
+	// registered; 0 is DefaultToolWait.
+	ToolWait time.Duration
 	// RecallWait bounds how long a turn waits for the memory service to
 	// answer the agent's recall before the turn fails; 0 is
 	// DefaultRecallWait.
@@ -224,13 +227,49 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 					return nil, nil, fmt.Errorf("tool %s of MCP server %s is not registered yet: %w", name, server, err)
 				}
 			}
-			return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it yet): %w", name, a.Name, err)
+			if spec, err = w.waitTool(ctx, name); err != nil {
+				return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
+			}
 		}
 		wire := strings.ReplaceAll(spec.Name, ".", "__")
 		names[wire] = spec.Name
 		out = append(out, provider.Tool{Name: wire, Description: spec.Description, Parameters: spec.Parameters})
 	}
 	return out, names, nil
+}
+
+// DefaultToolWait is how long a turn waits for one of its tools to be
+// registered before it fails transiently (and is redelivered).
+const DefaultToolWait = 30 * time.Second
+
+func (w *Worker) toolWait() time.Duration {
+	if w.cfg.ToolWait > 0 {
+		return w.cfg.ToolWait
+	}
+	return DefaultToolWait
+}
+
+// waitTool waits for a tool to be registered: at start-up a turn can come
+// before the tool runner or a tool server has offered its tools. The
+// delivery stays in progress meanwhile (pkg/consume extends it).
+func (w *Worker) waitTool(ctx context.Context, name string) (eventstore.ToolSpec, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.toolWait())
+	defer cancel()
+	pause := 10 * time.Millisecond
+	for {
+		spec, err := w.store.Tool(ctx, name)
+		if err == nil {
+			return spec, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return eventstore.ToolSpec{}, err
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // turn emits the events of one turn, with IDs derived from the request, so

@@ -836,18 +836,19 @@ func TestWorkerFailsTurnsItCannotTake(t *testing.T) {
 }
 
 // A turn whose tools are not registered yet (a tool runner still starting)
-// fails transiently and asks nothing: it is redelivered, and once the tool is
-// registered the model sees every tool its workflow gives it.
+// waits for them, and the model then sees every tool its workflow gives it;
+// a tool that does not come in time fails the turn transiently, before
+// anything is asked or stored.
 func TestTurnWaitsForItsTools(t *testing.T) {
 	_, nc := natstest.Start(t)
 	r := setupUnregistered(t, nc, "testdata/coder.yaml", "")
 	ctx := context.Background()
 	m := answering(toolUse)
-	w := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet)
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
 
-	err := w.Handle(ctx, req)
+	impatient := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry, ToolWait: time.Millisecond}, quiet)
+	err := impatient.Handle(ctx, req)
 	if err == nil || !strings.Contains(err.Error(), "tool run of agent coder is not registered") {
 		t.Fatalf("Handle = %v, want a transient error naming the unregistered tool", err)
 	}
@@ -855,12 +856,15 @@ func TestTurnWaitsForItsTools(t *testing.T) {
 		t.Fatalf("the turn went ahead without its tool: %d model calls, events %v", m.calls(), typesOf(caused(r.log(t, "s1"), req)))
 	}
 
+	w := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet)
+	done := make(chan error, 1)
+	go func() { done <- w.Handle(ctx, req) }()
 	if err := r.store.PutTool(ctx, eventstore.ToolSpec{Name: "run", Description: "Runs a command.",
 		Parameters: json.RawMessage(`{"type":"object"}`), Server: "tool-runner"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Handle(ctx, req); err != nil {
-		t.Fatalf("Handle once the tool is registered: %v", err)
+	if err := <-done; err != nil {
+		t.Fatalf("Handle, the tool registered while it waited: %v", err)
 	}
 	if reqs := m.requests(); len(reqs) != 1 || len(reqs[0].Tools) != 1 || reqs[0].Tools[0].Name != "run" {
 		t.Fatalf("model asked %+v, want once, with the tool run", reqs)
