@@ -104,8 +104,7 @@ func ownEvents(ctx context.Context, c *client.Client, id string, from, to uint64
 			return nil, fmt.Errorf("log of %s: no events from %d (head %d)", id, from, to)
 		}
 		for _, raw := range raws {
-			body := unescapeHTML(raw)
-			ev, err := events.ParseStored(body)
+			ev, err := events.ParseStored(raw)
 			if err != nil {
 				return nil, fmt.Errorf("log of %s: %w", id, err)
 			}
@@ -216,32 +215,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// unescapeHTML undoes what Go's JSON encoder does to a json.RawMessage in a
-// reply (it writes <, >, &, U+2028 and U+2029 inside strings as \u escapes),
-// so the body is again the bytes the ledger stored: canonical JSON (RFC 8785)
-// never escapes those characters, so every such escape came from the reply.
-func unescapeHTML(raw []byte) []byte {
-	if !strings.Contains(string(raw), `\u`) {
-		return raw
-	}
-	repl := map[string]string{`003c`: "<", `003e`: ">", `0026`: "&", `2028`: "\u2028", `2029`: "\u2029"}
-	out := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' || i+1 >= len(raw) {
-			out = append(out, raw[i])
-			continue
-		}
-		if raw[i+1] == 'u' && i+6 <= len(raw) {
-			if s, ok := repl[strings.ToLower(string(raw[i+2:i+6]))]; ok {
-				out = append(out, s...)
-				i += 5
-				continue
-			}
-		}
-		out = append(out, raw[i], raw[i+1]) // any other escape, kept whole
-		i++
-	}
-	return out
 }

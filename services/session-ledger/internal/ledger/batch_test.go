@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,3 +244,22 @@ func TestTwoLedgersRaceBatches(t *testing.T) {
 // testTimeout bounds a raw request in these tests; the ledger answers in
 // milliseconds, this only keeps a broken ledger from hanging the test.
 const testTimeout = 30 * time.Second
+
+// A log page carries each event as stored: characters encoding/json would
+// escape (<, >, &, U+2028) reach the client unchanged, so the chain hash of
+// the bytes it gets is the stored one.
+func TestLogCarriesStoredBytes(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "html")
+	ack := r.emit(t, "html", chunk("a <b>bold</b> & \u2028 line"))
+	raws, err := r.c.LogRaw(context.Background(), "html", ack.Seq, ack.Seq, 1)
+	if err != nil || len(raws) != 1 {
+		t.Fatalf("log: %d events, %v", len(raws), err)
+	}
+	if !strings.Contains(string(raws[0]), "<b>bold</b> & \u2028") {
+		t.Fatalf("the page rewrote the stored body: %s", raws[0])
+	}
+	if h, err := events.ComputeHash(raws[0]); err != nil || h != ack.Hash {
+		t.Fatalf("hash of the page's bytes %s (%v), want the stored %s", h, err, ack.Hash)
+	}
+}

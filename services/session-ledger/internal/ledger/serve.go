@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,7 +124,7 @@ func (l *Ledger) reply(m *nats.Msg, res any, err error) {
 	} else if raw, ok := res.([]byte); ok {
 		out.Data = raw
 	} else {
-		out.Data, err = json.Marshal(res)
+		out.Data, err = marshalReply(res)
 		if err != nil {
 			out.Header.Set(api.HeaderError, string(api.CodeUnavailable))
 			out.Data, _ = json.Marshal(api.ErrorReply{Error: &api.Error{Code: api.CodeUnavailable, Message: err.Error()}})
@@ -139,6 +140,20 @@ func (l *Ledger) reply(m *nats.Msg, res any, err error) {
 	if err := m.RespondMsg(out); err != nil {
 		l.log.Warn("reply lost", "subject", m.Subject, "err", err)
 	}
+}
+
+// marshalReply encodes a reply without escaping <, >, & and U+2028/2029:
+// encoding/json would rewrite them inside the stored bodies a log page
+// carries (json.RawMessage), and a client must get the bytes the chain hash
+// covers.
+func marshalReply(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func decodeRequest(m *nats.Msg, v any) error {
