@@ -110,13 +110,24 @@ func appendMsg(ctx context.Context, session, token string, body []byte, seq uint
 	return msg
 }
 
-// appendErr maps a refused publish to the store's errors.
-func appendErr(session string, expectLast uint64, size int, err error) error {
+// WrongLastSequence reports whether JetStream refused a conditional publish
+// because the subject's last message was not the expected one, and returns
+// the server's description of what it found.
+func WrongLastSequence(err error) (string, bool) {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-		return &ConflictError{Session: session, Expected: expectLast, Detail: apiErr.Description}
+		return apiErr.Description, true
 	}
+	return "", false
+}
+
+// appendErr maps a refused publish to the store's errors.
+func appendErr(session string, expectLast uint64, size int, err error) error {
+	if detail, ok := WrongLastSequence(err); ok {
+		return &ConflictError{Session: session, Expected: expectLast, Detail: detail}
+	}
+	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
 		return fmt.Errorf("append to session %s: %d bytes: %w", session, size, ErrTooLarge)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
 
@@ -84,10 +85,8 @@ func (b *JetStream) Append(ctx context.Context, rec memoryapi.Record, expect uin
 	ack, err := b.js.Publish(ctx, memoryapi.ItemSubject(rec.ItemID), body,
 		jetstream.WithMsgID(dedupeID), jetstream.WithExpectLastSequencePerSubject(expect))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			return 0, fmt.Errorf("append to item %s after %d: %w (%s)", rec.ItemID, expect, ErrConflict, apiErr.Description)
+		if detail, ok := eventstore.WrongLastSequence(err); ok {
+			return 0, fmt.Errorf("append to item %s after %d: %w (%s)", rec.ItemID, expect, ErrConflict, detail)
 		}
 		return 0, fmt.Errorf("append to item %s: %w", rec.ItemID, err)
 	}
