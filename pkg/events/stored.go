@@ -33,7 +33,9 @@ type Stored struct {
 // twice as fast as the standard library on these small documents.
 var fastJSON = jsoniter.ConfigCompatibleWithStandardLibrary
 
-// ParseStored decodes a stored event body.
+// ParseStored decodes a stored event body. The result shares body's memory
+// (Raw is body; the attributes and Data may point into it): do not modify
+// body afterwards.
 func ParseStored(body []byte) (Stored, error) {
 	if s, ok := scanStored(body); ok {
 		return s, nil

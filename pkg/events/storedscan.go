@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // scanStored reads a stored body the way the ledger writes it (an RFC 8785
 // object: no whitespace, members in a known set) without a general JSON
-// decoder: one string conversion of the whole body, the attributes as
-// substrings of it, the data as a sub-slice. Replaying a long session parses
+// decoder: the attributes are substrings of the body, the data a sub-slice
+// of it, so the caller must not modify body afterwards. Replaying a long session parses
 // every event, so this is most of a replay's CPU after the read itself. It
 // reports false for anything it does not expect (whitespace, an escaped
 // string, a number where a string belongs); ParseStored then decodes the
@@ -21,7 +22,11 @@ func scanStored(body []byte) (Stored, bool) {
 	if n < 2 || body[0] != '{' || body[n-1] != '}' {
 		return s, false
 	}
-	text := string(body) // the attributes are substrings of this one copy
+	// The attributes are substrings of the body itself, not copies: a
+	// replay parses every event of a session, and copying each body would
+	// be most of the garbage it makes. Stored keeps the body as Raw anyway,
+	// and a stored body is never written to once read.
+	text := unsafe.String(&body[0], n)
 	i := 1
 	for i < n-1 {
 		if body[i] != '"' {
