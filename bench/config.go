@@ -23,7 +23,11 @@ const (
 	sectionRecall = "recall"
 )
 
-var allSections = []string{sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionAgents, sectionRecall}
+// The agents section runs first: its workers' durable consumers start at the
+// beginning of the sessions stream, which the other sections fill with
+// millions of events (100k sessions in the memory section alone) that a
+// fresh selector would first have to route past.
+var allSections = []string{sectionAgents, sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionRecall}
 
 // config is the whole configuration of one run.
 type config struct {
@@ -126,6 +130,10 @@ func parseFlags(args []string) (config, error) {
 			c.sections = append(c.sections, s)
 		}
 	}
+	// Sections run in allSections' order, whatever order the flag names.
+	slices.SortStableFunc(c.sections, func(a, b string) int {
+		return slices.Index(allSections, a) - slices.Index(allSections, b)
+	})
 	return c, c.validate()
 }
 
