@@ -21,7 +21,6 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
-	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
@@ -138,9 +137,10 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	run.cleanup = append(run.cleanup, func() { logFile.Close() })
 	log := slog.New(slog.NewTextHandler(logFile, nil))
 
-	if run.rt, err = startRuntime(ctx, demoConfig(run.data, example), log); err != nil {
+	if run.rt, err = startRuntime(ctx, demoConfig(run.data, example), "rath-demo", log); err != nil {
 		return run, err
 	}
+	run.rt.startLoop()
 	run.cleanup = append(run.cleanup, run.rt.stop)
 	fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.url, run.data, logFile.Name())
 
@@ -247,49 +247,6 @@ func demoConfig(data, example string) upConfig {
 	cfg.ToolRunner.Seeds = example
 	cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
 	return cfg
-}
-
-// runtime is an embedded NATS server with every Rath service running on it.
-type runtime struct {
-	url  string
-	nc   *nats.Conn
-	stop func()
-}
-
-// startRuntime starts the server and the services; stop shuts them down in
-// order (services, connection, server) and waits.
-func startRuntime(ctx context.Context, cfg upConfig, log *slog.Logger) (*runtime, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, usageError{err}
-	}
-	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
-	ns, err := embedded.Start(cfg.embedded())
-	if err != nil {
-		return nil, err
-	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("rath-demo"))
-	if err != nil {
-		ns.Shutdown()
-		return nil, fmt.Errorf("connect to the embedded server: %w", err)
-	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	ledger, workers := services(cfg, log)
-	go func() { done <- serve(sctx, nc, ledger, workers...) }()
-	var once sync.Once
-	return &runtime{url: ns.ClientURL(), nc: nc, stop: func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				log.Error("services stopped with an error", "err", err)
-			}
-			nc.Close()
-			ns.Shutdown()
-			ns.WaitForShutdown()
-		})
-	}}, nil
 }
 
 // demoProgress prints events as they arrive and tells when every session of

@@ -10,24 +10,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/replay"
 	worker "github.com/openrath/rath/services/agent-worker/service"
-	memory "github.com/openrath/rath/services/memory-svc/service"
-	selector "github.com/openrath/rath/services/selector/service"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
-	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 // replaySource is the CloudEvents source of what rath replay appends itself.
@@ -192,7 +186,7 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	cfg := demoConfig(data, seeds)
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-replay-%d", os.Getpid())
 	cfg.Worker.Recorded = orig.Stored()
-	rt, err := startPhased(ctx, cfg, log)
+	rt, err := startRuntime(ctx, cfg, "rath-replay", log)
 	if err != nil {
 		return nil, err
 	}
@@ -574,97 +568,6 @@ func indent(s, by string) string {
 		}
 	}
 	return b.String()
-}
-
-// phased is a private runtime that starts in two steps: the ledger and the
-// memory service first, so a replay can start its root session and apply
-// the inputs that follow the start before anything routes it; then the
-// agent loop (selector, agent worker, tool runner). It runs what `rath up`
-// runs (services in up.go), split in those two groups.
-type phased struct {
-	url    string
-	nc     *nats.Conn
-	cfg    upConfig
-	log    *slog.Logger
-	ctx    context.Context
-	base   func()
-	loop   func()
-	mu     sync.Mutex
-	closed bool
-}
-
-func startPhased(ctx context.Context, cfg upConfig, log *slog.Logger) (*phased, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, usageError{err}
-	}
-	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
-	ns, err := embedded.Start(cfg.embedded())
-	if err != nil {
-		return nil, err
-	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("rath-replay"))
-	if err != nil {
-		ns.Shutdown()
-		return nil, fmt.Errorf("connect to the embedded server: %w", err)
-	}
-	p := &phased{url: ns.ClientURL(), nc: nc, cfg: cfg, log: log, ctx: context.WithoutCancel(ctx), loop: func() {}}
-	stopServices := p.run(
-		func(ctx context.Context, nc *nats.Conn) error { return ledger.Run(ctx, nc, cfg.Ledger, log) },
-		func(ctx context.Context, nc *nats.Conn) error {
-			cfg.Memory.Replicas = cfg.Ledger.Store.Replicas
-			return memory.Run(ctx, nc, cfg.Memory, log)
-		})
-	p.base = func() {
-		stopServices()
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	}
-	return p, nil
-}
-
-// run serves the runners (the first as serve's ledger) until the returned
-// stop is called, which waits for them.
-func (p *phased) run(first runner, rest ...runner) func() {
-	ctx, cancel := context.WithCancel(p.ctx)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, p.nc, first, rest...) }()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				p.log.Error("services stopped with an error", "err", err)
-			}
-		})
-	}
-}
-
-// startLoop starts the selector, the agent worker and the tool runner.
-func (p *phased) startLoop() {
-	cfg, log := p.cfg, p.log
-	idle := func(ctx context.Context, _ *nats.Conn) error { <-ctx.Done(); return nil }
-	p.loop = p.run(idle,
-		func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
-		func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) },
-		func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) })
-}
-
-// stopLoop stops the agent loop; the ledger keeps answering.
-func (p *phased) stopLoop() { p.loop() }
-
-// stop stops everything, the agent loop first.
-func (p *phased) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
-	p.closed = true
-	p.loop()
-	p.base()
 }
 
 // errWatched stops a watch once the session closed.

@@ -167,8 +167,8 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 	}
 	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name)
 
-	ledger, workers := services(cfg, log)
-	err = serve(ctx, nc, ledger, workers...)
+	ledger, base, loop := services(cfg, log)
+	err = serve(ctx, nc, ledger, append(base, loop...)...)
 
 	if derr := nc.Drain(); derr != nil {
 		nc.Close()
@@ -207,17 +207,22 @@ func serve(ctx context.Context, nc *nats.Conn, ledger runner, workers ...runner)
 	return errors.Join(werr, <-ledgerDone)
 }
 
-// services returns what `rath up` runs: the ledger, and the workers, one
-// line each.
-func services(cfg upConfig, log *slog.Logger) (runner, []runner) {
-	return func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, cfg.Ledger, log) },
-		[]runner{
-			func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
-			func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) },
-			func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) },
-			func(ctx context.Context, nc *nats.Conn) error {
-				cfg.Memory.Replicas = cfg.Ledger.Store.Replicas
-				return memory.Run(ctx, nc, cfg.Memory, log)
-			},
-		}
+// services returns what `rath up` runs, one line each: the ledger; the
+// services the agent loop builds on (memory); and the agent loop (selector,
+// agent worker, tool runner). A private runtime (rath demo, rath replay)
+// starts the loop when it is ready to be routed.
+func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runner) {
+	ledger = func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, cfg.Ledger, log) }
+	base = []runner{
+		func(ctx context.Context, nc *nats.Conn) error {
+			cfg.Memory.Replicas = cfg.Ledger.Store.Replicas
+			return memory.Run(ctx, nc, cfg.Memory, log)
+		},
+	}
+	loop = []runner{
+		func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
+		func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) },
+		func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) },
+	}
+	return ledger, base, loop
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/embedded"
+)
+
+// runtime is a private Rath: an embedded NATS server with JetStream and the
+// services `rath up` runs, in this process. It starts in two steps: the
+// ledger and the memory service first, so that a caller (rath replay) can
+// start its root session and apply the inputs that follow the start before
+// anything routes it; then, with startLoop, the agent loop (selector, agent
+// worker, tool runner).
+type runtime struct {
+	url    string
+	nc     *nats.Conn
+	log    *slog.Logger
+	ctx    context.Context
+	loops  []runner
+	base   func()
+	loop   func()
+	mu     sync.Mutex
+	closed bool
+}
+
+// startRuntime starts the server, the ledger and the memory service; name
+// names the connection.
+func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logger) (*runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	ns, err := embedded.Start(cfg.embedded())
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name))
+	if err != nil {
+		ns.Shutdown()
+		return nil, fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	ledger, base, loop := services(cfg, log)
+	r := &runtime{url: ns.ClientURL(), nc: nc, log: log, ctx: context.WithoutCancel(ctx), loops: loop, loop: func() {}}
+	stopBase := r.run(ledger, base...)
+	r.base = func() {
+		stopBase()
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+	return r, nil
+}
+
+// run serves the runners (the first as serve's ledger) until the returned
+// stop is called, which waits for them.
+func (r *runtime) run(first runner, rest ...runner) func() {
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, r.nc, first, rest...) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				r.log.Error("services stopped with an error", "err", err)
+			}
+		})
+	}
+}
+
+// startLoop starts the selector, the agent worker and the tool runner.
+func (r *runtime) startLoop() {
+	idle := func(ctx context.Context, _ *nats.Conn) error { <-ctx.Done(); return nil }
+	r.loop = r.run(idle, r.loops...)
+}
+
+// stopLoop stops the agent loop; the ledger keeps answering.
+func (r *runtime) stopLoop() { r.loop() }
+
+// stop stops everything, the agent loop first, then the connection and the
+// server, and waits.
+func (r *runtime) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.loop()
+	r.base()
+}
