@@ -125,24 +125,14 @@ func (h *harness) appendPipelined(ctx context.Context, try int) (attempt, error)
 	use := a.timed(cpu.stop())
 	h.logf("1b: Rath %s (%s; %s)", rath, lats, use.perEvent(n))
 
-	async, err := h.rawChains(rawPrefixAsync, ids, n)
-	if err != nil {
-		return a, err
-	}
 	h.logf("1b raw: %d async publishes, window %d", n, asyncWindow)
-	cpu = h.cpuStart()
-	rawAsyncRate, err := rawAsync(ctx, h.ncRaw, interleave(async))
+	rawAsyncRate, err := h.timedRawAsync(ctx, &a, ids, n)
 	if err != nil {
 		return a, err
 	}
-	a.timed(cpu.stop())
-	cond, err := h.rawChains(rawPrefixCond, ids, n)
+	cond, filters, err := h.condChains(ids, n)
 	if err != nil {
 		return a, err
-	}
-	filters := make([]string, len(ids))
-	for i, id := range ids {
-		filters[i] = rawPrefixCond + "." + id + ".>"
 	}
 	h.logf("1b raw: %d conditional publishes, %d sessions in flight", n, s)
 	cpu = h.cpuStart()
@@ -246,23 +236,13 @@ func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
 	use := a.timed(cpu.stop())
 	h.logf("1d: Rath %s (per batch %s; %s)", rath, lats, use.perEvent(n))
 
-	chains, err := h.rawChains(rawPrefixAsync, ids, n)
+	raw, err := h.timedRawAsync(ctx, &a, ids, n)
 	if err != nil {
 		return a, err
 	}
-	cpu = h.cpuStart()
-	raw, err := rawAsync(ctx, h.ncRaw, interleave(chains))
+	cond, filters, err := h.condChains(ids, n)
 	if err != nil {
 		return a, err
-	}
-	a.timed(cpu.stop())
-	cond, err := h.rawChains(rawPrefixCond, ids, n)
-	if err != nil {
-		return a, err
-	}
-	filters := make([]string, len(ids))
-	for i, id := range ids {
-		filters[i] = rawPrefixCond + "." + id + ".>"
 	}
 	cpu = h.cpuStart()
 	rounds, err := rawCondRounds(ctx, h.ncRaw, cond, filters)
@@ -354,16 +334,10 @@ func (h *harness) appendInbox(ctx context.Context, try int) (attempt, error) {
 	proposeRate := rate{n: n, d: proposeDone}
 	h.logf("1c: stored %s; proposals accepted by JetStream %s; rejected %d", rath, proposeRate, rejected)
 
-	chains, err := h.rawChains(rawPrefixAsync, ids, n)
+	raw, err := h.timedRawAsync(ctx, &a, ids, n)
 	if err != nil {
 		return a, err
 	}
-	cpu = h.cpuStart()
-	raw, err := rawAsync(ctx, h.ncRaw, interleave(chains))
-	if err != nil {
-		return a, err
-	}
-	a.timed(cpu.stop())
 	a.rows = append(a.rows, row{
 		id:      "1c",
 		what:    fmt.Sprintf("append, fire-and-forget: client.Propose to the inbox from %d goroutines, timed until all %d are stored", s, n),
@@ -398,6 +372,37 @@ func (h *harness) rawChains(prefix string, ids []string, n int) ([][]rawMsg, err
 		}
 	}
 	return out, nil
+}
+
+// timedRawAsync seals n events over the sessions as valid chains and times
+// raw async publishing of them, interleaved as concurrent producers would
+// send them; the CPU it used counts toward the attempt.
+func (h *harness) timedRawAsync(ctx context.Context, a *attempt, ids []string, n int) (rate, error) {
+	chains, err := h.rawChains(rawPrefixAsync, ids, n)
+	if err != nil {
+		return rate{}, err
+	}
+	cpu := h.cpuStart()
+	r, err := rawAsync(ctx, h.ncRaw, interleave(chains))
+	if err != nil {
+		return rate{}, err
+	}
+	a.timed(cpu.stop())
+	return r, nil
+}
+
+// condChains seals each session's share of n events for the conditional
+// raw runs, with each session's subject filter.
+func (h *harness) condChains(ids []string, n int) ([][]rawMsg, []string, error) {
+	chains, err := h.rawChains(rawPrefixCond, ids, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	filters := make([]string, len(ids))
+	for i, id := range ids {
+		filters[i] = rawPrefixCond + "." + id + ".>"
+	}
+	return chains, filters, nil
 }
 
 // rejections counts the recorded rejections.
