@@ -147,6 +147,8 @@ type Session struct {
 	Created  time.Time         `json:"created"`
 	Updated  time.Time         `json:"updated"`
 	Seq      uint64            `json:"seq"`
+	// Purged is set once an archived session's events left the hot stream.
+	Purged bool `json:"purged,omitempty"`
 }
 
 // ListReply lists sessions, oldest first.

@@ -376,6 +376,14 @@ func (l *Ledger) purge(ctx context.Context, id, reason string) (api.Ack, error) 
 		return api.Ack{}, unavailable(err)
 	}
 	l.log.Info("session purged from the hot stream", "session", id, "bundle", arch.BundleRef, "up_to", arch.HeadSeq)
+	// Only now, with both the event and the purge done, may the retention
+	// pass skip the session for good.
+	if rec, err := l.store.GetRecord(ctx, id); err == nil && !rec.Purged {
+		rec.Purged = true
+		if err := l.store.PutRecord(ctx, rec); err != nil {
+			l.log.Warn("session index not updated", "session", id, "err", err)
+		}
+	}
 	return a, nil
 }
 

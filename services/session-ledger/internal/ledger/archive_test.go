@@ -302,6 +302,11 @@ func TestRetentionPassArchivesAndPurgesOnceAcrossLedgers(t *testing.T) {
 	if rep := pass(a); len(rep.Archived)+len(rep.Purged)+len(rep.Skipped) != 0 {
 		t.Fatalf("a pass after everything is done did %+v", rep)
 	}
+	// The index marks the session purged, so later passes skip it without
+	// reading the stream.
+	if rec, err := r.store.GetRecord(ctx, "s1"); err != nil || !rec.Purged {
+		t.Fatalf("index record of s1: %+v %v, want purged", rec, err)
+	}
 	st, err := r.c.State(ctx, "s2", 0)
 	if err != nil || st.Status != session.StatusActive {
 		t.Fatalf("active session touched: %+v %v", st, err)

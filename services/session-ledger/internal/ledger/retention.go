@@ -93,10 +93,18 @@ func (l *Ledger) Retain(ctx context.Context) (RetentionReport, error) {
 			}
 			rep.Archived = append(rep.Archived, r.ID)
 		case session.StatusArchived:
-			if pol.PurgeAfter == 0 || now.Sub(r.Updated) < pol.PurgeAfter {
+			if r.Purged || pol.PurgeAfter == 0 || now.Sub(r.Updated) < pol.PurgeAfter {
 				continue
 			}
-			if done, err := l.purgedFromHot(ctx, r.ID); err != nil || done {
+			// The purged event may be stored while its purge did not run
+			// (a crash in between): the index marks a session purged only
+			// once both ran, and this finishes the purge otherwise.
+			done, err := l.purgedFromHot(ctx, r.ID)
+			if err != nil {
+				rep.Skipped[r.ID] = err.Error()
+				continue
+			}
+			if done {
 				continue
 			}
 			if _, err := l.purge(ctx, r.ID, fmt.Sprintf("retention: archived for more than %s", pol.PurgeAfter)); err != nil {
