@@ -49,8 +49,12 @@ func (s *Store) Last(ctx context.Context, session string) (Msg, error) {
 	return Msg{StreamSeq: m.Sequence, Subject: m.Subject, Header: m.Header, Body: m.Data}, nil
 }
 
-// scanBatch is how many messages one batched direct get returns.
-const scanBatch = 512
+// scanBatch is how many messages one batched direct get returns at most;
+// firstScanBatch is the first batch of a scan.
+const (
+	scanBatch      = 512
+	firstScanBatch = 16
+)
 
 type directGetRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
@@ -82,8 +86,12 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 	}
 	defer sub.Unsubscribe()
 	api := "$JS.API.DIRECT.GET." + stream
+	// Batches start small and double: many scans stop after a few events
+	// (an event at N, the first of a session), and the server sends a
+	// whole batch whether or not the caller wants it.
+	batch := firstScanBatch
 	for upTo == 0 || from <= upTo {
-		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: scanBatch, UpToSeq: upTo})
+		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: batch, UpToSeq: upTo})
 		if err := nc.PublishRequest(api, inbox, req); err != nil {
 			return fmt.Errorf("scan %s: %w", filter, err)
 		}
@@ -124,10 +132,13 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 		if !more {
 			return nil
 		}
-		if got == scanBatch {
+		if got == batch && batch == scanBatch {
 			// A long read: an ordered consumer streams the rest at a
 			// fraction of the server's cost per message of direct gets.
 			return streamRest(ctx, nc, stream, filter, from, upTo, fn)
+		}
+		if got == batch {
+			batch = min(2*batch, scanBatch)
 		}
 	}
 	return nil

@@ -96,7 +96,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	defer stopServing()
 	go func() { _ = waitItems(); stopServing() }()
 	go func() { _ = sessions.Wait(); stopServing() }()
-	m := memory.New(backend, items, sessions, c)
+	m := memory.New(backend, items, sessions, c, memory.WithSessionIndex(store))
 	// The remember tool is served beside the API, by every process, from
 	// one durable consumer; if it cannot be served the service stops.
 	toolDone := make(chan error, 1)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
@@ -35,6 +36,7 @@ type Memory struct {
 	items    *Items
 	sessions *Sessions
 	ledger   *client.Client
+	index    *eventstore.Store // nil: every check asks the ledger
 	now      func() time.Time
 }
 
@@ -43,6 +45,13 @@ type Option func(*Memory)
 
 // WithClock sets the clock of record times (tests).
 func WithClock(now func() time.Time) Option { return func(m *Memory) { m.now = now } }
+
+// WithSessionIndex lets a write check that its session exists in the
+// ledger's session index, a key-value read, before asking the ledger for
+// the session's first event (the fallback, and the authority).
+func WithSessionIndex(store *eventstore.Store) Option {
+	return func(m *Memory) { m.index = store }
+}
 
 // New returns a Memory. items must be following backend, sessions the
 // sessions stream.
@@ -253,6 +262,11 @@ func (m *Memory) append(ctx context.Context, rec memoryapi.Record, mustExist boo
 // sequence; with no IDs it only checks that the session exists.
 func (m *Memory) resolve(ctx context.Context, session string, ids []string) ([]uint64, error) {
 	if len(ids) == 0 {
+		if m.index != nil {
+			if _, err := m.index.GetRecord(ctx, session); err == nil {
+				return nil, nil
+			}
+		}
 		if _, err := m.ledger.LogRaw(ctx, session, 1, 1, 1); err != nil {
 			return nil, fmt.Errorf("session %s: %w", session, err)
 		}
