@@ -144,6 +144,9 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 		return fmt.Errorf("tool server %s: %w", t.Name, err)
 	}
 	if err := register(ctx, store, t); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
 	}
 	s := &server{t: t, durable: Durable(t.Name), c: c, store: store, schema: schema,
