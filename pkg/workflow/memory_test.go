@@ -218,3 +218,26 @@ func TestMemoryProblems(t *testing.T) {
 		})
 	}
 }
+
+// A memory rule that matches a memory write would match its own write again
+// without end: it never wins on rath.memory.written, though it still shows
+// as a candidate.
+func TestMemoryRuleDoesNotFeedItself(t *testing.T) {
+	w := mustParse(t, `name: loop
+agents: [{name: a, provider: openai}]
+memory: {scope: "project:x"}
+rules:
+  - name: echo
+    when: event.type == "rath.memory.written"
+    route: {memory: {content: '"again: " + event.data.content', evidence: tool_result}}
+`)
+	act := activation(t, &events.SessionStarted{},
+		&events.MemoryWritten{ItemID: "m1", Version: 1, Content: "x", Scope: "project:x",
+			Provenance: events.Provenance{Session: "s", Evidence: "tool_result"}})
+	for name, decide := range map[string]func(map[string]any) (workflow.Decision, bool, error){"Decide": w.Decide, "DecideMemory": w.DecideMemory} {
+		d, ok, err := decide(act)
+		if err != nil || ok {
+			t.Fatalf("%s: %+v %v %v, want no decision", name, d, ok, err)
+		}
+	}
+}

@@ -77,7 +77,7 @@ func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
 			continue
 		}
 		d.Candidates = append(d.Candidates, r.Name)
-		if won < 0 && !(busy && r.Route.Kind() == RouteAgent) {
+		if won < 0 && !(busy && r.Route.Kind() == RouteAgent) && !feedsItself(r, act) {
 			won = i
 		}
 	}
@@ -131,7 +131,7 @@ func (w *Workflow) DecideMemory(act map[string]any) (Decision, bool, error) {
 			continue
 		}
 		d.Candidates = append(d.Candidates, r.Name)
-		if won < 0 {
+		if won < 0 && !feedsItself(r, act) {
 			won = i
 		}
 	}
@@ -263,4 +263,13 @@ func turnInFlight(act map[string]any) bool {
 	st, _ := act["state"].(map[string]any)
 	busy, _ := st["turn_in_flight"].(bool)
 	return busy
+}
+
+// feedsItself reports a memory rule matching a memory write: its own write
+// would match it again, without end. Such a rule never wins on a
+// rath.memory.written event; it still counts as a candidate, so the
+// decision records that it held.
+func feedsItself(r *Rule, act map[string]any) bool {
+	ev, _ := act["event"].(map[string]any)
+	return r.Route.Memory != nil && ev["type"] == events.TypeMemoryWritten
 }
