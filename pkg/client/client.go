@@ -150,6 +150,29 @@ func (c *Client) Log(ctx context.Context, id string, from, to uint64, limit int)
 	return out, nil
 }
 
+// Events calls fn for every event of a session's logical log with
+// from <= seq <= to (to 0: the head), in order, however many pages that
+// takes; an error from fn stops it and is returned.
+func (c *Client) Events(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error {
+	for to == 0 || from <= to {
+		page, err := c.Log(ctx, id, from, to, 0)
+		if err != nil {
+			return err
+		}
+		for _, ev := range page {
+			if err := fn(ev); err != nil {
+				return err
+			}
+		}
+		// Log reads pages until it has a full one or the range ends.
+		if len(page) < api.MaxLogPage {
+			return nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	return nil
+}
+
 // LogRaw is Log returning each event as stored JSON.
 func (c *Client) LogRaw(ctx context.Context, id string, from, to uint64, limit int) ([]json.RawMessage, error) {
 	if limit <= 0 || limit > api.MaxLogPage {

@@ -92,25 +92,18 @@ func Build(ctx context.Context, c *client.Client, session string, opts Options) 
 	return d, nil
 }
 
-// ownEvents reads a session's own events from..to, as stored.
+// ownEvents reads a session's own events from..to, as stored; all of them,
+// since the lineage reported to as the head.
 func ownEvents(ctx context.Context, c *client.Client, id string, from, to uint64) ([]events.Stored, error) {
 	var out []events.Stored
-	for from <= to {
-		raws, err := c.LogRaw(ctx, id, from, to, 0)
-		if err != nil {
-			return nil, err
-		}
-		if len(raws) == 0 {
-			return nil, fmt.Errorf("log of %s: no events from %d (head %d)", id, from, to)
-		}
-		for _, raw := range raws {
-			ev, err := events.ParseStored(raw)
-			if err != nil {
-				return nil, fmt.Errorf("log of %s: %w", id, err)
-			}
-			out = append(out, ev)
-			from = ev.Seq + 1
-		}
+	if err := c.Events(ctx, id, from, to, func(ev events.Stored) error {
+		out = append(out, ev)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if next := from + uint64(len(out)); next <= to {
+		return nil, fmt.Errorf("log of %s: no events from %d (head %d)", id, next, to)
 	}
 	return out, nil
 }

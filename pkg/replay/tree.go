@@ -209,19 +209,9 @@ func Read(ctx context.Context, c *client.Client, session string) (*Tree, error) 
 // page.
 func OwnEvents(ctx context.Context, c *client.Client, id string, from, to uint64) ([]events.Stored, error) {
 	var out []events.Stored
-	for to == 0 || from <= to {
-		page, err := c.Log(ctx, id, from, to, 0)
-		if err != nil {
-			return nil, err
-		}
-		if len(page) == 0 {
-			break
-		}
-		out = append(out, page...)
-		from = page[len(page)-1].Seq + 1
-		if to == 0 && len(page) < api.MaxLogPage {
-			break
-		}
-	}
-	return out, nil
+	err := c.Events(ctx, id, from, to, func(ev events.Stored) error {
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
 }

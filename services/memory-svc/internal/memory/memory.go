@@ -7,7 +7,6 @@ package memory
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -273,27 +272,18 @@ func (m *Memory) resolve(ctx context.Context, session string, ids []string) ([]u
 		return nil, nil
 	}
 	found := map[string]uint64{}
-	for from := uint64(1); ; {
-		page, err := m.ledger.LogRaw(ctx, session, from, 0, api.MaxLogPage)
-		if err != nil {
-			return nil, fmt.Errorf("session %s: %w", session, err)
+	errFound := errors.New("found")
+	err := m.ledger.Events(ctx, session, 1, 0, func(ev events.Stored) error {
+		if slices.Contains(ids, ev.ID) {
+			found[ev.ID] = ev.Seq
 		}
-		for _, raw := range page {
-			var h struct {
-				ID  string `json:"id"`
-				Seq uint64 `json:"rathseq"`
-			}
-			if err := json.Unmarshal(raw, &h); err != nil {
-				return nil, memoryapi.Errorf(memoryapi.CodeUnavailable, "session %s: %v", session, err)
-			}
-			if slices.Contains(ids, h.ID) {
-				found[h.ID] = h.Seq
-			}
-			from = h.Seq + 1
+		if len(found) == len(ids) {
+			return errFound
 		}
-		if len(found) == len(ids) || len(page) < api.MaxLogPage {
-			break
-		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return nil, fmt.Errorf("session %s: %w", session, err)
 	}
 	seqs := make([]uint64, len(ids))
 	for i, id := range ids {
