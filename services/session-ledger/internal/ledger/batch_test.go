@@ -181,8 +181,23 @@ func TestMalformedBatch(t *testing.T) {
 	if br.Results[0].Error == nil || br.Results[0].Error.Code != api.CodeMalformed || br.Results[1].Ack == nil || br.Results[1].Ack.Seq != 2 {
 		t.Fatalf("results: %s", reply.Data)
 	}
-	if n := len(r.rejections(t, "unknown")); n != 3 {
-		t.Fatalf("%d rejections recorded without a session, want 3 (two bodies, one member)", n)
+	// More than api.MaxBatch proposals: refused as a whole, and recorded.
+	tooMany := "[" + strings.Repeat(string(raw)+",", api.MaxBatch) + string(raw) + "]"
+	reply, err = r.nc.Request(events.SubjectBatch, []byte(tooMany), testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := reply.Header.Get(api.HeaderError); code != string(api.CodeTooLarge) {
+		t.Fatalf("%d proposals: error header %q, body %.200s", api.MaxBatch+1, code, reply.Data)
+	}
+	if n := len(r.rejections(t, "unknown")); n != 4 {
+		t.Fatalf("%d rejections recorded without a session, want 4 (three bodies, one member)", n)
+	}
+	if st, _ := r.c.State(context.Background(), "m", 0); st.Seq != 2 {
+		t.Fatalf("head of m %d after the refused batch, want 2", st.Seq)
+	}
+	if _, err := r.c.AppendBatch(context.Background(), make([]event.Event, api.MaxBatch+1)); api.CodeOf(err) != api.CodeTooLarge {
+		t.Fatalf("client.AppendBatch of %d: %v, want too_large", api.MaxBatch+1, err)
 	}
 }
 
