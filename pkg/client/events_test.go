@@ -22,7 +22,9 @@ func TestEventsReadsEveryPage(t *testing.T) {
 	_, nc := natstest.Start(t)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
 	t.Cleanup(func() { stop(); <-done })
 	c, err := client.New(nc)
 	if err != nil {
