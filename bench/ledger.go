@@ -118,7 +118,7 @@ func startInProcess(ns *server.Server, name, logPath string) (*ledgerRun, error)
 		logf.Close()
 		return nil, err
 	}
-	cfg := service.DefaultConfig()
+	cfg := service.ConfigIn(filepath.Dir(logPath))
 	cfg.Ledger.Name = name
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &ledgerRun{name: name, logPath: logPath, exited: make(chan struct{}), cancel: cancel, nc: nc}
@@ -138,7 +138,7 @@ func startProcess(bin, url, name, logPath, profDir string) (*ledgerRun, error) {
 	if profDir != "" {
 		env = append(env, "RATH_BENCH_PROFILE_DIR="+profDir)
 	}
-	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--name", name}, env)
+	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--name", name, "--key", service.KeyFileIn(filepath.Dir(logPath))}, env)
 	if err != nil {
 		return nil, fmt.Errorf("start ledger: %w", err)
 	}

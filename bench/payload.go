@@ -16,11 +16,18 @@ const source = "rath/bench"
 // and the raw runs handle the same bytes.
 type payloads struct {
 	content string
+	// key signs the raw reference chains like the ledger signs its events,
+	// so both store bodies of the same size.
+	key *events.SigningKey
 }
 
 func newPayloads(chunkBytes int) payloads {
 	const text = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. "
-	return payloads{content: strings.Repeat(text, chunkBytes/len(text)+1)[:chunkBytes]}
+	key, err := events.GenerateSigningKey()
+	if err != nil {
+		panic(err) // crypto/rand failed: nothing can run
+	}
+	return payloads{content: strings.Repeat(text, chunkBytes/len(text)+1)[:chunkBytes], key: key}
 }
 
 // chunk is a chunk proposal for a session, as a client sends it.
@@ -61,7 +68,7 @@ func (p payloads) sealedChain(prefix, sessionID string, n int) ([]rawMsg, error)
 		if err != nil {
 			return nil, err
 		}
-		body, hash, err := events.Seal(&ev, uint64(i+1), prev)
+		body, hash, err := events.Seal(&ev, uint64(i+1), prev, p.key)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +88,7 @@ func (p payloads) sizes() (proposal, stored int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	body, _, err := events.Seal(&ev, 12345, strings.Repeat("0", 64))
+	body, _, err := events.Seal(&ev, 12345, strings.Repeat("0", 64), p.key)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -45,7 +45,7 @@ func start(t *testing.T) *runtime {
 	lctx, lcancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
 	ldone := make(chan error, 1)
-	go func() { ldone <- ledger.Run(lctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { ldone <- ledger.Run(lctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 
 	tr := toolrunner.DefaultConfig()
 	tr.Sandbox.Root = t.TempDir()

@@ -781,7 +781,7 @@ func startInProcess(t *testing.T) *inProcess {
 		}
 	})
 	quiet := slog.New(slog.DiscardHandler)
-	p.run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) })
+	p.run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) })
 	p.run(t, "selector", func(ctx context.Context) error { return selector.Run(ctx, nc, selector.DefaultConfig(), quiet) })
 	tr := toolrunner.DefaultConfig()
 	tr.Sandbox.Root, tr.Seeds = t.TempDir(), seeds

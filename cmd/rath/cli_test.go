@@ -57,7 +57,7 @@ func startLedger(t *testing.T) string {
 	ns, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.DiscardHandler)) }()
+	go func() { done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -65,7 +65,8 @@ func (e *brokenError) Error() string {
 //	   invalid_session, session_exists, session_closed, stale_sequence,
 //	   bad_transition, use_operation, nothing_to_merge, too_large,
 //	   duplicate_id, invalid_scope, unknown_event
-//	5  verify found a broken chain
+//	5  verify found a broken chain or a forged event, or the ledger refused
+//	   a damaged session (damaged)
 //	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
 //	   answered unavailable or conflict; retrying later may succeed
 //	7  replay diverged: a re-execution did not reproduce the original
@@ -99,6 +100,8 @@ func exitCode(err error) int {
 			return exitRefused
 		case api.CodeUnavailable, api.CodeConflict:
 			return exitUnavailable
+		case api.CodeDamaged:
+			return exitBroken
 		}
 	case noAnswer(err):
 		return exitUnavailable

@@ -70,7 +70,7 @@ func toolRunnerDefaults() toolrunner.Config {
 
 // Validate reports every problem at once.
 func (c upConfig) Validate() error {
-	errs := []error{c.Ledger.Validate(), c.ToolRunner.Validate()}
+	errs := []error{c.ledger().Validate(), c.ToolRunner.Validate()}
 	if c.NATSURL == "" {
 		if c.Sync != syncAlways && c.Sync != syncInterval {
 			errs = append(errs, fmt.Errorf("--sync must be %s or %s, got %q", syncAlways, syncInterval, c.Sync))
@@ -78,6 +78,16 @@ func (c upConfig) Validate() error {
 		errs = append(errs, c.embedded().Validate())
 	}
 	return errors.Join(errs...)
+}
+
+// ledger is the ledger's configuration, its signing key kept in the data
+// directory (<data>/keys/ledger.key) unless one is named.
+func (c upConfig) ledger() service.Config {
+	l := c.Ledger
+	if l.KeyFile == "" && l.Ledger.Key == nil {
+		l.KeyFile = service.KeyFileIn(c.Data)
+	}
+	return l
 }
 
 func (c upConfig) embedded() embedded.Config {
@@ -212,7 +222,7 @@ func serve(ctx context.Context, nc *nats.Conn, ledger runner, workers ...runner)
 // agent worker, tool runner). A private runtime (rath demo, rath replay)
 // starts the loop when it is ready to be routed.
 func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runner) {
-	ledger = func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, cfg.Ledger, log) }
+	ledger = func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, cfg.ledger(), log) }
 	base = []runner{
 		func(ctx context.Context, nc *nats.Conn) error {
 			cfg.Memory.Replicas = cfg.Ledger.Store.Replicas

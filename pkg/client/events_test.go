@@ -23,7 +23,7 @@ func TestEventsReadsEveryPage(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	t.Cleanup(func() { stop(); <-done })
 	c, err := client.New(nc)

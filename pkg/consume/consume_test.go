@@ -26,7 +26,7 @@ func setup(t *testing.T) (*nats.Conn, *client.Client) {
 	_, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), quiet) }()
+	go func() { done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), quiet) }()
 	t.Cleanup(func() { cancel(); <-done })
 	c, err := client.New(nc)
 	if err != nil {

@@ -124,7 +124,7 @@ func TestCanonicalFallsBack(t *testing.T) {
 	if _, ok := canonicalEvent(&e); ok {
 		t.Fatal("invalid UTF-8 took the direct path")
 	}
-	if _, _, err := Seal(&e, 1, ""); err == nil {
+	if _, _, err := Seal(&e, 1, "", testKey); err == nil {
 		t.Fatal("sealed a subject that is not UTF-8")
 	}
 	e.SetSubject("s-1")
@@ -132,7 +132,7 @@ func TestCanonicalFallsBack(t *testing.T) {
 	if _, ok := canonicalEvent(&e); ok {
 		t.Fatal("base64 data took the direct path")
 	}
-	body, hash, err := Seal(&e, 1, "")
+	body, hash, err := Seal(&e, 1, "", testKey)
 	if err != nil {
 		t.Fatalf("seal: %v", err)
 	}

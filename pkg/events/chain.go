@@ -17,9 +17,10 @@ import (
 // changing, inserting, removing or reordering any stored event breaks the
 // chain from that point on. Any language with a JCS library can check it.
 
-// Seal sets the event's sequence and previous hash, computes its chain hash
-// and returns the body to store (structured-mode JSON) and the hash.
-func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
+// Seal sets the event's sequence and previous hash, computes its chain hash,
+// signs it with key (nil leaves it unsigned: only tests forge events) and
+// returns the body to store (structured-mode JSON) and the hash.
+func Seal(e *event.Event, seq uint64, prev string, key *SigningKey) ([]byte, string, error) {
 	if seq == 0 || seq > math.MaxInt32 {
 		// rathseq is a CloudEvents Integer (signed 32-bit).
 		return nil, "", fmt.Errorf("seal event %s: sequence %d outside 1..%d", e.ID(), seq, math.MaxInt32)
@@ -31,6 +32,7 @@ func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
 		e.SetExtension(ExtPrev, nil) // nil deletes; Extensions() is a copy
 	}
 	e.SetExtension(ExtHash, nil)
+	e.SetExtension(ExtSig, nil)
 	canon, ok := canonicalEvent(e)
 	if !ok {
 		var err error
@@ -41,12 +43,21 @@ func Seal(e *event.Event, seq uint64, prev string) ([]byte, string, error) {
 	sum := sha256.Sum256(canon)
 	hash := hex.EncodeToString(sum[:])
 	e.SetExtension(ExtHash, hash)
-	// The stored body is the canonical form with the hash appended as a last
-	// member; a verifier removes it again before hashing.
-	body := make([]byte, 0, len(canon)+len(hash)+14)
+	var sig string
+	if key != nil {
+		sig = key.Sign(e.Subject(), seq, hash)
+		e.SetExtension(ExtSig, sig)
+	}
+	// The stored body is the canonical form with the hash and the signature
+	// appended as last members; a verifier removes them again before hashing.
+	body := make([]byte, 0, len(canon)+len(hash)+len(sig)+26)
 	body = append(body, canon[:len(canon)-1]...)
 	body = append(body, `,"`+ExtHash+`":"`...)
 	body = append(body, hash...)
+	if sig != "" {
+		body = append(body, `","`+ExtSig+`":"`...)
+		body = append(body, sig...)
+	}
 	body = append(body, `"}`...)
 	return body, hash, nil
 }
@@ -66,13 +77,14 @@ func canonicalGeneral(e *event.Event) ([]byte, error) {
 }
 
 // ComputeHash recomputes the chain hash of a stored body, ignoring the
-// rathhash it claims. Compare the result with that claim to detect tampering.
+// rathhash and rathsig it carries. Compare the result with that claim to detect tampering.
 func ComputeHash(body []byte) (string, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return "", fmt.Errorf("compute hash: %w", err)
 	}
 	delete(m, ExtHash)
+	delete(m, ExtSig)
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return "", fmt.Errorf("compute hash: %w", err)

@@ -13,7 +13,7 @@ func TestSealIsVerifiableAndResealable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, prev := range []string{"", "aa", "bb"} { // a retry seals the same event again
-		body, hash, err := events.Seal(&ev, uint64(i+1), prev)
+		body, hash, err := events.Seal(&ev, uint64(i+1), prev, testKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestSealIsVerifiableAndResealable(t *testing.T) {
 
 func TestComputeHashSeesEveryChange(t *testing.T) {
 	ev, _ := events.New("s1", &events.ChunkAppended{Role: events.RoleUser, Content: "a"})
-	body, hash, _ := events.Seal(&ev, 1, "")
+	body, hash, _ := events.Seal(&ev, 1, "", testKey)
 	for _, edit := range []struct{ from, to string }{
 		{`"content":"a"`, `"content":"b"`},
 		{`"rathseq":1`, `"rathseq":2`},

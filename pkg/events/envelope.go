@@ -151,6 +151,9 @@ func Prev(e event.Event) string { return stringExt(e, ExtPrev) }
 // Hash returns the event's own chain hash.
 func Hash(e event.Event) string { return stringExt(e, ExtHash) }
 
+// Sig returns the ledger's signature of the event (see SigningKey).
+func Sig(e event.Event) string { return stringExt(e, ExtSig) }
+
 // Causation returns the causation ID.
 func Causation(e event.Event) string { return stringExt(e, ExtCausation) }
 

@@ -21,6 +21,7 @@ type Stored struct {
 	Seq         uint64          `json:"rathseq"`
 	Prev        string          `json:"rathprev,omitempty"`
 	Hash        string          `json:"rathhash"`
+	Sig         string          `json:"rathsig,omitempty"`
 	Causation   string          `json:"causationid,omitempty"`
 	Correlation string          `json:"correlationid,omitempty"`
 	Data        json.RawMessage `json:"data,omitempty"`

@@ -93,6 +93,8 @@ func setAttribute(s *Stored, key string, body []byte, text string, v, end int) b
 		s.Prev, ok = str()
 	case ExtHash:
 		s.Hash, ok = str()
+	case ExtSig:
+		s.Sig, ok = str()
 	case ExtCausation:
 		s.Causation, ok = str()
 	case ExtCorrelation:

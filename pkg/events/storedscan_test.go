@@ -47,7 +47,7 @@ func TestScanStoredMatchesDecoder(t *testing.T) {
 				if seq > 1 {
 					prev = strings.Repeat("ab", 32)
 				}
-				body, _, err := Seal(&e, seq, prev)
+				body, _, err := Seal(&e, seq, prev, testKey)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -60,7 +60,7 @@ func TestScanStoredMatchesDecoder(t *testing.T) {
 	noData.SetType(TypeSessionPaused)
 	noData.SetSource("rath")
 	noData.SetSubject("s-1")
-	body, _, err := Seal(&noData, 3, "x")
+	body, _, err := Seal(&noData, 3, "x", testKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,9 @@ const (
 	// BucketBlobs is the object store of large evidence (model request and
 	// response bodies, tool output, diffs), named by content hash.
 	BucketBlobs = "rath-blobs"
+	// BucketHeads holds each session's last signed head, apart from its
+	// log, so that a log cut short is seen (the ledger's only writer).
+	BucketHeads = "rath-heads"
 
 	logPrefix     = "rath.log."
 	livePrefix    = "rath.session."

@@ -70,6 +70,7 @@ type Store struct {
 	index     jetstream.KeyValue
 	blobs     jetstream.ObjectStore
 	tools     jetstream.KeyValue
+	heads     jetstream.KeyValue // nil in an attached store: the ledger's alone
 	cfg       Config
 }
 
@@ -158,6 +159,15 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketTools, err)
+	}
+	if s.heads, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      events.BucketHeads,
+		Description: "Rath: each session's last signed head (a receipt of its last event), key = session",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", events.BucketHeads, err)
 	}
 	if s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      events.BucketBlobs,

@@ -33,7 +33,7 @@ func sealed(t *testing.T, id string, seq uint64, prev string) ([]byte, string, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, hash, err := events.Seal(&ev, seq, prev)
+	body, hash, err := events.Seal(&ev, seq, prev, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,3 +184,12 @@ func TestBlobsAreContentAddressed(t *testing.T) {
 		t.Fatalf("missing blob: %v", err)
 	}
 }
+
+// testKey signs the events the tests seal, as a ledger would.
+var testKey = func() *events.SigningKey {
+	k, err := events.GenerateSigningKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()

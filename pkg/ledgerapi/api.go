@@ -35,6 +35,7 @@ const (
 	CodeTooLarge       Code = "too_large"         // the stored event would exceed the size limit
 	CodeDuplicateID    Code = "duplicate_id"      // the event ID is stored already, in another session
 	CodeConflict       Code = "conflict"          // concurrent appenders kept winning; retry
+	CodeDamaged        Code = "damaged"           // a stored event is not the ledger's (forged, altered or lost): nothing more is appended
 	CodeUnavailable    Code = "unavailable"       // JetStream or the ledger failed; retry
 )
 
@@ -76,10 +77,14 @@ type ErrorReply struct {
 
 // Ack is the reply to an accepted proposal, fork or merge.
 type Ack struct {
-	ID        string `json:"id"`
-	Session   string `json:"session"`
-	Seq       uint64 `json:"seq"`
-	Hash      string `json:"hash"`
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	Seq     uint64 `json:"seq"`
+	Hash    string `json:"hash"`
+	// Sig is the ledger's signature of Session, Seq and Hash (the event's
+	// rathsig): with it the ack is a receipt that proves, to anyone holding
+	// the ledger's public key, that the ledger accepted the event there.
+	Sig       string `json:"sig,omitempty"`
 	StreamSeq uint64 `json:"stream_seq"`
 	// Duplicate is true when the event ID was stored before: the ack is the
 	// original's and nothing new was stored.
@@ -222,8 +227,15 @@ type Report struct {
 	OK       bool   `json:"ok"`
 	Head     uint64 `json:"head"`
 	HeadHash string `json:"head_hash,omitempty"`
-	Checked  int    `json:"checked"`
-	Fault    *Fault `json:"fault,omitempty"`
+	// HeadSig is the ledger's signature of the head (its rathsig), which
+	// vouches for every event below it; KeyID names the key that made it.
+	HeadSig string `json:"head_sig,omitempty"`
+	KeyID   string `json:"key_id,omitempty"`
+	Checked int    `json:"checked"`
+	// Signatures is how many signatures were checked: the head's, and more
+	// only to find a bad one.
+	Signatures int    `json:"signatures"`
+	Fault      *Fault `json:"fault,omitempty"`
 }
 
 // Fault is the first place a chain does not hold.

@@ -62,7 +62,7 @@ func setup(t *testing.T) *rig {
 	_, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { done <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

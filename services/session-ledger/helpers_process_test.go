@@ -66,11 +66,24 @@ type ledgerProc struct {
 	err    error         // Wait's result, valid after exited
 }
 
+// keyFiles holds each test's signing key file: the ledgers of one test share
+// it, as the ledgers of one deployment do.
+var keyFiles sync.Map // *testing.T → string
+
+func keyFileOf(t *testing.T) string {
+	if f, ok := keyFiles.Load(t); ok {
+		return f.(string)
+	}
+	f, _ := keyFiles.LoadOrStore(t, filepath.Join(t.TempDir(), "ledger.key"))
+	t.Cleanup(func() { keyFiles.Delete(t) })
+	return f.(string)
+}
+
 // startLedger runs a ledger process against url and waits until it logs that
 // it is serving. The process is killed at the end of the test if it still runs.
 func startLedger(t *testing.T, url, name string, extra ...string) *ledgerProc {
 	t.Helper()
-	args := append([]string{"--nats", url, "--name", name, "--snapshot-every", "8"}, extra...)
+	args := append([]string{"--nats", url, "--name", name, "--snapshot-every", "8", "--key", keyFileOf(t)}, extra...)
 	p := &ledgerProc{name: name, stderr: &proctest.LogBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ledgerBinary(t), args...)
 	p.cmd.Stderr = p.stderr

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -18,6 +19,9 @@ import (
 
 func main() {
 	cfg := service.DefaultConfig()
+	flag.StringVar(&cfg.KeyFile, "key", daemon.EnvOr("RATH_LEDGER_KEY", "keys/ledger.key"), "the ledger's ed25519 signing key (PKCS #8 PEM), created with keys/ledger.pub beside it if missing; ledgers of one deployment share it (env RATH_LEDGER_KEY)")
+	var trusted string
+	flag.StringVar(&trusted, "trust", "", "comma-separated public key files (PKIX PEM) of earlier keys or other ledgers whose signatures to accept")
 	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	flag.DurationVar(&cfg.Store.DedupeWindow, "dedupe-window", cfg.Store.DedupeWindow, "how long an event ID is remembered for deduplication")
 	flag.Uint64Var(&cfg.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")
@@ -27,6 +31,9 @@ func main() {
 	flag.IntVar(&cfg.Ledger.CacheSessions, "cache-sessions", cfg.Ledger.CacheSessions, "sessions whose state stays in memory")
 	flag.StringVar(&cfg.Ledger.Name, "name", fmt.Sprintf("ledger-%d", os.Getpid()), "instance name in logs and rejections")
 	daemon.Main("session-ledger", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		if trusted != "" {
+			cfg.TrustedKeyFiles = strings.Split(trusted, ",")
+		}
 		return service.Run(ctx, nc, cfg, log)
 	})
 }

@@ -39,7 +39,7 @@ func setup(t *testing.T, n int) *rig {
 	ns, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ldone := make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { ldone <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan error, n)
 	for range n {
@@ -131,7 +131,7 @@ func TestMemoryServiceRunsAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ldone := make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { ldone <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
 	go func() { mdone <- service.Run(mctx, nc, service.DefaultConfig(), quiet) }()

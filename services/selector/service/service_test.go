@@ -38,7 +38,7 @@ func setup(t *testing.T) *rig {
 	ctx, cancel := context.WithCancel(context.Background())
 	sctx, scancel := context.WithCancel(ctx)
 	ldone, sdone := make(chan error, 1), make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { ldone <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	go func() { sdone <- service.Run(sctx, nc, service.DefaultConfig(), quiet) }()
 	t.Cleanup(func() {
 		// Workers stop before the ledger they write through.

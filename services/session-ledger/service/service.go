@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 
@@ -19,6 +20,12 @@ import (
 type Config struct {
 	Store  eventstore.Config
 	Ledger ledger.Config
+	// KeyFile is the ledger's signing key (PKCS #8 PEM), created with its
+	// public key beside it when missing; used unless Ledger.Key is set.
+	KeyFile string
+	// TrustedKeyFiles are public keys (PKIX PEM) of earlier rotations or of
+	// other ledgers whose signed events this ledger accepts.
+	TrustedKeyFiles []string
 }
 
 // DefaultConfig returns the defaults for one embedded server.
@@ -26,9 +33,24 @@ func DefaultConfig() Config {
 	return Config{Store: eventstore.DefaultConfig(), Ledger: ledger.DefaultConfig()}
 }
 
+// ConfigIn returns the defaults with the signing key kept under dir, at
+// dir/keys/ledger.key, where `rath up` keeps it in its data directory.
+func ConfigIn(dir string) Config {
+	c := DefaultConfig()
+	c.KeyFile = KeyFileIn(dir)
+	return c
+}
+
+// KeyFileIn is where ConfigIn keeps the signing key under dir.
+func KeyFileIn(dir string) string { return filepath.Join(dir, "keys", "ledger.key") }
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return errors.Join(c.Store.Validate(), c.Ledger.Validate())
+	var errs []error
+	if c.Ledger.Key == nil && c.KeyFile == "" {
+		errs = append(errs, errors.New("session ledger: a signing key file is required (--key): every stored event is signed"))
+	}
+	return errors.Join(append(errs, c.Store.Validate(), c.Ledger.Validate())...)
 }
 
 // Run creates the streams and buckets if needed and serves the ledger on nc
@@ -37,6 +59,21 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("session ledger config: %w", err)
 	}
+	if cfg.Ledger.Key == nil {
+		key, created, err := LoadOrCreateKey(cfg.KeyFile)
+		if err != nil {
+			return fmt.Errorf("session ledger: %w", err)
+		}
+		if created {
+			log.Info("created the ledger's signing key", "key", cfg.KeyFile, "public", PublicKeyPath(cfg.KeyFile), "key_id", key.Public().ID)
+		}
+		cfg.Ledger.Key = key
+	}
+	trusted, err := ReadPublicKeys(cfg.TrustedKeyFiles)
+	if err != nil {
+		return fmt.Errorf("session ledger: %w", err)
+	}
+	cfg.Ledger.Trusted = append(cfg.Ledger.Trusted, trusted...)
 	store, err := eventstore.Open(ctx, nc, cfg.Store)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -17,10 +17,11 @@ import (
 // one by request, then stop and check Run returns cleanly with nothing lost.
 func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	_, nc := natstest.Start(t)
+	cfg := service.ConfigIn(t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- service.Run(ctx, nc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 
 	c, err := client.New(nc)
@@ -53,7 +54,7 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	restart, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {
-		done <- service.Run(restart, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- service.Run(restart, nc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	rep, err := c.Verify(restart, "svc")
 	if err != nil || !rep.OK || rep.Head != 2 {

@@ -64,7 +64,7 @@ rules:
 	lctx, lcancel := context.WithCancel(context.Background())
 	rctx, rcancel := context.WithCancel(context.Background())
 	ldone, rdone := make(chan error, 1), make(chan error, 1)
-	go func() { ldone <- ledger.Run(lctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { ldone <- ledger.Run(lctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	cfg := service.DefaultConfig()
 	cfg.Sandbox.Root = filepath.Join(dir, "workspaces")
 	cfg.Sandbox.Path = os.Getenv("PATH")

@@ -77,7 +77,7 @@ func setupUnregistered(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ledger.Run(ctx, nc, ledger.DefaultConfig(), quiet) }()
+	go func() { done <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -142,7 +142,7 @@ type expectation struct {
 // attribute: they are the ledger's to set, and the expectation is spent.
 func takeExpectation(ev *event.Event) expectation {
 	seq, set, _ := events.ExpectedSeq(*ev)
-	for _, name := range []string{events.ExtExpectedSeq, events.ExtSeq, events.ExtPrev, events.ExtHash} {
+	for _, name := range []string{events.ExtExpectedSeq, events.ExtSeq, events.ExtPrev, events.ExtHash, events.ExtSig} {
 		ev.SetExtension(name, nil)
 	}
 	return expectation{seq: seq, set: set}
@@ -193,7 +193,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			seq, prev = e.state.Seq+1, e.state.Hash
 		}
 		kind, _ := events.Lookup(ev.Type())
-		body, hash, err := events.Seal(&ev, seq, prev)
+		body, hash, err := events.Seal(&ev, seq, prev, l.cfg.Key)
 		if err != nil {
 			return api.Ack{}, api.Errorf(api.CodeOutOfRange, "%v", err)
 		}
@@ -203,8 +203,15 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)
+			before := e.streamSeq
 			if err := l.refresh(ctx, e); err != nil {
 				return api.Ack{}, unavailable(err)
+			}
+			if e.streamSeq == before {
+				// Nothing new, yet the session's last stored event is not
+				// the one cached: it was removed. Load from the stream,
+				// which compares it with the recorded head.
+				e.loaded = false
 			}
 			continue
 		}
@@ -220,7 +227,11 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		if res.Duplicate {
 			return l.ackAt(ctx, res.StreamSeq)
 		}
-		return l.stored(ctx, e, &ev, kind, sealed{seq: seq, prev: prev, hash: hash, body: body}, res.StreamSeq)
+		a, err := l.stored(ctx, e, &ev, kind, sealed{seq: seq, prev: prev, hash: hash, body: body}, res.StreamSeq)
+		if err == nil {
+			l.recordHead(a)
+		}
+		return a, err
 	}
 }
 
@@ -243,7 +254,7 @@ func (l *Ledger) stored(ctx context.Context, e *entry, ev *event.Event, kind eve
 		return api.Ack{}, unavailable(err)
 	}
 	e.streamSeq = streamSeq
-	a := api.Ack{ID: ev.ID(), Session: e.id, Seq: s.seq, Hash: s.hash, StreamSeq: streamSeq}
+	a := api.Ack{ID: ev.ID(), Session: e.id, Seq: s.seq, Hash: s.hash, Sig: events.Sig(*ev), StreamSeq: streamSeq}
 	e.remember(a)
 	l.afterAppend(ctx, e, kind)
 	return a, nil
@@ -324,7 +335,7 @@ func (l *Ledger) findStored(ctx context.Context, id, eventID string) (api.Ack, b
 	found := false
 	err := l.ownEvents(ctx, id, 0, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.ID == eventID {
-			a, found = api.Ack{ID: ev.ID, Session: id, Seq: ev.Seq, Hash: ev.Hash, StreamSeq: m.StreamSeq, Duplicate: true}, true
+			a, found = api.Ack{ID: ev.ID, Session: id, Seq: ev.Seq, Hash: ev.Hash, Sig: ev.Sig, StreamSeq: m.StreamSeq, Duplicate: true}, true
 			return errStop
 		}
 		return nil
@@ -345,7 +356,7 @@ func (l *Ledger) ackAt(ctx context.Context, streamSeq uint64) (api.Ack, error) {
 	if err != nil {
 		return api.Ack{}, fmt.Errorf("read original of duplicate: %w", err)
 	}
-	return api.Ack{ID: ev.ID, Session: ev.Session, Seq: ev.Seq, Hash: ev.Hash, StreamSeq: streamSeq, Duplicate: true}, nil
+	return api.Ack{ID: ev.ID, Session: ev.Session, Seq: ev.Seq, Hash: ev.Hash, Sig: ev.Sig, StreamSeq: streamSeq, Duplicate: true}, nil
 }
 
 // unavailable wraps a store failure; ledger errors pass through.
@@ -365,7 +376,7 @@ func NewSessionID() string { return events.NewID() }
 func storedOf(ev *event.Event, session string, seq uint64, prev, hash string, body []byte) events.Stored {
 	return events.Stored{
 		ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Session: session, Time: ev.Time(),
-		Seq: seq, Prev: prev, Hash: hash, Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
+		Seq: seq, Prev: prev, Hash: hash, Sig: events.Sig(*ev), Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
 		Data: ev.Data(), Raw: body,
 	}
 }

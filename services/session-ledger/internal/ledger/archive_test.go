@@ -49,6 +49,7 @@ func newLedger(t *testing.T, nc *nats.Conn, name string, ret ledger.Retention, c
 		t.Fatal(err)
 	}
 	cfg := ledger.DefaultConfig()
+	cfg.Key = testKey
 	cfg.SnapshotEvery, cfg.Name, cfg.Retention = testK, name, ret
 	l, err := ledger.New(store, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

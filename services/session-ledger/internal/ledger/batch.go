@@ -65,10 +65,17 @@ func (l *Ledger) AppendBatch(ctx context.Context, evs []event.Event) []BatchResu
 		}
 		l.appendRound(ctx, evs, expect, heads, res)
 	}
+	last := map[string]api.Ack{} // each session's new head
 	for i := range res {
 		if a := res[i].Ack; res[i].Err == nil && a.Duplicate && a.Session != evs[i].Subject() && !assigned[i] {
 			res[i] = BatchResult{Err: duplicateID(a)}
 		}
+		if a := res[i].Ack; res[i].Err == nil && !a.Duplicate && a.Seq > last[a.Session].Seq {
+			last[a.Session] = a
+		}
+	}
+	for _, a := range last {
+		l.recordHead(a)
 	}
 	return res
 }
@@ -161,7 +168,7 @@ func (l *Ledger) publish(ctx context.Context, ev *event.Event, x expectation) (i
 		s.seq, s.prev = e.state.Seq+1, e.state.Hash
 	}
 	var err error
-	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev); err != nil {
+	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev, l.cfg.Key); err != nil {
 		e.mu.Unlock()
 		return inflight{}, false, api.Errorf(api.CodeOutOfRange, "%v", err)
 	}

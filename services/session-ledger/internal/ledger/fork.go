@@ -67,7 +67,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		}
 		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: session exists (head %d)", req.ID, e.state.Seq)
 	}
-	body, hash, err := events.Seal(&ev, at+1, parentHash)
+	body, hash, err := events.Seal(&ev, at+1, parentHash, l.cfg.Key)
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
@@ -90,8 +90,9 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	// The fork's state is folded when it is first used (from the parent's
 	// snapshot before At): forking costs the same at any At.
 	e.state, e.loaded = nil, false
-	a := api.Ack{ID: ev.ID(), Session: req.ID, Seq: at + 1, Hash: hash, StreamSeq: res.StreamSeq}
+	a := api.Ack{ID: ev.ID(), Session: req.ID, Seq: at + 1, Hash: hash, Sig: events.Sig(ev), StreamSeq: res.StreamSeq}
 	e.remember(a)
+	l.recordHead(a)
 	labels := map[string]string{}
 	for k, v := range parent.Labels {
 		labels[k] = v

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -24,9 +25,21 @@ type rig struct {
 	c     *client.Client
 	store *eventstore.Store
 	l     *ledger.Ledger
+	// stop stops the ledger and waits for it (also done when the test ends).
+	stop func()
 }
 
 const testK = 4 // small snapshot interval so tests cross snapshots
+
+// testKey is the signing key of every ledger of the tests: ledgers of one
+// deployment share it (or trust each other's).
+var testKey = func() *events.SigningKey {
+	k, err := events.GenerateSigningKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
@@ -42,19 +55,20 @@ func serveOn(t *testing.T, nc *nats.Conn, name string) *rig {
 		t.Fatal(err)
 	}
 	cfg := ledger.DefaultConfig()
-	cfg.SnapshotEvery, cfg.Name = testK, name
+	cfg.SnapshotEvery, cfg.Name, cfg.Key = testK, name, testKey
 	l, err := ledger.New(store, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(ctx, nc) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	t.Cleanup(stop)
 	c, err := client.New(nc, client.WithRetryFor(0))
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +83,7 @@ func serveOn(t *testing.T, nc *nats.Conn, name string) *rig {
 			t.Fatal(err)
 		}
 	}
-	return &rig{nc: nc, c: c, store: store, l: l}
+	return &rig{nc: nc, c: c, store: store, l: l, stop: stop}
 }
 
 func (r *rig) start(t *testing.T, id string) api.Ack {

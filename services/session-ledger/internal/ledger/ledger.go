@@ -29,6 +29,12 @@ type Config struct {
 	Name string
 	// Retention archives and purges ended sessions (zero: never).
 	Retention Retention
+	// Key signs every event the ledger stores. New refuses a config without.
+	Key *events.SigningKey
+	// Trusted are further public keys whose signatures the ledger accepts on
+	// stored events: the keys of earlier rotations, or of other ledgers of
+	// the deployment that sign with keys of their own. Key is always trusted.
+	Trusted []events.PublicKey
 }
 
 // DefaultConfig returns the defaults.
@@ -57,6 +63,7 @@ type Ledger struct {
 	cfg   Config
 	log   *slog.Logger
 	now   func() time.Time
+	keys  events.Keyring
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *entry, most recently used first
@@ -106,6 +113,9 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ledger config: %w", err)
 	}
+	if cfg.Key == nil {
+		return nil, errors.New("ledger config: a signing key is required: every stored event is signed")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -114,6 +124,7 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		cfg:     cfg,
 		log:     log,
 		now:     func() time.Time { return time.Now().UTC() },
+		keys:    events.NewKeyring(append([]events.PublicKey{cfg.Key.Public()}, cfg.Trusted...)...),
 		entries: map[string]*list.Element{},
 		lru:     list.New(),
 		lineage: map[string][]segment{},
@@ -151,8 +162,21 @@ func (l *Ledger) entry(id string) *entry {
 // load fills an entry from the store: the session's last event gives the head,
 // the nearest snapshot and the events after it give the state.
 func (l *Ledger) load(ctx context.Context, e *entry) error {
+	// The recorded head first: it never leads the log (it is recorded after
+	// the event is stored), so a log read after it that ends below it was
+	// cut, even while other ledgers append.
+	rec, err := l.store.GetHead(ctx, e.id)
+	recorded := err == nil
+	if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+		return err
+	}
 	last, err := l.store.Last(ctx, e.id)
 	if errors.Is(err, eventstore.ErrNotFound) {
+		// No events: a new session, unless the ledger once signed a head
+		// for it. A session ID is never used twice.
+		if recorded {
+			return api.Errorf(api.CodeDamaged, "session %s is damaged: its events are gone from %s, but the ledger signed its head at %d (hash %s); a session ID is never used twice", e.id, events.StreamSessions, rec.Seq, short(rec.Hash))
+		}
 		e.state, e.streamSeq, e.loaded = nil, 0, true
 		return nil
 	}
@@ -162,6 +186,16 @@ func (l *Ledger) load(ctx context.Context, e *entry) error {
 	head, err := events.ParseStored(last.Body)
 	if err != nil {
 		return fmt.Errorf("load session %s: %w", e.id, err)
+	}
+	// The head's signature vouches for the chain below it; one that does not
+	// hold means the log was written around the ledger.
+	if err := l.trust(head); err != nil {
+		return err
+	}
+	if recorded {
+		if err := checkHead(rec, head); err != nil {
+			return err
+		}
 	}
 	st, streamSeq, err := l.stateAt(ctx, e.id, head.Seq)
 	if err != nil {
@@ -177,6 +211,9 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 		return l.load(ctx, e)
 	}
 	return l.scanOwn(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
+		if err := l.trust(ev); err != nil {
+			return err
+		}
 		if err := l.fold(ctx, e.state, ev); err != nil {
 			return err
 		}
@@ -222,4 +259,37 @@ func (l *Ledger) foldMerged(ctx context.Context, st *session.State, ev events.St
 		}
 	}
 	return nil
+}
+
+// trust checks the signature of a stored event this ledger did not seal
+// itself (it is the head of a session being loaded, or another ledger
+// appended it). The ledger never chains onto an event that fails: a later
+// signature would vouch for it.
+func (l *Ledger) trust(ev events.Stored) error {
+	if err := l.keys.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) is %v; it was written around the ledger or altered, and nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID, err)
+	}
+	return nil
+}
+
+// checkHead compares a session's last stored event with the head the ledger
+// recorded apart from the log (read before it): a log that ends below it was
+// cut.
+func checkHead(rec eventstore.Head, last events.Stored) error {
+	switch {
+	case rec.Seq > last.Seq:
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends at %d, but the ledger signed its head at %d (hash %s): events %d..%d were removed or lost", last.Session, last.Seq, rec.Seq, short(rec.Hash), last.Seq+1, rec.Seq)
+	case rec.Seq == last.Seq && rec.Hash != last.Hash:
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d has hash %s, the ledger signed %s there", last.Session, last.Seq, short(last.Hash), short(rec.Hash))
+	}
+	return nil
+}
+
+// recordHead records a session's new head apart from its log, without
+// waiting: a lagging record is harmless (every event is signed itself), a
+// missing one only weakens the detection of a cut log until the next append.
+func (l *Ledger) recordHead(a api.Ack) {
+	if err := l.store.PutHeadAsync(eventstore.Head{Session: a.Session, Seq: a.Seq, Hash: a.Hash, Sig: a.Sig}); err != nil {
+		l.log.Warn("head not recorded", "session", a.Session, "seq", a.Seq, "err", err)
+	}
 }

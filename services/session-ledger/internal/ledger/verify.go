@@ -13,13 +13,29 @@ import (
 // Verify recomputes the chain of a session through its fork ancestry straight
 // from the stream, trusting no cache, index or snapshot for the events
 // themselves: every hash is recomputed, every sequence must follow the one
-// before, every rathprev must name the previous hash. Events written into the
-// stream behind the ledger's back are caught like any other change.
+// before, every rathprev must name the previous hash, every event must carry
+// a signature of a trusted key, and the head's signature must hold. Since the
+// ledger never chains onto an event whose signature it has not checked, the
+// head's signature vouches for every event below it; when it fails, the
+// first event whose signature fails is found by bisection (events of a log
+// written around the ledger fail from the first forged one to the head).
+// Events written into the stream behind the ledger's back are caught like
+// any other change, even with a correct chain hash.
 func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 	if err := events.ValidateSessionID(id); err != nil {
 		return api.Report{}, api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
+	// The recorded head is read before the log, which it never leads.
+	rec, err := l.store.GetHead(ctx, id)
+	recorded := err == nil
+	if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+		return api.Report{}, unavailable(err)
+	}
 	segs, err := l.lineageOf(ctx, id)
+	if api.CodeOf(err) == api.CodeNotFound && recorded {
+		return api.Report{Session: id, Fault: &api.Fault{Seq: 1, Session: id,
+			Reason: fmt.Sprintf("the log of %s is gone: the ledger signed its head at %d (hash %s)", id, rec.Seq, short(rec.Hash))}}, nil
+	}
 	if err != nil {
 		return api.Report{}, err
 	}
@@ -45,6 +61,16 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 			return r, nil
 		}
 	}
+	if f := l.checkSignatures(v.signed, &r); f != nil {
+		r.Fault = f
+		return r, nil
+	}
+	if recorded {
+		if f := l.checkRecordedHead(rec, v.signed, &r); f != nil {
+			r.Fault = f
+			return r, nil
+		}
+	}
 	// A snapshot beyond the last event proves events were removed from the tail.
 	k := l.cfg.SnapshotEvery
 	last := segs[len(segs)-1]
@@ -66,6 +92,44 @@ type verifier struct {
 	end      uint64
 	next     uint64
 	prev     string
+	signed   []signedAt // every checked event, in chain order
+}
+
+// signedAt is what a signature of an event covers, and where it is stored.
+type signedAt struct {
+	session, hash, sig string
+	seq, streamSeq     uint64
+}
+
+// checkSignatures checks the head's signature and, if it fails, finds the
+// first event whose signature fails.
+func (l *Ledger) checkSignatures(evs []signedAt, r *api.Report) *api.Fault {
+	if len(evs) == 0 {
+		return nil
+	}
+	check := func(e signedAt) error {
+		r.Signatures++
+		return l.keys.Verify(e.session, e.seq, e.hash, e.sig)
+	}
+	head := evs[len(evs)-1]
+	r.HeadSig, r.KeyID = head.sig, events.SigKeyID(head.sig)
+	if check(head) == nil {
+		return nil
+	}
+	// Bisect for the first failure: evs[:lo] hold, evs[hi] fails.
+	lo, hi := 0, len(evs)-1
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if check(evs[mid]) == nil {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	bad := evs[hi]
+	err := check(bad)
+	return &api.Fault{Seq: bad.seq, Session: bad.session, StreamSeq: bad.streamSeq,
+		Reason: fmt.Sprintf("sequence %d: %v (written around the ledger, or altered and re-hashed)", bad.seq, err)}
 }
 
 func (v *verifier) fail(m eventstore.Msg, seq uint64, format string, args ...any) error {
@@ -100,6 +164,9 @@ func (v *verifier) check(ctx context.Context, l *Ledger, m eventstore.Msg) error
 	if sid, _ := events.SessionFromSubject(m.Subject); sid != v.seg.Session {
 		return v.fail(m, ev.Seq, "sequence %d stored on subject %s, outside session %s", ev.Seq, m.Subject, v.seg.Session)
 	}
+	if err := l.keys.Known(ev.Sig); err != nil {
+		return v.fail(m, ev.Seq, "sequence %d is %v (written around the ledger)", ev.Seq, err)
+	}
 	if ev.Seq == v.seg.From && v.segIndex > 0 {
 		d, err := ev.Decode()
 		f, ok := d.(*events.SessionForked)
@@ -115,6 +182,7 @@ func (v *verifier) check(ctx context.Context, l *Ledger, m eventstore.Msg) error
 			return err
 		}
 	}
+	v.signed = append(v.signed, signedAt{session: ev.Session, hash: ev.Hash, sig: ev.Sig, seq: ev.Seq, streamSeq: m.StreamSeq})
 	v.prev, v.next = ev.Hash, ev.Seq+1
 	v.report.Head, v.report.HeadHash = ev.Seq, ev.Hash
 	v.report.Checked++
@@ -135,6 +203,24 @@ func (v *verifier) checkMerge(ctx context.Context, l *Ledger, m eventstore.Msg, 
 	}
 	if at.Hash != md.SourceHead.Hash {
 		return v.fail(m, ev.Seq, "merge at %d names %s at %d with hash %s, the source has %s", ev.Seq, md.Source, md.SourceHead.Seq, short(md.SourceHead.Hash), short(at.Hash))
+	}
+	return nil
+}
+
+// checkRecordedHead compares the log with the head the ledger recorded
+// apart from it: a log that ends below it was cut (which the chain alone
+// cannot show), one that holds another event there was rewritten.
+func (l *Ledger) checkRecordedHead(rec eventstore.Head, evs []signedAt, r *api.Report) *api.Fault {
+	if err := l.keys.Verify(rec.Session, rec.Seq, rec.Hash, rec.Sig); err != nil {
+		return &api.Fault{Seq: rec.Seq, Session: rec.Session, Reason: fmt.Sprintf("the recorded head at %d is %v: the heads bucket %s was written around the ledger", rec.Seq, err, events.BucketHeads)}
+	}
+	if rec.Seq > r.Head {
+		return &api.Fault{Seq: r.Head + 1, Session: rec.Session, Reason: fmt.Sprintf("missing sequences %d..%d: the log ends at %d, but the ledger signed its head at %d (hash %s): the tail was removed or lost", r.Head+1, rec.Seq, r.Head, rec.Seq, short(rec.Hash))}
+	}
+	for i := len(evs) - 1; i >= 0 && evs[i].session == rec.Session && evs[i].seq >= rec.Seq; i-- {
+		if e := evs[i]; e.seq == rec.Seq && e.hash != rec.Hash {
+			return &api.Fault{Seq: e.seq, Session: e.session, StreamSeq: e.streamSeq, Reason: fmt.Sprintf("sequence %d has hash %s, but the ledger signed %s there (the log was rewritten)", e.seq, short(e.hash), short(rec.Hash))}
+		}
 	}
 	return nil
 }

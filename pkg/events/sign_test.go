@@ -1,0 +1,93 @@
+package events_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+var testKey = func() *events.SigningKey {
+	k, err := events.GenerateSigningKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+// A sealed event carries a signature over its session, sequence and hash that
+// only the signing key's keyring accepts, and that names exactly that place.
+func TestSealSignsTheChainHash(t *testing.T) {
+	ev, err := events.New("s1", &events.ChunkAppended{Role: events.RoleUser, Content: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, hash, err := events.Seal(&ev, 3, strings.Repeat("a", 64), testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := events.ParseStored(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sig == "" || st.Sig != events.Sig(ev) || events.SigKeyID(st.Sig) != testKey.Public().ID {
+		t.Fatalf("stored rathsig %q, event %q, key %s", st.Sig, events.Sig(ev), testKey.Public().ID)
+	}
+	if got, err := events.ComputeHash(body); err != nil || got != hash {
+		t.Fatalf("the signature must not be covered by the hash: %s %v, sealed %s", got, err, hash)
+	}
+	ring := events.NewKeyring(testKey.Public())
+	if err := ring.Verify("s1", 3, hash, st.Sig); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	other, _ := events.GenerateSigningKey()
+	cases := []struct {
+		name    string
+		ring    events.Keyring
+		session string
+		seq     uint64
+		hash    string
+		sig     string
+		want    error
+	}{
+		{"other session", ring, "s2", 3, hash, st.Sig, events.ErrBadSignature},
+		{"other seq", ring, "s1", 4, hash, st.Sig, events.ErrBadSignature},
+		{"other hash", ring, "s1", 3, strings.Repeat("b", 64), st.Sig, events.ErrBadSignature},
+		{"unsigned", ring, "s1", 3, hash, "", events.ErrUnsigned},
+		{"untrusted key", events.NewKeyring(other.Public()), "s1", 3, hash, st.Sig, events.ErrUnknownKey},
+		{"forged with another key under this key's ID", ring, "s1", 3, hash, testKey.Public().ID + ":" + strings.SplitN(other.Sign("s1", 3, hash), ":", 2)[1], events.ErrBadSignature},
+		{"garbage", ring, "s1", 3, hash, testKey.Public().ID + ":!!", events.ErrBadSignature},
+	}
+	for _, c := range cases {
+		if err := c.ring.Verify(c.session, c.seq, c.hash, c.sig); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+// Keys survive their PEM files, with the same ID.
+func TestKeyFilesRoundTrip(t *testing.T) {
+	priv, err := events.MarshalPrivateKey(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := events.ParsePrivateKey(priv)
+	if err != nil || k.Public().ID != testKey.Public().ID {
+		t.Fatalf("private key round trip: %v", err)
+	}
+	pub, err := events.MarshalPublicKey(testKey.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := events.ParsePublicKey(pub)
+	if err != nil || p.ID != testKey.Public().ID {
+		t.Fatalf("public key round trip: %v", err)
+	}
+	if _, err := events.ParsePrivateKey(pub); err == nil {
+		t.Fatal("a public key file was accepted as a private key")
+	}
+	if d, err := events.DecodePublicKey(events.EncodePublicKey(p.Key)); err != nil || d.ID != p.ID {
+		t.Fatalf("base64url round trip: %v", err)
+	}
+}

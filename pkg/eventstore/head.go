@@ -1,0 +1,62 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// Head is a session's last signed head as the ledger recorded it apart from
+// the log: the receipt of the session's last event (Sig is that event's
+// rathsig, which signs Session, Seq and Hash). A log that ends before it was
+// cut; a head record that lags the log only means the ledger stopped between
+// storing an event and recording it, since every event is signed itself.
+type Head struct {
+	Session string `json:"session"`
+	Seq     uint64 `json:"seq"`
+	Hash    string `json:"hash"`
+	Sig     string `json:"sig"`
+}
+
+// PutHeadAsync records a session's head without waiting for the ack: the
+// record may lag the log, never lead it (it is written after the event is
+// stored). A failure is reported to the connection's async error handler.
+func (s *Store) PutHeadAsync(h Head) error {
+	if s.heads == nil {
+		return errors.New("record head: the store is attached, not opened by a ledger")
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("record head of %s: %w", h.Session, err)
+	}
+	msg := &nats.Msg{Subject: "$KV." + events.BucketHeads + "." + h.Session, Data: b}
+	if _, err := s.js.PublishMsgAsync(msg, jetstream.WithStallWait(asyncStallWait)); err != nil {
+		return fmt.Errorf("record head of %s: %w", h.Session, err)
+	}
+	return nil
+}
+
+// GetHead reads a session's recorded head; ErrNotFound if none was recorded.
+func (s *Store) GetHead(ctx context.Context, session string) (Head, error) {
+	if s.heads == nil {
+		return Head{}, errors.New("read head: the store is attached, not opened by a ledger")
+	}
+	e, err := s.heads.Get(ctx, session)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Head{}, ErrNotFound
+	}
+	if err != nil {
+		return Head{}, fmt.Errorf("read head of %s: %w", session, err)
+	}
+	var h Head
+	if err := json.Unmarshal(e.Value(), &h); err != nil {
+		return Head{}, fmt.Errorf("read head of %s: %w", session, err)
+	}
+	return h, nil
+}

@@ -1,0 +1,142 @@
+package ledger_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
+)
+
+// headsRecorded waits until every head record the ledger published without
+// waiting has been acknowledged.
+func headsRecorded(t *testing.T, r *rig) {
+	t.Helper()
+	<-r.store.JetStream().PublishAsyncComplete()
+}
+
+// wantFault checks a verify report names a fault at seq whose reason says
+// because.
+func wantFault(t *testing.T, r *rig, id string, seq uint64, because string) {
+	t.Helper()
+	rep, err := r.c.Verify(context.Background(), id)
+	if err != nil {
+		t.Fatalf("verify %s: %v", id, err)
+	}
+	if rep.OK || rep.Fault == nil || rep.Fault.Seq != seq || !strings.Contains(rep.Fault.Reason, because) {
+		t.Fatalf("verify %s: %+v %+v, want a fault at %d saying %q", id, rep, rep.Fault, seq, because)
+	}
+}
+
+// A tail removed from the stream (nats stream rmm) is named by verify, the
+// next append is refused as damaged instead of losing to "conflicts", and a
+// ledger started afterwards never stores another event at that sequence.
+func TestCutTailIsReportedAndNeverReused(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	r.emit(t, "s", chunk("two"))
+	last := r.emit(t, "s", chunk("three"))
+	headsRecorded(t, r)
+	r.verifyOK(t, "s")
+
+	stream, err := r.store.JetStream().Stream(context.Background(), events.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(context.Background(), last.StreamSeq); err != nil {
+		t.Fatal(err)
+	}
+	wantFault(t, r, "s", 3, "missing sequences 3..3")
+
+	_, err = r.c.Append(context.Background(), mustEvent(t, "s", chunk("after the cut")))
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "events 3..3 were removed or lost") {
+		t.Fatalf("refusal does not name the missing range: %v", err)
+	}
+	fresh := serveOn(t, natstest.Connect(t, r.nc.ConnectedUrl()), "fresh")
+	_, err = fresh.l.Append(context.Background(), mustEvent(t, "s", chunk("after a restart"))) // not cached there
+	wantCode(t, err, api.CodeDamaged)
+	if got, err := r.c.Log(context.Background(), "s", 1, 0, 0); err != nil || len(got) != 2 {
+		t.Fatalf("nothing may be stored at the cut sequence: %d events, %v", len(got), err)
+	}
+}
+
+// A session whose every event vanished is damaged, not "not found", and its
+// ID cannot be started again.
+func TestVanishedSessionCannotStartAgain(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	r.emit(t, "s", chunk("two"))
+	headsRecorded(t, r)
+	stream, err := r.store.JetStream().Stream(context.Background(), events.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(context.Background(), jetstream.WithPurgeSubject(events.SessionFilter("s"))); err != nil {
+		t.Fatal(err)
+	}
+	// A ledger that did not see the session (the rig's own still caches
+	// it; requests on the bus may reach either, so this one is called).
+	fresh := serveOn(t, natstest.Connect(t, r.nc.ConnectedUrl()), "fresh")
+	_, err = fresh.l.Append(context.Background(), mustEvent(t, "s", &events.SessionStarted{Task: "a second life"}))
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "never used twice") {
+		t.Fatalf("refusal: %v", err)
+	}
+	_, err = fresh.l.State(context.Background(), "s", 0)
+	wantCode(t, err, api.CodeDamaged)
+	rep, err := fresh.l.Verify(context.Background(), "s")
+	if err != nil || rep.OK || rep.Fault == nil || !strings.Contains(rep.Fault.Reason, "the log of s is gone") {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// The last record damaged on disk while the server was down: JetStream
+// drops it when it starts again, and the ledger reports the session as
+// damaged instead of giving it a second life.
+func TestLastRecordDamagedOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	ns := natstest.StartServer(t, dir)
+	r := serveOn(t, natstest.Connect(t, ns.ClientURL()), "before")
+	r.start(t, "s")
+	r.emit(t, "s", chunk("two"))
+	r.emit(t, "s", chunk("the last record, to be damaged on disk"))
+	headsRecorded(t, r)
+	r.stop()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	blocks, _ := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", events.StreamSessions, "msgs", "*.blk"))
+	if len(blocks) == 0 {
+		t.Fatalf("no block file of %s under %s", events.StreamSessions, dir)
+	}
+	blk := blocks[len(blocks)-1]
+	data, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := strings.LastIndex(string(data), "the last record")
+	if at < 0 {
+		t.Fatalf("the last event is not in %s", blk)
+	}
+	data[at] ^= 0x20
+	if err := os.WriteFile(blk, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ns2 := natstest.StartServer(t, dir)
+	nc := natstest.Connect(t, ns2.ClientURL())
+	after := serveOn(t, nc, "after")
+	if got, err := after.c.Log(context.Background(), "s", 1, 0, 0); err != nil || len(got) != 2 {
+		t.Fatalf("JetStream should have dropped the damaged record: %d events, %v", len(got), err)
+	}
+	_, err = after.c.Append(context.Background(), mustEvent(t, "s", chunk("second life")))
+	wantCode(t, err, api.CodeDamaged)
+	wantFault(t, after, "s", 3, "missing sequences 3..3")
+}

@@ -1,0 +1,164 @@
+package ledger_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// forge seals ev onto the head of session id the way the ledger would, with
+// key (nil: unsigned), and publishes it straight into the stream: what
+// anyone who can publish to the stored subjects (an admin, a stolen
+// credential) can do.
+func forge(t *testing.T, r *rig, id string, data any, key *events.SigningKey) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	rep := r.verifyOK(t, id)
+	ev, err := events.New(id, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _, err := events.Seal(&ev, rep.Head+1, rep.HeadHash, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind, _ := events.Lookup(ev.Type())
+	if _, err := r.store.JetStream().Publish(ctx, events.SessionSubject(id, kind.Token), body); err != nil {
+		t.Fatal(err)
+	}
+	return rep.Head + 1
+}
+
+func otherKey(t *testing.T) *events.SigningKey {
+	t.Helper()
+	k, err := events.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Every ack is a receipt: the ledger's signature of session, sequence and
+// hash, which the ledger's public key checks.
+func TestAcksAreSignedReceipts(t *testing.T) {
+	r := newRig(t)
+	a := r.start(t, "s")
+	b := r.emit(t, "s", chunk("one"))
+	ring := events.NewKeyring(testKey.Public())
+	for _, ack := range []api.Ack{a, b} {
+		if err := ring.Verify(ack.Session, ack.Seq, ack.Hash, ack.Sig); err != nil {
+			t.Fatalf("receipt %+v: %v", ack, err)
+		}
+	}
+	rep := r.verifyOK(t, "s")
+	if rep.HeadSig != b.Sig || rep.KeyID != testKey.Public().ID || rep.Signatures != 1 {
+		t.Fatalf("report %+v: want the head's signature by %s, one signature checked", rep, testKey.Public().ID)
+	}
+}
+
+// An event published straight into the stream with a correct chain hash is
+// named by verify, whatever it is signed with, and the ledger refuses to
+// chain onto it: neither the running ledger nor a restarted one appends
+// after it, so no later signature can vouch for it.
+func TestForgedEventsAreReportedAndNeverChainedOnto(t *testing.T) {
+	cases := []struct {
+		name    string
+		key     func(t *testing.T) *events.SigningKey
+		because string
+	}{
+		{"unsigned", func(*testing.T) *events.SigningKey { return nil }, "not signed"},
+		{"signed with another key", otherKey, "unknown key"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.start(t, "s")
+			r.emit(t, "s", chunk("real"))
+			seq := forge(t, r, "s", chunk("forged"), tc.key(t))
+
+			rep, err := r.c.Verify(context.Background(), "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK || rep.Fault == nil || rep.Fault.Seq != seq || !strings.Contains(rep.Fault.Reason, tc.because) {
+				t.Fatalf("verify: %+v %+v, want a fault at %d saying %q", rep, rep.Fault, seq, tc.because)
+			}
+			_, err = r.c.Append(context.Background(), mustEvent(t, "s", chunk("after")))
+			wantCode(t, err, api.CodeDamaged)
+			if !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "at 3") {
+				t.Fatalf("refusal does not name the damage: %v", err)
+			}
+
+			// A ledger that starts now finds the forgery at the head.
+			r2 := serveOn(t, r.nc, "ledger-b")
+			_, err = r2.l.Append(context.Background(), mustEvent(t, "s", chunk("after restart")))
+			wantCode(t, err, api.CodeDamaged)
+			// Its state is not presented as the session's; its log stays
+			// readable, forgery included, for the investigation.
+			_, err = r2.c.State(context.Background(), "s", 0)
+			wantCode(t, err, api.CodeDamaged)
+			got, err := r2.c.Log(context.Background(), "s", 1, 0, 0)
+			if err != nil || len(got) != 3 || got[2].Seq != seq {
+				t.Fatalf("log of the damaged session: %d events, %v", len(got), err)
+			}
+		})
+	}
+}
+
+// An event altered in the middle of the log and every event after it
+// re-hashed so the chain holds: only the signatures can tell, and verify
+// names the first altered event.
+func TestVerifyNamesTheFirstEventARehashedChainChanged(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	for i := 2; i <= 9; i++ {
+		r.emit(t, "s", chunk("step "+string(rune('0'+i))))
+	}
+	attacker := otherKey(t)
+	// Rebuild the log from sequence 5 on, sealing with the attacker's key
+	// but claiming the ledger's key ID, so the cheap key check passes.
+	rewrite(t, r, "s", func(ms []eventstore.Msg) []eventstore.Msg {
+		prev := ""
+		for i := range ms {
+			st, err := events.ParseStored(ms[i].Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Seq < 5 {
+				prev = st.Hash
+				continue
+			}
+			ev, err := events.FromNATS(nil, ms[i].Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Seq == 5 {
+				ev.SetData(event.ApplicationJSON, chunk("step X"))
+			}
+			body, hash, err := events.Seal(&ev, st.Seq, prev, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig := testKey.Public().ID + ":" + strings.SplitN(attacker.Sign("s", st.Seq, hash), ":", 2)[1]
+			body = append(body[:len(body)-1], []byte(`,"rathsig":"`+sig+`"}`)...)
+			ms[i].Body, prev = body, hash
+		}
+		return ms
+	})
+	rep, err := r.c.Verify(context.Background(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || rep.Fault == nil || rep.Fault.Seq != 5 || !strings.Contains(rep.Fault.Reason, "bad signature") {
+		t.Fatalf("verify: %+v %+v, want a bad signature at 5", rep, rep.Fault)
+	}
+	if rep.Signatures > 6 {
+		t.Fatalf("%d signatures checked for 9 events: bisection should need at most 1+⌈log2 9⌉+1", rep.Signatures)
+	}
+}

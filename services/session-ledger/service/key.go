@@ -1,0 +1,87 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// LoadOrCreateKey reads the ledger's signing key from path (PKCS #8 PEM), or,
+// when no file is there, creates one (mode 0600, its directory 0700) and
+// writes its public key beside it as <name>.pub (PKIX PEM) for verifiers to
+// pin. created reports whether the key is new.
+func LoadOrCreateKey(path string) (key *events.SigningKey, created bool, err error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		key, err := events.ParsePrivateKey(data)
+		if err != nil {
+			return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+		}
+		return key, false, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, fmt.Errorf("signing key: %w", err)
+	}
+	if key, err = events.GenerateSigningKey(); err != nil {
+		return nil, false, err
+	}
+	priv, err := events.MarshalPrivateKey(key)
+	if err != nil {
+		return nil, false, err
+	}
+	pub, err := events.MarshalPublicKey(key.Public())
+	if err != nil {
+		return nil, false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("signing key: %w", err)
+	}
+	// O_EXCL: two ledgers starting at once on one directory must not each
+	// write a key of their own; the loser reads the winner's.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return LoadOrCreateKey(path)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("signing key: %w", err)
+	}
+	if _, err := f.Write(priv); err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	if err := os.WriteFile(PublicKeyPath(path), pub, 0o644); err != nil {
+		return nil, false, fmt.Errorf("public key: %w", err)
+	}
+	return key, true, nil
+}
+
+// PublicKeyPath is where LoadOrCreateKey writes the public key of the key at
+// path: the same name with the extension .pub.
+func PublicKeyPath(path string) string {
+	return strings.TrimSuffix(path, filepath.Ext(path)) + ".pub"
+}
+
+// ReadPublicKeys reads PKIX PEM public key files.
+func ReadPublicKeys(paths []string) ([]events.PublicKey, error) {
+	var out []events.PublicKey
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("trusted key: %w", err)
+		}
+		k, err := events.ParsePublicKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("trusted key %s: %w", p, err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
