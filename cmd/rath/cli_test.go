@@ -320,3 +320,58 @@ func waitFor(t *testing.T, b *syncBuffer, want string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The attack of issue 10: read the head, seal an event onto it with a
+// correct chain hash (events.Seal, no key) and publish it straight into the
+// stream. verify names it (exit 5), the next emit is refused as damaged
+// (exit 5), and a receipt of a real event still checks.
+func TestForgedEventWithACorrectHash(t *testing.T) {
+	url := startLedger(t)
+	ok(t, url, "start", "--id", "s1")
+	receipt := filepath.Join(t.TempDir(), "receipt.json")
+	os.WriteFile(receipt, []byte(ok(t, url, "emit", "s1", events.TypeChunkAppended, "--data", `{"role":"user","content":"hello"}`, "--json")), 0o644)
+	if got := ok(t, url, "verify", "--receipt", receipt); !strings.HasPrefix(got, "OK receipt s1:2 event ") || !strings.Contains(got, "chain OK through head 2") {
+		t.Errorf("verify --receipt printed %q", got)
+	}
+	if got := ok(t, url, "verify", "s1"); !strings.Contains(got, " signed by ") {
+		t.Errorf("verify printed %q", got)
+	}
+
+	var head events.Stored
+	decode(t, strings.TrimSpace(ok(t, url, "log", "s1", "--from", "2", "--json")), &head)
+	ev, _ := events.New("s1", &events.ChunkAppended{Role: events.RoleUser, Content: "forged"}, events.WithSource("mallory"))
+	body, _, err := events.Seal(&ev, 3, head.Hash, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), events.SessionSubject("s1", events.TokenConversation), body); err != nil {
+		t.Fatal(err)
+	}
+	r := rath(t, url, "verify", "s1")
+	if r.code != exitBroken || !strings.HasPrefix(r.stdout, "BROKEN s1 at 3: sequence 3 is not signed") {
+		t.Errorf("verify: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = rath(t, url, "emit", "s1", events.TypeChunkAppended, "--data", `{"role":"user","content":"after"}`)
+	if r.code != exitBroken || !strings.Contains(r.stderr, "damaged: session s1 is damaged: its event at 3") {
+		t.Errorf("emit after a forgery: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// The receipt's own event is still where it was, but the chain above
+	// it no longer holds.
+	if r := rath(t, url, "verify", "--receipt", receipt); r.code != exitBroken || !strings.Contains(r.stdout, "chain is broken at 3") {
+		t.Errorf("receipt over a forged chain: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// A receipt edited to claim another place fails its signature.
+	var ack api.Ack
+	data, _ := os.ReadFile(receipt)
+	json.Unmarshal(data, &ack)
+	ack.Seq = 1
+	data, _ = json.Marshal(ack)
+	os.WriteFile(receipt, data, 0o644)
+	if r := rath(t, url, "verify", "--receipt", receipt); r.code != exitBroken || !strings.Contains(r.stdout, "the receipt's signature: bad signature") {
+		t.Errorf("edited receipt: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -56,7 +58,7 @@ refused unless --force. See docs/dossier.md.`,
 			if err := d.Write(out); err != nil {
 				return err
 			}
-			rep, err := dossier.Verify(out)
+			rep, err := dossier.Verify(out, nil)
 			if err != nil {
 				return fmt.Errorf("check the written dossier: %w", err)
 			}
@@ -124,8 +126,8 @@ func (a *app) warnLog() *slog.Logger {
 }
 
 // verifyDossier is "rath verify --dossier DIR": offline, no NATS.
-func (a *app) verifyDossier(dir string) error {
-	rep, err := dossier.Verify(dir)
+func (a *app) verifyDossier(dir string, pinned events.Keyring) error {
+	rep, err := dossier.Verify(dir, pinned)
 	if err != nil {
 		return err
 	}
@@ -133,7 +135,11 @@ func (a *app) verifyDossier(dir string) error {
 	case a.json:
 		err = a.printJSON(rep)
 	case rep.OK:
-		_, err = fmt.Fprintf(a.Stdout, "OK dossier %s: root %s, %d branches, %d events\n", dir, rep.Root, rep.Branches, rep.Events)
+		trust := "keys named by the dossier (pin the ledger's with --key)"
+		if rep.Pinned {
+			trust = "pinned keys"
+		}
+		_, err = fmt.Fprintf(a.Stdout, "OK dossier %s: root %s, %d branches, %d events, every event signed by %s (%s)\n", dir, rep.Root, rep.Branches, rep.Events, strings.Join(rep.Keys, ", "), trust)
 		for _, h := range rep.Heads {
 			if err == nil {
 				_, err = fmt.Fprintf(a.Stdout, "  %s head %d %s\n", h.Session, h.Seq, h.Hash)

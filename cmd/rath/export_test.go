@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	dt "github.com/openrath/rath/pkg/dossier/dossiertest"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
 )
 
@@ -39,8 +42,40 @@ func TestExportAndVerifyDossier(t *testing.T) {
 	// Offline: a NATS URL nobody listens on.
 	const dead = "nats://127.0.0.1:1"
 	got := ok(t, dead, "verify", "--dossier", dir)
-	if !strings.HasPrefix(got, "OK dossier "+dir+": root fix, 3 branches, 40 events\n") || !strings.Contains(got, "  fix-b head 25 ") {
+	if !strings.HasPrefix(got, "OK dossier "+dir+": root fix, 3 branches, 40 events, every event signed by ") ||
+		!strings.Contains(got, "(keys named by the dossier (pin the ledger's with --key))\n") || !strings.Contains(got, "  fix-b head 25 ") {
 		t.Errorf("verify --dossier printed %q", got)
+	}
+
+	// The ledger's key, pinned: the dossier holds. Another key: every
+	// signature fails, the first one is named.
+	var keys api.Keys
+	if err := json.Unmarshal([]byte(ok(t, url, "verify", "--show-key", "--json")), &keys); err != nil || len(keys.Keys) != 1 {
+		t.Fatalf("show-key: %v %+v", err, keys)
+	}
+	ledgerPub := filepath.Join(t.TempDir(), "ledger.pub")
+	os.WriteFile(ledgerPub, []byte(keys.Keys[0].PEM), 0o644)
+	if got := ok(t, dead, "verify", "--dossier", dir, "--key", ledgerPub); !strings.Contains(got, "every event signed by "+keys.Current+" (pinned keys)") {
+		t.Errorf("pinned verify printed %q", got)
+	}
+	other, _ := events.GenerateSigningKey()
+	otherPEM, _ := events.MarshalPublicKey(other.Public())
+	otherPub := filepath.Join(t.TempDir(), "other.pub")
+	os.WriteFile(otherPub, otherPEM, 0o644)
+	if r := rath(t, dead, "verify", "--dossier", dir, "--key", otherPub); r.code != exitBroken || !strings.Contains(r.stdout, "at 1: signature: signed by an unknown key") {
+		t.Errorf("verify with another pinned key: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	// An edited page fails: the pages are rendered again from the events.
+	edited := filepath.Join(t.TempDir(), "edited")
+	if err := os.CopyFS(edited, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	md := filepath.Join(edited, dossier.FileMarkdown)
+	page, _ := os.ReadFile(md)
+	os.WriteFile(md, []byte(strings.Replace(string(page), "fix-b", "fix-c", 1)), 0o644)
+	if r := rath(t, dead, "verify", "--dossier", edited); r.code != exitBroken || !strings.Contains(r.stdout, "dossier.md differs from the page the verified events render") {
+		t.Errorf("edited dossier.md: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 
 	p := filepath.Join(dir, "events", "fix-b.jsonl")

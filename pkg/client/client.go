@@ -255,6 +255,42 @@ func (c *Client) Verify(ctx context.Context, id string) (api.Report, error) {
 	return r, nil
 }
 
+// Keys returns the public keys the ledger signs with and accepts. A verifier
+// that trusts them because the ledger said so trusts the ledger: pin the key
+// file (<data>/keys/ledger.pub) instead where it matters.
+func (c *Client) Keys(ctx context.Context) (api.Keys, error) {
+	var k api.Keys
+	if err := c.request(ctx, events.SubjectKeys, struct{}{}, &k); err != nil {
+		return api.Keys{}, fmt.Errorf("ledger keys: %w", err)
+	}
+	return k, nil
+}
+
+// Keyring returns the ledger's keys as a keyring (see Keys).
+func (c *Client) Keyring(ctx context.Context) (events.Keyring, error) {
+	k, err := c.Keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return KeyringOf(k)
+}
+
+// KeyringOf turns a Keys reply into a keyring, checking each key's ID.
+func KeyringOf(k api.Keys) (events.Keyring, error) {
+	var keys []events.PublicKey
+	for _, key := range k.Keys {
+		pub, err := events.DecodePublicKey(key.PublicKey)
+		if err != nil {
+			return nil, err
+		}
+		if pub.ID != key.ID {
+			return nil, fmt.Errorf("key %s: its ID is %s", key.ID, pub.ID)
+		}
+		keys = append(keys, pub)
+	}
+	return events.NewKeyring(keys...), nil
+}
+
 // Schema returns the JSON Schema of an event type's data.
 func (c *Client) Schema(ctx context.Context, typ string) (json.RawMessage, error) {
 	var raw json.RawMessage

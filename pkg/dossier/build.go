@@ -78,6 +78,10 @@ func Build(ctx context.Context, c *client.Client, session string, opts Options) 
 			return nil, fmt.Errorf("dossier of %s: the lineage of %s does not name it", session, id)
 		}
 	}
+	keys, err := c.Keys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dossier of %s: %w", session, err)
+	}
 	blobs := readBlobs(ctx, own, opts)
 	d, err := Assemble(session, own, blobs)
 	if err != nil {
@@ -85,6 +89,9 @@ func Build(ctx context.Context, c *client.Client, session string, opts Options) 
 	}
 	d.ExportedAt = opts.Now().UTC()
 	d.Environment = Env(c)
+	for _, k := range keys.Keys {
+		d.Keys = append(d.Keys, Key{ID: k.ID, PublicKey: k.PublicKey})
+	}
 	for _, ref := range sortedKeys(blobs) {
 		d.Blobs = append(d.Blobs, Blob{Ref: ref, File: blobFile(ref), Bytes: len(blobs[ref])})
 	}

@@ -75,6 +75,10 @@ type Dossier struct {
 	// content hash (result_ref, diff_ref), as far as the export could read
 	// them: files under blobs/, checked against their hash by Verify.
 	Blobs []Blob `json:"blobs,omitempty"`
+	// Keys are the ledger's public keys as the ledger named them at export:
+	// every event carries a signature by one of them. An auditor who pinned
+	// the ledger's key file checks with it instead (rath verify --key).
+	Keys []Key `json:"keys,omitempty"`
 
 	// tree holds each branch's own stored events (set by Build and Load).
 	tree *tree
@@ -386,4 +390,11 @@ type Blob struct {
 	Ref   string `json:"ref"`
 	File  string `json:"file"`
 	Bytes int    `json:"bytes"`
+}
+
+// Key is a ledger public key: its ID and the raw ed25519 key in unpadded
+// base64url (see events.SigningKey).
+type Key struct {
+	ID        string `json:"id"`
+	PublicKey string `json:"public_key"`
 }

@@ -218,7 +218,7 @@ func TestDossierContents(t *testing.T) {
 		t.Errorf("the start event's task lost its literal <, & (stored bodies are not HTML-escaped)")
 	}
 
-	rep, err := dossier.Verify(dir)
+	rep, err := dossier.Verify(dir, nil)
 	if err != nil || !rep.OK || rep.Branches != 3 || rep.Events != 19+18+3 {
 		t.Errorf("verify: %+v, %v", rep, err)
 	}
@@ -332,7 +332,7 @@ func TestVerifyNamesTampering(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := copyDir(t, dir)
 			tc.tamper(d)
-			rep, err := dossier.Verify(d)
+			rep, err := dossier.Verify(d, nil)
 			if err != nil {
 				t.Fatalf("verify: %v", err)
 			}
@@ -372,7 +372,7 @@ func TestVerifyRefusesGarbage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := copyDir(t, dir)
 			tc.tamper(d)
-			_, err := dossier.Verify(d)
+			_, err := dossier.Verify(d, nil)
 			if !errors.Is(err, dossier.ErrNotDossier) || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("verify: %v; want ErrNotDossier saying %q", err, tc.says)
 			}

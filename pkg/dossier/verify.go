@@ -5,6 +5,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +26,10 @@ type Report struct {
 	Events   int    `json:"events"`
 	// Heads are the verified heads, in branch order (all of them when OK).
 	Heads []BranchHead `json:"heads,omitempty"`
+	// Keys are the IDs of the keys whose signatures were checked; Pinned
+	// says they were the verifier's own, not the dossier's.
+	Keys   []string `json:"keys,omitempty"`
+	Pinned bool     `json:"pinned"`
 	Fault *Fault       `json:"fault,omitempty"`
 }
 
@@ -47,17 +54,34 @@ type BranchHead struct {
 // A dossier that does not hold is reported with Report.Fault naming the first
 // bad place (branch and sequence where there is one), not as an error. The
 // error is for a directory that holds no readable dossier (ErrNotDossier).
-func Verify(dir string) (Report, error) {
-	rep, _, err := verify(dir)
+//
+// and, since the events are signed:
+//
+//   - every event's signature (rathsig), with the keys pinned (the ledger's
+//     key file: an auditor's own copy) or, when none are, the keys the
+//     dossier names;
+//   - dossier.md, graph.svg and graph.html, rendered again from the verified
+//     events and compared byte for byte, so an edited page fails.
+func Verify(dir string, pinned events.Keyring) (Report, error) {
+	rep, _, err := verify(dir, pinned)
 	return rep, err
 }
 
-func verify(dir string) (Report, *Dossier, error) {
+func verify(dir string, pinned events.Keyring) (Report, *Dossier, error) {
 	r, err := read(dir)
 	if err != nil {
 		return Report{}, nil, err
 	}
 	rep := Report{Dir: dir, Session: r.d.Session, Root: r.d.Root, Branches: len(r.d.Branches)}
+	ring, f := keyring(r.d, pinned, &rep)
+	if f != nil {
+		rep.Fault = f
+		return rep, nil, nil
+	}
+	if f := checkSignatures(r, ring); f != nil {
+		rep.Fault = f
+		return rep, nil, nil
+	}
 	if f := checkChains(r, &rep); f != nil {
 		rep.Fault = f
 		return rep, nil, nil
@@ -73,8 +97,13 @@ func verify(dir string) (Report, *Dossier, error) {
 		rep.Fault = &Fault{Reason: err.Error()}
 		return rep, nil, nil
 	}
-	d.Schema, d.ExportedAt, d.Environment, d.Blobs = r.d.Schema, r.d.ExportedAt, r.d.Environment, r.d.Blobs
+	d.Schema, d.ExportedAt, d.Environment, d.Blobs, d.Keys = r.d.Schema, r.d.ExportedAt, r.d.Environment, r.d.Blobs, r.d.Keys
 	if f := compare(r.d, d); f != nil {
+		rep.Fault = f
+		rep.Heads = nil
+		return rep, nil, nil
+	}
+	if f := checkPages(dir, d); f != nil {
 		rep.Fault = f
 		rep.Heads = nil
 		return rep, nil, nil
@@ -350,4 +379,63 @@ func lookupValue(v any, path string) any {
 		}
 	}
 	return cur
+}
+
+// keyring is the keys to check signatures with: the pinned ones, or the
+// dossier's own.
+func keyring(d *Dossier, pinned events.Keyring, rep *Report) (events.Keyring, *Fault) {
+	if pinned != nil {
+		rep.Pinned = true
+		rep.Keys = slices.Sorted(maps.Keys(pinned))
+		return pinned, nil
+	}
+	if len(d.Keys) == 0 {
+		return nil, &Fault{Reason: "dossier.json names no ledger keys, so no signature can be checked (export it again, or pin the ledger's key with --key)"}
+	}
+	var keys []events.PublicKey
+	for _, k := range d.Keys {
+		pub, err := events.DecodePublicKey(k.PublicKey)
+		if err != nil || pub.ID != k.ID {
+			return nil, &Fault{Reason: fmt.Sprintf("dossier.json: key %s: not an ed25519 key with that ID (%v)", k.ID, err)}
+		}
+		keys = append(keys, pub)
+		rep.Keys = append(rep.Keys, k.ID)
+	}
+	return events.NewKeyring(keys...), nil
+}
+
+// checkSignatures checks every event's signature. A dossier is read offline
+// and whole, so each is checked rather than the heads alone.
+func checkSignatures(r *raw, ring events.Keyring) *Fault {
+	for _, b := range r.d.Branches {
+		for _, e := range r.own[b.ID] {
+			if err := ring.Verify(e.Session, e.Seq, e.Hash, e.Sig); err != nil {
+				return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("signature: %v (forged, or altered and re-hashed)", err)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkPages renders the human-readable pages again from the verified
+// dossier and compares them with the files.
+func checkPages(dir string, d *Dossier) *Fault {
+	svg := Graph(d)
+	for _, p := range []struct {
+		name string
+		want string
+	}{
+		{FileMarkdown, Markdown(d)},
+		{FileSVG, svg},
+		{FileHTML, GraphHTML(d, svg)},
+	} {
+		got, err := os.ReadFile(filepath.Join(dir, p.name))
+		if err != nil {
+			return &Fault{Reason: fmt.Sprintf("%s: %v", p.name, err)}
+		}
+		if string(got) != p.want {
+			return &Fault{Reason: fmt.Sprintf("%s differs from the page the verified events render (edited after export)", p.name)}
+		}
+	}
+	return nil
 }

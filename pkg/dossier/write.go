@@ -222,7 +222,7 @@ func readEvents(path string) ([]events.Stored, error) {
 // audit question comes only from a dossier whose events hold. A dossier that
 // does not verify is a *BrokenError.
 func Open(dir string) (*Dossier, error) {
-	rep, d, err := verify(dir)
+	rep, d, err := verify(dir, nil)
 	if err != nil {
 		return nil, err
 	}

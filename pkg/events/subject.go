@@ -73,6 +73,9 @@ const (
 	SubjectMerge   = "rath.ledger.merge"
 	SubjectVerify  = "rath.ledger.verify"
 	SubjectSchema  = "rath.ledger.schema"
+	// SubjectKeys answers the public keys whose signatures the ledger's
+	// events carry (pin them out of band to trust them).
+	SubjectKeys = "rath.ledger.keys"
 	// SubjectArchive archives a closed session now (and purges it, if asked).
 	SubjectArchive = "rath.ledger.archive"
 )

@@ -166,6 +166,21 @@ type SessionRequest struct {
 	Session string `json:"session"`
 }
 
+// Keys lists the public keys the ledger signs with and trusts (earlier
+// rotations, other ledgers); Current is the one it signs new events with.
+type Keys struct {
+	Current string `json:"current"`
+	Keys    []Key  `json:"keys"`
+}
+
+// Key is an ed25519 public key: its ID (the first 16 hex digits of the
+// SHA-256 of the raw key), the raw key in unpadded base64url, and PKIX PEM.
+type Key struct {
+	ID        string `json:"id"`
+	PublicKey string `json:"public_key"`
+	PEM       string `json:"pem"`
+}
+
 // SchemaRequest asks for the JSON Schema of an event type's data; an empty
 // type asks for the list of types (a SchemaList).
 type SchemaRequest struct {

@@ -77,6 +77,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		events.SubjectMerge:   l.handleMerge,
 		events.SubjectVerify:  l.handleVerify,
 		events.SubjectSchema:  l.handleSchema,
+		events.SubjectKeys:    l.handleKeys,
 		events.SubjectArchive: l.handleArchive,
 	} {
 		if err := handle(subject, fn); err != nil {
@@ -338,3 +339,5 @@ func (l *Ledger) handleSchema(_ context.Context, m *nats.Msg) (any, error) {
 	}
 	return raw, nil
 }
+
+func (l *Ledger) handleKeys(context.Context, *nats.Msg) (any, error) { return l.Keys() }

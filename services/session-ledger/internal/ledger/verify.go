@@ -234,3 +234,16 @@ func short(h string) string {
 	}
 	return h
 }
+
+// Keys lists the public keys the ledger signs with and accepts.
+func (l *Ledger) Keys() (api.Keys, error) {
+	out := api.Keys{Current: l.cfg.Key.Public().ID}
+	for _, k := range l.keys.Keys() {
+		pem, err := events.MarshalPublicKey(k)
+		if err != nil {
+			return api.Keys{}, err
+		}
+		out.Keys = append(out.Keys, api.Key{ID: k.ID, PublicKey: events.EncodePublicKey(k.Key), PEM: string(pem)})
+	}
+	return out, nil
+}
