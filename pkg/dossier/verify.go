@@ -30,7 +30,7 @@ type Report struct {
 	// says they were the verifier's own, not the dossier's.
 	Keys   []string `json:"keys,omitempty"`
 	Pinned bool     `json:"pinned"`
-	Fault *Fault       `json:"fault,omitempty"`
+	Fault  *Fault   `json:"fault,omitempty"`
 }
 
 // BranchHead is a branch's verified head.
