@@ -119,11 +119,11 @@ func checkChains(r *raw, rep *Report) *Fault {
 		evs := r.own[b.ID]
 		for i, e := range evs {
 			rep.Events++
-			h, err := events.ComputeHash(e.Raw)
+			_, same, err := events.StoredHash(e.Raw, e.Hash)
 			if err != nil {
 				return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("event %d of %s is not a stored event: %v", i+1, b.EventsFile, err)}
 			}
-			if h != e.Hash {
+			if !same {
 				return &Fault{Session: b.ID, Seq: e.Seq, Reason: "hash mismatch (event altered)"}
 			}
 			if e.Session != b.ID {

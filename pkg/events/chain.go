@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -95,4 +96,27 @@ func ComputeHash(body []byte) (string, error) {
 	}
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// StoredHash recomputes the chain hash of a stored body, like ComputeHash,
+// and reports whether it is the hash the body claims. A body the ledger
+// wrote is the canonical form with rathhash (and rathsig) appended, so its
+// hash is taken over its own bytes without decoding them: the SHA-256 binds
+// those bytes, and the ledger's signature binds the hash, so no other bytes
+// can pass both. Any other body is canonicalised first (ComputeHash).
+func StoredHash(body []byte, claimed string) (string, bool, error) {
+	if i := bytes.LastIndex(body, []byte(`,"`+ExtHash+`":"`)); i > 0 && len(body) > 0 && body[len(body)-1] == '}' {
+		h := sha256.New()
+		h.Write(body[:i])
+		h.Write([]byte{'}'})
+		var sum [sha256.Size]byte
+		if got := hex.EncodeToString(h.Sum(sum[:0])); got == claimed {
+			return got, true, nil
+		}
+	}
+	got, err := ComputeHash(body)
+	if err != nil {
+		return "", false, err
+	}
+	return got, got == claimed, nil
 }

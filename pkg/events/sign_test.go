@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -89,5 +90,32 @@ func TestKeyFilesRoundTrip(t *testing.T) {
 	}
 	if d, err := events.DecodePublicKey(events.EncodePublicKey(p.Key)); err != nil || d.ID != p.ID {
 		t.Fatalf("base64url round trip: %v", err)
+	}
+}
+
+// StoredHash agrees with ComputeHash on what the ledger stores, and on
+// bodies in any other JSON form.
+func TestStoredHashAgreesWithComputeHash(t *testing.T) {
+	ev, _ := events.New("s1", &events.ChunkAppended{Role: events.RoleUser, Content: "a <b> & \"c\""})
+	body, hash, err := events.Seal(&ev, 1, "", testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, same, err := events.StoredHash(body, hash); err != nil || !same || got != hash {
+		t.Fatalf("ledger body: %s %v %v", got, same, err)
+	}
+	altered := []byte(strings.Replace(string(body), `"a <b>`, `"A <b>`, 1))
+	if _, same, _ := events.StoredHash(altered, hash); same {
+		t.Fatal("an altered body hashed to the sealed hash")
+	}
+	// The same event in another member order: only the canonical form
+	// hashes to the sealed hash.
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	pretty, _ := json.MarshalIndent(m, "", "  ")
+	if got, same, err := events.StoredHash(pretty, hash); err != nil || !same || got != hash {
+		t.Fatalf("re-encoded body: %s %v %v", got, same, err)
 	}
 }

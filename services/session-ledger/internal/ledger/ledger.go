@@ -266,6 +266,9 @@ func (l *Ledger) foldMerged(ctx context.Context, st *session.State, ev events.St
 // appended it). The ledger never chains onto an event that fails: a later
 // signature would vouch for it.
 func (l *Ledger) trust(ev events.Stored) error {
+	if _, same, err := events.StoredHash(ev.Raw, ev.Hash); err != nil || !same {
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) does not hash to the rathhash it carries (altered); nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID)
+	}
 	if err := l.keys.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
 		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) is %v; it was written around the ledger or altered, and nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID, err)
 	}
