@@ -51,6 +51,9 @@ func (e *brokenError) Error() string {
 	if e.fault == nil {
 		return "chain of session " + e.session + " is broken"
 	}
+	if e.fault.Seq == 0 {
+		return fmt.Sprintf("%s does not verify: %s", e.session, e.fault.Reason)
+	}
 	return fmt.Sprintf("chain of session %s is broken at %d: %s", e.session, e.fault.Seq, e.fault.Reason)
 }
 
