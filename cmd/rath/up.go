@@ -222,12 +222,13 @@ func serve(ctx context.Context, nc *nats.Conn, ledger runner, workers ...runner)
 // agent worker, tool runner). A private runtime (rath demo, rath replay)
 // starts the loop when it is ready to be routed.
 func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runner) {
-	ledger = func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, cfg.ledger(), log) }
+	// Each runner gets its own copy of its configuration, made here: they
+	// run concurrently.
+	ledgerCfg, memoryCfg := cfg.ledger(), cfg.Memory
+	memoryCfg.Replicas = cfg.Ledger.Store.Replicas
+	ledger = func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, ledgerCfg, log) }
 	base = []runner{
-		func(ctx context.Context, nc *nats.Conn) error {
-			cfg.Memory.Replicas = cfg.Ledger.Store.Replicas
-			return memory.Run(ctx, nc, cfg.Memory, log)
-		},
+		func(ctx context.Context, nc *nats.Conn) error { return memory.Run(ctx, nc, memoryCfg, log) },
 	}
 	loop = []runner{
 		func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
