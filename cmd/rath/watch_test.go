@@ -96,7 +96,7 @@ func TestWatchSkipsForgeries(t *testing.T) {
 	publish(seal(3, head.Hash, "forged"))
 	errs.await(t, "rath: watch s1: skipped the live message on "+live+" (seq 3): not the ledger's event: the ledger's log has no event 3")
 	publish([]byte("garbage"))
-	errs.await(t, "(seq 0): not a stored event")
+	errs.await(t, "rath: watch s1: skipped the live message on "+live+": not a stored event")
 	publish(seal(2147483646, head.Hash, "far ahead"))
 	errs.await(t, "(seq 2147483646): not the ledger's event")
 

@@ -34,6 +34,9 @@ type Warning struct {
 
 // String says what was skipped and why, in one line.
 func (w Warning) String() string {
+	if w.Seq == 0 {
+		return fmt.Sprintf("watch %s: skipped the live message on %s: %v", w.Session, w.Subject, w.Err)
+	}
 	return fmt.Sprintf("watch %s: skipped the live message on %s (seq %d): %v", w.Session, w.Subject, w.Seq, w.Err)
 }
 
