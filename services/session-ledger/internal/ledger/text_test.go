@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -61,6 +62,9 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 			last := rej[len(rej)-1]
 			if last.Code != string(api.CodeMalformed) || last.Via != "request" || !strings.Contains(last.Message, tc.inMsg) {
 				t.Errorf("recorded rejection: %+v", last)
+			}
+			if !utf8.ValidString(tc.body) && (last.Proposal != nil || !strings.Contains(last.ProposalText, "\ufffd")) {
+				t.Errorf("a proposal that is not UTF-8 is recorded as %q / %q, want text with the bad bytes replaced", last.Proposal, last.ProposalText)
 			}
 		})
 	}
