@@ -76,14 +76,17 @@ func WithVerify(fn func(events.Stored) error) WatchOption {
 // held back, and a gap in the live feed is filled from the log. A session
 // that does not exist yet is waited for: its events arrive once it starts.
 //
-// The live subject is not trusted. A live event is shown only if it is the
-// next sequence, links to the previous event's hash (rathprev), hashes to
-// its rathhash and, with WithVerify, passes the hook; otherwise, or when
-// there is no hook, the ledger's log (rath.ledger.log) decides: Watch shows
-// the log's events from the next sequence on, and if the live event is not
-// among them it is skipped with a Warning. So a forged event is never shown
-// as event N, garbage does not end the watch, and a forged far-future
-// sequence does not make Watch wait for it.
+// The live subject is not trusted: anyone allowed to publish there can. A
+// live message that is not a stored event of the session, or whose hash,
+// chain link (rathprev, when it claims the next sequence) or WithVerify hook
+// fails, is skipped with a Warning. Any other live event is confirmed by the
+// ledger's log (rath.ledger.log): Watch shows the log's events from the next
+// sequence to the head, which fills any gap, and reports the live event if
+// the log holds another event at its sequence, or none; one read covers a
+// burst of live events. Only an event at the next sequence that passes a
+// WithVerify hook is shown without asking the log. So a forged event is
+// never shown as event N, garbage does not end the watch, and a forged
+// far-future sequence does not make Watch wait for it.
 func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(events.Stored) error, opts ...WatchOption) error {
 	var cfg watchConfig
 	for _, o := range opts {
