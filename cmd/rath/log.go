@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -76,7 +77,11 @@ func (a *app) watchCmd() *cobra.Command {
 		Long: `watch prints a session's logical log from --from on, one line per event as
 in "rath log", then each new event as the ledger stores it, until Ctrl-C.
 No event is skipped or repeated. With --json each line is the event as
-events.Stored (the envelope attributes Rath uses and the data).`,
+events.Stored (the envelope attributes Rath uses and the data).
+
+Live events are checked (the next sequence, the chain link, the hash) and
+confirmed by the ledger's log, which also fills any gap. A live message that
+is not the ledger's event is skipped with a warning on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -84,12 +89,15 @@ events.Stored (the envelope attributes Rath uses and the data).`,
 				return err
 			}
 			ctx := cmd.Context()
+			warn := client.WithWarnings(func(w client.Warning) {
+				fmt.Fprintf(a.Stderr, "rath: %s\n", w)
+			})
 			err = c.Watch(ctx, args[0], from, func(ev events.Stored) error {
 				if a.json {
 					return a.printLine(ev)
 				}
 				return writeEvent(a.Stdout, ev)
-			})
+			}, warn)
 			if ctx.Err() != nil {
 				return nil // interrupted: the normal way to stop watching
 			}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -21,7 +22,9 @@ var ErrMalformed = errors.New("malformed CloudEvent")
 // FromNATS reads a CloudEvent from a NATS message in either content mode:
 // structured (a JSON CloudEvent body, Content-Type application/cloudevents+json
 // or no ce- headers) or binary (attributes in ce- headers, data in the body).
-// The result is validated against the CloudEvents 1.0 rules.
+// The result is validated against the CloudEvents 1.0 rules: another
+// specversion, or text that is not Unicode (bytes that are not UTF-8, a lone
+// surrogate escape such as "\ud800"), is malformed.
 func FromNATS(h nats.Header, body []byte) (event.Event, error) {
 	var (
 		e   event.Event
@@ -31,6 +34,18 @@ func FromNATS(h nats.Header, body []byte) (event.Event, error) {
 		e, err = fromBinary(h, body)
 	} else {
 		e, err = Unmarshal(body)
+		if err == nil {
+			err = checkText(body)
+		}
+	}
+	if err == nil && e.DataBase64 {
+		// Decoded from data_base64: JSON that is stored as data.
+		if terr := checkText(e.DataEncoded); terr != nil {
+			err = fmt.Errorf("data_base64: %w", terr)
+		}
+	}
+	if err == nil && e.SpecVersion() != event.CloudEventsVersionV1 {
+		err = fmt.Errorf("specversion %q is not supported: Rath accepts CloudEvents %s only", e.SpecVersion(), event.CloudEventsVersionV1)
 	}
 	if err != nil {
 		return event.Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -63,6 +78,9 @@ func fromBinary(h nats.Header, body []byte) (event.Event, error) {
 		v, err := url.PathUnescape(vs[0])
 		if err != nil {
 			return event.Event{}, fmt.Errorf("header %s: %v", k, err)
+		}
+		if !utf8.ValidString(v) {
+			return event.Event{}, fmt.Errorf("header %s: not UTF-8", k)
 		}
 		attr[lk[len(binaryPrefix):]] = v
 	}
@@ -103,6 +121,9 @@ func fromBinary(h nats.Header, body []byte) (event.Event, error) {
 		e.SetDataContentType(ct)
 	} else if e.DataContentType() == "" {
 		e.SetDataContentType(event.ApplicationJSON)
+	}
+	if err := checkText(body); err != nil {
+		return event.Event{}, fmt.Errorf("data: %w", err)
 	}
 	e.DataEncoded = body
 	return e, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"strings"
@@ -85,6 +86,9 @@ func opOf(typ string) string {
 func (l *Ledger) check(ev *event.Event) error {
 	if err := ev.Validate(); err != nil {
 		return api.Errorf(api.CodeMalformed, "not a valid CloudEvent: %v", err)
+	}
+	if sv := ev.SpecVersion(); sv != event.CloudEventsVersionV1 {
+		return api.Errorf(api.CodeMalformed, "specversion %q is not supported: Rath accepts CloudEvents %s only", sv, event.CloudEventsVersionV1)
 	}
 	if _, ok := events.Lookup(ev.Type()); !ok {
 		return api.Errorf(api.CodeUnknownType, "unknown event type %q (see docs/protocol.md for the catalog)", ev.Type())
@@ -195,7 +199,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		kind, _ := events.Lookup(ev.Type())
 		body, hash, err := events.Seal(&ev, seq, prev, l.cfg.Key)
 		if err != nil {
-			return api.Ack{}, api.Errorf(api.CodeOutOfRange, "%v", err)
+			return api.Ack{}, sealRefusal(seq, err)
 		}
 		if len(body) > l.store.MaxEventSize() {
 			return api.Ack{}, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(body), l.store.MaxEventSize())
@@ -233,6 +237,17 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		}
 		return a, err
 	}
+}
+
+// sealRefusal names why an event could not be sealed: a session at the
+// largest sequence is out of range; anything else is input the canonical
+// form cannot hold (a number beyond float64, text that is not Unicode),
+// which the parser refuses first wherever it can.
+func sealRefusal(seq uint64, err error) error {
+	if seq > math.MaxInt32 {
+		return api.Errorf(api.CodeOutOfRange, "%v", err)
+	}
+	return api.Errorf(api.CodeMalformed, "%v", err)
 }
 
 // sealed is an event's place in its session's chain and its stored body.

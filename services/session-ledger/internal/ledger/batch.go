@@ -170,7 +170,7 @@ func (l *Ledger) publish(ctx context.Context, ev *event.Event, x expectation) (i
 	var err error
 	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev, l.cfg.Key); err != nil {
 		e.mu.Unlock()
-		return inflight{}, false, api.Errorf(api.CodeOutOfRange, "%v", err)
+		return inflight{}, false, sealRefusal(s.seq, err)
 	}
 	if len(s.body) > l.store.MaxEventSize() {
 		e.mu.Unlock()

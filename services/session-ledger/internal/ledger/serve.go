@@ -9,6 +9,7 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -221,7 +222,9 @@ func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, e
 		Time: l.now(), Session: ev.Subject(), EventID: ev.ID(), Type: ev.Type(),
 		Code: string(le.Code), Message: le.Message, Via: via, Ledger: l.cfg.Name,
 	}
-	if len(m.Data) <= maxRecordedProposal && json.Valid(m.Data) {
+	// A proposal that is not UTF-8 is recorded as text, its bad bytes
+	// replaced, so the record stays JSON any reader can decode.
+	if len(m.Data) <= maxRecordedProposal && json.Valid(m.Data) && utf8.Valid(m.Data) {
 		r.Proposal = json.RawMessage(m.Data)
 	} else {
 		r.ProposalText = truncate(string(m.Data), maxRecordedProposal)

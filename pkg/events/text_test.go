@@ -1,0 +1,72 @@
+package events
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/gowebpki/jcs"
+	"github.com/nats-io/nats.go"
+)
+
+func TestCheckText(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, err string
+	}{
+		{"plain", `{"a":"b"}`, ""},
+		{"multibyte", `{"a":"é😀"}`, ""},
+		{"surrogate pair", `{"a":"\ud83d\ude00"}`, ""},
+		{"upper-case pair", `{"a":"\uD83D\uDE00"}`, ""},
+		{"escaped backslash then u", `{"a":"\\ud800"}`, ""},
+		{"escaped quote", `{"a":"\"\ud800"}`, `lone surrogate \ud800 at offset 8`},
+		{"lone high", `{"a":"\ud800"}`, `lone surrogate \ud800 at offset 6`},
+		{"high at the end", `{"a":"x\udbff"}`, `lone surrogate \udbff`},
+		{"high then BMP escape", `{"a":"\ud800\u0041"}`, `lone surrogate \ud800`},
+		{"two highs", `{"a":"\ud800\ud800"}`, `lone surrogate \ud800`},
+		{"lone low", `{"a":"\udfff"}`, `lone surrogate \udfff`},
+		{"invalid byte", "{\"a\":\"\xff\"}", "not UTF-8: byte 0xff at offset 6"},
+		{"truncated sequence", "{\"a\":\"\xe2\x82\"}", "not UTF-8: byte 0xe2"},
+		{"encoded surrogate", "{\"a\":\"\xed\xa0\x80\"}", "not UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkText([]byte(tc.in))
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("got %v, want an error with %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestFromNATSRefusesOtherSpecVersions(t *testing.T) {
+	for _, body := range []string{
+		`{"specversion":"0.3","id":"1","source":"s","type":"t"}`,
+		`{"specversion":"1.1","id":"1","source":"s","type":"t"}`,
+	} {
+		_, err := FromNATS(nats.Header{}, []byte(body))
+		if err == nil || !strings.Contains(err.Error(), "specversion") {
+			t.Errorf("%s: got %v, want a malformed specversion", body, err)
+		}
+	}
+	if _, err := FromNATS(nats.Header{}, []byte(`{"specversion":"1.0","id":"1","source":"s","type":"t"}`)); err != nil {
+		t.Errorf("1.0 refused: %v", err)
+	}
+}
+
+// FuzzCheckText holds checkText to the canonical form: a JSON string it
+// accepts, RFC 8785 can canonicalise.
+func FuzzCheckText(f *testing.F) {
+	for _, s := range []string{`"a"`, `"\ud800"`, `"\ud83d\ude00"`, "\"\xff\"", `"\\ud800"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' || !json.Valid(b) || checkText(b) != nil {
+			return
+		}
+		if _, err := jcs.Transform(b); err != nil {
+			t.Fatalf("checkText accepted %q, canonical form failed: %v", b, err)
+		}
+	})
+}
