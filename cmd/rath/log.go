@@ -70,7 +70,10 @@ line is the stored CloudEvent.`,
 }
 
 func (a *app) watchCmd() *cobra.Command {
-	var from uint64
+	var (
+		from     uint64
+		keyFiles []string
+	)
 	cmd := &cobra.Command{
 		Use:   "watch SESSION",
 		Short: "Print a session's log from --from, then follow it live until interrupted",
@@ -79,9 +82,10 @@ in "rath log", then each new event as the ledger stores it, until Ctrl-C.
 No event is skipped or repeated. With --json each line is the event as
 events.Stored (the envelope attributes Rath uses and the data).
 
-Live events are checked (the next sequence, the chain link, the hash) and
-confirmed by the ledger's log, which also fills any gap. A live message that
-is not the ledger's event is skipped with a warning on stderr.`,
+Live events are checked (the next sequence, the chain link, the hash, the
+ledger's signature, with the keys of --key or else the ones the ledger names);
+the ledger's log fills any gap and settles any doubt. A live message that is
+not the ledger's event is skipped with a warning on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -89,6 +93,15 @@ is not the ledger's event is skipped with a warning on stderr.`,
 				return err
 			}
 			ctx := cmd.Context()
+			ring, err := readKeys(keyFiles)
+			if err != nil {
+				return usageError{err}
+			}
+			if ring == nil {
+				if ring, err = c.Keyring(ctx); err != nil {
+					return err
+				}
+			}
 			warn := client.WithWarnings(func(w client.Warning) {
 				fmt.Fprintf(a.Stderr, "rath: %s\n", w)
 			})
@@ -97,7 +110,7 @@ is not the ledger's event is skipped with a warning on stderr.`,
 					return a.printLine(ev)
 				}
 				return writeEvent(a.Stdout, ev)
-			}, warn)
+			}, warn, client.WithSignatures(ring))
 			if ctx.Err() != nil {
 				return nil // interrupted: the normal way to stop watching
 			}
@@ -105,6 +118,7 @@ is not the ledger's event is skipped with a warning on stderr.`,
 		},
 	}
 	cmd.Flags().Uint64Var(&from, "from", 1, "first sequence")
+	cmd.Flags().StringSliceVar(&keyFiles, "key", nil, "check signatures with these ledger public key files (PKIX PEM) instead of the keys the ledger names")
 	return cmd
 }
 

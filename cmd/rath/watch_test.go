@@ -86,7 +86,7 @@ func TestWatchSkipsForgeries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _, err := events.Seal(&ev, seq, prev)
+		body, _, err := events.Seal(&ev, seq, prev, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestWatchSkipsForgeries(t *testing.T) {
 	}
 
 	publish(seal(3, head.Hash, "forged"))
-	errs.await(t, "rath: watch s1: skipped the live message on "+live+" (seq 3): not the ledger's event: the ledger's log has no event 3")
+	errs.await(t, "rath: watch s1: skipped the live message on "+live+" (seq 3): not the ledger's event: not signed")
 	publish([]byte("garbage"))
 	errs.await(t, "rath: watch s1: skipped the live message on "+live+": not a stored event")
 	publish(seal(2147483646, head.Hash, "far ahead"))

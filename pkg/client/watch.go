@@ -69,6 +69,15 @@ func WithVerify(fn func(events.Stored) error) WatchOption {
 	return func(c *watchConfig) { c.verify = fn }
 }
 
+// WithSignatures has Watch check each live event's signature (rathsig) with
+// the keyring, the Verify hook a signing ledger's events call for; the
+// ledger's keys come from Client.Keyring or, better, a pinned key file.
+func WithSignatures(ring events.Keyring) WatchOption {
+	return WithVerify(func(ev events.Stored) error {
+		return ring.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig)
+	})
+}
+
 // Watch calls fn for each event of a session's logical log from sequence from
 // (0 or 1: the start, through its fork ancestry) in order, then for each new
 // event as it is stored, until ctx ends or fn returns an error. No event is

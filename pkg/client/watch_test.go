@@ -115,7 +115,7 @@ func sealed(t *testing.T, id string, seq uint64, prev, source, content string) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _, err := events.Seal(&ev, seq, prev)
+	body, _, err := events.Seal(&ev, seq, prev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
