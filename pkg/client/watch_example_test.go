@@ -30,7 +30,7 @@ func ExampleClient_Watch() {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- service.Run(ctx, nc, service.ConfigIn(dir), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	defer func() { stop(); <-done }()
 

@@ -33,7 +33,7 @@ func newWatchRig(t *testing.T) *watchRig {
 	_, nc := natstest.Start(t)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.DefaultConfig(), slog.New(slog.DiscardHandler)) }()
+	go func() { done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() { stop(); <-done })
 	c, err := client.New(nc)
 	if err != nil {
