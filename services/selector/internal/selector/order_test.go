@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -204,4 +205,45 @@ func fmtLog(log []events.Stored) string {
 		s += fmt.Sprintf("  %d %s from %s\n", ev.Seq, ev.Type, ev.Source)
 	}
 	return s
+}
+
+// Wall time is measured from the session's start to the trigger's own time,
+// both in the log, not to the moment the selector gets to the trigger: a
+// trigger stored ten minutes into a session with half an hour is routed
+// however late it is delivered, and one stored forty minutes in closes it.
+func TestWallTimeRunsToTheTrigger(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := setupWith(t, nc, "testdata/budget.yaml")
+	ctx := context.Background()
+	// The session started two hours ago by the wall clock.
+	t0 := time.Now().Add(-2 * time.Hour).UTC().Truncate(time.Second)
+	if _, err := r.c.Start(ctx, "s1", events.SessionStarted{Workflow: r.wf.Name, WorkflowHash: r.wf.Hash(), WorkflowRef: r.ref}, events.WithTime(t0)); err != nil {
+		t.Fatal(err)
+	}
+	d := &deliverer{r: r, id: "s1", next: 1}
+	for _, at := range []time.Duration{10 * time.Minute, 40 * time.Minute} {
+		if _, err := r.c.Emit(ctx, "s1", &events.ChunkAppended{Role: events.RoleUser, Content: "at " + at.String()}, events.WithTime(t0.Add(at))); err != nil {
+			t.Fatal(err)
+		}
+		d.catchUp(t)
+	}
+	var got []string
+	for _, ev := range ofType(r.log(t, "s1"), events.TypeSelectorDecided) {
+		data, err := ev.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd := data.(*events.SelectorDecided)
+		got = append(got, sd.Rule+" "+sd.Route)
+		if sd.Rule == RuleBudget {
+			got = append(got, sd.Reason)
+		}
+	}
+	want := []string{
+		"on-chunk agent:coder",
+		"budget close:budget_exceeded", "budget wall_time=30m0s reached (40m0s elapsed)",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decisions %q, want %q", got, want)
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
@@ -43,12 +42,11 @@ type Selector struct {
 	c         *client.Client
 	workflows *workflow.Library
 	log       *slog.Logger
-	now       func() time.Time
 }
 
 // New returns a selector.
 func New(c *client.Client, workflows *workflow.Library, log *slog.Logger) *Selector {
-	return &Selector{c: c, workflows: workflows, log: log, now: time.Now}
+	return &Selector{c: c, workflows: workflows, log: log}
 }
 
 // Handler is the selector's consume handler: every kind of session event can
@@ -197,7 +195,9 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	if why, over := wf.Workflow.Exceeded(at, at.Created, s.now()); over {
+	// Wall time runs to the trigger's own time, not to the moment of its
+	// delivery: the budget is read from the log like everything else.
+	if why, over := wf.Workflow.Exceeded(at, at.Created, ev.Time); over {
 		rule, reason, p = RuleBudget, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeBudget}
 	} else if name, why, stop, err := wf.Workflow.Stopped(act); err != nil {
 		return consume.Permanent(err)
