@@ -1,8 +1,8 @@
 // Package selector routes sessions: after each event it evaluates the
-// session's workflow rules over the folded state and appends the decision
-// (rath.selector.decided: rule, inputs, candidates, route, reason) and then
-// the routed request. Control flow is data: a session's path can be
-// explained from its log alone.
+// session's workflow rules over the event and the state folded up to it and
+// appends the decision (rath.selector.decided: rule, inputs, candidates,
+// route, reason) and then the routed request. Control flow is data: a
+// session's path can be explained, and re-derived, from its log alone.
 package selector
 
 import (
