@@ -27,7 +27,7 @@ type Decision struct {
 	// keyed by path ("event.type", "state.turns", "state.agent_turns.coder").
 	Inputs map[string]any
 	// ForkAt is the sequence a fork route forks at: the value of the
-	// route's at, or the head (state.seq) when it has none.
+	// route's at, or state.seq (the routed event's) when it has none.
 	ForkAt uint64
 	// Content is the text a memory route writes: the value of its content.
 	Content string
@@ -229,7 +229,7 @@ func holds(prg cel.Program, act map[string]any) (bool, error) {
 // Parse, which compiles the expressions.
 var errNotCompiled = errors.New("expression not compiled: workflows come from Parse or Load")
 
-// forkAt evaluates a fork route's at, or returns the head when it has none
+// forkAt evaluates a fork route's at, or returns state.seq when it has none
 // (prg nil), so the decision records the point the fork was decided at.
 func forkAt(prg cel.Program, act map[string]any) (uint64, error) {
 	st, _ := act["state"].(map[string]any)

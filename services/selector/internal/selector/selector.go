@@ -1,8 +1,8 @@
 // Package selector routes sessions: after each event it evaluates the
-// session's workflow rules over the folded state and appends the decision
-// (rath.selector.decided: rule, inputs, candidates, route, reason) and then
-// the routed request. Control flow is data: a session's path can be
-// explained from its log alone.
+// session's workflow rules over the event and the state folded up to it and
+// appends the decision (rath.selector.decided: rule, inputs, candidates,
+// route, reason) and then the routed request. Control flow is data: a
+// session's path can be explained, and re-derived, from its log alone.
 package selector
 
 import (
@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
@@ -43,12 +42,11 @@ type Selector struct {
 	c         *client.Client
 	workflows *workflow.Library
 	log       *slog.Logger
-	now       func() time.Time
 }
 
 // New returns a selector.
 func New(c *client.Client, workflows *workflow.Library, log *slog.Logger) *Selector {
-	return &Selector{c: c, workflows: workflows, log: log, now: time.Now}
+	return &Selector{c: c, workflows: workflows, log: log}
 }
 
 // Handler is the selector's consume handler: every kind of session event can
@@ -141,23 +139,31 @@ func classify(err error) error {
 	return consume.Permanent(err)
 }
 
+// route decides one trigger. The decision is a function of the trigger and
+// the session folded up to and including it (at), never of events stored
+// after it: a trigger delivered late, when other producers have appended
+// meanwhile, is decided exactly as if it had been delivered at once, so the
+// same log always gives the same decisions with the same inputs (a replay,
+// an audit). The head (the state the decision is appended on, ADR 0008)
+// only guards: a closed or paused session, a decision already stored for
+// the trigger, a turn in flight, a continue already routed.
 func (s *Selector) route(ctx context.Context, ev events.Stored) error {
-	st, err := s.c.State(ctx, ev.Session, 0)
+	head, err := s.c.State(ctx, ev.Session, 0)
 	if err != nil {
 		return err
 	}
-	if st.Status != session.StatusActive || st.WorkflowRef == "" {
+	if head.Status != session.StatusActive || head.WorkflowRef == "" {
 		return nil
 	}
-	wf, err := s.workflows.Get(ctx, st.WorkflowRef)
+	wf, err := s.workflows.Get(ctx, head.WorkflowRef)
 	if err != nil {
 		return consume.Permanent(err)
 	}
 	// A redelivered trigger whose decision is already in the log: finish
 	// what the decision asked for (idempotently), decide nothing new.
-	for _, d := range st.Decisions {
+	for _, d := range head.Decisions {
 		if d.Cause == ev.ID {
-			if d.TurnID != "" && (st.Turn == nil || st.Turn.ID != d.TurnID) {
+			if d.TurnID != "" && (head.Turn == nil || head.Turn.ID != d.TurnID) {
 				return nil // the turn it routed has ended: nothing to re-send
 			}
 			p, err := parsePlan(d.Route)
@@ -165,23 +171,33 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 				return consume.Permanent(err)
 			}
 			if p.kind == workflow.RouteMemory {
-				if p.content, err = s.memoryContent(ctx, st.ID, wf.Workflow, ev, d); err != nil {
+				at, err := s.stateAt(ctx, head, ev)
+				if err != nil {
+					return err
+				}
+				if p.content, err = memoryContent(at, wf.Workflow, ev, d); err != nil {
 					return err
 				}
 			}
-			return s.follow(ctx, st, wf.Workflow, ev, d.Rule, d.Reason, p, d.TurnID)
+			return s.follow(ctx, head, wf.Workflow, ev, d.Rule, d.Reason, p, d.TurnID)
 		}
+	}
+	at, err := s.stateAt(ctx, head, ev)
+	if err != nil {
+		return err
 	}
 	var (
 		rule, reason string
 		p            plan
 		decided      *events.SelectorDecided
 	)
-	act, err := workflow.Activation(st, ev)
+	act, err := workflow.Activation(at, ev)
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	if why, over := wf.Workflow.Exceeded(st, st.Created, s.now()); over {
+	// Wall time runs to the trigger's own time, not to the moment of its
+	// delivery: the budget is read from the log like everything else.
+	if why, over := wf.Workflow.Exceeded(at, at.Created, ev.Time); over {
 		rule, reason, p = RuleBudget, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeBudget}
 	} else if name, why, stop, err := wf.Workflow.Stopped(act); err != nil {
 		return consume.Permanent(err)
@@ -189,7 +205,7 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		rule, reason, p = rulePrefixStop+name, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeStopped}
 	} else {
 		decide := wf.Workflow.Decide
-		if pendingTools(st) {
+		if pendingTools(at) {
 			// The results will trigger the next decision; meanwhile only
 			// memory is written, which moves the session nowhere.
 			decide = wf.Workflow.DecideMemory
@@ -208,7 +224,7 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			case workflow.RouteFork:
 				p.agent, p.at = d.Route.Fork.Agent, d.ForkAt
 				if p.at == 0 {
-					p.at = st.Seq
+					p.at = at.Seq
 				}
 			case workflow.RouteApproval:
 				p.detail = d.Route.Approval.Action
@@ -218,15 +234,15 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			if decided, err = d.Event(); err != nil {
 				return consume.Permanent(err)
 			}
-		case !pendingTools(st) && continues(st, ev) && !decidedSince(st, ev.Seq):
+		case !pendingTools(at) && continues(at, ev) && !decidedSince(head, ev.Seq):
 			// A turn's tool results are in: the same agent goes on.
 			rule, reason = RuleContinue, "tool results of the last turn are in"
-			p = plan{kind: workflow.RouteAgent, agent: st.LastAgent}
+			p = plan{kind: workflow.RouteAgent, agent: at.LastAgent}
 		default:
 			return nil
 		}
 	}
-	if p.kind == workflow.RouteAgent && st.Turn != nil {
+	if p.kind == workflow.RouteAgent && head.Turn != nil {
 		return nil // one turn in flight at a time
 	}
 	if decided == nil {
@@ -238,13 +254,23 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		turnID = "turn-" + events.DerivedID(ev.ID, "turn")[:8]
 		decided.Agent, decided.TurnID = p.agent, turnID
 	}
-	// Conditional on the state the decision read: if the session moved on,
-	// the ledger refuses it as stale and the trigger is decided again.
-	if _, err := s.c.Emit(ctx, st.ID, decided, s.opts(ev, "decided", events.WithExpectedSeq(st.Seq))...); err != nil {
+	// Conditional on the head the guards read: if the session moved on, the
+	// ledger refuses it as stale and the trigger is decided again.
+	if _, err := s.c.Emit(ctx, head.ID, decided, s.opts(ev, "decided", events.WithExpectedSeq(head.Seq))...); err != nil {
 		return err
 	}
-	s.log.Info("routed", "session", st.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
-	return s.follow(ctx, st, wf.Workflow, ev, rule, decided.Reason, p, turnID)
+	s.log.Info("routed", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
+	return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
+}
+
+// stateAt returns the session folded up to and including the trigger: the
+// head itself when nothing was stored after the trigger (the usual case),
+// else the ledger's fold of that prefix, which no later append can change.
+func (s *Selector) stateAt(ctx context.Context, head *session.State, ev events.Stored) (*session.State, error) {
+	if head.Seq == ev.Seq {
+		return head, nil
+	}
+	return s.c.State(ctx, head.ID, ev.Seq)
 }
 
 // follow appends the request a decision routed to. Every event it emits has
@@ -319,14 +345,10 @@ func (s *Selector) remember(ctx context.Context, st *session.State, wf *workflow
 }
 
 // memoryContent evaluates a stored memory decision's content again, over the
-// state that decision read (the head before it): the same text the first
-// delivery wrote, or would have written.
-func (s *Selector) memoryContent(ctx context.Context, id string, wf *workflow.Workflow, ev events.Stored, d session.Decision) (string, error) {
-	read, err := s.c.State(ctx, id, d.Seq-1)
-	if err != nil {
-		return "", err
-	}
-	act, err := workflow.Activation(read, ev)
+// state that decision read (the session up to its trigger, at): the same
+// text the first delivery wrote, or would have written.
+func memoryContent(at *session.State, wf *workflow.Workflow, ev events.Stored, d session.Decision) (string, error) {
+	act, err := workflow.Activation(at, ev)
 	if err != nil {
 		return "", consume.Permanent(err)
 	}
