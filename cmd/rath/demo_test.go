@@ -182,6 +182,8 @@ func runDemoForTest(t *testing.T) (*demoRun, *syncBuffer) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, stdout.String())
 	}
+	upCreds.Store(run.rt.url, run.rt.creds)
+	t.Cleanup(func() { upCreds.Delete(run.rt.url) })
 	return run, stdout
 }
 

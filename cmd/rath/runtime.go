@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/embedded"
 )
 
@@ -19,8 +20,12 @@ import (
 // anything routes it; then, with startLoop, the agent loop (selector, agent
 // worker, tool runner).
 type runtime struct {
-	url    string
+	url string
+	// nc is a connection of the client role: what the caller uses; creds is
+	// that role's credentials file, for rath commands against the runtime.
 	nc     *nats.Conn
+	creds  string
+	dial   dial
 	log    *slog.Logger
 	ctx    context.Context
 	loops  []runner
@@ -30,8 +35,9 @@ type runtime struct {
 	closed bool
 }
 
-// startRuntime starts the server, the ledger and the memory service; name
-// names the connection.
+// startRuntime starts the server, the ledger and the memory service, each
+// service connected with its own role's identity (kept under cfg's creds
+// directory); name names the caller's connection, of the client role.
 func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logger) (*runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
@@ -39,17 +45,29 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	ns, err := embedded.Start(cfg.embedded())
+	creds, err := auth.Ensure(cfg.credsDir())
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	ecfg := cfg.embedded()
+	ecfg.Users = creds.Identities()
+	ns, err := embedded.Start(ecfg)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name))
+	dial := dialer(ns.ClientURL(), ns, creds, log)
+	cred, err := auth.Option(creds.Path(auth.RoleClient))
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name), cred)
 	if err != nil {
 		ns.Shutdown()
 		return nil, fmt.Errorf("connect to the embedded server: %w", err)
 	}
 	ledger, base, loop := services(cfg, log)
-	r := &runtime{url: ns.ClientURL(), nc: nc, log: log, ctx: context.WithoutCancel(ctx), loops: loop, loop: func() {}}
+	r := &runtime{url: ns.ClientURL(), nc: nc, creds: creds.Path(auth.RoleClient), dial: dial, log: log, ctx: context.WithoutCancel(ctx), loops: loop, loop: func() {}}
 	stopBase := r.run(ledger, base...)
 	r.base = func() {
 		stopBase()
@@ -65,7 +83,7 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 func (r *runtime) run(first runner, rest ...runner) func() {
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, r.nc, first, rest...) }()
+	go func() { done <- serve(ctx, r.dial, first, rest...) }()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -79,7 +97,7 @@ func (r *runtime) run(first runner, rest ...runner) func() {
 
 // startLoop starts the selector, the agent worker and the tool runner.
 func (r *runtime) startLoop() {
-	idle := func(ctx context.Context, _ *nats.Conn) error { <-ctx.Done(); return nil }
+	idle := runner{run: func(ctx context.Context, _ *nats.Conn) error { <-ctx.Done(); return nil }}
 	r.loop = r.run(idle, r.loops...)
 }
 

@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/auth"
 )
 
 func TestUp(t *testing.T) {
@@ -24,10 +27,11 @@ func TestUp(t *testing.T) {
 	go func() { done <- up(ctx, cfg, &out, slog.New(slog.DiscardHandler)) }()
 
 	waitFor(t, &out, "\n")
-	m := regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) \(data .+\)\n$`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) \(data .+\)\n`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("up printed %q, want the client URL", out.String())
 	}
+	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.creds"))
 	waitReady(t, m[1])
 	if got := ok(t, m[1], "start", "--id", "s1"); got != "s1\n" {
 		t.Errorf("start through rath up printed %q", got)
@@ -52,13 +56,14 @@ func TestUp(t *testing.T) {
 func TestServeStopsAllWhenOneFails(t *testing.T) {
 	boom := errors.New("boom")
 	stopped := make(chan struct{})
-	err := serve(context.Background(), nil,
-		func(ctx context.Context, _ *nats.Conn) error {
+	noConn := func(auth.Role) (*nats.Conn, func(), error) { return nil, func() {}, nil }
+	err := serve(context.Background(), noConn,
+		runner{run: func(ctx context.Context, _ *nats.Conn) error {
 			<-ctx.Done()
 			close(stopped)
 			return nil
-		},
-		func(context.Context, *nats.Conn) error { return boom },
+		}},
+		runner{run: func(context.Context, *nats.Conn) error { return boom }},
 	)
 	if !errors.Is(err, boom) {
 		t.Errorf("serve returned %v, want %v", err, boom)
