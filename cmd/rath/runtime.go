@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +35,25 @@ type runtime struct {
 	loop   func()
 	mu     sync.Mutex
 	closed bool
+	// denied are the permission violations the services' connections saw:
+	// none in a sound runtime (tests check). dmu guards it (mu is held
+	// while the services stop).
+	dmu    sync.Mutex
+	denied []error
+}
+
+// violated records a permission violation of a service.
+func (r *runtime) violated(role auth.Role, err error) {
+	r.dmu.Lock()
+	defer r.dmu.Unlock()
+	r.denied = append(r.denied, fmt.Errorf("%s: %w", role, err))
+}
+
+// violations returns the permission violations the services saw so far.
+func (r *runtime) violations() []error {
+	r.dmu.Lock()
+	defer r.dmu.Unlock()
+	return slices.Clone(r.denied)
 }
 
 // startRuntime starts the server, the ledger and the memory service, each
@@ -55,19 +76,25 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	dial := dialer(ns.ClientURL(), ns, creds, log)
+	r := &runtime{url: ns.ClientURL(), creds: creds.Path(auth.RoleClient), log: log, ctx: context.WithoutCancel(ctx), loop: func() {}}
+	r.dial = dialer(ns.ClientURL(), ns, creds, log, r.violated)
 	cred, err := auth.Option(creds.Path(auth.RoleClient))
 	if err != nil {
 		ns.Shutdown()
 		return nil, err
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name), cred)
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name), cred,
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				r.violated(auth.RoleClient, err)
+			}
+		}))
 	if err != nil {
 		ns.Shutdown()
 		return nil, fmt.Errorf("connect to the embedded server: %w", err)
 	}
 	ledger, base, loop := services(cfg, log)
-	r := &runtime{url: ns.ClientURL(), nc: nc, creds: creds.Path(auth.RoleClient), dial: dial, log: log, ctx: context.WithoutCancel(ctx), loops: loop, loop: func() {}}
+	r.nc, r.loops = nc, loop
 	stopBase := r.run(ledger, base...)
 	r.base = func() {
 		stopBase()

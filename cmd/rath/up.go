@@ -167,7 +167,7 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		fmt.Fprintf(out, "rath: credentials in %s (%s for clients, %s for operators)\n",
 			creds.Dir, auth.FileName(auth.RoleClient), auth.FileName(auth.RoleAdmin))
 	}
-	dial := dialer(url, ns, creds, log)
+	dial := dialer(url, ns, creds, log, nil)
 	// Check the server and the ledger's identity before starting anything.
 	_, done, err := dial(auth.RoleLedger)
 	if err != nil {
@@ -224,8 +224,10 @@ type dial func(role auth.Role) (*nats.Conn, func(), error)
 
 // dialer returns how the services of rath up connect: in-process to the
 // embedded server ns (or to url), each with its own role's credentials, so
-// that the server enforces each service's permissions.
-func dialer(url string, ns *server.Server, creds *auth.Set, log *slog.Logger) dial {
+// that the server enforces each service's permissions. Errors NATS reports
+// are logged with the role; permission violations also go to violated, if
+// set.
+func dialer(url string, ns *server.Server, creds *auth.Set, log *slog.Logger, violated func(auth.Role, error)) dial {
 	return func(role auth.Role) (*nats.Conn, func(), error) {
 		if role == "" {
 			return nil, func() {}, nil
@@ -236,6 +238,9 @@ func dialer(url string, ns *server.Server, creds *auth.Set, log *slog.Logger) di
 			nats.Name("rath-" + string(role)), nats.MaxReconnects(-1),
 			nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				if violated != nil && errors.Is(err, nats.ErrPermissionViolation) {
+					violated(role, err)
+				}
 				if sub != nil {
 					rlog.Error("NATS error", "subject", sub.Subject, "err", err)
 					return
