@@ -112,6 +112,8 @@ func TestServerEnforcesRoles(t *testing.T) {
 		denied(t, url, auth.RoleClient, "$JS.API.CONSUMER.CREATE."+events.StreamSessions+".agent-worker")
 		denied(t, url, auth.RoleSelector, "$JS.API.CONSUMER.MSG.NEXT."+events.StreamSessions+".tool-runner")
 		denied(t, url, auth.RoleAgentWorker, "$JS.API.CONSUMER.DELETE."+events.StreamInbox+"."+events.InboxConsumer)
+		// The inbox is a work queue: a consumer's ack would remove a proposal.
+		denied(t, url, auth.RoleClient, "$JS.API.CONSUMER.CREATE."+events.StreamInbox+".mine")
 	})
 
 	t.Run("unchanged", func(t *testing.T) {

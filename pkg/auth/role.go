@@ -87,8 +87,10 @@ var (
 	streamSessions = events.StreamSessions
 	kvStreams      = []string{"KV_" + events.BucketSnapshots, "KV_" + events.BucketSessions, "KV_" + events.BucketTools}
 	blobStream     = "OBJ_" + events.BucketBlobs
-	// readable are the streams every role may read.
-	readable = slices.Concat([]string{events.StreamSessions, events.StreamInbox, events.StreamRejects, events.StreamDead, memoryapi.Stream}, kvStreams, []string{blobStream})
+	// readable are the streams every role may read, with consumers of its
+	// own. The inbox is not among them: it is a work queue, where an ack
+	// removes a proposal, so only the ledger consumes it; others may look.
+	readable = slices.Concat([]string{events.StreamSessions, events.StreamRejects, events.StreamDead, memoryapi.Stream}, kvStreams, []string{blobStream})
 )
 
 // durables are the durable consumers on the sessions stream, by owner. Each
@@ -117,8 +119,7 @@ func ledger() Permissions {
 	return Permissions{
 		Publish: Subjects{
 			Allow: []string{
-				events.SessionsWildcard, events.LiveWildcard, events.RejectsWildcard, events.DeadWildcard,
-				"rath.ledger.>",
+				events.SessionsWildcard, events.LiveWildcard, events.RejectsWildcard,
 				jsAPI + ">", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>",
 			},
 			Deny: []string{jsAPI + "STREAM.DELETE.>"},
@@ -151,6 +152,10 @@ func worker(r Role) Permissions {
 			"$JS.ACK."+s+".>",
 		)
 	}
+	pub = append(pub,
+		jsAPI+"STREAM.INFO."+events.StreamInbox,
+		jsAPI+"STREAM.MSG.GET."+events.StreamInbox,
+		jsAPI+"DIRECT.GET."+events.StreamInbox, jsAPI+"DIRECT.GET."+events.StreamInbox+".>")
 	if len(durables[r]) > 0 {
 		pub = append(pub, events.DeadWildcard)
 	}
@@ -163,8 +168,6 @@ func worker(r Role) Permissions {
 			deny = append(deny, consumerAPI(streamSessions, d)...)
 		}
 	}
-	// The ledger's inbox consumer: only the ledger takes proposals.
-	deny = append(deny, consumerAPI(events.StreamInbox, events.InboxConsumer)...)
 	respond := false
 	switch r {
 	case RoleClient:
