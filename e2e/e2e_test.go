@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -33,7 +34,8 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type runtime struct {
-	nc    *nats.Conn
+	url   string     // the server's, to connect a role (natstest.ConnectAs)
+	nc    *nats.Conn // of the client role
 	c     *client.Client
 	store *eventstore.Store
 }
@@ -41,21 +43,27 @@ type runtime struct {
 // start runs every service in-process; workers stop before the ledger.
 func start(t *testing.T) *runtime {
 	t.Helper()
-	_, nc := natstest.Start(t)
+	// Each service connects as its own role, so that the server enforces its
+	// permissions; the test is a client.
+	ns, _ := natstest.Start(t)
+	as := func(role auth.Role) *nats.Conn { return natstest.ConnectAs(t, ns.ClientURL(), role) }
+	nc := as(auth.RoleClient)
 	lctx, lcancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
 	ldone := make(chan error, 1)
-	go func() { ldone <- ledger.Run(lctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
+	lnc := as(auth.RoleLedger)
+	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
 
 	tr := toolrunner.DefaultConfig()
 	tr.Sandbox.Root = t.TempDir()
 	tr.Seeds = "testdata"
 	tr.Sandbox.Path = os.Getenv("PATH")
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
+	snc, wnc, tnc := as(auth.RoleSelector), as(auth.RoleAgentWorker), as(auth.RoleToolRunner)
 	workers := []func(context.Context) error{
-		func(ctx context.Context) error { return selector.Run(ctx, nc, selector.DefaultConfig(), quiet) },
-		func(ctx context.Context) error { return worker.Run(ctx, nc, worker.DefaultConfig(), quiet) },
-		func(ctx context.Context) error { return toolrunner.Run(ctx, nc, tr, quiet) },
+		func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), quiet) },
+		func(ctx context.Context) error { return worker.Run(ctx, wnc, worker.DefaultConfig(), quiet) },
+		func(ctx context.Context) error { return toolrunner.Run(ctx, tnc, tr, quiet) },
 	}
 	wdone := make(chan error, len(workers))
 	for _, w := range workers {
@@ -77,11 +85,11 @@ func start(t *testing.T) *runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := eventstore.Open(context.Background(), nc, eventstore.DefaultConfig())
+	store, err := eventstore.AttachWait(context.Background(), nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &runtime{nc: nc, c: c, store: store}
+	return &runtime{url: ns.ClientURL(), nc: nc, c: c, store: store}
 }
 
 // run starts a session of a workflow and waits until it is closed.

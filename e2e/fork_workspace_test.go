@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
@@ -95,7 +97,8 @@ func TestToolRunnersHandCallsOver(t *testing.T) {
 	second.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- toolrunner.Run(ctx, r.nc, second, quiet) }()
+	tnc := natstest.ConnectAs(t, r.url, auth.RoleToolRunner) // closed after the runner stopped
+	go func() { done <- toolrunner.Run(ctx, tnc, second, quiet) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

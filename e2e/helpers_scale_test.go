@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/proctest"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -203,9 +204,14 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 func (r *scaleRig) startProc(t *testing.T, kind, name string, extra ...string) *proc {
 	t.Helper()
 	p := &proc{kind: kind, name: name, stderr: &proctest.LogBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(serviceBinary(t, kind), append([]string{"--nats", r.url}, extra...)...)
+	role := auth.Role(kind) // the worker kinds are their roles' names
+	if kind == kindLedger {
+		role = auth.RoleLedger
+	}
+	args := append([]string{"--nats", r.url, "--creds", natstest.Creds(t, r.url).Path(role)}, extra...)
+	p.cmd = exec.Command(serviceBinary(t, kind), args...)
 	p.cmd.Stderr = p.stderr
-	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=") // only --nats counts
+	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=", "RATH_CREDS=") // only the flags count
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -763,17 +769,23 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 type inProcess struct {
 	*scaleRig
 	stops []func() // in start order; cleanup runs them in reverse
+	// workerNC is the agent worker's connection, of its role.
+	workerNC *nats.Conn
 }
 
 func startInProcess(t *testing.T) *inProcess {
 	t.Helper()
 	ctx := context.Background()
-	_, nc := natstest.Start(t)
+	ns, nc := natstest.Start(t)
+	// Each service connects as its role; the connections are made before the
+	// cleanup that stops the services, so that they close after it.
+	as := func(role auth.Role) *nats.Conn { return natstest.ConnectAs(t, ns.ClientURL(), role) }
+	lnc, snc, tnc := as(auth.RoleLedger), as(auth.RoleSelector), as(auth.RoleToolRunner)
 	seeds, err := filepath.Abs(filepath.Join("testdata", "scale"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}}
+	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}, workerNC: as(auth.RoleAgentWorker)}
 	// Workers stop before the ledger.
 	t.Cleanup(func() {
 		for i := len(p.stops) - 1; i >= 0; i-- {
@@ -781,13 +793,13 @@ func startInProcess(t *testing.T) *inProcess {
 		}
 	})
 	quiet := slog.New(slog.DiscardHandler)
-	p.run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) })
-	p.run(t, "selector", func(ctx context.Context) error { return selector.Run(ctx, nc, selector.DefaultConfig(), quiet) })
+	p.run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) })
+	p.run(t, "selector", func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), quiet) })
 	tr := toolrunner.DefaultConfig()
 	tr.Sandbox.Root, tr.Seeds = t.TempDir(), seeds
 	tr.Sandbox.Path = os.Getenv("PATH")
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
-	p.run(t, "tool runner", func(ctx context.Context) error { return toolrunner.Run(ctx, nc, tr, quiet) })
+	p.run(t, "tool runner", func(ctx context.Context) error { return toolrunner.Run(ctx, tnc, tr, quiet) })
 	if p.store, err = eventstore.Open(ctx, nc, eventstore.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -825,7 +837,7 @@ func (p *inProcess) run(t *testing.T, name string, fn func(context.Context) erro
 func (p *inProcess) runWorker(t *testing.T) func() {
 	quiet := slog.New(slog.DiscardHandler)
 	return p.run(t, "agent worker", func(ctx context.Context) error {
-		return worker.Run(ctx, p.nc, worker.DefaultConfig(), quiet)
+		return worker.Run(ctx, p.workerNC, worker.DefaultConfig(), quiet)
 	})
 }
 

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/toolserver"
 	"github.com/openrath/rath/pkg/workflow"
@@ -66,8 +68,10 @@ budgets:
 	r := start(t)
 	sctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
+	// A custom tool server uses the tool runner's identity (docs/security.md).
+	tnc := natstest.ConnectAs(t, r.url, auth.RoleToolRunner)
 	go func() {
-		served <- toolserver.Serve(sctx, r.nc, toolserver.Tool{
+		served <- toolserver.Serve(sctx, tnc, toolserver.Tool{
 			Name:       "word_count",
 			Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
 			Handle: func(_ context.Context, args json.RawMessage) (string, error) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -27,12 +29,29 @@ type result struct {
 	stdout, stderr string
 }
 
-// rath runs the command line in-process against the NATS server at url.
+// upCreds maps the URL of a server a test's rath up started to its client
+// credentials file; natstest knows the others'.
+var upCreds sync.Map
+
+// credsArgs returns the flag that names the client credentials of the
+// server at url, if a test started it.
+func credsArgs(url string) []string {
+	if p, ok := upCreds.Load(url); ok {
+		return []string{"--creds", p.(string)}
+	}
+	if set, ok := natstest.Lookup(url); ok {
+		return []string{"--creds", set.Path(auth.RoleClient)}
+	}
+	return nil
+}
+
+// rath runs the command line in-process against the NATS server at url,
+// as the client identity.
 func rath(t *testing.T, url string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := execute(context.Background(), env{
-		Args:   append([]string{"--nats", url}, args...),
+		Args:   slices.Concat([]string{"--nats", url}, credsArgs(url), args),
 		Stdin:  strings.NewReader(""),
 		Stdout: &out,
 		Stderr: &errb,
@@ -54,7 +73,8 @@ func ok(t *testing.T, url string, args ...string) string {
 // and returns the server's URL once the ledger answers.
 func startLedger(t *testing.T) string {
 	t.Helper()
-	ns, nc := natstest.Start(t)
+	ns, _ := natstest.Start(t)
+	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), slog.New(slog.DiscardHandler)) }()
@@ -271,7 +291,7 @@ func TestWatch(t *testing.T) {
 	var out syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- execute(ctx, env{Args: []string{"--nats", url, "watch", "s1", "--from", "2"}, Stdout: &out, Stderr: &out})
+		done <- execute(ctx, env{Args: slices.Concat([]string{"--nats", url}, credsArgs(url), []string{"watch", "s1", "--from", "2"}), Stdout: &out, Stderr: &out})
 	}()
 	waitFor(t, &out, "user: before")
 	ok(t, url, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"c1","tool":"shell"}`)

@@ -90,8 +90,8 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		return err
 	}
 	if o.serve {
-		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  rath --nats %s graph %s\n  rath --nats %s audit final %s\n",
-			run.rt.url, run.rt.url, run.root, run.rt.url, run.root)
+		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  rath --nats %s --creds %s graph %s\n  rath --nats %s --creds %s audit final %s\n",
+			run.rt.url, run.rt.url, run.rt.creds, run.root, run.rt.url, run.rt.creds, run.root)
 		<-ctx.Done()
 	}
 	return nil

@@ -182,6 +182,14 @@ func runDemoForTest(t *testing.T) (*demoRun, *syncBuffer) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, stdout.String())
 	}
+	upCreds.Store(run.rt.url, run.rt.creds)
+	t.Cleanup(func() {
+		upCreds.Delete(run.rt.url)
+		// Every service had the permissions it used.
+		for _, err := range run.rt.violations() {
+			t.Errorf("permission violation in the demo's runtime: %v", err)
+		}
+	})
 	return run, stdout
 }
 

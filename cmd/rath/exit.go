@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
@@ -21,6 +22,7 @@ const (
 	exitBroken      = 5
 	exitUnavailable = 6
 	exitDiverged    = 7
+	exitDenied      = 8
 )
 
 // usageError marks a bad command line: an unknown command or flag, a wrong
@@ -40,6 +42,18 @@ type unreachableError struct {
 func (e *unreachableError) Error() string { return fmt.Sprintf("%s (%v)", e.msg, e.err) }
 
 func (e *unreachableError) Unwrap() error { return e.err }
+
+// deniedError reports that NATS refused the identity rath used: no
+// credentials, credentials it does not know, or a permission the identity
+// lacks. The message names the file or the permission; err is the cause.
+type deniedError struct {
+	msg string
+	err error
+}
+
+func (e *deniedError) Error() string { return fmt.Sprintf("%s (%v)", e.msg, e.err) }
+
+func (e *deniedError) Unwrap() error { return e.err }
 
 // brokenError is returned by verify when a session's hash chain does not hold.
 type brokenError struct {
@@ -73,12 +87,15 @@ func (e *brokenError) Error() string {
 //	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
 //	   answered unavailable or conflict; retrying later may succeed
 //	7  replay diverged: a re-execution did not reproduce the original
+//	8  not authorized: no credentials file, credentials NATS refuses, or a
+//	   permission the identity lacks
 func exitCode(err error) int {
 	var (
 		usage     usageError
 		broken    *brokenError
 		diverged  *divergedError
 		unreached *unreachableError
+		denied    *deniedError
 		refusal   *api.Error
 	)
 	switch {
@@ -90,6 +107,8 @@ func exitCode(err error) int {
 		return exitBroken
 	case errors.As(err, &diverged):
 		return exitDiverged
+	case errors.As(err, &denied), errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrBadCredentials):
+		return exitDenied
 	case errors.As(err, &unreached):
 		return exitUnavailable
 	case errors.As(err, &refusal):

@@ -18,6 +18,7 @@ func main() {
 		Stdout:  os.Stdout,
 		Stderr:  os.Stderr,
 		NATSURL: os.Getenv("RATH_NATS_URL"),
+		Creds:   os.Getenv("RATH_CREDS"),
 	})
 	stop()
 	os.Exit(code)

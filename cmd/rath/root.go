@@ -7,19 +7,27 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 )
 
 // defaultURL is where the commands look for NATS when neither --nats nor
 // RATH_NATS_URL says otherwise: where `rath up` listens by default.
 const defaultURL = "nats://127.0.0.1:4222"
+
+// defaultCreds is the credentials file the commands use when neither --creds
+// nor RATH_CREDS names one: the client identity `rath up` writes under its
+// default data directory.
+var defaultCreds = filepath.Join(".rath", "data", "creds", auth.FileName(auth.RoleClient))
 
 // env is everything rath reads from its process: main fills it, tests inject
 // their own.
@@ -30,12 +38,15 @@ type env struct {
 	Stderr io.Writer
 	// NATSURL is $RATH_NATS_URL ("" when unset).
 	NATSURL string
+	// Creds is $RATH_CREDS ("" when unset).
+	Creds string
 }
 
 // app holds the global flags and the connection the commands share.
 type app struct {
 	env
 	url     string
+	creds   string
 	json    bool
 	timeout time.Duration
 
@@ -43,6 +54,8 @@ type app struct {
 	// runs: an error before that is a usage error.
 	started bool
 	nc      *nats.Conn
+	// denied records the first permission violation NATS reported on nc.
+	denied atomic.Pointer[error]
 }
 
 // execute runs the command line in e and returns the process exit code. It
@@ -82,9 +95,13 @@ func (a *app) root() *cobra.Command {
 "rath up" starts NATS with JetStream and the session ledger in one process;
 every other command is a client of the ledger at --nats.
 
+Commands connect as the identity of --creds (default
+./.rath/data/creds/client.creds, which "rath up" writes; env RATH_CREDS).
+
 Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
 ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
-7 a replay diverged from its original.`,
+7 a replay diverged from its original, 8 not authorized (no or unknown
+credentials, or a permission the identity lacks).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
@@ -101,6 +118,11 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "nats", url, "NATS server URL (env RATH_NATS_URL)")
+	creds := a.Creds
+	if creds == "" {
+		creds = defaultCreds
+	}
+	pf.StringVar(&a.creds, "creds", creds, "credentials file of the identity to connect as (env RATH_CREDS; admin.creds beside it for operators)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of text")
 	pf.DurationVar(&a.timeout, "timeout", 5*time.Second, "how long to wait for the ledger to answer")
 	root.AddCommand(
@@ -117,6 +139,7 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())
 	root.AddCommand(a.replayCmd(), a.diffCmd())
+	root.AddCommand(a.credsCmd())
 	return root
 }
 
@@ -124,13 +147,45 @@ ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
 // after --timeout.
 func (a *app) client() (*client.Client, error) {
 	if a.nc == nil {
-		nc, err := nats.Connect(a.url, nats.Name("rath-cli"), nats.Timeout(a.timeout))
+		nc, err := a.connect()
 		if err != nil {
-			return nil, &unreachableError{fmt.Sprintf("no NATS server at %s: is \"rath up\" running?", a.url), err}
+			return nil, err
 		}
 		a.nc = nc
 	}
 	return client.New(a.nc, client.WithTimeout(a.timeout), client.WithRetryFor(a.timeout), client.WithSource("rath/cli"))
+}
+
+// connect connects to --nats with the identity of --creds. The default
+// credentials file may be missing (a server without authentication); one
+// named by --creds or RATH_CREDS must exist.
+func (a *app) connect() (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("rath-cli"), nats.Timeout(a.timeout),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				a.denied.CompareAndSwap(nil, &err) // the first one is the cause
+			}
+		})}
+	creds := a.creds
+	cred, err := auth.Option(creds)
+	switch {
+	case err == nil:
+		opts = append(opts, cred)
+	case errors.Is(err, auth.ErrNoCredentials) && creds == defaultCreds && a.Creds == "":
+		creds = "" // try without: the server may not need any
+	default:
+		return nil, &deniedError{"cannot use the credentials: pass --creds FILE or set RATH_CREDS (rath up writes client.creds and admin.creds under <data>/creds)", err}
+	}
+	nc, err := nats.Connect(a.url, opts...)
+	switch {
+	case err == nil:
+		return nc, nil
+	case errors.Is(err, nats.ErrAuthorization) && creds == "":
+		return nil, &deniedError{fmt.Sprintf("NATS at %s requires credentials and there is no %s here: run from the directory of \"rath up\", or pass --creds FILE (or RATH_CREDS)", a.url, defaultCreds), err}
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
+		return nil, &deniedError{fmt.Sprintf("NATS at %s refused the credentials %s: are they from this server's \"rath up\" data directory?", a.url, creds), err}
+	}
+	return nil, &unreachableError{fmt.Sprintf("no NATS server at %s: is \"rath up\" running?", a.url), err}
 }
 
 func (a *app) close() {
@@ -139,8 +194,13 @@ func (a *app) close() {
 	}
 }
 
-// explain turns "nobody answered" into a message that says what to do.
+// explain turns "nobody answered" into a message that says what to do. A
+// publish NATS refused for lack of permission is never answered or acked, so
+// a permission violation seen on the connection explains a failure.
 func (a *app) explain(err error) error {
+	if v := a.denied.Load(); v != nil {
+		return &deniedError{fmt.Sprintf("%v: the identity of %s lacks a permission this command needs (docs/security.md)", err, a.creds), *v}
+	}
 	var unreached *unreachableError
 	if noAnswer(err) && !errors.As(err, &unreached) {
 		return &unreachableError{fmt.Sprintf("no session ledger answered at %s: is \"rath up\" running?", a.url), err}

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/embedded"
 )
 
@@ -19,8 +22,12 @@ import (
 // anything routes it; then, with startLoop, the agent loop (selector, agent
 // worker, tool runner).
 type runtime struct {
-	url    string
+	url string
+	// nc is a connection of the client role: what the caller uses; creds is
+	// that role's credentials file, for rath commands against the runtime.
 	nc     *nats.Conn
+	creds  string
+	dial   dial
 	log    *slog.Logger
 	ctx    context.Context
 	loops  []runner
@@ -28,10 +35,30 @@ type runtime struct {
 	loop   func()
 	mu     sync.Mutex
 	closed bool
+	// denied are the permission violations the services' connections saw:
+	// none in a sound runtime (tests check). dmu guards it (mu is held
+	// while the services stop).
+	dmu    sync.Mutex
+	denied []error
 }
 
-// startRuntime starts the server, the ledger and the memory service; name
-// names the connection.
+// violated records a permission violation of a service.
+func (r *runtime) violated(role auth.Role, err error) {
+	r.dmu.Lock()
+	defer r.dmu.Unlock()
+	r.denied = append(r.denied, fmt.Errorf("%s: %w", role, err))
+}
+
+// violations returns the permission violations the services saw so far.
+func (r *runtime) violations() []error {
+	r.dmu.Lock()
+	defer r.dmu.Unlock()
+	return slices.Clone(r.denied)
+}
+
+// startRuntime starts the server, the ledger and the memory service, each
+// service connected with its own role's identity (kept under cfg's creds
+// directory); name names the caller's connection, of the client role.
 func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logger) (*runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
@@ -39,17 +66,35 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	ns, err := embedded.Start(cfg.embedded())
+	creds, err := auth.Ensure(cfg.credsDir())
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	ecfg := cfg.embedded()
+	ecfg.Users = creds.Identities()
+	ns, err := embedded.Start(ecfg)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name))
+	r := &runtime{url: ns.ClientURL(), creds: creds.Path(auth.RoleClient), log: log, ctx: context.WithoutCancel(ctx), loop: func() {}}
+	r.dial = dialer(ns.ClientURL(), ns, creds, log, r.violated)
+	cred, err := auth.Option(creds.Path(auth.RoleClient))
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name), cred,
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				r.violated(auth.RoleClient, err)
+			}
+		}))
 	if err != nil {
 		ns.Shutdown()
 		return nil, fmt.Errorf("connect to the embedded server: %w", err)
 	}
 	ledger, base, loop := services(cfg, log)
-	r := &runtime{url: ns.ClientURL(), nc: nc, log: log, ctx: context.WithoutCancel(ctx), loops: loop, loop: func() {}}
+	r.nc, r.loops = nc, loop
 	stopBase := r.run(ledger, base...)
 	r.base = func() {
 		stopBase()
@@ -65,7 +110,7 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 func (r *runtime) run(first runner, rest ...runner) func() {
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, r.nc, first, rest...) }()
+	go func() { done <- serve(ctx, r.dial, first, rest...) }()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -79,7 +124,7 @@ func (r *runtime) run(first runner, rest ...runner) func() {
 
 // startLoop starts the selector, the agent worker and the tool runner.
 func (r *runtime) startLoop() {
-	idle := func(ctx context.Context, _ *nats.Conn) error { <-ctx.Done(); return nil }
+	idle := runner{run: func(ctx context.Context, _ *nats.Conn) error { <-ctx.Done(); return nil }}
 	r.loop = r.run(idle, r.loops...)
 }
 

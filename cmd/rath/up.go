@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/embedded"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	memory "github.com/openrath/rath/services/memory-svc/service"
@@ -32,6 +35,8 @@ const (
 type upConfig struct {
 	// NATSURL names an existing NATS server; empty starts the embedded one.
 	NATSURL string
+	// CredsDir holds one credentials file per role (default <Data>/creds).
+	CredsDir string
 	// Embedded server: JetStream storage, client address, fsync policy.
 	Data         string
 	Listen       string
@@ -126,6 +131,7 @@ API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Data, "data", cfg.Data, "JetStream storage directory of the embedded server")
+	f.StringVar(&cfg.CredsDir, "creds-dir", "", "directory of the services' credentials files, one per role (default <data>/creds; created with the embedded server)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port the embedded server listens on (port 0: any free port)")
 	f.StringVar(&cfg.Sync, "sync", cfg.Sync, "fsync every write before the ack (always) or every --sync-interval (interval)")
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", cfg.SyncInterval, "fsync interval with --sync interval")
@@ -142,19 +148,23 @@ API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
 
 // up starts NATS (unless cfg names one), prints where clients connect, runs
 // the services until ctx ends and shuts everything down in order: services
-// drain, then the connection, then the server.
+// drain, then their connections, then the server.
 func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) error {
 	var (
-		ns   *server.Server
-		url  = cfg.NATSURL
-		opts = []nats.Option{nats.Name("rath-up"), nats.MaxReconnects(-1)}
+		ns  *server.Server
+		url = cfg.NATSURL
 	)
+	creds, err := cfg.identities()
+	if err != nil {
+		return err
+	}
 	if url == "" {
 		if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
-		var err error
-		if ns, err = embedded.Start(cfg.embedded()); err != nil {
+		ecfg := cfg.embedded()
+		ecfg.Users = creds.Identities()
+		if ns, err = embedded.Start(ecfg); err != nil {
 			return err
 		}
 		defer func() {
@@ -163,54 +173,159 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 			log.Info("NATS stopped")
 		}()
 		url = ns.ClientURL()
-		opts = append(opts, nats.InProcessServer(ns))
 		fmt.Fprintf(out, "rath: NATS with JetStream at %s (data %s)\n", url, cfg.Data)
+		fmt.Fprintf(out, "rath: credentials in %s (%s for clients, %s for operators)\n",
+			creds.Dir, auth.FileName(auth.RoleClient), auth.FileName(auth.RoleAdmin))
 	}
-	closed := make(chan struct{})
-	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
-	nc, err := nats.Connect(url, opts...)
+	dial := dialer(url, ns, creds, log, nil)
+	// Check the server and the ledger's identity before starting anything.
+	_, done, err := dial(auth.RoleLedger)
 	if err != nil {
-		return &unreachableError{"no NATS server at " + url, err}
+		return err
 	}
+	done()
 	if ns == nil {
 		fmt.Fprintf(out, "rath: using NATS at %s\n", url)
 	}
-	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name)
+	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name, "authenticated", creds != nil)
 
 	ledger, base, loop := services(cfg, log)
-	err = serve(ctx, nc, ledger, append(base, loop...)...)
-
-	if derr := nc.Drain(); derr != nil {
-		nc.Close()
-	}
-	<-closed
+	err = serve(ctx, dial, ledger, append(base, loop...)...)
 	if err == nil {
 		log.Info("services stopped")
 	}
 	return err
 }
 
-// runner is one service of `rath up`: it serves on the shared connection
-// until ctx ends, then drains and returns nil, or returns an error early.
-type runner func(ctx context.Context, nc *nats.Conn) error
+// identities returns the credentials of every role: created on first start
+// of the embedded server and reused after; with --nats, read from the
+// credentials directory if it exists (nil, connecting without credentials,
+// if it does not).
+func (c upConfig) identities() (*auth.Set, error) {
+	dir := c.credsDir()
+	if c.NATSURL == "" {
+		set, err := auth.Ensure(dir)
+		if err != nil {
+			return nil, fmt.Errorf("credentials: %w", err)
+		}
+		return set, nil
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	set, err := auth.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("credentials of the services in %s: %w", dir, err)
+	}
+	return set, nil
+}
 
-// serve runs the ledger and the workers until ctx ends or one of them fails,
-// which stops the others. The workers stop first, then the ledger they write
-// through; serve returns once all have returned.
-func serve(ctx context.Context, nc *nats.Conn, ledger runner, workers ...runner) error {
+// credsDir is where the identities' credentials files are.
+func (c upConfig) credsDir() string {
+	if c.CredsDir != "" {
+		return c.CredsDir
+	}
+	return filepath.Join(c.Data, "creds")
+}
+
+// dial connects as a role and returns the connection with a function that
+// drains it and waits until it is closed. The empty role gets no connection.
+type dial func(role auth.Role) (*nats.Conn, func(), error)
+
+// dialer returns how the services of rath up connect: in-process to the
+// embedded server ns (or to url), each with its own role's credentials, so
+// that the server enforces each service's permissions. Errors NATS reports
+// are logged with the role; permission violations also go to violated, if
+// set.
+func dialer(url string, ns *server.Server, creds *auth.Set, log *slog.Logger, violated func(auth.Role, error)) dial {
+	return func(role auth.Role) (*nats.Conn, func(), error) {
+		if role == "" {
+			return nil, func() {}, nil
+		}
+		closed := make(chan struct{})
+		rlog := log.With("role", string(role))
+		opts := []nats.Option{
+			nats.Name("rath-" + string(role)), nats.MaxReconnects(-1),
+			nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				if violated != nil && errors.Is(err, nats.ErrPermissionViolation) {
+					violated(role, err)
+				}
+				if sub != nil {
+					rlog.Error("NATS error", "subject", sub.Subject, "err", err)
+					return
+				}
+				rlog.Error("NATS error", "err", err)
+			}),
+		}
+		if creds != nil {
+			cred, err := auth.Option(creds.Path(role))
+			if err != nil {
+				return nil, nil, err
+			}
+			opts = append(opts, cred)
+		}
+		if ns != nil {
+			opts = append(opts, nats.InProcessServer(ns))
+		}
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			return nil, nil, connectError(url, creds, role, err)
+		}
+		return nc, func() {
+			if err := nc.Drain(); err != nil {
+				nc.Close()
+			}
+			<-closed
+		}, nil
+	}
+}
+
+// connectError explains why a service could not connect.
+func connectError(url string, creds *auth.Set, role auth.Role, err error) error {
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		if creds == nil {
+			return &deniedError{fmt.Sprintf("NATS at %s refused %s: it needs credentials, and there is no credentials directory (--creds-dir)", url, role), err}
+		}
+		return &deniedError{fmt.Sprintf("NATS at %s refused %s's credentials %s: is the server configured with them (deploy/nats-server.conf)?", url, role, creds.Path(role)), err}
+	}
+	return &unreachableError{"no NATS server at " + url, err}
+}
+
+// runner is one service of `rath up`: its role, and its body, which serves
+// on a connection of that role until ctx ends, then returns nil, or returns
+// an error early.
+type runner struct {
+	role auth.Role
+	run  func(ctx context.Context, nc *nats.Conn) error
+}
+
+// serve runs the ledger and the workers, each on its own connection, until
+// ctx ends or one of them fails, which stops the others. The workers stop
+// first, then the ledger they write through; each connection drains once
+// its service returned; serve returns once all have.
+func serve(ctx context.Context, dial dial, ledger runner, workers ...runner) error {
 	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLedger()
 	wctx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
+	runOn := func(ctx context.Context, r runner) error {
+		nc, done, err := dial(r.role)
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.role, err)
+		}
+		defer done()
+		return r.run(ctx, nc)
+	}
 	ledgerDone := make(chan error, 1)
 	go func() {
-		err := ledger(lctx, nc)
+		err := runOn(lctx, ledger)
 		stopWorkers() // a ledger that stops takes the workers with it
 		ledgerDone <- err
 	}()
 	g, gctx := errgroup.WithContext(wctx)
-	for _, run := range workers {
-		g.Go(func() error { return run(gctx, nc) })
+	for _, r := range workers {
+		g.Go(func() error { return runOn(gctx, r) })
 	}
 	werr := g.Wait()
 	stopLedger()
@@ -226,14 +341,14 @@ func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runne
 	// run concurrently.
 	ledgerCfg, memoryCfg := cfg.ledger(), cfg.Memory
 	memoryCfg.Replicas = cfg.Ledger.Store.Replicas
-	ledger = func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, ledgerCfg, log) }
+	ledger = runner{auth.RoleLedger, func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, ledgerCfg, log) }}
 	base = []runner{
-		func(ctx context.Context, nc *nats.Conn) error { return memory.Run(ctx, nc, memoryCfg, log) },
+		{auth.RoleMemory, func(ctx context.Context, nc *nats.Conn) error { return memory.Run(ctx, nc, memoryCfg, log) }},
 	}
 	loop = []runner{
-		func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) },
-		func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) },
-		func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) },
+		{auth.RoleSelector, func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) }},
+		{auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) }},
+		{auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) }},
 	}
 	return ledger, base, loop
 }

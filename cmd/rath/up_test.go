@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/auth"
 )
 
 func TestUp(t *testing.T) {
@@ -24,13 +28,24 @@ func TestUp(t *testing.T) {
 	go func() { done <- up(ctx, cfg, &out, slog.New(slog.DiscardHandler)) }()
 
 	waitFor(t, &out, "\n")
-	m := regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) \(data .+\)\n$`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) \(data .+\)\n`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("up printed %q, want the client URL", out.String())
 	}
+	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.creds"))
 	waitReady(t, m[1])
 	if got := ok(t, m[1], "start", "--id", "s1"); got != "s1\n" {
 		t.Errorf("start through rath up printed %q", got)
+	}
+	if nc, err := nats.Connect(m[1]); !errors.Is(err, nats.ErrAuthorization) {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Errorf("anonymous connect to rath up: %v, want %v", err, nats.ErrAuthorization)
+	}
+	first, err := auth.Load(filepath.Join(cfg.Data, "creds"))
+	if err != nil {
+		t.Fatalf("rath up's credentials: %v", err)
 	}
 
 	cancel()
@@ -45,6 +60,36 @@ func TestUp(t *testing.T) {
 	if r := rath(t, m[1], "ls", "--timeout", "200ms"); r.code != exitUnavailable {
 		t.Errorf("after up stopped, ls exited %d (%s), want %d", r.code, r.stderr, exitUnavailable)
 	}
+
+	// A restart on the same data directory keeps every identity: the client
+	// credentials of the first run still work.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	var again syncBuffer
+	go func() { done <- up(ctx, cfg, &again, slog.New(slog.DiscardHandler)) }()
+	waitFor(t, &again, "\n")
+	m = regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+)`).FindStringSubmatch(again.String())
+	if m == nil {
+		t.Fatalf("up printed %q, want the client URL", again.String())
+	}
+	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.creds"))
+	waitReady(t, m[1])
+	if got := ok(t, m[1], "ls"); !strings.Contains(got, "s1") {
+		t.Errorf("ls after the restart printed %q, want s1", got)
+	}
+	reused, err := auth.Load(filepath.Join(cfg.Data, "creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range auth.Roles() {
+		if reused.Identity(r) != first.Identity(r) {
+			t.Errorf("role %s has a new identity after the restart", r)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("second up returned %v", err)
+	}
 }
 
 // A failing worker stops the ledger too (and the other way round): serve
@@ -52,13 +97,14 @@ func TestUp(t *testing.T) {
 func TestServeStopsAllWhenOneFails(t *testing.T) {
 	boom := errors.New("boom")
 	stopped := make(chan struct{})
-	err := serve(context.Background(), nil,
-		func(ctx context.Context, _ *nats.Conn) error {
+	noConn := func(auth.Role) (*nats.Conn, func(), error) { return nil, func() {}, nil }
+	err := serve(context.Background(), noConn,
+		runner{run: func(ctx context.Context, _ *nats.Conn) error {
 			<-ctx.Done()
 			close(stopped)
 			return nil
-		},
-		func(context.Context, *nats.Conn) error { return boom },
+		}},
+		runner{run: func(context.Context, *nats.Conn) error { return boom }},
 	)
 	if !errors.Is(err, boom) {
 		t.Errorf("serve returned %v, want %v", err, boom)

@@ -1,11 +1,13 @@
 // Package daemon runs one Rath service as its own process: it reads the NATS
-// URL (--nats, or RATH_NATS_URL), connects, runs the service until SIGINT or
+// URL (--nats, or RATH_NATS_URL) and the service's credentials file
+// (--creds, or RATH_CREDS), connects, runs the service until SIGINT or
 // SIGTERM, then drains the connection and exits non-zero on failure. Each
 // service's main is a few lines around it.
 package daemon
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/auth"
 )
 
 // Run is a service's body: it runs until ctx ends, then returns once drained.
@@ -23,20 +27,39 @@ type Run func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error
 // on flag.CommandLine), runs the service and exits.
 func Main(name string, run Run) {
 	url := flag.String("nats", EnvOr("RATH_NATS_URL", nats.DefaultURL), "NATS server URL (env RATH_NATS_URL)")
+	creds := flag.String("creds", EnvOr("RATH_CREDS", ""), "credentials file of the service's identity, e.g. <data>/creds/"+name+".creds (env RATH_CREDS; empty: none, for a server without authentication)")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("process", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, name, *url, run, log); err != nil {
+	if err := serve(ctx, name, *url, *creds, run, log); err != nil {
 		log.Error(name+" stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func serve(ctx context.Context, name, url string, run Run, log *slog.Logger) error {
+func serve(ctx context.Context, name, url, creds string, run Run, log *slog.Logger) error {
 	closed := make(chan struct{})
-	nc, err := nats.Connect(url, nats.Name("rath-"+name), nats.MaxReconnects(-1),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	opts := []nats.Option{nats.Name("rath-" + name), nats.MaxReconnects(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		// A permission the service's identity lacks shows here, by subject.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Error("NATS error", "err", err)
+		})}
+	if creds != "" {
+		opt, err := auth.Option(creds)
+		if err != nil {
+			return fmt.Errorf("--creds: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if errors.Is(err, nats.ErrAuthorization) {
+		if creds == "" {
+			return fmt.Errorf("connect to %s: the server requires credentials: pass --creds FILE (or RATH_CREDS): %w", url, err)
+		}
+		return fmt.Errorf("connect to %s: the server refused the credentials %s: %w", url, creds, err)
+	}
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}

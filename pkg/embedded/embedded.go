@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/openrath/rath/pkg/auth"
 )
 
 // Config configures the embedded server.
@@ -29,6 +32,11 @@ type Config struct {
 	MaxPayload int32
 	// ServerName names the server in logs and cluster views (default "rath").
 	ServerName string
+	// Users are the identities the server accepts, each with its role's
+	// permissions (auth.Role.Permissions); any other connection is refused.
+	// rath up always sets them. Empty leaves the server open to anyone: only
+	// for tests and benchmarks that need no authentication.
+	Users []auth.Identity
 }
 
 // Validate reports every problem of the configuration at once.
@@ -39,6 +47,14 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := splitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("embedded NATS: listen address %q: %w", c.Listen, err))
+	}
+	for _, u := range c.Users {
+		if _, err := auth.ParseRole(string(u.Role)); err != nil {
+			errs = append(errs, fmt.Errorf("embedded NATS: user %s: %w", u.PublicKey, err))
+		}
+		if !nkeys.IsValidPublicUserKey(u.PublicKey) {
+			errs = append(errs, fmt.Errorf("embedded NATS: user of role %s: %q is not a public user nkey", u.Role, u.PublicKey))
+		}
 	}
 	if c.SyncInterval < 0 {
 		errs = append(errs, errors.New("embedded NATS: sync interval must not be negative"))
@@ -78,6 +94,9 @@ func Start(cfg Config) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 	}
+	for _, u := range cfg.Users {
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.PublicKey, Permissions: Permissions(u.Role.Permissions())})
+	}
 	if opts.ServerName == "" {
 		opts.ServerName = "rath"
 	}
@@ -99,4 +118,16 @@ func Start(cfg Config) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded NATS: not ready after 10s (listen %s, store %s)", cfg.Listen, cfg.StoreDir)
 	}
 	return ns, nil
+}
+
+// Permissions converts a role's permissions to the server's form.
+func Permissions(p auth.Permissions) *server.Permissions {
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: p.Publish.Allow, Deny: p.Publish.Deny},
+		Subscribe: &server.SubjectPermission{Allow: p.Subscribe.Allow, Deny: p.Subscribe.Deny},
+	}
+	if p.Respond {
+		sp.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return sp
 }

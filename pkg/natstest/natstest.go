@@ -1,18 +1,33 @@
 // Package natstest starts a real embedded NATS server with JetStream for tests:
-// file storage in a temporary directory, a random loopback port.
+// file storage in a temporary directory, a random loopback port, and the
+// same authentication as rath up: one identity per role (pkg/auth), each
+// with its role's permissions, and no anonymous access.
+//
+// Start and Connect return connections of the admin role, which may do
+// anything, so that a test can set up and inspect whatever it needs;
+// ConnectAs returns a connection of one role, with that role's permissions
+// enforced by the server. Wire services under test with ConnectAs, so that a
+// permission a service lacks fails the test.
 package natstest
 
 import (
+	"errors"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/embedded"
 )
 
-// Start runs a server for the test and returns it with a connected client.
-// Both are shut down when the test ends.
+// servers maps a running server's client URL to its identities.
+var servers sync.Map // string -> *auth.Set
+
+// Start runs a server for the test and returns it with a connected client
+// of the admin role. Both are shut down when the test ends.
 func Start(t testing.TB) (*server.Server, *nats.Conn) {
 	t.Helper()
 	ns := StartServer(t, t.TempDir())
@@ -20,26 +35,97 @@ func Start(t testing.TB) (*server.Server, *nats.Conn) {
 }
 
 // StartServer runs a server on storeDir; restarting on the same directory
-// recovers what an earlier server stored.
+// recovers what an earlier server stored, and its identities: the
+// credentials files are in storeDir/creds, as rath up keeps them.
 func StartServer(t testing.TB, storeDir string) *server.Server {
 	t.Helper()
-	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: storeDir})
+	set, err := auth.Ensure(filepath.Join(storeDir, "creds"))
+	if err != nil {
+		t.Fatalf("credentials: %v", err)
+	}
+	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: storeDir, Users: set.Identities()})
 	if err != nil {
 		t.Fatalf("start embedded NATS: %v", err)
 	}
+	url := ns.ClientURL()
+	servers.Store(url, set)
 	t.Cleanup(func() {
+		servers.Delete(url)
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	})
 	return ns
 }
 
-// Connect opens a client connection closed when the test ends.
+// Creds returns the identities of the server at url (for processes started
+// by a test: pass them Creds(t, url).Path(role)).
+func Creds(t testing.TB, url string) *auth.Set {
+	t.Helper()
+	set, ok := Lookup(url)
+	if !ok {
+		t.Fatalf("natstest: no server started at %s", url)
+	}
+	return set
+}
+
+// Lookup returns the identities of the server at url, if natstest runs it.
+func Lookup(url string) (*auth.Set, bool) {
+	v, ok := servers.Load(url)
+	if !ok {
+		return nil, false
+	}
+	return v.(*auth.Set), true
+}
+
+// Connect opens a client connection of the admin role, closed when the test
+// ends. A server natstest did not start is connected to without credentials.
 func Connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if _, ok := servers.Load(url); !ok {
+		return dial(t, url, "", nil)
+	}
+	return ConnectAs(t, url, auth.RoleAdmin)
+}
+
+// ConnectAs opens a connection of the given role to the server at url,
+// closed when the test ends. A permission violation the server reports on
+// it fails the test, unless opts set their own nats.ErrorHandler.
+func ConnectAs(t testing.TB, url string, role auth.Role, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	return dial(t, url, role, opts)
+}
+
+func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.Conn {
+	t.Helper()
+	opts := []nats.Option{nats.MaxReconnects(-1)}
+	if role != "" {
+		cred, err := auth.Option(Creds(t, url).Path(role))
+		if err != nil {
+			t.Fatalf("natstest: %v", err)
+		}
+		var (
+			mu         sync.Mutex
+			violations []error
+		)
+		opts = append(opts, cred, nats.Name("natstest-"+string(role)),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if errors.Is(err, nats.ErrPermissionViolation) {
+					mu.Lock()
+					violations = append(violations, err)
+					mu.Unlock()
+				}
+			}))
+		t.Cleanup(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, err := range violations {
+				t.Errorf("natstest: role %s: %v", role, err)
+			}
+		})
+	}
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
+		t.Fatalf("connect to %s as %q: %v", url, role, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc

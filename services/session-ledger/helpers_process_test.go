@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/proctest"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -83,11 +84,11 @@ func keyFileOf(t *testing.T) string {
 // it is serving. The process is killed at the end of the test if it still runs.
 func startLedger(t *testing.T, url, name string, extra ...string) *ledgerProc {
 	t.Helper()
-	args := append([]string{"--nats", url, "--name", name, "--snapshot-every", "8", "--key", keyFileOf(t)}, extra...)
+	args := append([]string{"--nats", url, "--creds", natstest.Creds(t, url).Path(auth.RoleLedger), "--name", name, "--snapshot-every", "8", "--key", keyFileOf(t)}, extra...)
 	p := &ledgerProc{name: name, stderr: &proctest.LogBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ledgerBinary(t), args...)
 	p.cmd.Stderr = p.stderr
-	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=") // only --nats counts
+	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=", "RATH_CREDS=") // only the flags count
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start ledger %s: %v", name, err)
 	}

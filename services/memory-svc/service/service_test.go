@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -39,11 +40,12 @@ func setup(t *testing.T, n int) *rig {
 	ns, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ldone := make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
+	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan error, n)
 	for range n {
-		mnc := natstest.Connect(t, ns.ClientURL())
+		mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
 		go func() { mdone <- service.Run(mctx, mnc, service.DefaultConfig(), quiet) }()
 	}
 	t.Cleanup(func() {
@@ -127,14 +129,16 @@ func (r *rig) decodeAt(t *testing.T, id string, seq uint64) (events.Stored, any)
 // The component test: the real wiring in-process, driven through the bus,
 // stopped by its context, returning nil.
 func TestMemoryServiceRunsAndStops(t *testing.T) {
-	_, nc := natstest.Start(t)
+	ns, nc := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ldone := make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
+	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
-	go func() { mdone <- service.Run(mctx, nc, service.DefaultConfig(), quiet) }()
+	mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
+	go func() { mdone <- service.Run(mctx, mnc, service.DefaultConfig(), quiet) }()
 	c, _ := client.New(nc, client.WithRetryFor(30*time.Second))
 	if _, err := c.Start(ctx, "s", events.SessionStarted{}); err != nil {
 		t.Fatal(err)

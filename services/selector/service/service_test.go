@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -34,12 +35,14 @@ type rig struct {
 
 func setup(t *testing.T) *rig {
 	t.Helper()
-	_, nc := natstest.Start(t)
+	ns, nc := natstest.Start(t)
+	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	snc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleSelector)
 	ctx, cancel := context.WithCancel(context.Background())
 	sctx, scancel := context.WithCancel(ctx)
 	ldone, sdone := make(chan error, 1), make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	go func() { sdone <- service.Run(sctx, nc, service.DefaultConfig(), quiet) }()
+	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
+	go func() { sdone <- service.Run(sctx, snc, service.DefaultConfig(), quiet) }()
 	t.Cleanup(func() {
 		// Workers stop before the ledger they write through.
 		scancel()

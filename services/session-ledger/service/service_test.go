@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -16,12 +17,13 @@ import (
 // The real wiring, in-process: serve, take a proposal through the inbox and
 // one by request, then stop and check Run returns cleanly with nothing lost.
 func TestRunServesAndShutsDownCleanly(t *testing.T) {
-	_, nc := natstest.Start(t)
+	ns, nc := natstest.Start(t)
+	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
 	cfg := service.ConfigIn(t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, nc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- service.Run(ctx, lnc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 
 	c, err := client.New(nc)
@@ -54,7 +56,7 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	restart, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {
-		done <- service.Run(restart, nc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- service.Run(restart, lnc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	rep, err := c.Verify(restart, "svc")
 	if err != nil || !rep.OK || rep.Head != 2 {

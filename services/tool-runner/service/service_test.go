@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -60,16 +61,18 @@ rules:
 `)
 	write(t, filepath.Join(dir, "a.yaml"), "- content: hi\n")
 
-	_, nc := natstest.Start(t)
+	ns, nc := natstest.Start(t)
+	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	tnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleToolRunner)
 	lctx, lcancel := context.WithCancel(context.Background())
 	rctx, rcancel := context.WithCancel(context.Background())
 	ldone, rdone := make(chan error, 1), make(chan error, 1)
-	go func() { ldone <- ledger.Run(lctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
+	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	cfg := service.DefaultConfig()
 	cfg.Sandbox.Root = filepath.Join(dir, "workspaces")
 	cfg.Sandbox.Path = os.Getenv("PATH")
 	cfg.MCP.Scratch = t.TempDir()
-	go func() { rdone <- service.Run(rctx, nc, cfg, quiet) }()
+	go func() { rdone <- service.Run(rctx, tnc, cfg, quiet) }()
 	t.Cleanup(func() {
 		rcancel()
 		if err := <-rdone; err != nil {

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/natstest"
+)
+
+// rathWith runs the command line as given: no --creds is added.
+func rathWith(e env, args ...string) result {
+	var out, errb bytes.Buffer
+	e.Args, e.Stdin, e.Stdout, e.Stderr = args, strings.NewReader(""), &out, &errb
+	code := execute(context.Background(), e)
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// Missing, unknown and insufficient credentials are exit code 8, with a
+// message naming the file, never a timeout or NATS jargon alone.
+func TestCredentialErrors(t *testing.T) {
+	url := startLedger(t)
+	creds := natstest.Creds(t, url)
+
+	t.Run("default file missing", func(t *testing.T) {
+		r := rathWith(env{}, "--nats", url, "ls")
+		if r.code != exitDenied || !strings.Contains(r.stderr, defaultCreds) || !strings.Contains(r.stderr, "--creds") {
+			t.Errorf("exit %d, stderr %q; want %d naming %s", r.code, r.stderr, exitDenied, defaultCreds)
+		}
+	})
+	t.Run("named file missing", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "nope.creds")
+		for _, r := range []result{
+			rathWith(env{}, "--nats", url, "--creds", missing, "ls"),
+			rathWith(env{Creds: missing}, "--nats", url, "ls"),
+		} {
+			if r.code != exitDenied || !strings.Contains(r.stderr, missing) {
+				t.Errorf("exit %d, stderr %q; want %d naming %s", r.code, r.stderr, exitDenied, missing)
+			}
+		}
+	})
+	t.Run("unknown identity", func(t *testing.T) {
+		other, err := auth.Ensure(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rathWith(env{}, "--nats", url, "--creds", other.Path(auth.RoleClient), "ls")
+		if r.code != exitDenied || !strings.Contains(r.stderr, "refused the credentials "+other.Path(auth.RoleClient)) {
+			t.Errorf("exit %d, stderr %q; want %d naming the file", r.code, r.stderr, exitDenied)
+		}
+	})
+	t.Run("RATH_CREDS", func(t *testing.T) {
+		r := rathWith(env{Creds: creds.Path(auth.RoleClient)}, "--nats", url, "ls")
+		if r.code != exitOK {
+			t.Errorf("ls with RATH_CREDS: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+	t.Run("permission lacking", func(t *testing.T) {
+		// The selector's identity may not store blobs, which a start with a
+		// workflow does (its bundle).
+		wf := filepath.Join("..", "..", "examples", "fix-calc", "workflow.yaml")
+		r := rathWith(env{}, "--nats", url, "--creds", creds.Path(auth.RoleSelector), "--timeout", "2s", "start", "--workflow", wf)
+		if r.code != exitDenied || !strings.Contains(r.stderr, creds.Path(auth.RoleSelector)) || !strings.Contains(r.stderr, "$O.rath-blobs") {
+			t.Errorf("exit %d, stderr %q; want %d naming the credentials and the subject", r.code, r.stderr, exitDenied)
+		}
+		// The client's may.
+		r = rathWith(env{}, "--nats", url, "--creds", creds.Path(auth.RoleClient), "start", "--workflow", wf)
+		if r.code != exitOK {
+			t.Errorf("start --workflow as client: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+}
