@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,7 +69,7 @@ func TestWatchSkipsForgeries(t *testing.T) {
 	out, errs := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
 	go func() {
-		done <- execute(ctx, env{Args: []string{"--nats", url, "watch", "s1", "--from", "2"}, Stdout: out, Stderr: errs})
+		done <- execute(ctx, env{Args: slices.Concat([]string{"--nats", url}, credsArgs(url), []string{"watch", "s1", "--from", "2"}), Stdout: out, Stderr: errs})
 	}()
 	out.await(t, "user: before") // the history is read after the subscription is in place
 
