@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -58,7 +59,11 @@ func (h *harness) runAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	feed, err := followLive(h.ns.ClientURL())
+	live, err := h.connect(auth.RoleClient, "rath-bench-live", false)
+	if err != nil {
+		return err
+	}
+	feed, err := followLive(live)
 	if err != nil {
 		return err
 	}
@@ -334,7 +339,7 @@ func (h *harness) startAgentsInProcess(dir string) (func(), error) {
 			return nil, err
 		}
 		logs = append(logs, logf)
-		nc, err := nats.Connect(h.ns.ClientURL(), nats.InProcessServer(h.ns), nats.Name("bench-"+kind))
+		nc, err := h.connect(auth.Role(kind), "bench-"+kind, true)
 		if err != nil {
 			stop()
 			return nil, err
@@ -358,7 +363,7 @@ func (h *harness) startAgentProcesses(ctx context.Context, bins map[string]strin
 	for _, kind := range agentKinds {
 		for i := 1; i <= k; i++ {
 			name := fmt.Sprintf("%s-%d-of-%d", kind, i, k)
-			args := []string{"--nats", h.ns.ClientURL()}
+			args := []string{"--nats", h.ns.ClientURL(), "--creds", h.creds.Path(auth.Role(kind))}
 			if kind == "tool-runner" {
 				args = append(args, "--workspaces", filepath.Join(h.dir, "workspaces-"+name), "--seeds", dir, "--timeout", "30s")
 			}
@@ -516,11 +521,7 @@ type arrival struct {
 	ev events.Stored
 }
 
-func followLive(url string) (*liveFeed, error) {
-	nc, err := nats.Connect(url, nats.Name("rath-bench-live"))
-	if err != nil {
-		return nil, err
-	}
+func followLive(nc *nats.Conn) (*liveFeed, error) {
 	f := &liveFeed{nc: nc, seen: map[string][]arrival{}, done: map[string]bool{}, notify: make(chan struct{}, 1)}
 	sub, err := nc.Subscribe(events.LiveFilter("*"), func(m *nats.Msg) {
 		at := time.Now()

@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/services/session-ledger/service"
@@ -108,12 +108,12 @@ type ledgerRun struct {
 
 // startInProcess runs service.Run on an in-process connection to ns, as
 // `rath up` does; its log goes to logPath.
-func startInProcess(ns *server.Server, name, logPath string) (*ledgerRun, error) {
+func (h *harness) startInProcess(name, logPath string) (*ledgerRun, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name))
+	nc, err := h.connect(auth.RoleLedger, name, true)
 	if err != nil {
 		logf.Close()
 		return nil, err
@@ -133,12 +133,12 @@ func startInProcess(ns *server.Server, name, logPath string) (*ledgerRun, error)
 
 // startProcess runs the ledger binary against the server at url; its log goes
 // to logPath. The process dies with the harness (Pdeathsig).
-func startProcess(bin, url, name, logPath, profDir string) (*ledgerRun, error) {
+func (h *harness) startProcess(bin, url, name, logPath, profDir string) (*ledgerRun, error) {
 	var env []string
 	if profDir != "" {
 		env = append(env, "RATH_BENCH_PROFILE_DIR="+profDir)
 	}
-	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--name", name, "--key", service.KeyFileIn(filepath.Dir(logPath))}, env)
+	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--creds", h.creds.Path(auth.RoleLedger), "--name", name, "--key", service.KeyFileIn(filepath.Dir(logPath))}, env)
 	if err != nil {
 		return nil, fmt.Errorf("start ledger: %w", err)
 	}

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	memory "github.com/openrath/rath/services/memory-svc/service"
@@ -35,7 +35,7 @@ type memoryRun struct {
 }
 
 func (h *harness) startMemoryService(ctx context.Context) (*memoryRun, error) {
-	nc, err := nats.Connect(h.ns.ClientURL(), nats.Name("rath-bench-memory"))
+	nc, err := h.connect(auth.RoleMemory, "rath-bench-memory", false)
 	if err != nil {
 		return nil, err
 	}

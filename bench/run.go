@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
@@ -35,6 +36,7 @@ type harness struct {
 	dir     string
 
 	ns     *server.Server
+	creds  *auth.Set           // every role's identity: the server authenticates each connection
 	ncRaw  *nats.Conn          // raw JetStream runs and direct reads
 	ncCli  *nats.Conn          // the Rath client's connection
 	js     jetstream.JetStream // on ncRaw
@@ -117,19 +119,25 @@ func (h *harness) logf(format string, args ...any) {
 
 func (h *harness) setUp(ctx context.Context) error {
 	var err error
+	// Authenticated and least-privileged as `rath up` is: the raw runs
+	// connect as admin (they need a stream of their own), the Rath client
+	// as a client, each service as its role.
+	if h.creds, err = auth.Ensure(filepath.Join(h.dir, "creds")); err != nil {
+		return err
+	}
 	h.ns, err = embedded.Start(embedded.Config{
 		Listen: "127.0.0.1:0", StoreDir: filepath.Join(h.dir, "jetstream"),
-		SyncAlways: h.cfg.syncAlways, ServerName: "rath-bench",
+		SyncAlways: h.cfg.syncAlways, ServerName: "rath-bench", Users: h.creds.Identities(),
 	})
 	if err != nil {
 		return err
 	}
 	url := h.ns.ClientURL()
 	h.logf("nats-server %s at %s, store %s", server.VERSION, url, h.dir)
-	if h.ncRaw, err = nats.Connect(url, nats.Name("rath-bench-raw")); err != nil {
+	if h.ncRaw, err = h.connect(auth.RoleAdmin, "rath-bench-raw", false); err != nil {
 		return err
 	}
-	if h.ncCli, err = nats.Connect(url, nats.Name("rath-bench-client")); err != nil {
+	if h.ncCli, err = h.connect(auth.RoleClient, "rath-bench-client", false); err != nil {
 		return err
 	}
 	if h.js, err = jetstream.New(h.ncRaw); err != nil {
@@ -177,9 +185,9 @@ func (h *harness) startLedger(ctx context.Context, ownProcess bool) error {
 		err error
 	)
 	if ownProcess {
-		p, err = startProcess(h.ledgerBin, h.ns.ClientURL(), name, logPath, h.cfg.profileDir)
+		p, err = h.startProcess(h.ledgerBin, h.ns.ClientURL(), name, logPath, h.cfg.profileDir)
 	} else {
-		p, err = startInProcess(h.ns, name, logPath)
+		p, err = h.startInProcess(name, logPath)
 	}
 	if err != nil {
 		return err
@@ -321,4 +329,22 @@ func (h *harness) streamMsgs(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return info.State.Msgs, nil
+}
+
+// connect opens a connection to the bench's server as role, over loopback TCP
+// or in-process (as `rath up` connects its services).
+func (h *harness) connect(role auth.Role, name string, inProcess bool) (*nats.Conn, error) {
+	creds, err := auth.Option(h.creds.Path(role))
+	if err != nil {
+		return nil, err
+	}
+	opts := []nats.Option{nats.Name(name), creds}
+	if inProcess {
+		opts = append(opts, nats.InProcessServer(h.ns))
+	}
+	nc, err := nats.Connect(h.ns.ClientURL(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s as %s: %w", name, role, err)
+	}
+	return nc, nil
 }
