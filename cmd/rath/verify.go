@@ -12,6 +12,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 func (a *app) verifyCmd() *cobra.Command {
@@ -99,17 +100,9 @@ func readKeys(paths []string) (events.Keyring, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	var keys []events.PublicKey
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("--key: %w", err)
-		}
-		k, err := events.ParsePublicKey(data)
-		if err != nil {
-			return nil, fmt.Errorf("--key %s: %w", p, err)
-		}
-		keys = append(keys, k)
+	keys, err := service.ReadPublicKeys(paths)
+	if err != nil {
+		return nil, fmt.Errorf("--key: %w", err)
 	}
 	return events.NewKeyring(keys...), nil
 }

@@ -75,11 +75,11 @@ func ReadPublicKeys(paths []string) ([]events.PublicKey, error) {
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("trusted key: %w", err)
+			return nil, fmt.Errorf("public key file: %w", err)
 		}
 		k, err := events.ParsePublicKey(data)
 		if err != nil {
-			return nil, fmt.Errorf("trusted key %s: %w", p, err)
+			return nil, fmt.Errorf("public key file %s: %w", p, err)
 		}
 		out = append(out, k)
 	}

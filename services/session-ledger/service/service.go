@@ -71,7 +71,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	trusted, err := ReadPublicKeys(cfg.TrustedKeyFiles)
 	if err != nil {
-		return fmt.Errorf("session ledger: %w", err)
+		return fmt.Errorf("session ledger: trusted keys (--trust): %w", err)
 	}
 	cfg.Ledger.Trusted = append(cfg.Ledger.Trusted, trusted...)
 	store, err := eventstore.Open(ctx, nc, cfg.Store)
