@@ -207,15 +207,27 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)
-			before := e.streamSeq
+			before, cached := e.streamSeq, uint64(0)
+			if e.state != nil {
+				cached = e.state.Seq
+			}
 			if err := l.refresh(ctx, e); err != nil {
 				return api.Ack{}, unavailable(err)
 			}
 			if e.streamSeq == before {
 				// Nothing new, yet the session's last stored event is not
-				// the one cached: it was removed. Load from the stream,
-				// which compares it with the recorded head.
+				// the one cached: it was removed. Load from the stream
+				// (which compares it with the recorded head), and compare
+				// it with what this ledger itself stored, which the record
+				// may not show yet.
 				e.loaded = false
+				if err := l.load(ctx, e); err != nil {
+					return api.Ack{}, unavailable(err)
+				}
+				if e.state == nil || e.state.Seq < cached {
+					e.loaded = false
+					return api.Ack{}, api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends before %d, which this ledger stored and signed: events were removed or lost", id, cached)
+				}
 			}
 			continue
 		}

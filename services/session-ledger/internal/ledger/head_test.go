@@ -140,3 +140,36 @@ func TestLastRecordDamagedOnDisk(t *testing.T) {
 	wantCode(t, err, api.CodeDamaged)
 	wantFault(t, after, "s", 3, "missing sequences 3..3")
 }
+
+// A cut that also removed the head record (both need administrator
+// credentials) is still seen by the running ledger that stored the events:
+// it refuses to store anything at a sequence it signed.
+func TestCutTailAndHeadRecordSeenByTheLedger(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	last := r.emit(t, "s", chunk("two"))
+	headsRecorded(t, r)
+	ctx := context.Background()
+	stream, err := r.store.JetStream().Stream(ctx, events.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(ctx, last.StreamSeq); err != nil {
+		t.Fatal(err)
+	}
+	heads, err := r.store.JetStream().KeyValue(ctx, events.BucketHeads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := heads.Purge(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.l.Append(ctx, mustEvent(t, "s", chunk("at a sequence signed before")))
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "ends before 2, which this ledger stored and signed") {
+		t.Fatalf("refusal: %v", err)
+	}
+	if got, err := r.c.Log(ctx, "s", 1, 0, 0); err != nil || len(got) != 1 {
+		t.Fatalf("nothing may be stored at the cut sequence: %d events, %v", len(got), err)
+	}
+}
