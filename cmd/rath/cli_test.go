@@ -356,6 +356,18 @@ func TestForgedEventWithACorrectHash(t *testing.T) {
 	if got := ok(t, url, "verify", "s1"); !strings.Contains(got, " signed by ") {
 		t.Errorf("verify printed %q", got)
 	}
+	var keys api.Keys
+	decode(t, ok(t, url, "verify", "--show-key", "--json"), &keys)
+	pinned := filepath.Join(t.TempDir(), "ledger.pub")
+	os.WriteFile(pinned, []byte(keys.Keys[0].PEM), 0o644)
+	ok(t, url, "verify", "s1", "--key", pinned)
+	other, _ := events.GenerateSigningKey()
+	otherPEM, _ := events.MarshalPublicKey(other.Public())
+	otherFile := filepath.Join(t.TempDir(), "other.pub")
+	os.WriteFile(otherFile, otherPEM, 0o644)
+	if r := rath(t, url, "verify", "s1", "--key", otherFile); r.code != exitBroken || !strings.Contains(r.stdout, "checked with the pinned key: signed by an unknown key") {
+		t.Errorf("verify with another pinned key: exit %d, stdout %q", r.code, r.stdout)
+	}
 
 	var head events.Stored
 	decode(t, strings.TrimSpace(ok(t, url, "log", "s1", "--from", "2", "--json")), &head)

@@ -41,8 +41,8 @@ included (see "rath export" and docs/dossier.md).
 event at that place, and that the chain holds through the head.
 
 --show-key prints the ledger's public keys. Trusting keys because the ledger
-says so trusts the ledger: pin the key file (<data>/keys/ledger.pub) with --key
-for --receipt and --dossier.`,
+says so trusts the ledger: pin the key file (<data>/keys/ledger.pub) with --key.
+For a session, --key also checks the head's signature the ledger reports.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if dossierDir != "" || receipt != "" || showKey {
 				return cobra.NoArgs(cmd, args)
@@ -70,6 +70,13 @@ for --receipt and --dossier.`,
 			if err != nil {
 				return err
 			}
+			if r.OK && pinned != nil {
+				// The ledger's word, checked against the auditor's key: its
+				// head signature must be one the pinned key made.
+				if err := pinned.Verify(r.Session, r.Head, r.HeadHash, r.HeadSig); err != nil {
+					r.OK, r.Fault = false, &api.Fault{Seq: r.Head, Session: r.Session, Reason: fmt.Sprintf("the head's signature, checked with the pinned key: %v", err)}
+				}
+			}
 			switch {
 			case a.json:
 				err = a.printJSON(r)
@@ -90,7 +97,7 @@ for --receipt and --dossier.`,
 	f := cmd.Flags()
 	f.StringVar(&dossierDir, "dossier", "", "verify the exported dossier in DIR offline (no NATS) instead of a session")
 	f.StringVar(&receipt, "receipt", "", "verify a receipt (an ack as JSON) against the ledger's log")
-	f.StringSliceVar(&keyFiles, "key", nil, "trust only these ledger public key files (PKIX PEM, e.g. .rath/data/keys/ledger.pub) for --receipt and --dossier")
+	f.StringSliceVar(&keyFiles, "key", nil, "trust only these ledger public key files (PKIX PEM, e.g. .rath/data/keys/ledger.pub): for a session, the head's signature is checked with them too")
 	f.BoolVar(&showKey, "show-key", false, "print the ledger's public keys")
 	return cmd
 }
