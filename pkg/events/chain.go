@@ -105,7 +105,7 @@ func ComputeHash(body []byte) (string, error) {
 // those bytes, and the ledger's signature binds the hash, so no other bytes
 // can pass both. Any other body is canonicalised first (ComputeHash).
 func StoredHash(body []byte, claimed string) (string, bool, error) {
-	if i := bytes.LastIndex(body, []byte(`,"`+ExtHash+`":"`)); i > 0 && len(body) > 0 && body[len(body)-1] == '}' {
+	if i, ok := ledgerSuffix(body, claimed); ok {
 		h := sha256.New()
 		h.Write(body[:i])
 		h.Write([]byte{'}'})
@@ -119,4 +119,44 @@ func StoredHash(body []byte, claimed string) (string, bool, error) {
 		return "", false, err
 	}
 	return got, got == claimed, nil
+}
+
+// ledgerSuffix reports where the members the ledger appends to the canonical
+// form begin, when body ends exactly as the ledger writes it:
+// ,"rathhash":"<claimed>"}, or the same with ,"rathsig":"<key ID>:<base64url>"
+// before the brace. Anything else after the hash (another member, a second
+// "data") would be read by a parser but not hashed, so such a body takes the
+// canonicalising path, which hashes what a parser reads.
+func ledgerSuffix(body []byte, claimed string) (int, bool) {
+	n := len(body)
+	if n < 2 || body[n-1] != '}' || len(claimed) != 64 {
+		return 0, false
+	}
+	end := n - 1 // index of the closing brace
+	if s := bytes.LastIndex(body[:end], []byte(`,"`+ExtSig+`":"`)); s > 0 {
+		v := body[s+len(`,"`+ExtSig+`":"`) : end]
+		if len(v) < 2 || v[len(v)-1] != '"' || !sigChars(v[:len(v)-1]) {
+			return 0, false
+		}
+		end = s
+	}
+	want := `,"` + ExtHash + `":"` + claimed + `"`
+	i := end - len(want)
+	if i <= 0 || string(body[i:end]) != want {
+		return 0, false
+	}
+	return i, true
+}
+
+// sigChars reports whether b holds only what a rathsig value may: hex key ID,
+// ':' and unpadded base64url.
+func sigChars(b []byte) bool {
+	for _, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
 }

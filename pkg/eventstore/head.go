@@ -60,3 +60,39 @@ func (s *Store) GetHead(ctx context.Context, session string) (Head, error) {
 	}
 	return h, nil
 }
+
+// LastFromLeader reads a session's last stored event from the stream's
+// leader (the JetStream message-get API, not a direct get, which any replica
+// may answer from behind). A verdict that events are gone is confirmed with
+// it, so a lagging replica cannot make a session look cut.
+func (s *Store) LastFromLeader(ctx context.Context, session string) (Msg, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": events.SessionFilter(session)})
+	reply, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamSessions, req)
+	if err != nil {
+		return Msg{}, fmt.Errorf("last event of session %s from the leader: %w", session, err)
+	}
+	var resp struct {
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code    int    `json:"code"`
+			ErrCode int    `json:"err_code"`
+			Desc    string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return Msg{}, fmt.Errorf("last event of session %s from the leader: %w", session, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return Msg{}, fmt.Errorf("last event of session %s: %w", session, ErrNotFound)
+	case resp.Error != nil:
+		return Msg{}, fmt.Errorf("last event of session %s from the leader: %s (%d)", session, resp.Error.Desc, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return Msg{}, fmt.Errorf("last event of session %s from the leader: empty reply", session)
+	}
+	return Msg{StreamSeq: resp.Message.Seq, Subject: resp.Message.Subject, Body: resp.Message.Data}, nil
+}

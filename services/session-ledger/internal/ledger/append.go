@@ -226,7 +226,14 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 				}
 				if e.state == nil || e.state.Seq < cached {
 					e.loaded = false
-					return api.Ack{}, api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends before %d, which this ledger stored and signed: events were removed or lost", id, cached)
+					// Confirmed by the stream's leader, not a lagging replica.
+					last, err := l.store.LastFromLeader(ctx, id)
+					if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+						return api.Ack{}, unavailable(err)
+					}
+					if err != nil || lastSeq(last) < cached {
+						return api.Ack{}, api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends before %d, which this ledger stored and signed: events were removed or lost", id, cached)
+					}
 				}
 			}
 			continue

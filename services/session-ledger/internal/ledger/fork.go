@@ -40,6 +40,11 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		if err != nil {
 			return api.Ack{}, err
 		}
+		// The fork chains onto this event: check it like any event the
+		// ledger did not seal in this process.
+		if err := l.trust(atEv); err != nil {
+			return api.Ack{}, err
+		}
 		parentHash = atEv.Hash
 	}
 	opts := []events.Option{events.WithSource(sourceOr(req.Source))}

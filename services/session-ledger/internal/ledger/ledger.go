@@ -170,7 +170,18 @@ func (l *Ledger) load(ctx context.Context, e *entry) error {
 	if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
 		return err
 	}
+	if recorded && (rec.Session != e.id || l.keys.Verify(rec.Session, rec.Seq, rec.Hash, rec.Sig) != nil) {
+		// Not a record the ledger wrote (rath verify reports it): it must
+		// not make a session look cut.
+		l.log.Warn("head record not signed by the ledger; ignored", "session", e.id, "seq", rec.Seq)
+		recorded = false
+	}
 	last, err := l.store.Last(ctx, e.id)
+	if recorded && (errors.Is(err, eventstore.ErrNotFound) || (err == nil && lastSeq(last) < rec.Seq)) {
+		// About to call the session cut: ask the stream's leader, not a
+		// replica that may lag.
+		last, err = l.store.LastFromLeader(ctx, e.id)
+	}
 	if errors.Is(err, eventstore.ErrNotFound) {
 		// No events: a new session, unless the ledger once signed a head
 		// for it. A session ID is never used twice.
@@ -189,6 +200,9 @@ func (l *Ledger) load(ctx context.Context, e *entry) error {
 	}
 	// The head's signature vouches for the chain below it; one that does not
 	// hold means the log was written around the ledger.
+	if head.Session != e.id {
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its last stored event %s names session %s (copied in around the ledger)", e.id, head.ID, head.Session)
+	}
 	if err := l.trust(head); err != nil {
 		return err
 	}
@@ -211,6 +225,11 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 		return l.load(ctx, e)
 	}
 	return l.scanOwn(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
+		// Signed is not enough: a copy of one of the session's own earlier
+		// events is signed too. It must continue the chain the ledger holds.
+		if ev.Session != e.id || ev.Seq != e.state.Seq+1 || ev.Prev != e.state.Hash {
+			return api.Errorf(api.CodeDamaged, "session %s is damaged: after its event %d (%s) the stream holds %s's event %d linking to %s (replayed or copied in around the ledger)", e.id, e.state.Seq, short(e.state.Hash), ev.Session, ev.Seq, short(ev.Prev))
+		}
 		if err := l.trust(ev); err != nil {
 			return err
 		}
@@ -295,4 +314,13 @@ func (l *Ledger) recordHead(a api.Ack) {
 	if err := l.store.PutHeadAsync(eventstore.Head{Session: a.Session, Seq: a.Seq, Hash: a.Hash, Sig: a.Sig}); err != nil {
 		l.log.Warn("head not recorded", "session", a.Session, "seq", a.Seq, "err", err)
 	}
+}
+
+// lastSeq is the rathseq a stored body claims (0 if it has none readable).
+func lastSeq(m eventstore.Msg) uint64 {
+	ev, err := events.ParseStored(m.Body)
+	if err != nil {
+		return 0
+	}
+	return ev.Seq
 }

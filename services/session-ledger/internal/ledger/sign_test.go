@@ -10,6 +10,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // forge seals ev onto the head of session id the way the ledger would, with
@@ -160,5 +161,73 @@ func TestVerifyNamesTheFirstEventARehashedChainChanged(t *testing.T) {
 	}
 	if rep.Signatures > 6 {
 		t.Fatalf("%d signatures checked for 9 events: bisection should need at most 1+⌈log2 9⌉+1", rep.Signatures)
+	}
+}
+
+// A byte-for-byte copy of one of the session's own earlier events carries a
+// valid signature; published again after the head, it must not make the
+// ledger step back and sign a second event at a sequence it signed before.
+func TestReplayedCopyIsNotChainedOnto(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	for _, c := range []string{"two", "three", "four"} {
+		r.emit(t, "s", chunk(c))
+	}
+	var three eventstore.Msg
+	if err := r.store.ScanSession(context.Background(), "s", 0, 0, func(m eventstore.Msg) error {
+		if st, _ := events.ParseStored(m.Body); st.Seq == 3 {
+			three = m
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.JetStream().Publish(context.Background(), three.Subject, three.Body); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.l.Append(context.Background(), mustEvent(t, "s", chunk("after the copy")))
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "replayed or copied in around the ledger") {
+		t.Fatalf("refusal: %v", err)
+	}
+	if got, err := r.c.Log(context.Background(), "s", 1, 0, 0); err != nil || len(got) != 5 || got[4].Seq != 3 {
+		t.Fatalf("the log holds the four events and the copy, nothing more: %d events, %v", len(got), err)
+	}
+}
+
+// A fork below the head chains onto an event the ledger did not just read
+// as a head: it is checked like one, so forged history below a valid head
+// cannot be forked from.
+func TestForkBelowTheHeadChecksTheForkPoint(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	for i := 2; i <= 6; i++ {
+		r.emit(t, "s", chunk("step "+string(rune('0'+i))))
+	}
+	// Events 1..3 rewritten with a valid chain but no signature; 4..6 kept.
+	rewrite(t, r, "s", func(ms []eventstore.Msg) []eventstore.Msg {
+		prev := ""
+		for i := range ms[:3] {
+			ev, err := events.FromNATS(nil, ms[i].Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 2 {
+				ev.SetData(event.ApplicationJSON, chunk("forged step 3"))
+			}
+			st, _ := events.ParseStored(ms[i].Body)
+			body, hash, err := events.Seal(&ev, st.Seq, prev, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms[i].Body, prev = body, hash
+		}
+		return ms
+	})
+	fresh := serveOn(t, natstest.Connect(t, r.nc.ConnectedUrl()), "fresh")
+	_, err := fresh.l.Fork(context.Background(), forkAt("s", 3, "s-b"))
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "its event at 3") {
+		t.Fatalf("refusal: %v", err)
 	}
 }

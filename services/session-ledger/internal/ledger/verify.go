@@ -101,7 +101,8 @@ type signedAt struct {
 	seq, streamSeq     uint64
 }
 
-// checkSignatures checks the head's signature and, if it fails, finds the
+// checkSignatures checks the signature of the last event of each segment of
+// the lineage (a fork point, then the head) and, where one fails, finds the
 // first event whose signature fails.
 func (l *Ledger) checkSignatures(evs []signedAt, r *api.Report) *api.Fault {
 	if len(evs) == 0 {
@@ -113,11 +114,22 @@ func (l *Ledger) checkSignatures(evs []signedAt, r *api.Report) *api.Fault {
 	}
 	head := evs[len(evs)-1]
 	r.HeadSig, r.KeyID = head.sig, events.SigKeyID(head.sig)
-	if check(head) == nil {
-		return nil
+	lo := 0
+	for i, e := range evs {
+		if i+1 < len(evs) && evs[i+1].session == e.session {
+			continue // not the last event of its segment
+		}
+		if check(e) != nil {
+			return l.firstBadSignature(evs, lo, i, check)
+		}
+		lo = i + 1
 	}
-	// Bisect for the first failure: evs[:lo] hold, evs[hi] fails.
-	lo, hi := 0, len(evs)-1
+	return nil
+}
+
+// firstBadSignature bisects evs[lo..hi], whose last signature fails, for the
+// first event whose signature fails.
+func (l *Ledger) firstBadSignature(evs []signedAt, lo, hi int, check func(signedAt) error) *api.Fault {
 	for lo < hi {
 		mid := (lo + hi) / 2
 		if check(evs[mid]) == nil {
