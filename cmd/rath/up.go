@@ -188,6 +188,15 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		fmt.Fprintf(out, "rath: using NATS at %s\n", url)
 	}
 	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name, "authenticated", creds != nil)
+	if cfg.Ledger.Ledger.Key == nil {
+		keyFile := cfg.ledger().KeyFile
+		key, _, err := service.LoadOrCreateKey(keyFile)
+		if err != nil {
+			return err
+		}
+		cfg.Ledger.Ledger.Key = key
+		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", key.Public().ID, keyFile, service.PublicKeyPath(keyFile))
+	}
 
 	ledger, base, loop := services(cfg, log)
 	err = serve(ctx, dial, ledger, append(base, loop...)...)

@@ -77,6 +77,17 @@ func TestUp(t *testing.T) {
 	if got := ok(t, m[1], "ls"); !strings.Contains(got, "s1") {
 		t.Errorf("ls after the restart printed %q, want s1", got)
 	}
+	// ... and the signing key: the events of the first run verify, and the
+	// key file is the auditor's to pin.
+	keyLine := regexp.MustCompile(`rath: events signed with key ([0-9a-f]{16}) \(`)
+	k1, k2 := keyLine.FindStringSubmatch(out.String()), keyLine.FindStringSubmatch(again.String())
+	if k1 == nil || k2 == nil || k1[1] != k2[1] {
+		t.Fatalf("signing key of the first and second run: %q, %q", k1, k2)
+	}
+	pub := filepath.Join(cfg.Data, "keys", "ledger.pub")
+	if got := ok(t, m[1], "verify", "s1", "--key", pub); !strings.Contains(got, "signed by "+k1[1]) {
+		t.Errorf("verify after the restart printed %q", got)
+	}
 	reused, err := auth.Load(filepath.Join(cfg.Data, "creds"))
 	if err != nil {
 		t.Fatal(err)
