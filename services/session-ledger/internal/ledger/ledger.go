@@ -289,7 +289,13 @@ func (l *Ledger) trust(ev events.Stored) error {
 		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) does not hash to the rathhash it carries (altered); nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID)
 	}
 	if err := l.keys.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
-		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) is %v; it was written around the ledger or altered, and nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID, err)
+		hint := ""
+		if errors.Is(err, events.ErrUnknownKey) {
+			// The one way this happens without tampering: two ledgers of a
+			// deployment with different keys that do not trust each other.
+			hint = " (or another ledger of this deployment signs with a key this one does not trust: give them one key file, or --trust its ledger.pub)"
+		}
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) is %v; it was written around the ledger or altered%s, and nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID, err, hint)
 	}
 	return nil
 }
