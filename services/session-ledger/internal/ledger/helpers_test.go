@@ -49,6 +49,12 @@ func newRig(t *testing.T) *rig {
 
 func serveOn(t *testing.T, nc *nats.Conn, name string) *rig {
 	t.Helper()
+	return serveWith(t, nc, name, nil)
+}
+
+// serveWith is serveOn with the ledger's configuration changed by edit.
+func serveWith(t *testing.T, nc *nats.Conn, name string, edit func(*ledger.Config)) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	store, err := eventstore.Open(ctx, nc, eventstore.DefaultConfig())
 	if err != nil {
@@ -56,6 +62,9 @@ func serveOn(t *testing.T, nc *nats.Conn, name string) *rig {
 	}
 	cfg := ledger.DefaultConfig()
 	cfg.SnapshotEvery, cfg.Name, cfg.Key = testK, name, testKey
+	if edit != nil {
+		edit(&cfg)
+	}
 	l, err := ledger.New(store, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

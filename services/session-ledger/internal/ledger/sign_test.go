@@ -10,6 +10,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/services/session-ledger/internal/ledger"
 	"github.com/openrath/rath/pkg/natstest"
 )
 
@@ -229,5 +230,44 @@ func TestForkBelowTheHeadChecksTheForkPoint(t *testing.T) {
 	wantCode(t, err, api.CodeDamaged)
 	if !strings.Contains(err.Error(), "its event at 3") {
 		t.Fatalf("refusal: %v", err)
+	}
+}
+
+// Rotation: a ledger started with a new key refuses sessions signed with the
+// old one, naming the likely cause, until it trusts the old public key; then
+// the old events verify and new ones are signed with the new key.
+func TestKeyRotation(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s")
+	r.emit(t, "s", chunk("signed with the old key"))
+	headsRecorded(t, r)
+	r.stop()
+	newKey := otherKey(t)
+
+	untrusting := serveWith(t, natstest.Connect(t, r.nc.ConnectedUrl()), "new-key", func(c *ledger.Config) { c.Key = newKey })
+	_, err := untrusting.l.Append(context.Background(), mustEvent(t, "s", chunk("refused")))
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "--trust its ledger.pub") {
+		t.Fatalf("refusal does not name the harmless cause: %v", err)
+	}
+	untrusting.stop()
+
+	rotated := serveWith(t, natstest.Connect(t, r.nc.ConnectedUrl()), "rotated", func(c *ledger.Config) {
+		c.Key, c.Trusted = newKey, []events.PublicKey{testKey.Public()}
+	})
+	a, err := rotated.l.Append(context.Background(), mustEvent(t, "s", chunk("signed with the new key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events.SigKeyID(a.Sig) != newKey.Public().ID {
+		t.Fatalf("new event signed by %s, want the new key %s", events.SigKeyID(a.Sig), newKey.Public().ID)
+	}
+	rep, err := rotated.l.Verify(context.Background(), "s")
+	if err != nil || !rep.OK || rep.KeyID != newKey.Public().ID {
+		t.Fatalf("verify after rotation: %+v %v", rep, err)
+	}
+	keys, err := rotated.l.Keys()
+	if err != nil || keys.Current != newKey.Public().ID || len(keys.Keys) != 2 {
+		t.Fatalf("keys after rotation: %+v %v", keys, err)
 	}
 }
