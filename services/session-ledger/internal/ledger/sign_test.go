@@ -10,8 +10,8 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/services/session-ledger/internal/ledger"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/internal/ledger"
 )
 
 // forge seals ev onto the head of session id the way the ledger would, with
