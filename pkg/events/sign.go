@@ -148,8 +148,15 @@ func (r Keyring) Verify(session string, seq uint64, hash, sig string) error {
 	if err := r.Known(sig); err != nil {
 		return err
 	}
-	id, enc, _ := strings.Cut(sig, ":")
-	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	id, parts := sigParts(sig)
+	switch len(parts) {
+	case 1:
+	case 4:
+		return verifyGroup(r[id], id, parts, session, seq, hash)
+	default:
+		return fmt.Errorf("%w: not a single or a group signature", ErrBadSignature)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[0])
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return fmt.Errorf("%w: not an ed25519 signature in base64url", ErrBadSignature)
 	}

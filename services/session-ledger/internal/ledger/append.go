@@ -197,10 +197,12 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			seq, prev = e.state.Seq+1, e.state.Hash
 		}
 		kind, _ := events.Lookup(ev.Type())
-		body, hash, err := events.Seal(&ev, seq, prev, l.cfg.Key)
+		body, hash, err := events.Seal(&ev, seq, prev, nil)
 		if err != nil {
 			return api.Ack{}, sealRefusal(seq, err)
 		}
+		// Signed with the concurrent appends' events: one signature per group.
+		body = events.AttachSig(&ev, body, l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash}))
 		if len(body) > l.store.MaxEventSize() {
 			return api.Ack{}, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(body), l.store.MaxEventSize())
 		}

@@ -102,8 +102,9 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 		flying []inflight
 		slow   []int
 	)
+	var sealedOnes []inflight
 	for _, i := range heads {
-		f, ok, err := l.publish(ctx, &evs[i], expect[i])
+		f, ok, err := l.seal(ctx, &evs[i], expect[i])
 		switch {
 		case err != nil:
 			res[i].Err = err
@@ -111,8 +112,21 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 			slow = append(slow, i)
 		default:
 			f.i = i
-			flying = append(flying, f)
+			sealedOnes = append(sealedOnes, f)
 		}
+	}
+	// The round's events are signed together: one signature per group.
+	leaves := make([]events.Leaf, len(sealedOnes))
+	for j, f := range sealedOnes {
+		leaves[j] = events.Leaf{Session: f.e.id, Seq: f.sealed.seq, Hash: f.sealed.hash}
+	}
+	for j, sig := range l.sign.signAll(leaves) {
+		f := sealedOnes[j]
+		if err := l.send(ctx, &evs[f.i], &f, sig); err != nil {
+			res[f.i].Err = err
+			continue
+		}
+		flying = append(flying, f)
 	}
 	for _, f := range flying {
 		r, err := f.pending.Wait(ctx)
@@ -139,11 +153,11 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 	}
 }
 
-// publish seals an event onto its session's cached head and publishes it
-// without waiting. On success the session's entry stays locked for the
+// seal seals an event onto its session's cached head, unsigned; send signs
+// and publishes it. On success the session's entry stays locked for the
 // caller. It reports false, holding nothing, when the single-event path
 // should decide the event instead.
-func (l *Ledger) publish(ctx context.Context, ev *event.Event, x expectation) (inflight, bool, error) {
+func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (inflight, bool, error) {
 	id := ev.Subject()
 	e := l.entry(id)
 	e.mu.Lock()
@@ -168,21 +182,29 @@ func (l *Ledger) publish(ctx context.Context, ev *event.Event, x expectation) (i
 		s.seq, s.prev = e.state.Seq+1, e.state.Hash
 	}
 	var err error
-	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev, l.cfg.Key); err != nil {
+	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev, nil); err != nil {
 		e.mu.Unlock()
 		return inflight{}, false, sealRefusal(s.seq, err)
 	}
-	if len(s.body) > l.store.MaxEventSize() {
-		e.mu.Unlock()
-		return inflight{}, false, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(s.body), l.store.MaxEventSize())
-	}
 	kind, _ := events.Lookup(ev.Type())
-	p, err := l.store.AppendAsync(ctx, id, kind.Token, s.body, ev.ID(), s.seq, s.hash, e.streamSeq)
-	if err != nil {
-		e.mu.Unlock()
-		return inflight{}, false, unavailable(err)
+	return inflight{e: e, kind: kind, sealed: s}, true, nil
+}
+
+// send attaches the signature to an event seal sealed and publishes it
+// without waiting; on an error it unlocks the session's entry.
+func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, sig string) error {
+	f.sealed.body = events.AttachSig(ev, f.sealed.body, sig)
+	if len(f.sealed.body) > l.store.MaxEventSize() {
+		f.e.mu.Unlock()
+		return api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(f.sealed.body), l.store.MaxEventSize())
 	}
-	return inflight{e: e, kind: kind, sealed: s, pending: p}, true, nil
+	p, err := l.store.AppendAsync(ctx, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
+	if err != nil {
+		f.e.mu.Unlock()
+		return unavailable(err)
+	}
+	f.pending = p
+	return nil
 }
 
 // handleBatch answers a batch request: a JSON array of structured-mode

@@ -64,6 +64,7 @@ type Ledger struct {
 	log   *slog.Logger
 	now   func() time.Time
 	keys  events.Keyring
+	sign  *signer
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *entry, most recently used first
@@ -125,6 +126,7 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		log:     log,
 		now:     func() time.Time { return time.Now().UTC() },
 		keys:    events.NewKeyring(append([]events.PublicKey{cfg.Key.Public()}, cfg.Trusted...)...),
+		sign:    &signer{key: cfg.Key},
 		entries: map[string]*list.Element{},
 		lru:     list.New(),
 		lineage: map[string][]segment{},

@@ -1,0 +1,193 @@
+package events
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+)
+
+// Group signatures: the ledger may sign several events at once, one ed25519
+// signature over the root of a Merkle tree (RFC 9162, section 2.1) whose
+// leaves are the events' signed messages. Each event's rathsig then carries
+// the root's signature, its leaf index, the group's size and its inclusion
+// path, so every event still verifies on its own:
+//
+//	rathsig = <key ID> ":" <signature of "rath.root.v1\n" size "\n" hex(root)> ":" <index> ":" <size> ":" base64url(path)
+//
+// A leaf is SHA-256(0x00 || message), a node SHA-256(0x01 || left || right),
+// and message is the one a single signature signs (see SigningKey.Sign). A
+// group of one is signed as a single event.
+
+// MaxGroup bounds a signed group: its inclusion paths stay at most 4 hashes.
+const MaxGroup = 16
+
+// Leaf names what a signature vouches for: an event's place and chain hash.
+type Leaf struct {
+	Session string
+	Seq     uint64
+	Hash    string
+}
+
+func (l Leaf) hash() [32]byte {
+	h := sha256.New()
+	h.Write([]byte{0})
+	h.Write(signedMessage(l.Session, l.Seq, l.Hash))
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+func node(a, b [32]byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte{1})
+	h.Write(a[:])
+	h.Write(b[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// mth is the Merkle tree hash of leaves (RFC 9162 MTH), n >= 1.
+func mth(leaves [][32]byte) [32]byte {
+	if len(leaves) == 1 {
+		return leaves[0]
+	}
+	k := split(len(leaves))
+	return node(mth(leaves[:k]), mth(leaves[k:]))
+}
+
+// split is the largest power of two smaller than n (n >= 2).
+func split(n int) int { return 1 << (bits.Len(uint(n-1)) - 1) }
+
+// path is the inclusion path of leaf m in leaves (RFC 9162 PATH).
+func path(m int, leaves [][32]byte) [][32]byte {
+	if len(leaves) == 1 {
+		return nil
+	}
+	k := split(len(leaves))
+	if m < k {
+		return append(path(m, leaves[:k]), mth(leaves[k:]))
+	}
+	return append(path(m-k, leaves[k:]), mth(leaves[:k]))
+}
+
+// rootFromPath recomputes the root from a leaf, its index, the tree's size
+// and its inclusion path (RFC 9162 section 2.1.3.2); false if the path does
+// not fit the index and size.
+func rootFromPath(leaf [32]byte, index, size uint64, p [][32]byte) ([32]byte, bool) {
+	if index >= size {
+		return leaf, false
+	}
+	fn, sn := index, size-1
+	r := leaf
+	for _, c := range p {
+		if sn == 0 {
+			return r, false
+		}
+		if fn&1 == 1 || fn == sn {
+			r = node(c, r)
+			for fn&1 == 0 && fn != 0 {
+				fn >>= 1
+				sn >>= 1
+			}
+		} else {
+			r = node(r, c)
+		}
+		fn >>= 1
+		sn >>= 1
+	}
+	return r, sn == 0
+}
+
+// rootMessage is what a group signature signs: the group's size and root,
+// as a signed tree head does (RFC 9162).
+func rootMessage(size uint64, root [32]byte) []byte {
+	b := append([]byte("rath.root.v1\n"), strconv.FormatUint(size, 10)...)
+	b = append(b, '\n')
+	return append(b, hex.EncodeToString(root[:])...)
+}
+
+// SignGroup signs up to MaxGroup events with one signature and returns each
+// one's rathsig, in order. A group of one is signed as Sign would.
+func (k *SigningKey) SignGroup(leaves []Leaf) []string {
+	out := make([]string, len(leaves))
+	switch len(leaves) {
+	case 0:
+		return out
+	case 1:
+		out[0] = k.Sign(leaves[0].Session, leaves[0].Seq, leaves[0].Hash)
+		return out
+	}
+	if len(leaves) > MaxGroup {
+		panic(fmt.Sprintf("events: SignGroup of %d events, at most %d", len(leaves), MaxGroup))
+	}
+	hs := make([][32]byte, len(leaves))
+	for i, l := range leaves {
+		hs[i] = l.hash()
+	}
+	root := mth(hs)
+	sig := base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(len(leaves)), root)))
+	prefix := k.pub.ID + ":" + sig + ":"
+	size := ":" + strconv.Itoa(len(leaves)) + ":"
+	for i := range leaves {
+		p := path(i, hs)
+		raw := make([]byte, 0, 32*len(p))
+		for _, c := range p {
+			raw = append(raw, c[:]...)
+		}
+		out[i] = prefix + strconv.Itoa(i) + size + base64.RawURLEncoding.EncodeToString(raw)
+	}
+	return out
+}
+
+// verifyGroup checks a group rathsig's parts (after the key ID) for the
+// event at seq of session with the given hash.
+func verifyGroup(pub ed25519.PublicKey, id string, parts []string, session string, seq uint64, hash string) error {
+	sig, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return fmt.Errorf("%w: not an ed25519 signature in base64url", ErrBadSignature)
+	}
+	index, err1 := strconv.ParseUint(parts[1], 10, 8)
+	size, err2 := strconv.ParseUint(parts[2], 10, 8)
+	raw, err3 := base64.RawURLEncoding.DecodeString(parts[3])
+	if err1 != nil || err2 != nil || err3 != nil || size < 2 || size > MaxGroup || len(raw)%32 != 0 {
+		return fmt.Errorf("%w: malformed group signature", ErrBadSignature)
+	}
+	p := make([][32]byte, len(raw)/32)
+	for i := range p {
+		copy(p[i][:], raw[32*i:])
+	}
+	root, ok := rootFromPath(Leaf{session, seq, hash}.hash(), index, size, p)
+	if !ok {
+		return fmt.Errorf("%w: the inclusion path does not fit leaf %d of %d", ErrBadSignature, index, size)
+	}
+	if !ed25519.Verify(pub, rootMessage(size, root), sig) {
+		return fmt.Errorf("%w: key %s did not sign a group holding %s at %d with hash %s", ErrBadSignature, id, session, seq, shortHash(hash))
+	}
+	return nil
+}
+
+// sigParts splits a rathsig after its key ID: one part for a single
+// signature, four for a group's.
+func sigParts(sig string) (id string, parts []string) {
+	id, rest, _ := strings.Cut(sig, ":")
+	return id, strings.Split(rest, ":")
+}
+
+// AttachSig adds a signature to an event sealed without one (Seal with a
+// nil key): it sets the event's rathsig and returns the body to store.
+func AttachSig(e *event.Event, body []byte, sig string) []byte {
+	e.SetExtension(ExtSig, sig)
+	out := make([]byte, 0, len(body)+len(sig)+13)
+	out = append(out, body[:len(body)-1]...)
+	out = append(out, `,"`+ExtSig+`":"`...)
+	out = append(out, sig...)
+	return append(out, `"}`...)
+}
