@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"strings"
 	"testing"
 
@@ -269,5 +271,64 @@ func TestKeyRotation(t *testing.T) {
 	keys, err := rotated.l.Keys()
 	if err != nil || keys.Current != newKey.Public().ID || len(keys.Keys) != 2 {
 		t.Fatalf("keys after rotation: %+v %v", keys, err)
+	}
+}
+
+// The events of a batch round are signed in groups: one signature over a
+// Merkle root per group of up to events.MaxGroup, each event's rathsig
+// holding its inclusion path, so each ack is still a receipt on its own, and
+// concurrent single appends share signatures the same way.
+func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var evs []event.Event
+	for i := range 20 {
+		id := fmt.Sprintf("g%02d", i)
+		r.start(t, id)
+		evs = append(evs, mustEvent(t, id, chunk("batched")))
+	}
+	ring := events.NewKeyring(testKey.Public())
+	groups := map[string]int{} // root signature → events under it
+	for _, res := range r.l.AppendBatch(ctx, evs) {
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		a := res.Ack
+		if err := ring.Verify(a.Session, a.Seq, a.Hash, a.Sig); err != nil {
+			t.Fatalf("receipt of %s: %v", a.Session, err)
+		}
+		parts := strings.Split(a.Sig, ":")
+		if len(parts) != 5 {
+			t.Fatalf("a batch of 20 sessions signed %s alone: %q", a.Session, a.Sig)
+		}
+		groups[parts[1]]++
+	}
+	if len(groups) != 2 {
+		t.Fatalf("20 events in %d groups, want 2 (16 + 4): %v", len(groups), groups)
+	}
+
+	var wg sync.WaitGroup
+	acks := make(chan api.Ack, 20)
+	for i := range 20 {
+		wg.Go(func() {
+			a, err := r.l.Append(ctx, mustEvent(t, fmt.Sprintf("g%02d", i), chunk("concurrent")))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			acks <- a
+		})
+	}
+	wg.Wait()
+	close(acks)
+	for a := range acks {
+		if err := ring.Verify(a.Session, a.Seq, a.Hash, a.Sig); err != nil {
+			t.Fatalf("receipt of %s: %v", a.Session, err)
+		}
+	}
+	for i := range 20 {
+		if rep := r.verifyOK(t, fmt.Sprintf("g%02d", i)); rep.Head != 3 {
+			t.Fatalf("head %d", rep.Head)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"runtime"
 	"sync"
 
 	"github.com/openrath/rath/pkg/events"
@@ -35,6 +36,12 @@ func (s *signer) sign(leaf events.Leaf) string {
 		return <-r.done
 	}
 	s.busy = true
+	// Let the appends already running seal theirs first, so that they join
+	// this group instead of each signing alone (on few cores they cannot
+	// enqueue while this one holds the processor).
+	s.mu.Unlock()
+	runtime.Gosched()
+	s.mu.Lock()
 	for len(s.queue) > 0 {
 		group := s.queue[:min(len(s.queue), events.MaxGroup)]
 		s.queue = s.queue[len(group):]
