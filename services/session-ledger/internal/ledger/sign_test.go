@@ -3,8 +3,8 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
