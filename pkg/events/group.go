@@ -2,6 +2,7 @@ package events
 
 import (
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -16,17 +17,29 @@ import (
 // Group signatures: the ledger may sign several events at once, one ed25519
 // signature over the root of a Merkle tree (RFC 9162, section 2.1) whose
 // leaves are the events' signed messages. Each event's rathsig then carries
-// the root's signature, its leaf index, the group's size and its inclusion
-// path, so every event still verifies on its own:
+// the root's signature, its leaf index, the group's size, its leaf's nonce
+// and its inclusion path, so every event still verifies on its own:
 //
-//	rathsig = <key ID> ":" <signature of "rath.root.v1\n" size "\n" hex(root)> ":" <index> ":" <size> ":" base64url(path)
+//	rathsig = <key ID> ":" <signature of "rath.root.v1\n" size "\n" hex(root)> ":" <index> ":" <size> ":" base64url(nonce) ":" base64url(path)
 //
-// A leaf is SHA-256(0x00 || message), a node SHA-256(0x01 || left || right),
-// and message is the one a single signature signs (see SigningKey.Sign). A
-// group of one is signed as a single event.
+// A leaf is SHA-256(0x00 || nonce || message), a node SHA-256(0x01 || left
+// || right), and message is the one a single signature signs (see
+// SigningKey.Sign). The nonce, 16 random bytes per leaf, appears only in its
+// own event's rathsig: an event that was signed in a group but never stored
+// (refused, or lost to a conflict) keeps its nonce secret, so nobody can
+// rebuild a signature for it from the other events' paths, which show only
+// blinded leaves. A group of one is signed as a single event.
 
 // MaxGroup bounds a signed group: its inclusion paths stay at most 4 hashes.
 const MaxGroup = 16
+
+// nonceSize is the length of a leaf's blinding nonce.
+const nonceSize = 16
+
+// MaxSigLen is the longest rathsig the ledger writes (a group signature of
+// the largest group): an event must fit the size limit with it, whatever
+// group it lands in.
+const MaxSigLen = 16 + 1 + 86 + 1 + 2 + 1 + 2 + 1 + 22 + 1 + 171
 
 // Leaf names what a signature vouches for: an event's place and chain hash.
 type Leaf struct {
@@ -35,9 +48,10 @@ type Leaf struct {
 	Hash    string
 }
 
-func (l Leaf) hash() [32]byte {
+func (l Leaf) hash(nonce []byte) [32]byte {
 	h := sha256.New()
 	h.Write([]byte{0})
+	h.Write(nonce)
 	h.Write(signedMessage(l.Session, l.Seq, l.Hash))
 	var out [32]byte
 	h.Sum(out[:0])
@@ -128,9 +142,13 @@ func (k *SigningKey) SignGroup(leaves []Leaf) []string {
 	if len(leaves) > MaxGroup {
 		panic(fmt.Sprintf("events: SignGroup of %d events, at most %d", len(leaves), MaxGroup))
 	}
+	nonces := make([]byte, nonceSize*len(leaves))
+	if _, err := rand.Read(nonces); err != nil {
+		panic(fmt.Sprintf("events: no randomness for group signature nonces: %v", err))
+	}
 	hs := make([][32]byte, len(leaves))
 	for i, l := range leaves {
-		hs[i] = l.hash()
+		hs[i] = l.hash(nonces[nonceSize*i : nonceSize*(i+1)])
 	}
 	root := mth(hs)
 	sig := base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(len(leaves)), root)))
@@ -142,7 +160,8 @@ func (k *SigningKey) SignGroup(leaves []Leaf) []string {
 		for _, c := range p {
 			raw = append(raw, c[:]...)
 		}
-		out[i] = prefix + strconv.Itoa(i) + size + base64.RawURLEncoding.EncodeToString(raw)
+		nonce := base64.RawURLEncoding.EncodeToString(nonces[nonceSize*i : nonceSize*(i+1)])
+		out[i] = prefix + strconv.Itoa(i) + size + nonce + ":" + base64.RawURLEncoding.EncodeToString(raw)
 	}
 	return out
 }
@@ -150,21 +169,25 @@ func (k *SigningKey) SignGroup(leaves []Leaf) []string {
 // verifyGroup checks a group rathsig's parts (after the key ID) for the
 // event at seq of session with the given hash.
 func verifyGroup(pub ed25519.PublicKey, id string, parts []string, session string, seq uint64, hash string) error {
-	sig, err := base64.RawURLEncoding.DecodeString(parts[0])
+	b64 := base64.RawURLEncoding.Strict()
+	sig, err := b64.DecodeString(parts[0])
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return fmt.Errorf("%w: not an ed25519 signature in base64url", ErrBadSignature)
 	}
 	index, err1 := strconv.ParseUint(parts[1], 10, 8)
 	size, err2 := strconv.ParseUint(parts[2], 10, 8)
-	raw, err3 := base64.RawURLEncoding.DecodeString(parts[3])
-	if err1 != nil || err2 != nil || err3 != nil || size < 2 || size > MaxGroup || len(raw)%32 != 0 {
+	nonce, err3 := b64.DecodeString(parts[3])
+	raw, err4 := b64.DecodeString(parts[4])
+	// One spelling per signature: decimals without leading zeros.
+	canonical := strconv.FormatUint(index, 10) == parts[1] && strconv.FormatUint(size, 10) == parts[2]
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || !canonical || size < 2 || size > MaxGroup || len(nonce) != nonceSize || len(raw)%32 != 0 {
 		return fmt.Errorf("%w: malformed group signature", ErrBadSignature)
 	}
 	p := make([][32]byte, len(raw)/32)
 	for i := range p {
 		copy(p[i][:], raw[32*i:])
 	}
-	root, ok := rootFromPath(Leaf{session, seq, hash}.hash(), index, size, p)
+	root, ok := rootFromPath(Leaf{session, seq, hash}.hash(nonce), index, size, p)
 	if !ok {
 		return fmt.Errorf("%w: the inclusion path does not fit leaf %d of %d", ErrBadSignature, index, size)
 	}

@@ -25,7 +25,7 @@ func TestGroupSignatures(t *testing.T) {
 			if err := ring.Verify(l.Session, l.Seq, l.Hash, sigs[i]); err != nil {
 				t.Fatalf("n=%d i=%d: %v", n, i, err)
 			}
-			if n > 1 && strings.Count(sigs[i], ":") != 4 {
+			if n > 1 && strings.Count(sigs[i], ":") != 5 {
 				t.Fatalf("n=%d: %q is not a group signature", n, sigs[i])
 			}
 			// Another event's place, the neighbour's signature, a wrong hash.
@@ -59,9 +59,12 @@ func TestGroupSignaturesRefuseEdits(t *testing.T) {
 		"size":           edit(3, "4"),
 		"size one":       edit(3, "1"),
 		"size too big":   edit(3, "999"),
-		"short path":     edit(4, parts[4][:43]),
-		"empty path":     edit(4, ""),
-		"bad base64":     edit(4, "!!"),
+		"short path":     edit(5, parts[5][:43]),
+		"other nonce":    edit(4, "AAAAAAAAAAAAAAAAAAAAAA"),
+		"short nonce":    edit(4, "AAAA"),
+		"leading zero":   edit(2, "01"),
+		"empty path":     edit(5, ""),
+		"bad base64":     edit(5, "!!"),
 		"extra part":     sig + ":x",
 		"bad signature":  edit(1, parts[1][:10]),
 		"negative index": edit(2, "-1"),

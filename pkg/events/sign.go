@@ -151,7 +151,7 @@ func (r Keyring) Verify(session string, seq uint64, hash, sig string) error {
 	id, parts := sigParts(sig)
 	switch len(parts) {
 	case 1:
-	case 4:
+	case 5:
 		return verifyGroup(r[id], id, parts, session, seq, hash)
 	default:
 		return fmt.Errorf("%w: not a single or a group signature", ErrBadSignature)

@@ -201,6 +201,9 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		if err != nil {
 			return api.Ack{}, sealRefusal(seq, err)
 		}
+		if err := l.fits(body); err != nil {
+			return api.Ack{}, err
+		}
 		// Signed with the concurrent appends' events: one signature per group.
 		body = events.AttachSig(&ev, body, l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash}))
 		if len(body) > l.store.MaxEventSize() {
@@ -415,4 +418,14 @@ func storedOf(ev *event.Event, session string, seq uint64, prev, hash string, bo
 		Seq: seq, Prev: prev, Hash: hash, Sig: events.Sig(*ev), Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
 		Data: ev.Data(), Raw: body,
 	}
+}
+
+// fits refuses an event, sealed and not signed yet, that might not fit the
+// size limit once signed: the limit must not depend on which group the
+// event's signature lands in, and nothing is signed that will be refused.
+func (l *Ledger) fits(unsigned []byte) error {
+	if n := len(unsigned) + len(`,"`+events.ExtSig+`":""`) + events.MaxSigLen; n > l.store.MaxEventSize() {
+		return api.Errorf(api.CodeTooLarge, "the stored event would be up to %d bytes, above the limit of %d: keep large payloads in the object store and reference them", n, l.store.MaxEventSize())
+	}
+	return nil
 }

@@ -186,6 +186,10 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 		e.mu.Unlock()
 		return inflight{}, false, sealRefusal(s.seq, err)
 	}
+	if err := l.fits(s.body); err != nil {
+		e.mu.Unlock()
+		return inflight{}, false, err
+	}
 	kind, _ := events.Lookup(ev.Type())
 	return inflight{e: e, kind: kind, sealed: s}, true, nil
 }

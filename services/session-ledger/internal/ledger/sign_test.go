@@ -298,7 +298,7 @@ func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
 			t.Fatalf("receipt of %s: %v", a.Session, err)
 		}
 		parts := strings.Split(a.Sig, ":")
-		if len(parts) != 5 {
+		if len(parts) != 6 {
 			t.Fatalf("a batch of 20 sessions signed %s alone: %q", a.Session, a.Sig)
 		}
 		groups[parts[1]]++

@@ -7,55 +7,62 @@ import (
 	"github.com/openrath/rath/pkg/events"
 )
 
-// signer signs the events of concurrent appends in groups (group commit):
-// the caller that finds no signing under way signs everything queued, up to
-// events.MaxGroup at a time, for itself and the others, and keeps going
-// while more arrive. An append that finds the signer idle signs alone and
-// waits for nobody; under load one ed25519 signature covers up to
-// MaxGroup events.
+// signer signs the events of concurrent appends in groups (group commit).
+// An append that finds no signing under way leads: it yields once, so that
+// appends already running can seal and queue theirs, then signs the queue's
+// first group (its own event first, up to events.MaxGroup) for itself and
+// the others, and hands the lead to the first append still waiting. An
+// append alone signs alone and waits for nobody; under load one ed25519
+// signature covers up to MaxGroup events, and no append signs more than its
+// own group, however long the queue stays full.
 type signer struct {
 	key *events.SigningKey
 
 	mu    sync.Mutex
 	queue []*signReq
-	busy  bool
+	busy  bool // a leader is signing; it hands over or clears this
 }
 
 type signReq struct {
 	leaf events.Leaf
-	done chan string
+	done chan string   // the request's rathsig
+	lead chan struct{} // closed to hand this request the lead
 }
 
 // sign returns the rathsig of one event.
 func (s *signer) sign(leaf events.Leaf) string {
-	r := &signReq{leaf: leaf, done: make(chan string, 1)}
+	r := &signReq{leaf: leaf, done: make(chan string, 1), lead: make(chan struct{})}
 	s.mu.Lock()
 	s.queue = append(s.queue, r)
 	if s.busy {
 		s.mu.Unlock()
-		return <-r.done
-	}
-	s.busy = true
-	// Let the appends already running seal theirs first, so that they join
-	// this group instead of each signing alone (on few cores they cannot
-	// enqueue while this one holds the processor).
-	s.mu.Unlock()
-	runtime.Gosched()
-	s.mu.Lock()
-	for len(s.queue) > 0 {
-		group := s.queue[:min(len(s.queue), events.MaxGroup)]
-		s.queue = s.queue[len(group):]
+		select {
+		case sig := <-r.done:
+			return sig
+		case <-r.lead: // r heads the queue now
+		}
+	} else {
+		s.busy = true // the queue was empty: r heads it
 		s.mu.Unlock()
-		leaves := make([]events.Leaf, len(group))
-		for i, g := range group {
-			leaves[i] = g.leaf
-		}
-		for i, sig := range s.key.SignGroup(leaves) {
-			group[i].done <- sig
-		}
-		s.mu.Lock()
+		runtime.Gosched()
 	}
-	s.busy = false
+	s.mu.Lock()
+	group := s.queue[:min(len(s.queue), events.MaxGroup)]
+	s.queue = s.queue[len(group):]
+	s.mu.Unlock()
+	leaves := make([]events.Leaf, len(group))
+	for i, g := range group {
+		leaves[i] = g.leaf
+	}
+	for i, sig := range s.key.SignGroup(leaves) {
+		group[i].done <- sig
+	}
+	s.mu.Lock()
+	if len(s.queue) > 0 {
+		close(s.queue[0].lead)
+	} else {
+		s.busy = false
+	}
 	s.mu.Unlock()
 	return <-r.done
 }

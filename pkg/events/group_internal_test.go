@@ -1,0 +1,30 @@
+package events
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// An event signed in a group but never stored keeps its nonce: from another
+// member's rathsig (its nonce, its path) nobody can build a signature that
+// holds for it, since the path shows only the blinded leaf.
+func TestUnstoredGroupMemberCannotBeSignedAfterwards(t *testing.T) {
+	a := Leaf{"a", 5, strings.Repeat("a", 64)}
+	b := Leaf{"b", 7, strings.Repeat("b", 64)} // signed, then refused: its rathsig never leaves the ledger
+	sigs := testKey.SignGroup([]Leaf{a, b})
+	parts := strings.Split(sigs[0], ":") // what a's receipt shows
+	nonceA, _ := base64.RawURLEncoding.DecodeString(parts[4])
+	leafA := a.hash(nonceA)
+	ring := NewKeyring(testKey.Public())
+	for _, nonce := range []string{parts[4], "AAAAAAAAAAAAAAAAAAAAAA"} {
+		forged := strings.Join([]string{parts[0], parts[1], "1", "2", nonce, base64.RawURLEncoding.EncodeToString(leafA[:])}, ":")
+		if err := ring.Verify(b.Session, b.Seq, b.Hash, forged); !errors.Is(err, ErrBadSignature) {
+			t.Fatalf("a signature for the unstored member was rebuilt: %v", err)
+		}
+	}
+	if err := ring.Verify(b.Session, b.Seq, b.Hash, sigs[1]); err != nil {
+		t.Fatalf("the member's own rathsig: %v", err)
+	}
+}
