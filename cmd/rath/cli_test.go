@@ -396,6 +396,22 @@ func TestForgedEventWithACorrectHash(t *testing.T) {
 	if r := rath(t, url, "verify", "--receipt", receipt); r.code != exitBroken || !strings.Contains(r.stdout, "chain is broken at 3") {
 		t.Errorf("receipt over a forged chain: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// Bad input to verify: named, exit 2.
+	garbage := filepath.Join(t.TempDir(), "garbage.json")
+	os.WriteFile(garbage, []byte(`{"hello":1}`), 0o644)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"verify", "--receipt", garbage}, "not a receipt"},
+		{[]string{"verify", "--receipt", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
+		{[]string{"verify", "s1", "--key", garbage}, "not a PEM"},
+		{[]string{"verify", "s1", "--key", filepath.Join(t.TempDir(), "none.pub")}, "no such file"},
+	} {
+		if r := rath(t, url, tc.args...); r.code != exitUsage || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("rath %s: exit %d, stderr %q; want %d saying %q", strings.Join(tc.args, " "), r.code, r.stderr, exitUsage, tc.says)
+		}
+	}
 	// A receipt edited to claim another place fails its signature.
 	var ack api.Ack
 	data, _ := os.ReadFile(receipt)
