@@ -44,22 +44,17 @@ func Seal(e *event.Event, seq uint64, prev string, key *SigningKey) ([]byte, str
 	sum := sha256.Sum256(canon)
 	hash := hex.EncodeToString(sum[:])
 	e.SetExtension(ExtHash, hash)
-	var sig string
-	if key != nil {
-		sig = key.Sign(e.Subject(), seq, hash)
-		e.SetExtension(ExtSig, sig)
-	}
-	// The stored body is the canonical form with the hash and the signature
-	// appended as last members; a verifier removes them again before hashing.
-	body := make([]byte, 0, len(canon)+len(hash)+len(sig)+26)
+	// The stored body is the canonical form with the hash (and the
+	// signature, AttachSig) appended as last members; a verifier removes
+	// them again before hashing.
+	body := make([]byte, 0, len(canon)+len(hash)+14)
 	body = append(body, canon[:len(canon)-1]...)
 	body = append(body, `,"`+ExtHash+`":"`...)
 	body = append(body, hash...)
-	if sig != "" {
-		body = append(body, `","`+ExtSig+`":"`...)
-		body = append(body, sig...)
-	}
 	body = append(body, `"}`...)
+	if key != nil {
+		body = AttachSig(e, body, key.Sign(e.Subject(), seq, hash))
+	}
 	return body, hash, nil
 }
 

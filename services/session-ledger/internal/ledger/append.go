@@ -206,9 +206,6 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		}
 		// Signed with the concurrent appends' events: one signature per group.
 		body = events.AttachSig(&ev, body, l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash}))
-		if len(body) > l.store.MaxEventSize() {
-			return api.Ack{}, api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(body), l.store.MaxEventSize())
-		}
 		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)

@@ -197,11 +197,8 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 // send attaches the signature to an event seal sealed and publishes it
 // without waiting; on an error it unlocks the session's entry.
 func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, sig string) error {
+	// seal checked the size with the longest signature (fits).
 	f.sealed.body = events.AttachSig(ev, f.sealed.body, sig)
-	if len(f.sealed.body) > l.store.MaxEventSize() {
-		f.e.mu.Unlock()
-		return api.Errorf(api.CodeTooLarge, "the stored event would be %d bytes, above the limit of %d: keep large payloads in the object store and reference them", len(f.sealed.body), l.store.MaxEventSize())
-	}
 	p, err := l.store.AppendAsync(ctx, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
 	if err != nil {
 		f.e.mu.Unlock()
