@@ -279,12 +279,9 @@ func (c *Client) Keyring(ctx context.Context) (events.Keyring, error) {
 func KeyringOf(k api.Keys) (events.Keyring, error) {
 	var keys []events.PublicKey
 	for _, key := range k.Keys {
-		pub, err := events.DecodePublicKey(key.PublicKey)
+		pub, err := events.DecodeNamedKey(key.ID, key.PublicKey)
 		if err != nil {
 			return nil, err
-		}
-		if pub.ID != key.ID {
-			return nil, fmt.Errorf("key %s: its ID is %s", key.ID, pub.ID)
 		}
 		keys = append(keys, pub)
 	}

@@ -394,9 +394,9 @@ func keyring(d *Dossier, pinned events.Keyring, rep *Report) (events.Keyring, *F
 	}
 	var keys []events.PublicKey
 	for _, k := range d.Keys {
-		pub, err := events.DecodePublicKey(k.PublicKey)
-		if err != nil || pub.ID != k.ID {
-			return nil, &Fault{Reason: fmt.Sprintf("dossier.json: key %s: not an ed25519 key with that ID (%v)", k.ID, err)}
+		pub, err := events.DecodeNamedKey(k.ID, k.PublicKey)
+		if err != nil {
+			return nil, &Fault{Reason: fmt.Sprintf("dossier.json: %v", err)}
 		}
 		keys = append(keys, pub)
 		rep.Keys = append(rep.Keys, k.ID)

@@ -229,6 +229,19 @@ func ParsePublicKey(data []byte) (PublicKey, error) {
 // dossiers carry.
 func EncodePublicKey(k ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(k) }
 
+// DecodeNamedKey reads EncodePublicKey's form of a key said to have the ID
+// id, and refuses it if its ID is another.
+func DecodeNamedKey(id, encoded string) (PublicKey, error) {
+	pub, err := DecodePublicKey(encoded)
+	if err != nil {
+		return PublicKey{}, err
+	}
+	if pub.ID != id {
+		return PublicKey{}, fmt.Errorf("key %s: its ID is %s", id, pub.ID)
+	}
+	return pub, nil
+}
+
 // DecodePublicKey reads EncodePublicKey's form.
 func DecodePublicKey(s string) (PublicKey, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
