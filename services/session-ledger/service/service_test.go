@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/openrath/rath/pkg/auth"
@@ -68,5 +71,28 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("second Run returned %v", err)
+	}
+}
+
+// A ledger without a key file, or with a trusted key file it cannot read,
+// does not start, and says which.
+func TestRunRefusesBadKeys(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	quiet := slog.New(slog.DiscardHandler)
+	if err := service.Run(context.Background(), lnc, service.DefaultConfig(), quiet); err == nil || !strings.Contains(err.Error(), "signing key file is required (--key)") {
+		t.Errorf("no key: %v", err)
+	}
+	cfg := service.ConfigIn(t.TempDir())
+	cfg.TrustedKeyFiles = []string{filepath.Join(t.TempDir(), "missing.pub")}
+	if err := service.Run(context.Background(), lnc, cfg, quiet); err == nil || !strings.Contains(err.Error(), "trusted keys (--trust): public key file") || !strings.Contains(err.Error(), "missing.pub") {
+		t.Errorf("missing trusted key: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "ledger.key")
+	os.WriteFile(bad, []byte("not a key"), 0o600)
+	cfg = service.DefaultConfig()
+	cfg.KeyFile = bad
+	if err := service.Run(context.Background(), lnc, cfg, quiet); err == nil || !strings.Contains(err.Error(), "signing key "+bad) {
+		t.Errorf("bad key file: %v", err)
 	}
 }
