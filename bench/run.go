@@ -334,11 +334,11 @@ func (h *harness) streamMsgs(ctx context.Context) (uint64, error) {
 // connect opens a connection to the bench's server as role, over loopback TCP
 // or in-process (as `rath up` connects its services).
 func (h *harness) connect(role auth.Role, name string, inProcess bool) (*nats.Conn, error) {
-	creds, err := auth.Option(h.creds.Path(role))
+	creds, _, err := auth.Options(h.creds.Path(role))
 	if err != nil {
 		return nil, err
 	}
-	opts := []nats.Option{nats.Name(name), creds}
+	opts := append([]nats.Option{nats.Name(name)}, creds...)
 	if inProcess {
 		opts = append(opts, nats.InProcessServer(h.ns))
 	}

@@ -85,7 +85,8 @@ func start(t *testing.T) *runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := eventstore.AttachWait(context.Background(), nc)
+	// The test inspects the streams and blobs as an operator would.
+	store, err := eventstore.AttachWait(context.Background(), natstest.Connect(t, ns.ClientURL()))
 	if err != nil {
 		t.Fatal(err)
 	}

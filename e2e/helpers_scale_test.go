@@ -453,7 +453,7 @@ type closeTracker struct {
 
 func trackCloses(nc *nats.Conn) (*closeTracker, error) {
 	ct := &closeTracker{at: map[string]time.Time{}}
-	_, err := nc.Subscribe(events.LiveFilter("*"), func(m *nats.Msg) {
+	_, err := nc.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
 		var ev struct {
 			Type    string `json:"type"`
 			Session string `json:"subject"`
@@ -464,7 +464,7 @@ func trackCloses(nc *nats.Conn) (*closeTracker, error) {
 		ct.closed(ev.Session)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("follow %s: %w", events.LiveFilter("*"), err)
+		return nil, fmt.Errorf("follow %s: %w", events.TenantLiveWildcard(events.DefaultTenant), err)
 	}
 	if err := nc.Flush(); err != nil {
 		return nil, err
@@ -688,7 +688,7 @@ type appendTap struct {
 
 func tapAppends(nc *nats.Conn) (*appendTap, error) {
 	tap := &appendTap{byInbox: map[string]int{}, after: map[string]int{}}
-	_, err := nc.Subscribe(events.SubjectAppend, func(m *nats.Msg) {
+	_, err := nc.Subscribe(events.LedgerFilter(events.OpAppend), func(m *nats.Msg) {
 		i := strings.LastIndexByte(m.Reply, '.')
 		if i < 0 {
 			return
@@ -702,7 +702,7 @@ func tapAppends(nc *nats.Conn) (*appendTap, error) {
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tap %s: %w", events.SubjectAppend, err)
+		return nil, fmt.Errorf("tap %s: %w", events.LedgerFilter(events.OpAppend), err)
 	}
 	return tap, nil
 }

@@ -59,11 +59,10 @@ func TestCredentialErrors(t *testing.T) {
 		}
 	})
 	t.Run("permission lacking", func(t *testing.T) {
-		// The selector's identity may not store blobs, which a start with a
-		// workflow does (its bundle).
+		// The ledger's identity answers requests; it may not ask them.
 		wf := filepath.Join("..", "..", "examples", "fix-calc", "workflow.yaml")
-		r := rathWith(env{}, "--nats", url, "--creds", creds.Path(auth.RoleSelector), "--timeout", "2s", "start", "--workflow", wf)
-		if r.code != exitDenied || !strings.Contains(r.stderr, creds.Path(auth.RoleSelector)) || !strings.Contains(r.stderr, "$O.rath-blobs") {
+		r := rathWith(env{}, "--nats", url, "--creds", creds.Path(auth.RoleLedger), "--timeout", "2s", "start", "--workflow", wf)
+		if r.code != exitDenied || !strings.Contains(r.stderr, creds.Path(auth.RoleLedger)) || !strings.Contains(r.stderr, "rath.ledger.rath.ledger.putblob") {
 			t.Errorf("exit %d, stderr %q; want %d naming the credentials and the subject", r.code, r.stderr, exitDenied)
 		}
 		// The client's may.

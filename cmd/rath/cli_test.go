@@ -272,7 +272,7 @@ func TestVerifyBroken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(context.Background(), events.SessionSubject("s1", events.TokenConversation), body); err != nil {
+	if _, err := js.Publish(context.Background(), events.SessionSubject(events.DefaultTenant, "s1", events.TokenConversation), body); err != nil {
 		t.Fatal(err)
 	}
 
@@ -380,7 +380,7 @@ func TestForgedEventWithACorrectHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(context.Background(), events.SessionSubject("s1", events.TokenConversation), body); err != nil {
+	if _, err := js.Publish(context.Background(), events.SessionSubject(events.DefaultTenant, "s1", events.TokenConversation), body); err != nil {
 		t.Fatal(err)
 	}
 	r := rath(t, url, "verify", "s1")

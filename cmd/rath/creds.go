@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/events"
 )
 
 // envFile is the name of the public keys' environment file mint writes.
@@ -64,25 +65,72 @@ run, and for rotation (mint into a new directory, reconfigure, restart).`,
 		},
 	}
 	show.Flags().StringVar(&dir, "dir", filepath.Join(".rath", "data", "creds"), "credentials directory")
-	cmd.AddCommand(mint, show)
+	var tenant, user, addDir string
+	add := &cobra.Command{
+		Use:   "add",
+		Short: "Create the identity of a tenant's user: it sees and works that tenant's sessions only",
+		Long: `add writes tenants/<tenant>/<user>.creds (mode 0600) under --dir, the
+identity of one user of a tenant. A tenant's users may ask the ledger and the
+memory service, propose, and watch, for their own tenant's sessions only; a
+session of another tenant does not exist for them (docs/security.md).
+
+  rath creds add --tenant acme --user alice
+  kill -HUP <pid of rath up>       # or restart it: rath up loads the identities at start
+  rath --creds .rath/data/creds/tenants/acme/alice.creds start --task "acme's work"
+
+An existing identity is printed, not replaced. For an external server, add the
+printed user block to the users of deploy/nats-server.conf and reload it.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			p := events.Principal{Tenant: tenant, User: user}
+			if err := p.Validate(); err != nil {
+				return usageError{err}
+			}
+			set, err := auth.Load(addDir)
+			if err != nil {
+				return fmt.Errorf("%w (run \"rath up\" once to create the directory, or pass --dir)", err)
+			}
+			id, err := set.AddUser(p)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(identityRow(id))
+			}
+			fmt.Fprintf(a.Stdout, "%s %s  %s\n", id.Principal, id.PublicKey, id.Path)
+			fmt.Fprintf(a.Stdout, "\nFor an external server, add to the users of deploy/nats-server.conf:\n%s", auth.UserBlock(id))
+			return nil
+		},
+	}
+	add.Flags().StringVar(&tenant, "tenant", "", "the user's tenant (a-z 0-9 _ -)")
+	add.Flags().StringVar(&user, "user", "", "the user's name in the tenant (a-z 0-9 _ -)")
+	add.Flags().StringVar(&addDir, "dir", filepath.Join(".rath", "data", "creds"), "credentials directory (rath up's <data>/creds)")
+	cmd.AddCommand(mint, show, add)
 	return cmd
+}
+
+// identityJSON is an identity as --json prints it.
+type identityJSON struct {
+	Role      auth.Role `json:"role"`
+	Principal string    `json:"principal"`
+	PublicKey string    `json:"public_key"`
+	File      string    `json:"file"`
+}
+
+func identityRow(id auth.Identity) identityJSON {
+	return identityJSON{id.Role, id.Principal.String(), id.PublicKey, id.Path}
 }
 
 func (a *app) printIdentities(set *auth.Set) error {
 	if a.json {
-		type row struct {
-			Role      auth.Role `json:"role"`
-			PublicKey string    `json:"public_key"`
-			File      string    `json:"file"`
-		}
-		var rows []row
+		var rows []identityJSON
 		for _, id := range set.Identities() {
-			rows = append(rows, row{id.Role, id.PublicKey, id.Path})
+			rows = append(rows, identityRow(id))
 		}
 		return a.printJSON(rows)
 	}
 	for _, id := range set.Identities() {
-		fmt.Fprintf(a.Stdout, "%-13s %s  %s\n", id.Role, id.PublicKey, id.Path)
+		fmt.Fprintf(a.Stdout, "%-13s %-20s %s  %s\n", id.Role, id.Principal, id.PublicKey, id.Path)
 	}
 	return nil
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
@@ -160,7 +159,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	}
 
 	progress := newDemoProgress(a.Stdout)
-	sub, err := run.rt.nc.Subscribe(events.LiveFilter("*"), progress.onMsg)
+	sub, err := run.rt.nc.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), progress.onMsg)
 	if err != nil {
 		return run, fmt.Errorf("demo: follow events: %w", err)
 	}
@@ -193,11 +192,12 @@ func startDemo(ctx context.Context, c *client.Client, nc *nats.Conn, wfPath, iss
 		Task:   strings.TrimSpace(issue),
 		Labels: map[string]string{"workspace": "repo", "example": "demo"},
 	}
-	// The ledger creates the streams and buckets as it starts.
-	if _, err := eventstore.AttachWait(ctx, nc); err != nil {
+	// The ledger creates the streams and buckets as it starts: its answer
+	// (the client retries while no ledger listens) says it is up.
+	if _, err := c.Keys(ctx); err != nil {
 		return "", fmt.Errorf("demo: wait for the ledger: %w", err)
 	}
-	if err := uploadWorkflow(ctx, nc, wfPath, &data); err != nil {
+	if err := uploadWorkflow(ctx, c, wfPath, &data); err != nil {
 		return "", err
 	}
 	if err := seedNotes(ctx, c); err != nil {
@@ -502,13 +502,7 @@ func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string
 		fmt.Fprintf(a.Stdout, "  %-14s %-24s %-11s %-30s %5d tokens  %s\n", branchName(id), from, outcomes[id], verdict,
 			st.Usage.Total.In+st.Usage.Total.Out, chain)
 	}
-	d, err := dossier.Build(ctx, c, root, dossier.Options{Blobs: func(ctx context.Context, ref string) ([]byte, error) {
-		store, err := eventstore.Attach(ctx, c.Conn())
-		if err != nil {
-			return nil, err
-		}
-		return store.GetBlob(ctx, ref)
-	}})
+	d, err := dossier.Build(ctx, c, root, dossier.Options{Blobs: c.GetBlob})
 	if err != nil {
 		return fmt.Errorf("demo: dossier: %w", err)
 	}

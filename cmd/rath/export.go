@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
@@ -51,7 +51,7 @@ refused unless --force. See docs/dossier.md.`,
 			if err != nil {
 				return err
 			}
-			d, err := dossier.Build(cmd.Context(), c, args[0], dossier.Options{Blobs: a.blobReader(cmd.Context()), Log: a.warnLog()})
+			d, err := dossier.Build(cmd.Context(), c, args[0], dossier.Options{Blobs: a.blobReader(c), Log: a.warnLog()})
 			if err != nil {
 				return err
 			}
@@ -107,18 +107,13 @@ func checkOutDir(dir string, force bool) error {
 	return usageError{fmt.Errorf("--out %s is not empty and holds no dossier (use --force to write into it)", dir)}
 }
 
-// blobReader reads blobs from the runtime's object store, or nil when the
-// streams are not there (the dossier then keeps the cut results and diffs).
-func (a *app) blobReader(ctx context.Context) func(context.Context, string) ([]byte, error) {
-	if a.nc == nil {
+// blobReader reads blobs through the ledger, or is nil without a client
+// (the dossier then keeps the cut results and diffs).
+func (a *app) blobReader(c *client.Client) func(context.Context, string) ([]byte, error) {
+	if c == nil {
 		return nil
 	}
-	store, err := eventstore.Attach(ctx, a.nc)
-	if err != nil {
-		a.warnLog().Warn("no object store: full results and diffs above 16 KiB stay cut", "err", err)
-		return nil
-	}
-	return store.GetBlob
+	return c.GetBlob
 }
 
 func (a *app) warnLog() *slog.Logger {

@@ -58,7 +58,7 @@ func (a *app) open(cmd *cobra.Command, src *auditSource, args []string) (*dossie
 		if err != nil {
 			return nil, "", err
 		}
-		if d, err = dossier.Build(cmd.Context(), c, args[0], dossier.Options{Blobs: a.blobReader(cmd.Context()), Log: a.warnLog()}); err != nil {
+		if d, err = dossier.Build(cmd.Context(), c, args[0], dossier.Options{Blobs: a.blobReader(c), Log: a.warnLog()}); err != nil {
 			return nil, "", err
 		}
 	default:

@@ -17,7 +17,6 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/replay"
@@ -197,24 +196,24 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	if err != nil {
 		return nil, err
 	}
-	private, err := eventstore.AttachWait(ctx, rt.nc)
-	if err != nil {
+	// The private ledger's answer (rc retries while none listens) says it is up.
+	if _, err := rc.Keys(ctx); err != nil {
 		return nil, fmt.Errorf("replay: wait for the private ledger: %w", err)
 	}
 	rep := &replayReport{Original: orig.Root.ID, Workflow: start.WorkflowRef}
 	if o.workflow != "" {
-		if err := uploadWorkflow(ctx, rt.nc, o.workflow, &start); err != nil {
+		if err := uploadWorkflow(ctx, rc, o.workflow, &start); err != nil {
 			return nil, err
 		}
 		rep.Workflow = o.workflow + " (" + start.WorkflowRef + ")"
 	} else if start.WorkflowRef != "" {
-		if err := copyBlob(ctx, c.Conn(), private, start.WorkflowRef); err != nil {
+		if err := copyBlob(ctx, c, rc, start.WorkflowRef); err != nil {
 			return nil, err
 		}
 	}
 
 	r := newReplayRun(orig, rc)
-	sub, err := rt.nc.Subscribe(events.LiveFilter("*"), func(m *nats.Msg) {
+	sub, err := rt.nc.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
 		if ev, err := events.ParseStored(m.Data); err == nil {
 			r.arrived <- ev
 		}
@@ -289,13 +288,9 @@ func replaySeeds(flag string, labels map[string]string) (string, error) {
 	return "", fmt.Errorf("no seed directory holds the session's workspace %q (tried %s): pass --seeds DIR", ws, strings.Join(candidates, ", "))
 }
 
-// copyBlob copies a workflow bundle from the original's object store.
-func copyBlob(ctx context.Context, from *nats.Conn, to *eventstore.Store, ref string) error {
-	src, err := eventstore.Attach(ctx, from)
-	if err != nil {
-		return &unreachableError{"no Rath streams on the original's NATS server", err}
-	}
-	raw, err := src.GetBlob(ctx, ref)
+// copyBlob copies a workflow bundle from the original's runtime.
+func copyBlob(ctx context.Context, from, to *client.Client, ref string) error {
+	raw, err := from.GetBlob(ctx, ref)
 	if err != nil {
 		return fmt.Errorf("replay: workflow bundle %s: %w", ref, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 )
 
 // defaultURL is where the commands look for NATS when neither --nats nor
@@ -54,6 +55,9 @@ type app struct {
 	// runs: an error before that is a usage error.
 	started bool
 	nc      *nats.Conn
+	// principal is who the credentials name (the client of rath up's
+	// default tenant when there are none).
+	principal events.Principal
 	// denied records the first permission violation NATS reported on nc.
 	denied atomic.Pointer[error]
 }
@@ -153,7 +157,7 @@ func (a *app) client() (*client.Client, error) {
 		}
 		a.nc = nc
 	}
-	return client.New(a.nc, client.WithTimeout(a.timeout), client.WithRetryFor(a.timeout), client.WithSource("rath/cli"))
+	return client.New(a.nc, client.As(a.principal), client.WithTimeout(a.timeout), client.WithRetryFor(a.timeout), client.WithSource("rath/cli"))
 }
 
 // connect connects to --nats with the identity of --creds. The default
@@ -167,10 +171,12 @@ func (a *app) connect() (*nats.Conn, error) {
 			}
 		})}
 	creds := a.creds
-	cred, err := auth.Option(creds)
+	cred, id, err := auth.Options(creds)
+	a.principal = events.DefaultClient
 	switch {
 	case err == nil:
-		opts = append(opts, cred)
+		opts = append(opts, cred...)
+		a.principal = id.Principal
 	case errors.Is(err, auth.ErrNoCredentials) && creds == defaultCreds && a.Creds == "":
 		creds = "" // try without: the server may not need any
 	default:

@@ -78,17 +78,17 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 	}
 	r := &runtime{url: ns.ClientURL(), creds: creds.Path(auth.RoleClient), log: log, ctx: context.WithoutCancel(ctx), loop: func() {}}
 	r.dial = dialer(ns.ClientURL(), ns, creds, log, r.violated)
-	cred, err := auth.Option(creds.Path(auth.RoleClient))
+	cred, _, err := auth.Options(creds.Path(auth.RoleClient))
 	if err != nil {
 		ns.Shutdown()
 		return nil, err
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name(name), cred,
+	nc, err := nats.Connect(ns.ClientURL(), append(cred, nats.InProcessServer(ns), nats.Name(name),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				r.violated(auth.RoleClient, err)
 			}
-		}))
+		}))...)
 	if err != nil {
 		ns.Shutdown()
 		return nil, fmt.Errorf("connect to the embedded server: %w", err)

@@ -10,11 +10,10 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/workflow"
 )
@@ -51,7 +50,7 @@ the directory "rath up" runs in).`,
 				return err
 			}
 			if wfFile != "" {
-				if err := uploadWorkflow(cmd.Context(), c.Conn(), wfFile, &data); err != nil {
+				if err := uploadWorkflow(cmd.Context(), c, wfFile, &data); err != nil {
 					return err
 				}
 			}
@@ -178,7 +177,7 @@ func (a *app) printAck(ack api.Ack) error {
 
 // uploadWorkflow parses a workflow file, stores it with its scripts as one
 // bundle and names it in the session start.
-func uploadWorkflow(ctx context.Context, nc *nats.Conn, path string, data *events.SessionStarted) error {
+func uploadWorkflow(ctx context.Context, c *client.Client, path string, data *events.SessionStarted) error {
 	wf, err := workflow.Load(path)
 	if err != nil {
 		return usageError{err}
@@ -194,13 +193,9 @@ func uploadWorkflow(ctx context.Context, nc *nats.Conn, path string, data *event
 	if err != nil {
 		return err
 	}
-	store, err := eventstore.Attach(ctx, nc)
+	ref, err := c.PutBlob(ctx, raw)
 	if err != nil {
-		return &unreachableError{"no Rath streams on this NATS server: is \"rath up\" running?", err}
-	}
-	ref, err := store.PutBlob(ctx, raw)
-	if err != nil {
-		return err
+		return fmt.Errorf("store workflow %s: %w", path, err)
 	}
 	data.Workflow, data.WorkflowHash, data.WorkflowRef = wf.Name, wf.Hash(), ref
 	return nil

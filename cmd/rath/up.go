@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -176,6 +178,10 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		fmt.Fprintf(out, "rath: NATS with JetStream at %s (data %s)\n", url, cfg.Data)
 		fmt.Fprintf(out, "rath: credentials in %s (%s for clients, %s for operators)\n",
 			creds.Dir, auth.FileName(auth.RoleClient), auth.FileName(auth.RoleAdmin))
+		if n := len(creds.Users()); n > 0 {
+			fmt.Fprintf(out, "rath: %d tenant users in %s\n", n, filepath.Join(creds.Dir, auth.TenantsDir))
+		}
+		defer reloadUsersOnHangup(ctx, ns, creds.Dir, log)()
 	}
 	dial := dialer(url, ns, creds, log, nil)
 	// Check the server and the ledger's identity before starting anything.
@@ -268,11 +274,11 @@ func dialer(url string, ns *server.Server, creds *auth.Set, log *slog.Logger, vi
 			}),
 		}
 		if creds != nil {
-			cred, err := auth.Option(creds.Path(role))
+			cred, _, err := auth.Options(creds.Path(role))
 			if err != nil {
 				return nil, nil, err
 			}
-			opts = append(opts, cred)
+			opts = append(opts, cred...)
 		}
 		if ns != nil {
 			opts = append(opts, nats.InProcessServer(ns))
@@ -360,4 +366,38 @@ func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runne
 		{auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) }},
 	}
 	return ledger, base, loop
+}
+
+// reloadUsersOnHangup reloads the identities in dir into the embedded
+// server on each SIGHUP, so that a tenant's user added with "rath creds add"
+// can connect without a restart. It returns a function that stops it.
+func reloadUsersOnHangup(ctx context.Context, ns *server.Server, dir string, log *slog.Logger) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			set, err := auth.Load(dir)
+			if err == nil {
+				err = embedded.SetUsers(ns, set.Identities())
+			}
+			if err != nil {
+				log.Error("identities not reloaded; the server keeps the ones it had", "dir", dir, "err", err)
+				continue
+			}
+			log.Info("identities reloaded", "dir", dir, "tenant_users", len(set.Users()))
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		<-done
+	}
 }

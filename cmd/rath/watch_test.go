@@ -74,7 +74,7 @@ func TestWatchSkipsForgeries(t *testing.T) {
 	out.await(t, "user: before") // the history is read after the subscription is in place
 
 	nc := natstest.Connect(t, url)
-	live := strings.TrimSuffix(events.LiveFilter("s1"), ">") + events.TokenConversation
+	live := strings.TrimSuffix(events.LiveFilter(events.DefaultTenant, "s1"), ">") + events.TokenConversation
 	publish := func(body []byte) {
 		t.Helper()
 		if err := nc.Publish(live, body); err != nil {

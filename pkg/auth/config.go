@@ -93,6 +93,23 @@ accounts {
 	return b.Bytes()
 }
 
+// UserBlock is the user entry of an identity for the users list of a
+// nats-server configuration such as deploy/nats-server.conf: its public key
+// and permissions.
+func UserBlock(id Identity) []byte {
+	var b bytes.Buffer
+	p := id.Permissions()
+	fmt.Fprintf(&b, "      # %s (%s)\n", id.Principal, id.Role)
+	fmt.Fprintf(&b, "      {\n        nkey: %s\n        permissions: {\n", id.PublicKey)
+	writeSubjects(&b, "publish", p.Publish)
+	writeSubjects(&b, "subscribe", p.Subscribe)
+	if p.Respond {
+		b.WriteString("          allow_responses: true\n")
+	}
+	b.WriteString("        }\n      }\n")
+	return b.Bytes()
+}
+
 func writeSubjects(b *bytes.Buffer, name string, s Subjects) {
 	fmt.Fprintf(b, "          %s: {\n", name)
 	writeList(b, "allow", s.Allow)

@@ -97,24 +97,24 @@ func TestDeployConfigEnforces(t *testing.T) {
 		t.Errorf("anonymous connect: %v, want %v", err, nats.ErrAuthorization)
 	}
 	violation := make(chan error, 1)
-	opt, err := auth.Option(set.Path(auth.RoleAgentWorker))
+	copts, _, err := auth.Options(set.Path(auth.RoleAgentWorker))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(ns.ClientURL(), opt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	nc, err := nats.Connect(ns.ClientURL(), append(copts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			violation <- err
 		}
-	}))
+	}))...)
 	if err != nil {
 		t.Fatalf("agent-worker connects: %v", err)
 	}
 	defer nc.Close()
 	// Allowed: a request to the ledger (no one answers here).
-	if _, err := nc.Request(events.SubjectState, []byte(`{}`), time.Second); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := nc.Request(auth.RoleAgentWorker.Principal().Ledger(events.OpState), []byte(`{}`), time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("agent-worker asks the ledger: %v, want no responders", err)
 	}
-	if err := nc.Publish(events.SessionSubject("S", "x"), nil); err != nil {
+	if err := nc.Publish(events.SessionSubject(events.DefaultTenant, "S", "x"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -122,7 +122,7 @@ func TestDeployConfigEnforces(t *testing.T) {
 	}
 	select {
 	case err := <-violation:
-		if !strings.Contains(err.Error(), "rath.log.S.x") {
+		if !strings.Contains(err.Error(), "rath.log.default.S.x") {
 			t.Errorf("violation %v does not name the subject", err)
 		}
 	case <-time.After(10 * time.Second):

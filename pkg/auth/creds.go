@@ -7,9 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // ErrNoCredentials is returned (wrapped, with the path) by Option, Load and
@@ -20,21 +24,43 @@ var ErrNoCredentials = errors.New("no credentials file")
 // credentials file holds no usable user nkey seed.
 var ErrBadCredentials = errors.New("unusable credentials file")
 
-// Identity is one role's identity: the public user nkey the server knows,
+// Identity is one identity on the bus: its role, the principal it acts as
+// (a service, or a user of a tenant), the public user nkey the server knows,
 // and the file holding its seed.
 type Identity struct {
 	Role      Role
+	Principal events.Principal
 	PublicKey string
 	Path      string
+}
+
+// Permissions is what the identity may do: its role's, or for a user of a
+// tenant, a client's scoped to that user and tenant.
+func (id Identity) Permissions() Permissions {
+	if id.Role == RoleClient {
+		return ClientPermissions(id.Principal)
+	}
+	return id.Role.Permissions()
 }
 
 // FileName is the base name of a role's credentials file in a directory.
 func FileName(r Role) string { return string(r) + ".creds" }
 
-// Set is the identities of every role, one credentials file each in Dir.
+// TenantsDir is the directory, under a credentials directory, holding the
+// identities of tenants' users: tenants/<tenant>/<user>.creds.
+const TenantsDir = "tenants"
+
+// UserPath is the credentials file of a tenant's user under dir.
+func UserPath(dir string, p events.Principal) string {
+	return filepath.Join(dir, TenantsDir, p.Tenant, p.User+".creds")
+}
+
+// Set is the identities of every role, one credentials file each in Dir,
+// and of the tenants' users under Dir/tenants.
 type Set struct {
-	Dir string
-	ids map[Role]Identity
+	Dir   string
+	ids   map[Role]Identity
+	users []Identity
 }
 
 // Identity returns the role's identity.
@@ -43,13 +69,71 @@ func (s *Set) Identity(r Role) Identity { return s.ids[r] }
 // Path returns the role's credentials file.
 func (s *Set) Path(r Role) string { return filepath.Join(s.Dir, FileName(r)) }
 
-// Identities returns every role's identity, in Roles order.
+// Identities returns every role's identity, in Roles order, then the
+// tenants' users by tenant and name.
 func (s *Set) Identities() []Identity {
-	out := make([]Identity, 0, len(s.ids))
+	out := make([]Identity, 0, len(s.ids)+len(s.users))
 	for _, r := range Roles() {
 		out = append(out, s.ids[r])
 	}
-	return out
+	return append(out, s.users...)
+}
+
+// Users returns the identities of the tenants' users.
+func (s *Set) Users() []Identity { return slices.Clone(s.users) }
+
+// AddUser creates the identity of a tenant's user in the set's directory
+// (an existing one is returned unchanged) and adds it to the set. A server
+// learns of it when it is (re)configured with the set.
+func (s *Set) AddUser(p events.Principal) (Identity, error) {
+	if p.IsService() {
+		return Identity{}, fmt.Errorf("add user %s: the tenant %q is Rath's own", p, events.ServiceTenant)
+	}
+	if err := p.Validate(); err != nil {
+		return Identity{}, fmt.Errorf("add user: %w", err)
+	}
+	path := UserPath(s.Dir, p)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return Identity{}, fmt.Errorf("add user %s: %w", p, err)
+	}
+	id, err := ReadFile(path)
+	if errors.Is(err, ErrNoCredentials) {
+		id, err = create(path, RoleClient, p)
+	}
+	if err != nil {
+		return Identity{}, err
+	}
+	for i, u := range s.users {
+		if u.Principal == id.Principal {
+			s.users[i] = id
+			return id, nil
+		}
+	}
+	s.users = append(s.users, id)
+	slices.SortFunc(s.users, func(a, b Identity) int { return strings.Compare(a.Principal.String(), b.Principal.String()) })
+	return id, nil
+}
+
+// loadUsers reads every tenant user's identity under dir/tenants.
+func loadUsers(dir string) ([]Identity, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, TenantsDir, "*", "*.creds"))
+	if err != nil {
+		return nil, fmt.Errorf("tenant credentials in %s: %w", dir, err)
+	}
+	slices.Sort(paths)
+	var out []Identity
+	for _, path := range paths {
+		id, err := ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		want := events.Principal{Tenant: filepath.Base(filepath.Dir(path)), User: strings.TrimSuffix(filepath.Base(path), ".creds")}
+		if id.Principal != want || id.Role != RoleClient {
+			return nil, fmt.Errorf("%w %s: it names %s (role %s), its place names user %s", ErrBadCredentials, path, id.Principal, id.Role, want)
+		}
+		out = append(out, id)
+	}
+	return out, nil
 }
 
 // Ensure returns the identities in dir, creating the directory (0700) and
@@ -67,15 +151,30 @@ func Ensure(dir string) (*Set, error) {
 	for _, r := range Roles() {
 		id, err := ReadFile(s.Path(r))
 		if errors.Is(err, ErrNoCredentials) {
-			id, err = create(s.Path(r), r)
+			id, err = create(s.Path(r), r, r.Principal())
 		}
 		if err != nil {
 			return nil, err
 		}
-		id.Role = r
+		if err := checkRole(id, r); err != nil {
+			return nil, err
+		}
 		s.ids[r] = id
 	}
+	users, err := loadUsers(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.users = users
 	return s, nil
+}
+
+// checkRole refuses a role's file that names another identity.
+func checkRole(id Identity, r Role) error {
+	if id.Role != r || id.Principal != r.Principal() {
+		return fmt.Errorf("%w %s: it names %s (role %s), want role %s", ErrBadCredentials, id.Path, id.Principal, id.Role, r)
+	}
+	return nil
 }
 
 // Load returns the identities in dir; every role's file must exist.
@@ -84,16 +183,23 @@ func Load(dir string) (*Set, error) {
 	var errs []error
 	for _, r := range Roles() {
 		id, err := ReadFile(s.Path(r))
+		if err == nil {
+			err = checkRole(id, r)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		id.Role = r
 		s.ids[r] = id
+	}
+	users, err := loadUsers(dir)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	s.users = users
 	return s, nil
 }
 
@@ -108,8 +214,9 @@ func Mint(dir string) (*Set, error) {
 	return Ensure(dir)
 }
 
-// ReadFile reads a credentials file. The role is taken from the caller; the
-// file only holds the seed.
+// ReadFile reads a credentials file: the seed, and the role and principal
+// its header names. A file of an earlier Rath without that line is read by
+// its name: <role>.creds.
 func ReadFile(path string) (Identity, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -128,25 +235,71 @@ func ReadFile(path string) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
 	}
-	return Identity{PublicKey: pub, Path: path}, nil
+	role, p, err := header(b, path)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{Role: role, Principal: p, PublicKey: pub, Path: path}, nil
 }
 
-// Option returns the nats.go option that authenticates a connection with
-// the credentials file at path, after checking the file is usable, so that
-// a missing or broken file is reported by name before any connection.
-func Option(path string) (nats.Option, error) {
-	if _, err := ReadFile(path); err != nil {
-		return nil, err
+// principalLine starts the header line naming a file's role and principal.
+const principalLine = "# rath-identity: "
+
+// header reads the role and principal a credentials file names.
+func header(b []byte, path string) (Role, events.Principal, error) {
+	for line := range bytes.Lines(b) {
+		rest, ok := bytes.CutPrefix(line, []byte(principalLine))
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(string(rest))
+		if len(fields) != 2 {
+			return "", events.Principal{}, fmt.Errorf("%w %s: want %q<role> <tenant>/<user>", ErrBadCredentials, path, principalLine)
+		}
+		role, err := ParseRole(fields[0])
+		if err != nil {
+			return "", events.Principal{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
+		}
+		p, err := events.ParseActor(fields[1])
+		if err != nil {
+			return "", events.Principal{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
+		}
+		if (role == RoleClient) == p.IsService() {
+			return "", events.Principal{}, fmt.Errorf("%w %s: role %s cannot act as %s", ErrBadCredentials, path, role, p)
+		}
+		return role, p, nil
+	}
+	role, err := ParseRole(strings.TrimSuffix(filepath.Base(path), ".creds"))
+	if err != nil {
+		return "", events.Principal{}, fmt.Errorf("%w %s: no %q line, and the file name names no role", ErrBadCredentials, path, strings.TrimSpace(principalLine))
+	}
+	return role, role.Principal(), nil
+}
+
+// Options returns the nats.go options that authenticate a connection with
+// the credentials file at path, and the identity it names, after checking
+// the file is usable, so that a missing or broken file is reported by name
+// before any connection. A tenant's user gets replies under its own prefix
+// (the only one it may subscribe to).
+func Options(path string) ([]nats.Option, Identity, error) {
+	id, err := ReadFile(path)
+	if err != nil {
+		return nil, Identity{}, err
 	}
 	opt, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
+		return nil, Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
 	}
-	return opt, nil
+	opts := []nats.Option{opt}
+	if id.Role == RoleClient {
+		opts = append(opts, nats.CustomInboxPrefix(id.Principal.ReplyPrefix()))
+	}
+	return opts, id, nil
 }
 
-// create writes a new identity for role at path, atomically and 0600.
-func create(path string, role Role) (Identity, error) {
+// create writes a new identity for role, acting as p, at path, atomically
+// and 0600.
+func create(path string, role Role, p events.Principal) (Identity, error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return Identity{}, fmt.Errorf("create %s identity: %w", role, err)
@@ -161,7 +314,7 @@ func create(path string, role Role) (Identity, error) {
 		return Identity{}, fmt.Errorf("create %s identity: %w", role, err)
 	}
 	defer wipe(seed)
-	body := Encode(role, pub, seed)
+	body := Encode(role, p, pub, seed)
 	defer wipe(body)
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+FileName(role)+".*")
 	if err != nil {
@@ -186,15 +339,17 @@ func create(path string, role Role) (Identity, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
 	}
-	return Identity{Role: role, PublicKey: pub, Path: path}, nil
+	return Identity{Role: role, Principal: p, PublicKey: pub, Path: path}, nil
 }
 
-// Encode is the content of a credentials file: comment lines naming the role
-// and its public key, then the seed between the decoration nsc uses for nkey
-// seed files. nats.go's NkeyOptionFromSeed and the nats CLI's --nkey read it.
-func Encode(role Role, publicKey string, seed []byte) []byte {
+// Encode is the content of a credentials file: comment lines naming the role,
+// the principal and the public key, then the seed between the decoration nsc
+// uses for nkey seed files. nats.go's NkeyOptionFromSeed and the nats CLI's
+// --nkey read it.
+func Encode(role Role, p events.Principal, publicKey string, seed []byte) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Rath NATS identity of role %s, user nkey %s.\n", role, publicKey)
+	fmt.Fprintf(&b, "# Rath NATS identity of role %s acting as %s, user nkey %s.\n", role, p, publicKey)
+	fmt.Fprintf(&b, "%s%s %s\n", principalLine, role, p)
 	b.WriteString("# The seed below authenticates as this role: keep the file private (0600).\n")
 	b.WriteString("# Use: rath --creds FILE; nats --nkey FILE; nats.go nats.NkeyOptionFromSeed(FILE).\n\n")
 	b.WriteString("-----BEGIN USER NKEY SEED-----\n")

@@ -72,7 +72,7 @@ func TestBadCredentials(t *testing.T) {
 	if _, err := auth.Load(dir); !errors.Is(err, auth.ErrNoCredentials) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Load without %s: %v", missing, err)
 	}
-	if _, err := auth.Option(missing); !errors.Is(err, auth.ErrNoCredentials) || !strings.Contains(err.Error(), missing) {
+	if _, _, err := auth.Options(missing); !errors.Is(err, auth.ErrNoCredentials) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Option(%s): %v", missing, err)
 	}
 	broken := filepath.Join(dir, "client.creds")

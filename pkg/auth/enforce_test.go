@@ -80,7 +80,7 @@ func TestServerEnforcesRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, subj := range []string{events.SessionSubject("s1", "session"), events.RejectSubject("s1")} {
+	for _, subj := range []string{events.SessionSubject(events.DefaultTenant, "s1", "session"), events.RejectSubject(events.DefaultTenant, "s1")} {
 		if _, err := ajs.Publish(ctx, subj, []byte(`{"seed":true}`)); err != nil {
 			t.Fatalf("admin publishes %s: %v", subj, err)
 		}
@@ -94,9 +94,9 @@ func TestServerEnforcesRoles(t *testing.T) {
 	for _, role := range others {
 		t.Run(string(role), func(t *testing.T) {
 			for _, subj := range []string{
-				events.SessionSubject("S", "x"), // rath.log.S.x
+				events.SessionSubject(events.DefaultTenant, "S", "x"), // rath.log.S.x
 				"rath.session.S.x",
-				events.RejectSubject("S"),
+				events.RejectSubject(events.DefaultTenant, "S"),
 				"$JS.API.STREAM.PURGE." + events.StreamRejects,
 				"$JS.API.STREAM.MSG.DELETE." + events.StreamSessions,
 				"$JS.API.STREAM.DELETE." + events.StreamSessions,
@@ -130,7 +130,7 @@ func TestServerEnforcesRoles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cjs.Publish(ctx, events.InboxSubject("s1"), []byte(`{}`)); err != nil {
+		if _, err := cjs.Publish(ctx, events.DefaultClient.Inbox("s1"), []byte(`{}`)); err != nil {
 			t.Errorf("client proposes on the inbox: %v", err)
 		}
 		// A worker creates and reads its own durable consumer.
@@ -181,11 +181,11 @@ func TestUnknownIdentitiesRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := auth.Option(stranger.Path(auth.RoleAdmin))
+	opts, _, err := auth.Options(stranger.Path(auth.RoleAdmin))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nc, err := nats.Connect(ns.ClientURL(), opt); !errors.Is(err, nats.ErrAuthorization) {
+	if nc, err := nats.Connect(ns.ClientURL(), opts...); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()
 		}

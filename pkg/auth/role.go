@@ -76,10 +76,37 @@ func (r Role) Permissions() Permissions {
 		return Permissions{Publish: Subjects{Allow: []string{">"}}, Subscribe: Subjects{Allow: []string{">"}}}
 	case RoleLedger:
 		return ledger()
-	case RoleSelector, RoleAgentWorker, RoleToolRunner, RoleMemory, RoleClient:
+	case RoleSelector, RoleAgentWorker, RoleToolRunner, RoleMemory:
 		return worker(r)
+	case RoleClient:
+		return ClientPermissions(events.DefaultClient)
 	}
 	return Permissions{}
+}
+
+// Principal is the principal a role's own identity acts as: a service of
+// Rath for the services and admin, the default tenant's client for client.
+func (r Role) Principal() events.Principal {
+	if r == RoleClient {
+		return events.DefaultClient
+	}
+	return events.Service(string(r))
+}
+
+// ClientPermissions is what a user of a tenant may do: ask the ledger and
+// the memory service, and propose, under its own name only; read its own
+// replies; watch its tenant's sessions. Nothing else: it reads the log, the
+// rejections and blobs through the ledger, which checks the tenant, and has
+// no JetStream API at all (ADR 0015).
+func ClientPermissions(p events.Principal) Permissions {
+	return Permissions{
+		Publish: Subjects{Allow: []string{
+			p.Ledger(">"), p.Memory(">"), p.Inbox(">"),
+		}},
+		Subscribe: Subjects{Allow: []string{
+			p.ReplyPrefix() + ".>", events.TenantLiveWildcard(p.Tenant),
+		}},
+	}
 }
 
 // Stream and bucket names as JetStream sees them.
@@ -129,12 +156,13 @@ func ledger() Permissions {
 	}
 }
 
-// worker is a service other than the ledger, or a client: it reads every
-// stream, asks the ledger (and memory) to write, uses its own durable
+// worker is a service other than the ledger: it reads every stream, asks the
+// ledger (and memory) to write under its own name, uses its own durable
 // consumers, and writes only what it owns outside the session log.
 func worker(r Role) Permissions {
 	// Listing streams and consumers reads names and configurations only.
-	pub := []string{"rath.ledger.>", "rath.memory.>", jsAPI + "INFO", jsAPI + "STREAM.NAMES", jsAPI + "STREAM.LIST", "$JS.FC.>"}
+	me := r.Principal()
+	pub := []string{me.Ledger(">"), me.Memory(">"), me.Inbox(">"), jsAPI + "INFO", jsAPI + "STREAM.NAMES", jsAPI + "STREAM.LIST", "$JS.FC.>"}
 	sub := []string{inboxes}
 	for _, s := range readable {
 		pub = append(pub,
@@ -170,9 +198,6 @@ func worker(r Role) Permissions {
 	}
 	respond := false
 	switch r {
-	case RoleClient:
-		pub = append(pub, events.InboxWildcard, "$O."+events.BucketBlobs+".>")
-		sub = append(sub, events.LiveWildcard)
 	case RoleAgentWorker:
 		pub = append(pub, "$O."+events.BucketBlobs+".>")
 	case RoleToolRunner:

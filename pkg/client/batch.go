@@ -51,7 +51,7 @@ func (c *Client) AppendBatch(ctx context.Context, evs []event.Event) ([]BatchRes
 			body = append(body, raw...)
 		}
 		body = append(body, ']')
-		msg := nats.NewMsg(events.SubjectBatch)
+		msg := nats.NewMsg(c.as.Ledger(events.OpBatch))
 		msg.Header.Set("Content-Type", api.ContentTypeBatch)
 		msg.Data = body
 		var reply api.BatchReply

@@ -25,6 +25,7 @@ import (
 // Client talks to the session ledger.
 type Client struct {
 	nc      *nats.Conn
+	as      events.Principal
 	js      jetstream.JetStream
 	timeout time.Duration
 	retry   time.Duration
@@ -44,6 +45,12 @@ func WithRetryFor(d time.Duration) Option {
 	return func(c *Client) { c.retry = min(d, eventstore.RetryHorizon) }
 }
 
+// As sets the principal the client asks as (default events.DefaultClient,
+// the user of rath up's client.creds). It must be the principal of the
+// connection's credentials: the server lets an identity publish under its
+// own name only (auth.Options returns it with the connection's options).
+func As(p events.Principal) Option { return func(c *Client) { c.as = p } }
+
 // WithSource sets the CloudEvents source of events the client builds.
 func WithSource(src string) Option { return func(c *Client) { c.source = src } }
 
@@ -53,15 +60,21 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rath client: %w", err)
 	}
-	c := &Client{nc: nc, js: js, timeout: 10 * time.Second, retry: eventstore.RetryHorizon, source: "rath/client"}
+	c := &Client{nc: nc, js: js, as: events.DefaultClient, timeout: 10 * time.Second, retry: eventstore.RetryHorizon, source: "rath/client"}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := c.as.Validate(); err != nil {
+		return nil, fmt.Errorf("rath client: %w", err)
 	}
 	return c, nil
 }
 
 // Conn returns the client's connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Principal returns who the client asks as.
+func (c *Client) Principal() events.Principal { return c.as }
 
 // Start starts a session. An empty id lets the ledger choose one; the ack
 // names it.
@@ -90,7 +103,7 @@ func (c *Client) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
 	if err != nil {
 		return api.Ack{}, fmt.Errorf("append %s: %w", ev.ID(), err)
 	}
-	msg := nats.NewMsg(events.SubjectAppend)
+	msg := nats.NewMsg(c.as.Ledger(events.OpAppend))
 	msg.Header.Set("Content-Type", events.ContentTypeStructured)
 	msg.Data = body
 	var a api.Ack
@@ -108,11 +121,7 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return fmt.Errorf("propose %s: %w", ev.ID(), err)
 	}
-	subject := events.InboxNew
-	if ev.Subject() != "" {
-		subject = events.InboxSubject(ev.Subject())
-	}
-	msg := nats.NewMsg(subject)
+	msg := nats.NewMsg(c.as.Inbox(ev.Subject()))
 	msg.Header.Set("Content-Type", events.ContentTypeStructured)
 	msg.Data = body
 	tracing.Inject(ctx, msg.Header)
@@ -125,7 +134,7 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 // State returns the state of a session at sequence at (0: the head).
 func (c *Client) State(ctx context.Context, id string, at uint64) (*session.State, error) {
 	var st session.State
-	if err := c.request(ctx, events.SubjectState, api.StateRequest{Session: id, At: at}, &st); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpState), api.StateRequest{Session: id, At: at}, &st); err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", id, at, err)
 	}
 	return &st, nil
@@ -181,7 +190,7 @@ func (c *Client) LogRaw(ctx context.Context, id string, from, to uint64, limit i
 	var out []json.RawMessage
 	for {
 		var r api.LogReply
-		if err := c.request(ctx, events.SubjectLog, api.LogRequest{Session: id, From: from, To: to, Limit: limit - len(out)}, &r); err != nil {
+		if err := c.request(ctx, c.as.Ledger(events.OpLog), api.LogRequest{Session: id, From: from, To: to, Limit: limit - len(out)}, &r); err != nil {
 			return nil, fmt.Errorf("log of %s: %w", id, err)
 		}
 		out = append(out, r.Events...)
@@ -201,7 +210,7 @@ func (c *Client) LogRaw(ctx context.Context, id string, from, to uint64, limit i
 // List lists sessions.
 func (c *Client) List(ctx context.Context, f api.ListRequest) ([]api.Session, error) {
 	var r api.ListReply
-	if err := c.request(ctx, events.SubjectList, f, &r); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpList), f, &r); err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	return r.Sessions, nil
@@ -210,7 +219,7 @@ func (c *Client) List(ctx context.Context, f api.ListRequest) ([]api.Session, er
 // Lineage returns the lineage graph around a session.
 func (c *Client) Lineage(ctx context.Context, id string) (api.Graph, error) {
 	var g api.Graph
-	if err := c.request(ctx, events.SubjectLineage, api.SessionRequest{Session: id}, &g); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpLineage), api.SessionRequest{Session: id}, &g); err != nil {
 		return api.Graph{}, fmt.Errorf("lineage of %s: %w", id, err)
 	}
 	return g, nil
@@ -225,7 +234,7 @@ func (c *Client) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		req.Source = c.source
 	}
 	var a api.Ack
-	if err := c.request(ctx, events.SubjectFork, req, &a); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpFork), req, &a); err != nil {
 		return api.Ack{}, fmt.Errorf("fork %s at %d: %w", req.Parent, req.At, err)
 	}
 	return a, nil
@@ -240,7 +249,7 @@ func (c *Client) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 		req.EventSource = c.source
 	}
 	var a api.Ack
-	if err := c.request(ctx, events.SubjectMerge, req, &a); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpMerge), req, &a); err != nil {
 		return api.Ack{}, fmt.Errorf("merge %s into %s: %w", req.Source, req.Target, err)
 	}
 	return a, nil
@@ -249,7 +258,7 @@ func (c *Client) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 // Verify recomputes a session's hash chain through its fork ancestry.
 func (c *Client) Verify(ctx context.Context, id string) (api.Report, error) {
 	var r api.Report
-	if err := c.request(ctx, events.SubjectVerify, api.SessionRequest{Session: id}, &r); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpVerify), api.SessionRequest{Session: id}, &r); err != nil {
 		return api.Report{}, fmt.Errorf("verify %s: %w", id, err)
 	}
 	return r, nil
@@ -260,7 +269,7 @@ func (c *Client) Verify(ctx context.Context, id string) (api.Report, error) {
 // file (<data>/keys/ledger.pub) instead where it matters.
 func (c *Client) Keys(ctx context.Context) (api.Keys, error) {
 	var k api.Keys
-	if err := c.request(ctx, events.SubjectKeys, struct{}{}, &k); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpKeys), struct{}{}, &k); err != nil {
 		return api.Keys{}, fmt.Errorf("ledger keys: %w", err)
 	}
 	return k, nil
@@ -291,15 +300,77 @@ func KeyringOf(k api.Keys) (events.Keyring, error) {
 // Schema returns the JSON Schema of an event type's data.
 func (c *Client) Schema(ctx context.Context, typ string) (json.RawMessage, error) {
 	var raw json.RawMessage
-	if err := c.request(ctx, events.SubjectSchema, api.SchemaRequest{Type: typ}, &raw); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpSchema), api.SchemaRequest{Type: typ}, &raw); err != nil {
 		return nil, fmt.Errorf("schema of %s: %w", typ, err)
 	}
 	return raw, nil
 }
 
-// Rejections calls fn for each recorded rejection (of one session, or all).
+// Rejections calls fn for each recorded rejection of the client's tenant
+// (of every tenant, for a service), of one session or all, oldest first.
 func (c *Client) Rejections(ctx context.Context, sessionID string, fn func(eventstore.Rejection) error) error {
-	return eventstore.Rejections(ctx, c.nc, sessionID, func(_ uint64, r eventstore.Rejection) error { return fn(r) })
+	req := api.RejectionsRequest{Session: sessionID}
+	for {
+		var page api.RejectionsReply
+		if err := c.request(ctx, c.as.Ledger(events.OpRejections), req, &page); err != nil {
+			return fmt.Errorf("rejections: %w", err)
+		}
+		for _, raw := range page.Rejections {
+			var r eventstore.Rejection
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return fmt.Errorf("rejections: %w", err)
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if !page.More {
+			return nil
+		}
+		req.After = page.Next
+	}
+}
+
+// PutBlob stores evidence (a workflow bundle, a file) by content through the
+// ledger and returns its reference (sha256:<hex>). It must fit in one
+// message.
+func (c *Client) PutBlob(ctx context.Context, data []byte) (string, error) {
+	msg := nats.NewMsg(c.as.Ledger(events.OpPutBlob))
+	msg.Data = data
+	var r api.BlobRef
+	if err := c.call(ctx, msg, &r); err != nil {
+		return "", fmt.Errorf("put blob of %d bytes: %w", len(data), err)
+	}
+	return r.Ref, nil
+}
+
+// GetBlob reads a blob by reference, page by page, and checks it against
+// its hash.
+func (c *Client) GetBlob(ctx context.Context, ref string) ([]byte, error) {
+	var out []byte
+	for {
+		var page api.BlobReply
+		if err := c.request(ctx, c.as.Ledger(events.OpGetBlob), api.BlobRequest{Ref: ref, Offset: int64(len(out))}, &page); err != nil {
+			return nil, fmt.Errorf("get blob %s: %w", ref, err)
+		}
+		if page.Offset != int64(len(out)) || page.Size < int64(len(out)+len(page.Data)) {
+			return nil, fmt.Errorf("get blob %s: page at %d of %d bytes does not follow %d bytes read", ref, page.Offset, page.Size, len(out))
+		}
+		if out == nil {
+			out = make([]byte, 0, page.Size)
+		}
+		out = append(out, page.Data...)
+		if int64(len(out)) == page.Size {
+			break
+		}
+		if len(page.Data) == 0 {
+			return nil, fmt.Errorf("get blob %s: empty page at %d of %d bytes", ref, len(out), page.Size)
+		}
+	}
+	if got := eventstore.BlobRef(out); got != ref {
+		return nil, fmt.Errorf("get blob %s: content does not match its hash (%s)", ref, got)
+	}
+	return out, nil
 }
 
 func (c *Client) request(ctx context.Context, subject string, req, out any) error {

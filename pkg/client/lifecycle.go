@@ -31,7 +31,7 @@ func (c *Client) Close(ctx context.Context, id, reason, outcome string) (api.Ack
 // req.Purge to purge its events from the hot stream too.
 func (c *Client) Archive(ctx context.Context, req api.ArchiveRequest) (api.ArchiveReply, error) {
 	var r api.ArchiveReply
-	if err := c.request(ctx, events.SubjectArchive, req, &r); err != nil {
+	if err := c.request(ctx, c.as.Ledger(events.OpArchive), req, &r); err != nil {
 		return api.ArchiveReply{}, fmt.Errorf("archive %s: %w", req.Session, err)
 	}
 	return r, nil

@@ -25,7 +25,7 @@ func (m *Memory) Add(ctx context.Context, req memoryapi.AddRequest) (memoryapi.W
 		req.RequestID = events.NewID()
 	}
 	var r memoryapi.WriteReply
-	if err := m.c.request(ctx, memoryapi.SubjectAdd, req, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqAdd), req, &r); err != nil {
 		return r, fmt.Errorf("memory add in session %s: %w", req.Session, err)
 	}
 	return r, nil
@@ -38,7 +38,7 @@ func (m *Memory) Recall(ctx context.Context, req memoryapi.RecallRequest) (memor
 		req.RequestID = events.NewID()
 	}
 	var r memoryapi.RecallReply
-	if err := m.c.request(ctx, memoryapi.SubjectRecall, req, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqRecall), req, &r); err != nil {
 		return r, fmt.Errorf("memory recall for session %s: %w", req.Session, err)
 	}
 	return r, nil
@@ -48,7 +48,7 @@ func (m *Memory) Recall(ctx context.Context, req memoryapi.RecallRequest) (memor
 // looking, not for agents.
 func (m *Memory) Search(ctx context.Context, req memoryapi.SearchRequest) (memoryapi.RecallReply, error) {
 	var r memoryapi.RecallReply
-	if err := m.c.request(ctx, memoryapi.SubjectSearch, req, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqSearch), req, &r); err != nil {
 		return r, fmt.Errorf("memory search: %w", err)
 	}
 	return r, nil
@@ -57,7 +57,7 @@ func (m *Memory) Search(ctx context.Context, req memoryapi.SearchRequest) (memor
 // Show returns an item as recall sees it now.
 func (m *Memory) Show(ctx context.Context, itemID string) (memoryapi.Item, error) {
 	var r memoryapi.Item
-	if err := m.c.request(ctx, memoryapi.SubjectShow, memoryapi.ItemRequest{ItemID: itemID}, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqShow), memoryapi.ItemRequest{ItemID: itemID}, &r); err != nil {
 		return r, fmt.Errorf("memory show %s: %w", itemID, err)
 	}
 	return r, nil
@@ -66,7 +66,7 @@ func (m *Memory) Show(ctx context.Context, itemID string) (memoryapi.Item, error
 // History returns every version and retraction of an item, oldest first.
 func (m *Memory) History(ctx context.Context, itemID string) (memoryapi.HistoryReply, error) {
 	var r memoryapi.HistoryReply
-	if err := m.c.request(ctx, memoryapi.SubjectHistory, memoryapi.ItemRequest{ItemID: itemID}, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqHistory), memoryapi.ItemRequest{ItemID: itemID}, &r); err != nil {
 		return r, fmt.Errorf("memory history %s: %w", itemID, err)
 	}
 	return r, nil
@@ -78,7 +78,7 @@ func (m *Memory) Retract(ctx context.Context, req memoryapi.RetractRequest) (mem
 		req.RequestID = events.NewID()
 	}
 	var r memoryapi.RetractReply
-	if err := m.c.request(ctx, memoryapi.SubjectRetract, req, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqRetract), req, &r); err != nil {
 		return r, fmt.Errorf("memory retract %s: %w", req.ItemID, err)
 	}
 	return r, nil
@@ -90,7 +90,7 @@ func (m *Memory) Restore(ctx context.Context, req memoryapi.RestoreRequest) (mem
 		req.RequestID = events.NewID()
 	}
 	var r memoryapi.WriteReply
-	if err := m.c.request(ctx, memoryapi.SubjectRestore, req, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqRestore), req, &r); err != nil {
 		return r, fmt.Errorf("memory restore %s version %d: %w", req.ItemID, req.Version, err)
 	}
 	return r, nil
@@ -100,7 +100,7 @@ func (m *Memory) Restore(ctx context.Context, req memoryapi.RestoreRequest) (mem
 // recalls, a fork ancestor's or a merge's).
 func (m *Memory) Readers(ctx context.Context, itemID string) (memoryapi.ReadersReply, error) {
 	var r memoryapi.ReadersReply
-	if err := m.c.request(ctx, memoryapi.SubjectReaders, memoryapi.ItemRequest{ItemID: itemID}, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqReaders), memoryapi.ItemRequest{ItemID: itemID}, &r); err != nil {
 		return r, fmt.Errorf("memory readers of %s: %w", itemID, err)
 	}
 	return r, nil
@@ -109,7 +109,7 @@ func (m *Memory) Readers(ctx context.Context, itemID string) (memoryapi.ReadersR
 // Justify returns what justified an item's versions (version 0: all).
 func (m *Memory) Justify(ctx context.Context, itemID string, version int) (memoryapi.JustifyReply, error) {
 	var r memoryapi.JustifyReply
-	if err := m.c.request(ctx, memoryapi.SubjectJustify, memoryapi.JustifyRequest{ItemID: itemID, Version: version}, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqJustify), memoryapi.JustifyRequest{ItemID: itemID, Version: version}, &r); err != nil {
 		return r, fmt.Errorf("memory justify %s: %w", itemID, err)
 	}
 	return r, nil
@@ -119,7 +119,7 @@ func (m *Memory) Justify(ctx context.Context, itemID string, version int) (memor
 // head), and why.
 func (m *Memory) Present(ctx context.Context, sessionID string, at uint64) (memoryapi.PresentReply, error) {
 	var r memoryapi.PresentReply
-	if err := m.c.request(ctx, memoryapi.SubjectPresent, memoryapi.PresentRequest{Session: sessionID, At: at}, &r); err != nil {
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqPresent), memoryapi.PresentRequest{Session: sessionID, At: at}, &r); err != nil {
 		return r, fmt.Errorf("memory present in %s at %d: %w", sessionID, at, err)
 	}
 	return r, nil

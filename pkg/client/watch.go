@@ -107,7 +107,11 @@ func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(even
 		}
 	}
 	live := make(chan *nats.Msg, 4096)
-	sub, err := c.nc.ChanSubscribe(events.LiveFilter(id), live)
+	tenant := c.as.Tenant
+	if c.as.IsService() {
+		tenant = "" // services watch sessions of every tenant
+	}
+	sub, err := c.nc.ChanSubscribe(events.LiveFilter(tenant, id), live)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", id, err)
 	}

@@ -41,7 +41,7 @@ func ExampleClient_Watch() {
 		fmt.Println(ev.Seq, ev.Type)
 		switch ev.Seq {
 		case 1: // the history is read once the live subscription is in place
-			live := strings.TrimSuffix(events.LiveFilter("watched"), ">") + events.TokenConversation
+			live := strings.TrimSuffix(events.LiveFilter(events.DefaultTenant, "watched"), ">") + events.TokenConversation
 			nc.Publish(live, []byte("garbage"))
 			c.Emit(ctx, "watched", &events.ChunkAppended{Role: events.RoleUser, Content: "hi"})
 		case 2:

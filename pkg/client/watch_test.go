@@ -101,7 +101,7 @@ func (r *watchRig) emit(t *testing.T, id, content string) api.Ack {
 // allowed to publish there can.
 func (r *watchRig) publishLive(t *testing.T, id string, body []byte) {
 	t.Helper()
-	subject := strings.TrimSuffix(events.LiveFilter(id), ">") + events.TokenConversation
+	subject := strings.TrimSuffix(events.LiveFilter(events.DefaultTenant, id), ">") + events.TokenConversation
 	if err := r.nc.Publish(subject, body); err != nil {
 		t.Fatal(err)
 	}

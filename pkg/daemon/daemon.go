@@ -47,11 +47,11 @@ func serve(ctx context.Context, name, url, creds string, run Run, log *slog.Logg
 			log.Error("NATS error", "err", err)
 		})}
 	if creds != "" {
-		opt, err := auth.Option(creds)
+		copts, _, err := auth.Options(creds)
 		if err != nil {
 			return fmt.Errorf("--creds: %w", err)
 		}
-		opts = append(opts, opt)
+		opts = append(opts, copts...)
 	}
 	nc, err := nats.Connect(url, opts...)
 	if errors.Is(err, nats.ErrAuthorization) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -94,9 +95,7 @@ func Start(cfg Config) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 	}
-	for _, u := range cfg.Users {
-		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.PublicKey, Permissions: Permissions(u.Role.Permissions())})
-	}
+	opts.Nkeys = nkeyUsers(cfg.Users)
 	if opts.ServerName == "" {
 		opts.ServerName = "rath"
 	}
@@ -117,7 +116,48 @@ func Start(cfg Config) (*server.Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded NATS: not ready after 10s (listen %s, store %s)", cfg.Listen, cfg.StoreDir)
 	}
+	started.Store(ns, opts)
 	return ns, nil
+}
+
+// started keeps the options each server was started with, for SetUsers.
+var started sync.Map // *server.Server -> *server.Options
+
+func nkeyUsers(users []auth.Identity) []*server.NkeyUser {
+	out := make([]*server.NkeyUser, 0, len(users))
+	for _, u := range users {
+		out = append(out, &server.NkeyUser{Nkey: u.PublicKey, Permissions: Permissions(u.Permissions())})
+	}
+	return out
+}
+
+// SetUsers replaces the identities a server Start started accepts, live: a
+// tenant's user added with auth.Set.AddUser can connect once it returns.
+// Connections of identities no longer listed are closed.
+func SetUsers(ns *server.Server, users []auth.Identity) error {
+	v, ok := started.Load(ns)
+	if !ok {
+		return errors.New("embedded NATS: set users: not a server this package started")
+	}
+	if len(users) == 0 {
+		return errors.New("embedded NATS: set users: an empty list would open the server to anyone")
+	}
+	for _, u := range users {
+		if !nkeys.IsValidPublicUserKey(u.PublicKey) {
+			return fmt.Errorf("embedded NATS: set users: %q is not a public user nkey", u.PublicKey)
+		}
+	}
+	opts := v.(*server.Options).Clone()
+	opts.Nkeys = nkeyUsers(users)
+	// The port the server listens on, if it picked one.
+	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
+		opts.Port = addr.Port
+	}
+	if err := ns.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("embedded NATS: set users: %w", err)
+	}
+	started.Store(ns, opts)
+	return nil
 }
 
 // Permissions converts a role's permissions to the server's form.

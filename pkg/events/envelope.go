@@ -31,6 +31,13 @@ const (
 	// ExtTraceparent is the W3C trace context of the producer (CloudEvents
 	// distributed tracing extension).
 	ExtTraceparent = "traceparent"
+	// ExtActor is who proposed the event (tenant/user, Principal.String),
+	// set by the ledger from the subject the proposal arrived on; a proposed
+	// value is discarded.
+	ExtActor = "rathactor"
+	// ExtTenant, on the event that starts a session (session.started, or the
+	// fork's first event), is the tenant the session belongs to.
+	ExtTenant = "rathtenant"
 )
 
 // ContentTypeStructured is the NATS Content-Type of a structured-mode CloudEvent.

@@ -13,18 +13,22 @@ import (
 // much cheaper than a full CloudEvents decode, which matters when folding long
 // sessions.
 type Stored struct {
-	ID          string          `json:"id"`
-	Source      string          `json:"source"`
-	Type        string          `json:"type"`
-	Session     string          `json:"subject"`
-	Time        time.Time       `json:"time"`
-	Seq         uint64          `json:"rathseq"`
-	Prev        string          `json:"rathprev,omitempty"`
-	Hash        string          `json:"rathhash"`
-	Sig         string          `json:"rathsig,omitempty"`
-	Causation   string          `json:"causationid,omitempty"`
-	Correlation string          `json:"correlationid,omitempty"`
-	Data        json.RawMessage `json:"data,omitempty"`
+	ID          string    `json:"id"`
+	Source      string    `json:"source"`
+	Type        string    `json:"type"`
+	Session     string    `json:"subject"`
+	Time        time.Time `json:"time"`
+	Seq         uint64    `json:"rathseq"`
+	Prev        string    `json:"rathprev,omitempty"`
+	Hash        string    `json:"rathhash"`
+	Sig         string    `json:"rathsig,omitempty"`
+	Causation   string    `json:"causationid,omitempty"`
+	Correlation string    `json:"correlationid,omitempty"`
+	// Actor is who proposed the event (tenant/user), as the ledger stamped it.
+	Actor string `json:"rathactor,omitempty"`
+	// Tenant, on a session's first event, is the tenant it belongs to.
+	Tenant string          `json:"rathtenant,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
 	// Raw is the stored body exactly as read: what the chain hash covers.
 	Raw json.RawMessage `json:"-"`
 }

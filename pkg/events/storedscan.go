@@ -97,6 +97,10 @@ func setAttribute(s *Stored, key string, body []byte, text string, v, end int) b
 		s.Sig, ok = str()
 	case ExtCausation:
 		s.Causation, ok = str()
+	case ExtActor:
+		s.Actor, ok = str()
+	case ExtTenant:
+		s.Tenant, ok = str()
 	case ExtCorrelation:
 		s.Correlation, ok = str()
 	case "time":

@@ -9,8 +9,8 @@ import (
 // Streams, subjects and buckets. Every subject Rath uses is built here.
 const (
 	// StreamSessions holds every accepted event, one subject per session and
-	// kind (rath.log.<session>.<kind>). Each event is republished once stored
-	// on rath.session.<session>.<kind> for live subscribers: a plain NATS
+	// kind (rath.log.<tenant>.<session>.<kind>). Each event is republished once stored
+	// on rath.session.<tenant>.<session>.<kind> for live subscribers: a plain NATS
 	// subscriber on the stored subject would also see publishes JetStream
 	// refused (conflicts, duplicates).
 	StreamSessions = "RATH_SESSIONS"
@@ -40,8 +40,11 @@ const (
 	logPrefix     = "rath.log."
 	livePrefix    = "rath.session."
 	inboxPrefix   = "rath.inbox."
+	inboxNew      = "new"
 	rejectsPrefix = "rath.rejects."
 	deadPrefix    = "rath.dead."
+	ledgerPrefix  = "rath.ledger."
+	memoryPrefix  = "rath.memory."
 
 	// SessionsWildcard matches every stored session event.
 	SessionsWildcard = logPrefix + ">"
@@ -53,39 +56,56 @@ const (
 	RejectsWildcard = rejectsPrefix + ">"
 	// DeadWildcard matches every dead letter.
 	DeadWildcard = deadPrefix + ">"
-	// InboxNew is the inbox subject for a session start without a chosen ID.
-	InboxNew = inboxPrefix + "new"
 	// InboxConsumer is the durable consumer the ledgers share on the inbox.
 	InboxConsumer = "ledger-inbox"
 )
 
-// Ledger request/reply subjects. Each is served by every ledger instance in
-// the queue group LedgerQueue.
+// Ledger operations. A principal asks for one on its own subject,
+// rath.ledger.<tenant>.<user>.<op> (Principal.Ledger); every ledger instance
+// serves them in the queue group LedgerQueue.
 const (
-	LedgerQueue    = "rath-ledger"
-	SubjectAppend  = "rath.ledger.append"
-	SubjectBatch   = "rath.ledger.batch"
-	SubjectState   = "rath.ledger.state"
-	SubjectLog     = "rath.ledger.log"
-	SubjectList    = "rath.ledger.sessions"
-	SubjectLineage = "rath.ledger.lineage"
-	SubjectFork    = "rath.ledger.fork"
-	SubjectMerge   = "rath.ledger.merge"
-	SubjectVerify  = "rath.ledger.verify"
-	SubjectSchema  = "rath.ledger.schema"
-	// SubjectKeys answers the public keys whose signatures the ledger's
-	// events carry (pin them out of band to trust them).
-	SubjectKeys = "rath.ledger.keys"
-	// SubjectArchive archives a closed session now (and purges it, if asked).
-	SubjectArchive = "rath.ledger.archive"
+	LedgerQueue = "rath-ledger"
+	// LedgerPrefix and MemoryPrefix start the request subjects of the ledger
+	// and of the memory service.
+	LedgerPrefix = ledgerPrefix
+	MemoryPrefix = memoryPrefix
+
+	OpAppend  = "append"
+	OpBatch   = "batch"
+	OpState   = "state"
+	OpLog     = "log"
+	OpList    = "sessions"
+	OpLineage = "lineage"
+	OpFork    = "fork"
+	OpMerge   = "merge"
+	OpVerify  = "verify"
+	OpSchema  = "schema"
+	// OpKeys answers the public keys whose signatures the ledger's events
+	// carry (pin them out of band to trust them).
+	OpKeys = "keys"
+	// OpArchive archives a closed session now (and purges it, if asked).
+	OpArchive = "archive"
+	// OpRejections pages the recorded rejections of the asker's tenant.
+	OpRejections = "rejections"
+	// OpPutBlob and OpGetBlob store and read evidence blobs by content hash.
+	OpPutBlob = "putblob"
+	OpGetBlob = "getblob"
 )
+
+// LedgerOps lists every ledger operation.
+func LedgerOps() []string {
+	return []string{OpAppend, OpBatch, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob}
+}
+
+// LedgerFilter is the subscription of the ledger to op from every principal.
+func LedgerFilter(op string) string { return ledgerPrefix + "*.*." + op }
 
 // validSessionID keeps a session ID usable as one NATS subject token and as a
 // KV key, without escaping.
 var validSessionID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // reservedSessionIDs are subject tokens with a meaning of their own
-// (rath.inbox.new, rath.rejects.unknown).
+// (rath.inbox.<tenant>.<user>.new, rath.rejects.<tenant>.unknown).
 var reservedSessionIDs = map[string]bool{"new": true, "unknown": true}
 
 // ValidateSessionID reports whether id can name a session.
@@ -99,40 +119,87 @@ func ValidateSessionID(id string) error {
 	return nil
 }
 
-// SessionSubject is the subject an event of the given kind token is stored on.
-func SessionSubject(sessionID, token string) string {
-	return logPrefix + sessionID + "." + token
+// SessionSubject is the subject an event of the given kind token is stored
+// on: rath.log.<tenant>.<session>.<kind>.
+func SessionSubject(tenant, sessionID, token string) string {
+	return logPrefix + tenant + "." + sessionID + "." + token
 }
 
 // SessionFilter matches every stored event of one session (for consumers and
-// direct gets on StreamSessions).
-func SessionFilter(sessionID string) string { return logPrefix + sessionID + ".>" }
+// direct gets on StreamSessions), whatever its tenant: session IDs are unique
+// across tenants.
+func SessionFilter(sessionID string) string { return logPrefix + "*." + sessionID + ".>" }
+
+// LiveSubject is the subject an event is republished on once stored:
+// rath.session.<tenant>.<session>.<kind>, so that the server lets a tenant's
+// users watch their own sessions only.
+func LiveSubject(tenant, sessionID, token string) string {
+	return livePrefix + tenant + "." + sessionID + "." + token
+}
 
 // LiveFilter matches every event of one session as it is stored, for a plain
-// NATS subscription.
-func LiveFilter(sessionID string) string { return livePrefix + sessionID + ".>" }
+// NATS subscription. An empty tenant matches the session in any tenant (for
+// services).
+func LiveFilter(tenant, sessionID string) string {
+	if tenant == "" {
+		tenant = "*"
+	}
+	return livePrefix + tenant + "." + sessionID + ".>"
+}
+
+// TenantLiveWildcard matches the live events of every session of a tenant.
+func TenantLiveWildcard(tenant string) string { return livePrefix + tenant + ".>" }
 
 // KindFilter matches the stored events of every session that carry the given
 // token, for durable consumers of workers.
-func KindFilter(token string) string { return logPrefix + "*." + token }
+func KindFilter(token string) string { return logPrefix + "*.*." + token }
 
-// InboxSubject is where a producer publishes a proposal for a session.
-func InboxSubject(sessionID string) string { return inboxPrefix + sessionID }
+// InboxFilter matches the proposals for a session by any principal.
+func InboxFilter(sessionID string) string { return inboxPrefix + "*.*." + sessionID }
 
-// RejectSubject is where a rejection concerning a session is recorded.
-// Proposals that name no usable session are recorded under "unknown".
-func RejectSubject(sessionID string) string {
+// UnknownSession is where the rejections of proposals that name no usable
+// session are recorded.
+const UnknownSession = "unknown"
+
+// RejectSubject is where a rejection of a proposal by a principal of tenant
+// concerning a session is recorded: under the proposer's tenant, so that
+// each tenant reads the refusals of its own proposals. Proposals that name
+// no usable session are recorded under "unknown".
+func RejectSubject(tenant, sessionID string) string {
 	if ValidateSessionID(sessionID) != nil {
-		sessionID = "unknown"
+		sessionID = UnknownSession
 	}
-	return rejectsPrefix + sessionID
+	if tenant == "" {
+		tenant = ServiceTenant // no one's: for operators
+	}
+	return rejectsPrefix + tenant + "." + sessionID
+}
+
+// RejectFilter matches the rejections of a tenant ("": every tenant) about
+// a session ("": every session).
+func RejectFilter(tenant, sessionID string) string {
+	if tenant == "" {
+		tenant = "*"
+	}
+	if sessionID == "" {
+		return rejectsPrefix + tenant + ".*"
+	}
+	return rejectsPrefix + tenant + "." + sessionID
 }
 
 // DeadSubject is where a handler's dead letters go.
 func DeadSubject(handler string) string { return deadPrefix + handler }
 
-// SessionFromSubject returns the session ID of a stored or live event subject.
+// SessionFromSubject returns the session ID of a stored or live event
+// subject (rath.log.<tenant>.<session>.<kind>, rath.session.<tenant>.<session>.<kind>).
 func SessionFromSubject(subject string) (string, bool) {
+	_, id, ok := TenantSessionFromSubject(subject)
+	return id, ok
+}
+
+// TenantSessionFromSubject returns the tenant and session ID of a stored or
+// live event subject.
+func TenantSessionFromSubject(subject string) (tenant, id string, ok bool) {
 	var rest string
 	switch {
 	case strings.HasPrefix(subject, logPrefix):
@@ -140,12 +207,12 @@ func SessionFromSubject(subject string) (string, bool) {
 	case strings.HasPrefix(subject, livePrefix):
 		rest = subject[len(livePrefix):]
 	default:
-		return "", false
+		return "", "", false
 	}
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == '.' {
-			return rest[:i], true
-		}
+	tenant, rest, ok = strings.Cut(rest, ".")
+	if !ok {
+		return "", "", false
 	}
-	return rest, true
+	id, _, _ = strings.Cut(rest, ".")
+	return tenant, id, id != ""
 }

@@ -41,12 +41,12 @@ type Appended struct {
 	Duplicate bool
 }
 
-// Append stores a sealed event body for a session, only if the session's last
+// Append stores a sealed event body for a session of a tenant, only if the session's last
 // stored event is at stream sequence expectLast (0: the session has none yet).
 // The event ID is the JetStream message ID, so a retried append inside the
 // dedupe window is stored once.
-func (s *Store) Append(ctx context.Context, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (Appended, error) {
-	msg := appendMsg(ctx, session, token, body, seq, hash)
+func (s *Store) Append(ctx context.Context, tenant, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (Appended, error) {
+	msg := appendMsg(ctx, tenant, session, token, body, seq, hash)
 	ack, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(eventID),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)))
@@ -67,8 +67,8 @@ type PendingAppend struct {
 // AppendAsync publishes like Append but returns before JetStream acks, so
 // appends to many sessions can be in flight at once; Wait gives the outcome.
 // Appends to one session cannot overlap: each expects the one before it.
-func (s *Store) AppendAsync(ctx context.Context, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (*PendingAppend, error) {
-	msg := appendMsg(ctx, session, token, body, seq, hash)
+func (s *Store) AppendAsync(ctx context.Context, tenant, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (*PendingAppend, error) {
+	msg := appendMsg(ctx, tenant, session, token, body, seq, hash)
 	f, err := s.js.PublishMsgAsync(msg,
 		jetstream.WithMsgID(eventID),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)),
@@ -95,9 +95,9 @@ func (p *PendingAppend) Wait(ctx context.Context) (Appended, error) {
 	}
 }
 
-func appendMsg(ctx context.Context, session, token string, body []byte, seq uint64, hash string) *nats.Msg {
+func appendMsg(ctx context.Context, tenant, session, token string, body []byte, seq uint64, hash string) *nats.Msg {
 	msg := &nats.Msg{
-		Subject: events.SessionSubject(session, token),
+		Subject: events.SessionSubject(tenant, session, token),
 		Data:    body,
 		Header: nats.Header{
 			"Content-Type": []string{events.ContentTypeStructured},

@@ -14,7 +14,7 @@ import (
 // The inbox is a work queue: a decided proposal is acked and gone, so the
 // oldest one left is the next to decide in publish order.
 func (s *Store) FirstProposal(ctx context.Context, session string) (Msg, error) {
-	m, err := s.inbox.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.InboxSubject(session)))
+	m, err := s.inbox.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.InboxFilter(session)))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return Msg{}, fmt.Errorf("inbox of %s: %w", session, ErrNotFound)

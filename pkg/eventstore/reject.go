@@ -18,8 +18,12 @@ type Rejection struct {
 	Session string    `json:"session,omitempty"`
 	EventID string    `json:"event_id,omitempty"`
 	Type    string    `json:"type,omitempty"`
-	Code    string    `json:"code"`
-	Message string    `json:"message"`
+	// Actor is who proposed it (tenant/user), from the subject it arrived on;
+	// Tenant is that actor's tenant, under which it is recorded.
+	Actor   string `json:"actor,omitempty"`
+	Tenant  string `json:"tenant,omitempty"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
 	// Via is how the proposal arrived: "request" or "inbox".
 	Via string `json:"via"`
 	// Proposal is the proposal as received: the body, and headers if any.
@@ -41,30 +45,36 @@ func (s *Store) Reject(ctx context.Context, r Rejection, key string) error {
 	if key != "" {
 		opts = append(opts, jetstream.WithMsgID(key))
 	}
-	if _, err := s.js.Publish(ctx, events.RejectSubject(r.Session), b, opts...); err != nil {
+	if _, err := s.js.Publish(ctx, events.RejectSubject(r.Tenant, r.Session), b, opts...); err != nil {
 		return fmt.Errorf("record rejection of %s: %w", r.EventID, err)
 	}
 	return nil
 }
 
-// Rejections calls fn for each recorded rejection, oldest first, optionally
-// only those of one session.
-func (s *Store) Rejections(ctx context.Context, session string, fn func(seq uint64, r Rejection) error) error {
-	return Rejections(ctx, s.nc, session, fn)
+// Rejections calls fn for each recorded rejection from stream sequence from
+// on, oldest first, of proposals by one tenant ("": any) about one session
+// ("": any).
+func (s *Store) Rejections(ctx context.Context, tenant, session string, from uint64, fn func(seq uint64, r Rejection) error) error {
+	return Rejections(ctx, s.nc, tenant, session, from, fn)
 }
 
 // Rejections is Store.Rejections for a caller that only has a connection.
-func Rejections(ctx context.Context, nc *nats.Conn, session string, fn func(seq uint64, r Rejection) error) error {
-	filter := events.RejectsWildcard
-	if session != "" {
-		filter = events.RejectSubject(session)
-	}
-	return Scan(ctx, nc, events.StreamRejects, filter, 0, 0, func(m Msg) error {
+func Rejections(ctx context.Context, nc *nats.Conn, tenant, session string, from uint64, fn func(seq uint64, r Rejection) error) error {
+	return Scan(ctx, nc, events.StreamRejects, events.RejectFilter(tenant, session), from, 0, func(m Msg) error {
 		var r Rejection
 		if err := json.Unmarshal(m.Body, &r); err != nil {
 			return fmt.Errorf("rejection at %d: %w", m.StreamSeq, err)
 		}
 		r.StreamSeq = m.StreamSeq
 		return fn(m.StreamSeq, r)
+	})
+}
+
+// ScanRejections calls fn with the body of each rejection record from stream
+// sequence from on, of proposals by one tenant ("": any) about one session
+// ("": any), until fn returns an error.
+func ScanRejections(ctx context.Context, s *Store, tenant, session string, from uint64, fn func(seq uint64, body []byte) error) error {
+	return Scan(ctx, s.nc, events.StreamRejects, events.RejectFilter(tenant, session), from, 0, func(m Msg) error {
+		return fn(m.StreamSeq, m.Body)
 	})
 }

@@ -44,25 +44,25 @@ func TestAppendIsConditionalAndIdempotent(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	body, hash, id := sealed(t, "a", 1, "")
-	first, err := s.Append(ctx, "a", events.TokenConversation, body, id, 1, hash, 0)
+	first, err := s.Append(ctx, events.DefaultTenant, "a", events.TokenConversation, body, id, 1, hash, 0)
 	if err != nil || first.Duplicate {
 		t.Fatalf("first append: %+v %v", first, err)
 	}
 	// The same event again (a retry after a lost ack): stored once.
-	again, err := s.Append(ctx, "a", events.TokenConversation, body, id, 1, hash, first.StreamSeq)
+	again, err := s.Append(ctx, events.DefaultTenant, "a", events.TokenConversation, body, id, 1, hash, first.StreamSeq)
 	if err != nil || !again.Duplicate || again.StreamSeq != first.StreamSeq {
 		t.Fatalf("retry: %+v %v", again, err)
 	}
 	// Another event expecting a stale last sequence: a typed conflict.
 	body2, hash2, id2 := sealed(t, "a", 2, hash)
-	_, err = s.Append(ctx, "a", events.TokenConversation, body2, id2, 2, hash2, 0)
+	_, err = s.Append(ctx, events.DefaultTenant, "a", events.TokenConversation, body2, id2, 2, hash2, 0)
 	var conflict *eventstore.ConflictError
 	if !errors.As(err, &conflict) || conflict.Session != "a" {
 		t.Fatalf("stale append: %v", err)
 	}
 	// Sessions are independent: b's first append expects 0.
 	bb, bh, bid := sealed(t, "b", 1, "")
-	if _, err := s.Append(ctx, "b", events.TokenConversation, bb, bid, 1, bh, 0); err != nil {
+	if _, err := s.Append(ctx, events.DefaultTenant, "b", events.TokenConversation, bb, bid, 1, bh, 0); err != nil {
 		t.Fatal(err)
 	}
 	last, err := s.Last(ctx, "a")
@@ -83,7 +83,7 @@ func TestScanReadsOneSessionAcrossBatches(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		for _, id := range []string{"x", "y"} { // interleaved sessions
 			body, hash, eid := sealed(t, id, uint64(i), prev[id])
-			a, err := s.Append(ctx, id, events.TokenConversation, body, eid, uint64(i), hash, last[id])
+			a, err := s.Append(ctx, events.DefaultTenant, id, events.TokenConversation, body, eid, uint64(i), hash, last[id])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +156,7 @@ func TestSnapshotsIndexAndRejections(t *testing.T) {
 		t.Fatal(err)
 	}
 	var all []eventstore.Rejection
-	if err := s.Rejections(ctx, "", func(_ uint64, r eventstore.Rejection) error { all = append(all, r); return nil }); err != nil {
+	if err := s.Rejections(ctx, "", "", 0, func(_ uint64, r eventstore.Rejection) error { all = append(all, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(all) != 2 || all[0].Session != "p" || all[1].Code != "malformed" {

@@ -144,6 +144,7 @@ type ListRequest struct {
 // Session is a session's index entry.
 type Session struct {
 	ID       string            `json:"id"`
+	Tenant   string            `json:"tenant,omitempty"`
 	Status   string            `json:"status"`
 	Parent   string            `json:"parent,omitempty"`
 	ForkSeq  uint64            `json:"fork_seq,omitempty"`
@@ -159,6 +160,47 @@ type Session struct {
 // ListReply lists sessions, oldest first.
 type ListReply struct {
 	Sessions []Session `json:"sessions"`
+}
+
+// RejectionsRequest pages the recorded rejections of the asker's tenant
+// (every tenant's, for a service), of one session or all, from the record
+// after After (a stream sequence; 0: the first).
+type RejectionsRequest struct {
+	Session string `json:"session,omitempty"`
+	After   uint64 `json:"after,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+// RejectionsReply is one page of rejection records (eventstore.Rejection
+// bodies), oldest first; More says there are more after Next.
+type RejectionsReply struct {
+	Rejections []json.RawMessage `json:"rejections"`
+	Next       uint64            `json:"next,omitempty"`
+	More       bool              `json:"more,omitempty"`
+}
+
+// BlobRequest reads part of a blob: its bytes from Offset, at most one
+// ledger page (BlobPage).
+type BlobRequest struct {
+	Ref    string `json:"ref"`
+	Offset int64  `json:"offset,omitempty"`
+}
+
+// BlobPage bounds the bytes of a blob one reply carries.
+const BlobPage = 1 << 20
+
+// BlobReply is part of a blob: Data holds its bytes from Offset; Size is
+// the whole blob's.
+type BlobReply struct {
+	Ref    string `json:"ref"`
+	Size   int64  `json:"size"`
+	Offset int64  `json:"offset"`
+	Data   []byte `json:"data"`
+}
+
+// BlobRef names a stored blob by content (sha256:<hex>).
+type BlobRef struct {
+	Ref string `json:"ref"`
 }
 
 // SessionRequest names one session (lineage, verify).

@@ -14,22 +14,31 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
-// Request/reply subjects, each served by every memory service process in
-// the queue group Queue.
+// Requests. A principal asks on its own subject,
+// rath.memory.<tenant>.<user>.<request> (events.Principal.Memory); every
+// memory service process serves them in the queue group Queue.
 const (
 	Queue = "rath-memory"
 
-	SubjectAdd     = "rath.memory.add"
-	SubjectRecall  = "rath.memory.recall"
-	SubjectSearch  = "rath.memory.search"
-	SubjectShow    = "rath.memory.show"
-	SubjectHistory = "rath.memory.history"
-	SubjectRetract = "rath.memory.retract"
-	SubjectRestore = "rath.memory.restore"
-	SubjectReaders = "rath.memory.readers"
-	SubjectJustify = "rath.memory.justify"
-	SubjectPresent = "rath.memory.present"
+	ReqAdd     = "add"
+	ReqRecall  = "recall"
+	ReqSearch  = "search"
+	ReqShow    = "show"
+	ReqHistory = "history"
+	ReqRetract = "retract"
+	ReqRestore = "restore"
+	ReqReaders = "readers"
+	ReqJustify = "justify"
+	ReqPresent = "present"
 )
+
+// Requests lists every request of the memory service.
+func Requests() []string {
+	return []string{ReqAdd, ReqRecall, ReqSearch, ReqShow, ReqHistory, ReqRetract, ReqRestore, ReqReaders, ReqJustify, ReqPresent}
+}
+
+// RequestFilter is the memory service's subscription to req from every principal.
+func RequestFilter(req string) string { return events.MemoryPrefix + "*.*." + req }
 
 // Storage: one stream, one subject per item. Every version and every
 // retraction of an item is one message on its subject; the stream keeps

@@ -21,10 +21,17 @@ import (
 
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/pkg/events"
 )
 
 // servers maps a running server's client URL to its identities.
 var servers sync.Map // string -> *auth.Set
+
+// running maps a running server's client URL to the server.
+var running sync.Map // string -> *server.Server
+
+// users serialises adding tenants' users to a server's identities.
+var users sync.Mutex
 
 // Start runs a server for the test and returns it with a connected client
 // of the admin role. Both are shut down when the test ends.
@@ -49,8 +56,10 @@ func StartServer(t testing.TB, storeDir string) *server.Server {
 	}
 	url := ns.ClientURL()
 	servers.Store(url, set)
+	running.Store(url, ns)
 	t.Cleanup(func() {
 		servers.Delete(url)
+		running.Delete(url)
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	})
@@ -97,9 +106,19 @@ func ConnectAs(t testing.TB, url string, role auth.Role, opts ...nats.Option) *n
 
 func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.Conn {
 	t.Helper()
+	if role == "" {
+		return dialFile(t, url, "", "", extra)
+	}
+	return dialFile(t, url, Creds(t, url).Path(role), string(role), extra)
+}
+
+// dialFile connects with the credentials file at path (none: anonymously);
+// name names the identity in test failures.
+func dialFile(t testing.TB, url, path, name string, extra []nats.Option) *nats.Conn {
+	t.Helper()
 	opts := []nats.Option{nats.MaxReconnects(-1)}
-	if role != "" {
-		cred, err := auth.Option(Creds(t, url).Path(role))
+	if path != "" {
+		cred, _, err := auth.Options(path)
 		if err != nil {
 			t.Fatalf("natstest: %v", err)
 		}
@@ -107,7 +126,8 @@ func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.C
 			mu         sync.Mutex
 			violations []error
 		)
-		opts = append(opts, cred, nats.Name("natstest-"+string(role)),
+		opts = append(opts, cred...)
+		opts = append(opts, nats.Name("natstest-"+name),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				if errors.Is(err, nats.ErrPermissionViolation) {
 					mu.Lock()
@@ -119,14 +139,39 @@ func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.C
 			mu.Lock()
 			defer mu.Unlock()
 			for _, err := range violations {
-				t.Errorf("natstest: role %s: %v", role, err)
+				t.Errorf("natstest: %s: %v", name, err)
 			}
 		})
 	}
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
-		t.Fatalf("connect to %s as %q: %v", url, role, err)
+		t.Fatalf("connect to %s as %q: %v", url, name, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// ConnectUser opens a connection of a tenant's user to the server at url,
+// closed when the test ends: the identity is created (in the server's
+// credentials directory, as rath creds add does) and the server reloaded to
+// accept it, with a client's permissions scoped to that tenant and user. A
+// permission violation the server reports on it fails the test, unless opts
+// set their own nats.ErrorHandler.
+func ConnectUser(t testing.TB, url string, p events.Principal, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	set := Creds(t, url)
+	v, ok := running.Load(url)
+	if !ok {
+		t.Fatalf("natstest: no server started at %s", url)
+	}
+	users.Lock()
+	id, err := set.AddUser(p)
+	if err == nil {
+		err = embedded.SetUsers(v.(*server.Server), set.Identities())
+	}
+	users.Unlock()
+	if err != nil {
+		t.Fatalf("natstest: user %s: %v", p, err)
+	}
+	return dialFile(t, url, id.Path, p.String(), opts)
 }

@@ -44,7 +44,11 @@ func apply(s *State, e events.Stored, merged bool) {
 			return
 		}
 		s.ID = e.Session
-		s.Status = StatusActive
+		s.Status, s.StatusBy = StatusActive, e.Actor
+		s.Tenant = e.Tenant
+		if s.Tenant == "" {
+			s.Tenant = events.DefaultTenant // stored before tenants
+		}
 		s.Workflow, s.WorkflowHash, s.WorkflowRef, s.Task = d.Workflow, d.WorkflowHash, d.WorkflowRef, d.Task
 		s.Labels = mergeLabels(s.Labels, d.Labels)
 		s.Lineage.Path = []events.Segment{{Session: e.Session, From: e.Seq}}
@@ -55,7 +59,10 @@ func apply(s *State, e events.Stored, merged bool) {
 		// The fork inherits everything folded from the parent's prefix and
 		// becomes a session of its own from here.
 		s.ID = e.Session
-		s.Status = StatusActive
+		s.Status, s.StatusBy = StatusActive, e.Actor
+		if e.Tenant != "" {
+			s.Tenant = e.Tenant
+		}
 		s.CloseReason, s.Outcome, s.Archive = "", "", nil
 		s.Created = e.Time
 		s.Labels = mergeLabels(s.Labels, d.Labels)
@@ -81,20 +88,20 @@ func apply(s *State, e events.Stored, merged bool) {
 		s.Lineage.Merges = append(s.Lineage.Merges, m)
 	case *events.SessionPaused:
 		if !merged {
-			s.Status = StatusPaused
+			s.Status, s.StatusBy = StatusPaused, e.Actor
 		}
 	case *events.SessionResumed:
 		if !merged {
-			s.Status = StatusActive
+			s.Status, s.StatusBy = StatusActive, e.Actor
 		}
 	case *events.SessionClosed:
 		if !merged {
-			s.Status = StatusClosed
+			s.Status, s.StatusBy = StatusClosed, e.Actor
 			s.CloseReason, s.Outcome = d.Reason, d.Outcome
 		}
 	case *events.SessionArchived:
 		if !merged {
-			s.Status = StatusArchived
+			s.Status, s.StatusBy = StatusArchived, e.Actor
 			s.Archive = &Archive{Seq: e.Seq, BundleRef: d.BundleRef, FromSeq: d.FromSeq, HeadSeq: d.HeadSeq, HeadHash: d.HeadHash,
 				HeadStreamSeq: d.HeadStreamSeq, Events: d.Events}
 		}
@@ -139,11 +146,11 @@ func apply(s *State, e events.Stored, merged bool) {
 			ids[i] = it.ItemID
 		}
 		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: e.ID,
-			Agent: d.Agent, TurnID: d.TurnID, Items: d.Items})
+			Agent: d.Agent, TurnID: d.TurnID, Items: d.Items, Actor: e.Actor})
 	case *events.MemoryWritten:
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: e.Actor})
 	case *events.MemoryRetracted:
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: e.Actor})
 	case *events.SelectorDecided:
 		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
 		if d.TurnID != "" && !merged {
@@ -166,7 +173,7 @@ func apply(s *State, e events.Stored, merged bool) {
 		if s.Approvals == nil {
 			s.Approvals = map[string]Approval{}
 		}
-		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action}
+		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, RequestedBy: e.Actor}
 	case *events.TurnRequested:
 		if !merged && (s.Turn == nil || s.Turn.ID != d.TurnID) {
 			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
@@ -186,9 +193,9 @@ func apply(s *State, e events.Stored, merged bool) {
 	case *events.HandlerFailed:
 		s.Counts.HandlerFailures++
 	case *events.ApprovalGranted:
-		s.settleApproval(d.ApprovalID, "granted", d.By)
+		s.settleApproval(d.ApprovalID, "granted", d.By, e.Actor)
 	case *events.ApprovalRejected:
-		s.settleApproval(d.ApprovalID, "rejected", d.By)
+		s.settleApproval(d.ApprovalID, "rejected", d.By, e.Actor)
 	}
 }
 
@@ -233,12 +240,12 @@ func (s *State) endTurn(id, agent string, merged bool) {
 	s.LastAgent = agent
 }
 
-func (s *State) settleApproval(id, outcome, by string) {
+func (s *State) settleApproval(id, outcome, by, actor string) {
 	a, ok := s.Approvals[id]
 	if !ok {
 		return
 	}
-	a.Outcome, a.By = outcome, by
+	a.Outcome, a.By, a.Actor = outcome, by, actor
 	s.Approvals[id] = a
 }
 

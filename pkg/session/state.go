@@ -32,8 +32,12 @@ func (s Status) Ended() bool { return s == StatusClosed || s == StatusArchived }
 
 // State is a session folded up to Seq.
 type State struct {
-	ID           string            `json:"id"`
-	Status       Status            `json:"status"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+	Status Status `json:"status"`
+	// StatusBy is the authenticated actor (tenant/user) of the last
+	// lifecycle change: the start, fork, pause, resume, close or archive.
+	StatusBy     string            `json:"status_by,omitempty"`
 	Workflow     string            `json:"workflow,omitempty"`
 	WorkflowHash string            `json:"workflow_hash,omitempty"`
 	WorkflowRef  string            `json:"workflow_ref,omitempty"`
@@ -197,7 +201,12 @@ type Approval struct {
 	Seq     uint64 `json:"seq"`
 	Action  string `json:"action"`
 	Outcome string `json:"outcome,omitempty"`
-	By      string `json:"by,omitempty"`
+	// By is who the approval says decided (free text); Actor is who
+	// proposed the decision, as the ledger authenticated it (tenant/user).
+	By    string `json:"by,omitempty"`
+	Actor string `json:"actor,omitempty"`
+	// RequestedBy is the authenticated actor that asked for the approval.
+	RequestedBy string `json:"requested_by,omitempty"`
 }
 
 // Tool is the evidence index of one tool call: where to find each of its
@@ -238,6 +247,8 @@ type MemoryEvent struct {
 	Agent   string                 `json:"agent,omitempty"`
 	TurnID  string                 `json:"turn_id,omitempty"`
 	Items   []events.MemoryItemRef `json:"items,omitempty"`
+	// Actor is who proposed the event, as the ledger authenticated it.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Placement is where the session's side effects happen.

@@ -39,7 +39,7 @@ func TestProtocolByHand(t *testing.T) {
 	}
 
 	// 2. The durable consumer, with the API body of the docs.
-	create := `{"stream_name":"RATH_SESSIONS","config":{"durable_name":"tool-shout","filter_subjects":["rath.log.*.tool"],"ack_policy":"explicit","ack_wait":60000000000,"deliver_policy":"all","max_ack_pending":512}}`
+	create := `{"stream_name":"RATH_SESSIONS","config":{"durable_name":"tool-shout","filter_subjects":["rath.log.*.*.tool"],"ack_policy":"explicit","ack_wait":60000000000,"deliver_policy":"all","max_ack_pending":512}}`
 	reply, err := r.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.RATH_SESSIONS.tool-shout", []byte(create))
 	if err != nil || strings.Contains(string(reply.Data), `"error"`) {
 		t.Fatalf("create consumer: %v %s", err, reply.Data)
@@ -99,7 +99,7 @@ func TestProtocolByHand(t *testing.T) {
 					Attempts int    `json:"attempts"`
 				} `json:"tools"`
 			}
-			if err := json.Unmarshal(request("rath.ledger.state", map[string]string{"session": ev.Subject}, nil), &st); err != nil {
+			if err := json.Unmarshal(request("rath.ledger.rath.tool-runner.state", map[string]string{"session": ev.Subject}, nil), &st); err != nil {
 				t.Fatal(err)
 			}
 			call, ok := st.Tools[ev.Data.CallID]
@@ -111,7 +111,7 @@ func TestProtocolByHand(t *testing.T) {
 			// 5-6. Started, the chunk, the completion.
 			header := nats.Header{"Content-Type": []string{"application/cloudevents+json"}}
 			emit := func(what, typ string, data map[string]any) {
-				request("rath.ledger.append", map[string]any{
+				request("rath.ledger.rath.tool-runner.append", map[string]any{
 					"specversion": "1.0", "id": events.DerivedID("tool-shout", ev.ID, what, "1"), "source": "rath/tool/shout",
 					"type": typ, "subject": ev.Subject, "causationid": ev.ID, "data": data,
 				}, header)

@@ -108,7 +108,13 @@ type Option func(*options)
 type options struct {
 	log     *slog.Logger
 	workers int
+	as      events.Principal
 }
+
+// As sets the principal the server records its results as: the one its
+// connection's credentials name (default rath/tool-runner, the identity
+// custom tool servers run with).
+func As(p events.Principal) Option { return func(o *options) { o.as = p } }
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -124,7 +130,7 @@ func WithWorkers(n int) Option { return func(o *options) { o.workers = n } }
 //
 // Serve waits for the ledger to have created the streams and buckets.
 func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
-	o := options{log: slog.New(slog.NewTextHandler(io.Discard, nil)), workers: 8}
+	o := options{log: slog.New(slog.NewTextHandler(io.Discard, nil)), workers: 8, as: events.Service("tool-runner")}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -139,7 +145,7 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 	if err != nil || store == nil {
 		return err
 	}
-	c, err := client.New(nc, client.WithSource(Source(t.Name)))
+	c, err := client.New(nc, client.As(o.as), client.WithSource(Source(t.Name)))
 	if err != nil {
 		return fmt.Errorf("tool server %s: %w", t.Name, err)
 	}

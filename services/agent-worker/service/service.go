@@ -66,7 +66,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		}
 		return fmt.Errorf("agent worker: %w", err)
 	}
-	c, err := client.New(nc, client.WithSource(worker.Source))
+	c, err := client.New(nc, client.As(events.Service("agent-worker")), client.WithSource(worker.Source))
 	if err != nil {
 		return fmt.Errorf("agent worker: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/toolserver"
 	"github.com/openrath/rath/pkg/workflow"
@@ -85,7 +86,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		stopFollowing()
 		return errors.Join(fmt.Errorf("memory: %w", err), waitItems())
 	}
-	c, err := client.New(nc, client.WithSource(memory.Source))
+	c, err := client.New(nc, client.As(events.Service("memory-svc")), client.WithSource(memory.Source))
 	if err != nil {
 		stopFollowing()
 		return errors.Join(fmt.Errorf("memory: %w", err), waitItems(), sessions.Wait())
@@ -101,7 +102,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	// one durable consumer; if it cannot be served the service stops.
 	toolDone := make(chan error, 1)
 	go func() {
-		err := toolserver.Serve(sctx, nc, m.Remember(workflow.NewLibrary(store.GetBlob)), toolserver.WithLogger(log))
+		err := toolserver.Serve(sctx, nc, m.Remember(workflow.NewLibrary(store.GetBlob)), toolserver.WithLogger(log), toolserver.As(events.Service("memory-svc")))
 		if err != nil {
 			stopServing()
 		}

@@ -456,7 +456,7 @@ func TestMemoryBadInput(t *testing.T) {
 		t.Fatalf("search after refusals: %+v, %v", sr, err)
 	}
 	// A body that is not JSON is malformed.
-	reply, err := r.nc.Request(memoryapi.SubjectAdd, []byte("{"), 5*time.Second)
+	reply, err := r.nc.Request(events.DefaultClient.Memory(memoryapi.ReqAdd), []byte("{"), 5*time.Second)
 	if err != nil || reply.Header.Get(api.HeaderError) != string(memoryapi.CodeMalformed) {
 		t.Fatalf("non-JSON body: %v %v", reply, err)
 	}

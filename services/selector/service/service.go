@@ -12,6 +12,7 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/selector/internal/selector"
@@ -34,7 +35,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		}
 		return fmt.Errorf("selector: %w", err)
 	}
-	c, err := client.New(nc, client.WithSource(selector.Source))
+	c, err := client.New(nc, client.As(events.Service("selector")), client.WithSource(selector.Source))
 	if err != nil {
 		return fmt.Errorf("selector: %w", err)
 	}

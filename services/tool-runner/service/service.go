@@ -14,6 +14,7 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/tool-runner/internal/mcp"
@@ -68,7 +69,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}
-	c, err := client.New(nc, client.WithSource(runner.Source))
+	c, err := client.New(nc, client.As(events.Service("tool-runner")), client.WithSource(runner.Source))
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}

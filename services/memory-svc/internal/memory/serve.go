@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
@@ -24,32 +25,32 @@ const requestTimeout = 30 * time.Second
 func (m *Memory) Serve(ctx context.Context, nc *nats.Conn, inflight int, log *slog.Logger) error {
 	s := &server{ctx: context.WithoutCancel(ctx), nc: nc, sem: make(chan struct{}, inflight), log: log}
 	handlers := map[string]func(context.Context, []byte) (any, error){
-		memoryapi.SubjectAdd:     handler(m.Add),
-		memoryapi.SubjectRecall:  handler(m.Recall),
-		memoryapi.SubjectSearch:  handler(m.Search),
-		memoryapi.SubjectShow:    handler(m.Show),
-		memoryapi.SubjectHistory: handler(m.History),
-		memoryapi.SubjectRetract: handler(m.Retract),
-		memoryapi.SubjectRestore: handler(m.Restore),
-		memoryapi.SubjectReaders: handler(m.Readers),
-		memoryapi.SubjectJustify: handler(m.Justify),
-		memoryapi.SubjectPresent: handler(m.Present),
+		memoryapi.ReqAdd:     handler(m.Add),
+		memoryapi.ReqRecall:  handler(m.Recall),
+		memoryapi.ReqSearch:  handler(m.Search),
+		memoryapi.ReqShow:    handler(m.Show),
+		memoryapi.ReqHistory: handler(m.History),
+		memoryapi.ReqRetract: handler(m.Retract),
+		memoryapi.ReqRestore: handler(m.Restore),
+		memoryapi.ReqReaders: handler(m.Readers),
+		memoryapi.ReqJustify: handler(m.Justify),
+		memoryapi.ReqPresent: handler(m.Present),
 	}
 	var subs []*nats.Subscription
-	for subject, h := range handlers {
-		sub, err := nc.QueueSubscribe(subject, memoryapi.Queue, func(msg *nats.Msg) { s.dispatch(msg, h) })
+	for req, h := range handlers {
+		sub, err := nc.QueueSubscribe(memoryapi.RequestFilter(req), memoryapi.Queue, func(msg *nats.Msg) { s.dispatch(msg, h) })
 		if err != nil {
 			for _, sub := range subs {
 				_ = sub.Unsubscribe()
 			}
-			return fmt.Errorf("subscribe %s: %w", subject, err)
+			return fmt.Errorf("subscribe %s: %w", req, err)
 		}
 		subs = append(subs, sub)
 	}
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	log.Info("memory serving", "subjects", "rath.memory.*", "queue", memoryapi.Queue)
+	log.Info("memory serving", "subjects", events.MemoryPrefix+"<tenant>.<user>.<request>", "queue", memoryapi.Queue)
 	<-ctx.Done()
 	// Drain: stop taking requests, take the ones queued, then wait until
 	// every handler has replied.
@@ -99,7 +100,14 @@ func (s *server) dispatch(msg *nats.Msg, h func(context.Context, []byte) (any, e
 		defer func() { <-s.sem; s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 		defer cancel()
-		rep, err := h(ctx, msg.Data)
+		// The server let the asker publish on this subject only under its
+		// own name: that names who asks.
+		p, _, err := events.ParseRequest(msg.Subject, events.MemoryPrefix)
+		if err != nil {
+			s.reply(msg, nil, memoryapi.Errorf(memoryapi.CodeMalformed, "%v", err))
+			return
+		}
+		rep, err := h(events.WithPrincipal(ctx, p), msg.Data)
 		s.reply(msg, rep, err)
 	}()
 }

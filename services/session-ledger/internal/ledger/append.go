@@ -73,12 +73,12 @@ func refuseOperation(typ string) error {
 
 func opOf(typ string) string {
 	if typ == events.TypeSessionForked {
-		return "fork (" + events.SubjectFork + ")"
+		return "fork (rath.ledger.<tenant>.<user>." + events.OpFork + ")"
 	}
 	if typ == events.TypeSessionArchived || typ == events.TypeSessionPurged {
-		return "archive (" + events.SubjectArchive + ")"
+		return "archive (rath.ledger.<tenant>.<user>." + events.OpArchive + ")"
 	}
-	return "merge (" + events.SubjectMerge + ")"
+	return "merge (rath.ledger.<tenant>.<user>." + events.OpMerge + ")"
 }
 
 // check runs the stateless validation and normalises the envelope: a session
@@ -166,6 +166,9 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 				return api.Ack{}, unavailable(err)
 			}
 		}
+		if err := admit(ctx, e.state, id, ev.Type()); err != nil {
+			return api.Ack{}, err
+		}
 		if a, ok := e.recent[ev.ID()]; ok {
 			a.Duplicate = true
 			return a, nil
@@ -197,6 +200,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			seq, prev = e.state.Seq+1, e.state.Hash
 		}
 		kind, _ := events.Lookup(ev.Type())
+		stamp(ctx, &ev, "")
 		body, hash, err := events.Seal(&ev, seq, prev, nil)
 		if err != nil {
 			return api.Ack{}, sealRefusal(seq, err)
@@ -206,7 +210,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		}
 		// Signed with the concurrent appends' events: one signature per group.
 		body = events.AttachSig(&ev, body, l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash}))
-		res, err := l.store.Append(ctx, id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
+		res, err := l.store.Append(ctx, tenantFor(&ev, e.state), id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)
 			before, cached := e.streamSeq, uint64(0)
@@ -321,7 +325,7 @@ func (l *Ledger) afterAppend(ctx context.Context, e *entry, kind events.Kind) {
 	}
 	if kind.Token == events.TokenLifecycle {
 		rec := eventstore.Record{
-			ID: st.ID, Status: string(st.Status), Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
+			ID: st.ID, Tenant: tenantOf(st), Status: string(st.Status), Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
 			Workflow: st.Workflow, Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
 		}
 		if err := l.store.PutRecord(ctx, rec); err != nil {
@@ -413,6 +417,7 @@ func storedOf(ev *event.Event, session string, seq uint64, prev, hash string, bo
 	return events.Stored{
 		ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Session: session, Time: ev.Time(),
 		Seq: seq, Prev: prev, Hash: hash, Sig: events.Sig(*ev), Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
+		Actor: stringExt(ev, events.ExtActor), Tenant: stringExt(ev, events.ExtTenant),
 		Data: ev.Data(), Raw: body,
 	}
 }

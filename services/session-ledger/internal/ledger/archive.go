@@ -245,7 +245,9 @@ func (l *Ledger) refuseOp(ctx context.Context, id, typ string, refusal error) er
 	}
 	le := &api.Error{Code: api.CodeOf(refusal), Message: refusal.Error()}
 	errors.As(refusal, &le)
-	r := eventstore.Rejection{Time: l.now(), Session: id, Type: typ, Code: string(le.Code), Message: le.Message, Via: "archive", Ledger: l.cfg.Name}
+	p := principalOf(ctx)
+	r := eventstore.Rejection{Time: l.now(), Session: id, Type: typ, Actor: p.String(), Tenant: p.Tenant,
+		Code: string(le.Code), Message: le.Message, Via: "archive", Ledger: l.cfg.Name}
 	l.log.Warn("archive refused", "session", id, "type", typ, "code", r.Code, "reason", r.Message)
 	if err := l.store.Reject(ctx, r, ""); err != nil {
 		return &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("%s (and recording the rejection failed: %v)", le.Message, err)}
@@ -441,6 +443,9 @@ func (l *Ledger) liveForks(ctx context.Context, id string) ([]string, error) {
 func (l *Ledger) handleArchive(ctx context.Context, m *nats.Msg) (any, error) {
 	var r api.ArchiveRequest
 	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	if err := l.readable(ctx, r.Session); err != nil {
 		return nil, err
 	}
 	return l.Archive(ctx, r)

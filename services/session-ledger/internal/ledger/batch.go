@@ -93,6 +93,7 @@ type inflight struct {
 	e       *entry
 	kind    events.Kind
 	sealed  sealed
+	tenant  string
 	pending *eventstore.PendingAppend
 }
 
@@ -167,6 +168,10 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 			return inflight{}, false, unavailable(err)
 		}
 	}
+	if admit(ctx, e.state, id, ev.Type()) != nil {
+		e.mu.Unlock()
+		return inflight{}, false, nil // the single path refuses
+	}
 	if a, ok := e.recent[ev.ID()]; ok {
 		e.mu.Unlock()
 		a.Duplicate = true
@@ -181,6 +186,8 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 	if e.state != nil {
 		s.seq, s.prev = e.state.Seq+1, e.state.Hash
 	}
+	stamp(ctx, ev, "")
+	tenant := tenantFor(ev, e.state)
 	var err error
 	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev, nil); err != nil {
 		e.mu.Unlock()
@@ -191,7 +198,7 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 		return inflight{}, false, err
 	}
 	kind, _ := events.Lookup(ev.Type())
-	return inflight{e: e, kind: kind, sealed: s}, true, nil
+	return inflight{e: e, kind: kind, sealed: s, tenant: tenant}, true, nil
 }
 
 // send attaches the signature to an event seal sealed and publishes it
@@ -199,7 +206,7 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, sig string) error {
 	// seal checked the size with the longest signature (fits).
 	f.sealed.body = events.AttachSig(ev, f.sealed.body, sig)
-	p, err := l.store.AppendAsync(ctx, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
+	p, err := l.store.AppendAsync(ctx, f.tenant, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
 	if err != nil {
 		f.e.mu.Unlock()
 		return unavailable(err)

@@ -158,7 +158,7 @@ func TestMalformedBatch(t *testing.T) {
 	r := newRig(t)
 	r.start(t, "m")
 	for _, body := range []string{`{"not":"an array"}`, `[{"specversion":"1.0"`} {
-		msg := nats.NewMsg(events.SubjectBatch)
+		msg := nats.NewMsg(events.DefaultClient.Ledger(events.OpBatch))
 		msg.Data = []byte(body)
 		reply, err := r.nc.Request(msg.Subject, msg.Data, testTimeout)
 		if err != nil {
@@ -170,7 +170,7 @@ func TestMalformedBatch(t *testing.T) {
 	}
 	good := mustEvent(t, "m", chunk("fine"))
 	raw, _ := good.MarshalJSON()
-	reply, err := r.nc.Request(events.SubjectBatch, []byte(`[{"specversion":"1.0","id":"x"},`+string(raw)+`]`), testTimeout)
+	reply, err := r.nc.Request(events.DefaultClient.Ledger(events.OpBatch), []byte(`[{"specversion":"1.0","id":"x"},`+string(raw)+`]`), testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestMalformedBatch(t *testing.T) {
 	}
 	// More than api.MaxBatch proposals: refused as a whole, and recorded.
 	tooMany := "[" + strings.Repeat(string(raw)+",", api.MaxBatch) + string(raw) + "]"
-	reply, err = r.nc.Request(events.SubjectBatch, []byte(tooMany), testTimeout)
+	reply, err = r.nc.Request(events.DefaultClient.Ledger(events.OpBatch), []byte(tooMany), testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,9 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	if err != nil {
 		return api.Ack{}, err
 	}
+	if err := admitTenant(ctx, parent.Tenant, req.Parent, ""); err != nil {
+		return api.Ack{}, err
+	}
 	at := req.At
 	if at == 0 {
 		at = parent.Seq
@@ -66,18 +69,22 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 			return api.Ack{}, unavailable(err)
 		}
 	}
+	if err := admit(ctx, e.state, req.ID, events.TypeSessionForked); err != nil {
+		return api.Ack{}, err
+	}
 	if e.state != nil {
 		if a, ok, ferr := l.findStored(ctx, req.ID, ev.ID()); ferr == nil && ok {
 			return a, nil
 		}
 		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: session exists (head %d)", req.ID, e.state.Seq)
 	}
+	stamp(ctx, &ev, parent.Tenant)
 	body, hash, err := events.Seal(&ev, at+1, parentHash, l.cfg.Key)
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
 	kind, _ := events.Lookup(events.TypeSessionForked)
-	res, err := l.store.Append(ctx, req.ID, kind.Token, body, ev.ID(), at+1, hash, 0)
+	res, err := l.store.Append(ctx, parent.Tenant, req.ID, kind.Token, body, ev.ID(), at+1, hash, 0)
 	if eventstore.IsConflict(err) {
 		e.loaded = false
 		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: another ledger created it first", req.ID)
@@ -105,7 +112,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	for k, v := range req.Labels {
 		labels[k] = v
 	}
-	rec := eventstore.Record{ID: req.ID, Status: string(session.StatusActive), Parent: req.Parent, ForkSeq: at,
+	rec := eventstore.Record{ID: req.ID, Tenant: parent.Tenant, Status: string(session.StatusActive), Parent: req.Parent, ForkSeq: at,
 		Workflow: parent.Workflow, Labels: labels, Created: ev.Time(), Updated: ev.Time(), Seq: at + 1}
 	if err := l.store.PutRecord(ctx, rec); err != nil {
 		l.log.Warn("session index not updated", "session", req.ID, "err", err)
@@ -119,6 +126,7 @@ type position struct {
 	Hash     string
 	Workflow string
 	Labels   map[string]string
+	Tenant   string
 }
 
 // headOf reads a session's head without copying its state.
@@ -133,7 +141,7 @@ func (l *Ledger) headOf(ctx context.Context, id string) (position, error) {
 		return position{}, err
 	}
 	st := e.state
-	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Labels: st.Labels}, nil
+	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Labels: st.Labels, Tenant: tenantOf(st)}, nil
 }
 
 // head returns a copy of the current state of a session.

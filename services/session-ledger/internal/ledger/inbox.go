@@ -79,8 +79,10 @@ func (l *Ledger) consumeInbox(ctx context.Context) (*inboxRun, error) {
 		}()
 	}
 	run.cc, err = cons.Consume(func(m jetstream.Msg) {
+		// By session, whoever proposed: one session's proposals are
+		// decided by one shard, in order.
 		h := fnv.New32a()
-		h.Write([]byte(m.Subject()))
+		h.Write([]byte(inboxSession(m.Subject())))
 		run.shards[h.Sum32()%inboxShards] <- m
 	}, jetstream.PullMaxMessages(512),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -92,10 +94,11 @@ func (l *Ledger) consumeInbox(ctx context.Context) (*inboxRun, error) {
 	return run, nil
 }
 
-// inboxSession is the session a proposal was published for: the token after
-// rath.inbox. ("new" for a session start that lets the ledger choose).
+// inboxSession is the session a proposal was published for: the last
+// token of rath.inbox.<tenant>.<user>.<session> ("new" for a session start
+// that lets the ledger choose).
 func inboxSession(subject string) string {
-	return strings.TrimPrefix(subject, events.InboxSubject(""))
+	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 
 // decideInbox decides one delivered proposal, retrying transient failures
@@ -180,10 +183,13 @@ func inboxKey(seq uint64) string { return fmt.Sprintf("inbox-%d", seq) }
 // events (a start without a subject takes the session ID from it), and
 // rath.inbox.new only session starts.
 func checkInboxSubject(subject string, ev *event.Event) error {
-	sid := inboxSession(subject)
-	if sid == "new" {
+	p, sid, err := events.ParseInbox(subject)
+	if err != nil {
+		return api.Errorf(api.CodeMalformed, "%v", err)
+	}
+	if sid == "" {
 		if ev.Type() != events.TypeSessionStarted {
-			return api.Errorf(api.CodeMalformed, "%s takes session starts only, got %s: publish on %s", subject, ev.Type(), events.InboxSubject("<session>"))
+			return api.Errorf(api.CodeMalformed, "%s takes session starts only, got %s: publish on %s", subject, ev.Type(), p.Inbox("<session>"))
 		}
 		return nil
 	}

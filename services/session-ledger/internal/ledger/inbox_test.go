@@ -86,16 +86,16 @@ func TestInboxSubjectMustNameTheSession(t *testing.T) {
 	ev, _ := events.New("mine", chunk("misfiled"))
 	msg := []byte(mustMarshal(t, ev))
 	js := r.store.JetStream()
-	if _, err := js.Publish(ctx, events.InboxSubject("theirs"), msg); err != nil {
+	if _, err := js.Publish(ctx, events.DefaultClient.Inbox("theirs"), msg); err != nil {
 		t.Fatal(err)
 	}
 	chunkOnNew, _ := events.New("mine", chunk("not a start"))
-	if _, err := js.Publish(ctx, events.InboxNew, []byte(mustMarshal(t, chunkOnNew))); err != nil {
+	if _, err := js.Publish(ctx, events.DefaultClient.Inbox(""), []byte(mustMarshal(t, chunkOnNew))); err != nil {
 		t.Fatal(err)
 	}
 	// A start without a subject on rath.inbox.<id> takes that ID.
 	start, _ := events.New("", &events.SessionStarted{Task: "named by the inbox"})
-	if _, err := js.Publish(ctx, events.InboxSubject("from-inbox"), []byte(mustMarshal(t, start))); err != nil {
+	if _, err := js.Publish(ctx, events.DefaultClient.Inbox("from-inbox"), []byte(mustMarshal(t, start))); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)

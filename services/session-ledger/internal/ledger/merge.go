@@ -28,6 +28,10 @@ func (l *Ledger) Merge(ctx context.Context, req api.MergeRequest) (api.Ack, erro
 	if err != nil {
 		return api.Ack{}, err
 	}
+	// The target is admitted where the merge event is appended.
+	if err := admit(ctx, src, req.Source, ""); err != nil {
+		return api.Ack{}, err
+	}
 	srcSegs, err := l.lineageOf(ctx, req.Source)
 	if err != nil {
 		return api.Ack{}, err

@@ -65,9 +65,13 @@ func (l *Ledger) List(ctx context.Context, f api.ListRequest) ([]eventstore.Reco
 	if err != nil {
 		return nil, unavailable(err)
 	}
+	p := principalOf(ctx)
 	out := recs[:0]
 next:
 	for _, r := range recs {
+		if !p.IsService() && tenantOfRecord(r) != p.Tenant {
+			continue
+		}
 		if f.Status != "" && r.Status != f.Status {
 			continue
 		}
@@ -79,6 +83,14 @@ next:
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// tenantOfRecord is the tenant of an indexed session.
+func tenantOfRecord(r eventstore.Record) string {
+	if r.Tenant == "" {
+		return events.DefaultTenant
+	}
+	return r.Tenant
 }
 
 // Lineage returns the lineage graph around a session.

@@ -15,7 +15,7 @@ import (
 // otherwise) and returns the ledger's error, if any.
 func rawAppend(t *testing.T, r *rig, hdr nats.Header, body string) (api.Ack, error) {
 	t.Helper()
-	msg := nats.NewMsg(events.SubjectAppend)
+	msg := nats.NewMsg(events.DefaultClient.Ledger(events.OpAppend))
 	for k, v := range hdr {
 		msg.Header[k] = v
 	}

@@ -49,39 +49,49 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		sem  = make(chan struct{}, maxInflightRequests)
 		subs []*nats.Subscription
 	)
-	handle := func(subject string, fn func(context.Context, *nats.Msg) (any, error)) error {
-		sub, err := nc.QueueSubscribe(subject, events.LedgerQueue, func(m *nats.Msg) {
+	handle := func(op string, fn func(context.Context, *nats.Msg) (any, error)) error {
+		sub, err := nc.QueueSubscribe(events.LedgerFilter(op), events.LedgerQueue, func(m *nats.Msg) {
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 				defer cancel()
-				res, err := fn(rctx, m)
+				// The server let the asker publish on this subject only
+				// under its own name: that names who asks.
+				p, _, err := events.ParseRequest(m.Subject, events.LedgerPrefix)
+				if err != nil {
+					l.reply(m, nil, api.Errorf(api.CodeMalformed, "%v", err))
+					return
+				}
+				res, err := fn(withPrincipal(rctx, p), m)
 				l.reply(m, res, err)
 			}()
 		})
 		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", subject, err)
+			return fmt.Errorf("subscribe %s: %w", op, err)
 		}
 		subs = append(subs, sub)
 		return nil
 	}
-	for subject, fn := range map[string]func(context.Context, *nats.Msg) (any, error){
-		events.SubjectAppend:  l.handleAppend,
-		events.SubjectBatch:   l.handleBatch,
-		events.SubjectState:   l.handleState,
-		events.SubjectLog:     l.handleLog,
-		events.SubjectList:    l.handleList,
-		events.SubjectLineage: l.handleLineage,
-		events.SubjectFork:    l.handleFork,
-		events.SubjectMerge:   l.handleMerge,
-		events.SubjectVerify:  l.handleVerify,
-		events.SubjectSchema:  l.handleSchema,
-		events.SubjectKeys:    l.handleKeys,
-		events.SubjectArchive: l.handleArchive,
+	for op, fn := range map[string]func(context.Context, *nats.Msg) (any, error){
+		events.OpAppend:     l.handleAppend,
+		events.OpBatch:      l.handleBatch,
+		events.OpState:      l.handleState,
+		events.OpLog:        l.handleLog,
+		events.OpList:       l.handleList,
+		events.OpLineage:    l.handleLineage,
+		events.OpFork:       l.handleFork,
+		events.OpMerge:      l.handleMerge,
+		events.OpVerify:     l.handleVerify,
+		events.OpSchema:     l.handleSchema,
+		events.OpKeys:       l.handleKeys,
+		events.OpArchive:    l.handleArchive,
+		events.OpRejections: l.handleRejections,
+		events.OpPutBlob:    l.handlePutBlob,
+		events.OpGetBlob:    l.handleGetBlob,
 	} {
-		if err := handle(subject, fn); err != nil {
+		if err := handle(op, fn); err != nil {
 			inbox.stop()
 			return err
 		}
@@ -90,7 +100,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		inbox.stop()
 		return fmt.Errorf("ledger subscriptions: %w", err)
 	}
-	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", "rath.ledger.*", "inbox", events.StreamInbox)
+	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", events.LedgerPrefix+"<tenant>.<user>.<op>", "inbox", events.StreamInbox)
 	defer l.startRetention(ctx)()
 	<-ctx.Done()
 	// Drain: stop taking requests, answer the ones queued, then wait until
@@ -134,7 +144,7 @@ func (l *Ledger) reply(m *nats.Msg, res any, err error) {
 	}
 	if limit := l.maxPayload - 4096; err == nil && limit > 0 && int64(len(out.Data)) > limit {
 		// Above what NATS carries: tell the client rather than go silent.
-		le := api.Errorf(api.CodeTooLarge, "the reply to %s would be %d bytes, above the server's message limit of %d: page the log (rath.ledger.log) instead", m.Subject, len(out.Data), l.maxPayload)
+		le := api.Errorf(api.CodeTooLarge, "the reply to %s would be %d bytes, above the server's message limit of %d: page the log (the ledger's log operation) instead", m.Subject, len(out.Data), l.maxPayload)
 		out = nats.NewMsg(m.Reply)
 		out.Header.Set(api.HeaderError, string(le.Code))
 		out.Data, _ = json.Marshal(api.ErrorReply{Error: le})
@@ -176,6 +186,12 @@ func decodeRequest(m *nats.Msg, v any) error {
 // extension gets the header's, so the stored event names its producer's trace.
 func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via, rejectKey string) (a api.Ack, err error) {
 	ctx = tracing.Extract(ctx, m.Header)
+	if via == "inbox" {
+		// Who proposed is named by the inbox subject, as by a request's.
+		if p, _, err := events.ParseInbox(m.Subject); err == nil {
+			ctx = withPrincipal(ctx, p)
+		}
+	}
 	ev, perr := events.FromNATS(m.Header, m.Data)
 	if perr == nil {
 		if tp := events.Traceparent(ev); tp == "" {
@@ -218,8 +234,9 @@ func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via, rejectKey string
 func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, ev event.Event, refusal error, key string) error {
 	le := &api.Error{Code: api.CodeOf(refusal), Message: refusal.Error()}
 	errors.As(refusal, &le)
+	p := principalOf(ctx)
 	r := eventstore.Rejection{
-		Time: l.now(), Session: ev.Subject(), EventID: ev.ID(), Type: ev.Type(),
+		Time: l.now(), Session: ev.Subject(), EventID: ev.ID(), Type: ev.Type(), Actor: p.String(), Tenant: p.Tenant,
 		Code: string(le.Code), Message: le.Message, Via: via, Ledger: l.cfg.Name,
 	}
 	// A proposal that is not UTF-8 is recorded as text, its bad bytes
@@ -256,12 +273,18 @@ func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := decodeRequest(m, &r); err != nil {
 		return nil, err
 	}
+	if err := l.readable(ctx, r.Session); err != nil {
+		return nil, err
+	}
 	return l.State(ctx, r.Session, r.At)
 }
 
 func (l *Ledger) handleLog(ctx context.Context, m *nats.Msg) (any, error) {
 	var r api.LogRequest
 	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	if err := l.readable(ctx, r.Session); err != nil {
 		return nil, err
 	}
 	evs, more, err := l.Log(ctx, r.Session, r.From, r.To, r.Limit)
@@ -299,6 +322,9 @@ func (l *Ledger) handleLineage(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := events.ValidateSessionID(r.Session); err != nil {
 		return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
+	if err := l.readable(ctx, r.Session); err != nil {
+		return nil, err
+	}
 	return l.Lineage(ctx, r.Session)
 }
 
@@ -323,6 +349,9 @@ func (l *Ledger) handleVerify(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := decodeRequest(m, &r); err != nil {
 		return nil, err
 	}
+	if err := l.readable(ctx, r.Session); err != nil {
+		return nil, err
+	}
 	return l.Verify(ctx, r.Session)
 }
 
@@ -344,3 +373,83 @@ func (l *Ledger) handleSchema(_ context.Context, m *nats.Msg) (any, error) {
 }
 
 func (l *Ledger) handleKeys(context.Context, *nats.Msg) (any, error) { return l.Keys() }
+
+// maxRejectionsPage bounds one page of rejection records.
+const (
+	maxRejectionsPage      = 256
+	maxRejectionsPageBytes = 1 << 20
+)
+
+// handleRejections pages the rejections of the asker's tenant (every
+// tenant's, for a service).
+func (l *Ledger) handleRejections(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.RejectionsRequest
+	if len(m.Data) > 0 {
+		if err := decodeRequest(m, &r); err != nil {
+			return nil, err
+		}
+	}
+	if r.Session != "" && r.Session != events.UnknownSession {
+		if err := events.ValidateSessionID(r.Session); err != nil {
+			return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
+		}
+	}
+	limit := r.Limit
+	if limit <= 0 || limit > maxRejectionsPage {
+		limit = maxRejectionsPage
+	}
+	tenant := ""
+	if p := principalOf(ctx); !p.IsService() {
+		tenant = p.Tenant
+	}
+	reply := api.RejectionsReply{Rejections: []json.RawMessage{}}
+	size := 0
+	err := eventstore.ScanRejections(ctx, l.store, tenant, r.Session, r.After+1, func(seq uint64, body []byte) error {
+		if len(reply.Rejections) == limit || size+len(body) > maxRejectionsPageBytes && len(reply.Rejections) > 0 {
+			reply.More = true
+			return errStop
+		}
+		reply.Rejections = append(reply.Rejections, json.RawMessage(body))
+		reply.Next = seq
+		size += len(body)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, unavailable(err)
+	}
+	return reply, nil
+}
+
+// handlePutBlob stores the request body as a blob and answers its reference.
+func (l *Ledger) handlePutBlob(ctx context.Context, m *nats.Msg) (any, error) {
+	ref, err := l.store.PutBlob(ctx, m.Data)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return api.BlobRef{Ref: ref}, nil
+}
+
+// handleGetBlob answers one page of a blob. A blob is found by its content
+// hash, which only the events that reference it carry; there is no listing.
+func (l *Ledger) handleGetBlob(ctx context.Context, m *nats.Msg) (any, error) {
+	var r api.BlobRequest
+	if err := decodeRequest(m, &r); err != nil {
+		return nil, err
+	}
+	if r.Offset < 0 {
+		return nil, api.Errorf(api.CodeOutOfRange, "blob offset %d is negative", r.Offset)
+	}
+	data, size, err := l.store.ReadBlob(ctx, r.Ref, r.Offset, api.BlobPage)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+		return nil, api.Errorf(api.CodeNotFound, "%v", err)
+	case errors.Is(err, eventstore.ErrBadRef):
+		return nil, api.Errorf(api.CodeMalformed, "%v", err)
+	case err != nil:
+		return nil, unavailable(err)
+	}
+	if r.Offset > size {
+		return nil, api.Errorf(api.CodeOutOfRange, "blob %s has %d bytes, offset %d is past its end", r.Ref, size, r.Offset)
+	}
+	return api.BlobReply{Ref: r.Ref, Size: size, Offset: r.Offset, Data: data}, nil
+}

@@ -33,7 +33,7 @@ func forge(t *testing.T, r *rig, id string, data any, key *events.SigningKey) ui
 		t.Fatal(err)
 	}
 	kind, _ := events.Lookup(ev.Type())
-	if _, err := r.store.JetStream().Publish(ctx, events.SessionSubject(id, kind.Token), body); err != nil {
+	if _, err := r.store.JetStream().Publish(ctx, events.SessionSubject(events.DefaultTenant, id, kind.Token), body); err != nil {
 		t.Fatal(err)
 	}
 	return rep.Head + 1

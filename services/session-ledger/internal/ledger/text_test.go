@@ -83,7 +83,7 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 
 	t.Run("batch", func(t *testing.T) {
 		n := len(r.rejections(t, "unknown"))
-		msg := nats.NewMsg(events.SubjectBatch)
+		msg := nats.NewMsg(events.DefaultClient.Ledger(events.OpBatch))
 		msg.Data = []byte("[" + chunkWith("bt1", `\ud800`) + "," + chunkWith("bt2", "fine") + "]")
 		reply, err := r.nc.RequestMsg(msg, 5e9)
 		if err != nil {
@@ -107,7 +107,7 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 	})
 
 	t.Run("inbox", func(t *testing.T) {
-		msg := nats.NewMsg(events.InboxSubject("txt"))
+		msg := nats.NewMsg(events.DefaultClient.Inbox("txt"))
 		msg.Header.Set("Content-Type", events.ContentTypeStructured)
 		msg.Data = []byte(strings.Replace(chunkWith("ib1", "x"), `"specversion":"1.0"`, `"specversion":"0.3"`, 1))
 		if err := r.nc.PublishMsg(msg); err != nil {

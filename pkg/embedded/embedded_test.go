@@ -1,0 +1,77 @@
+package embedded_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/pkg/events"
+)
+
+// A tenant's user added while the server runs is refused until SetUsers
+// reloads the identities, then connects with its own permissions; the
+// services' connections stay up across the reload.
+func TestSetUsersAddsATenantUserLive(t *testing.T) {
+	dir := t.TempDir()
+	set, err := auth.Ensure(filepath.Join(dir, "creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: dir, Users: set.Identities()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	connect := func(path string) (*nats.Conn, error) {
+		opts, _, err := auth.Options(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nats.Connect(ns.ClientURL(), opts...)
+	}
+	ledger, err := connect(set.Path(auth.RoleLedger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ledger.Close()
+
+	alice := events.Principal{Tenant: "acme", User: "alice"}
+	id, err := set.AddUser(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := connect(id.Path); !errors.Is(err, nats.ErrAuthorization) {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("a user the server was not given connects: %v", err)
+	}
+	if err := embedded.SetUsers(ns, set.Identities()); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connect(id.Path)
+	if err != nil {
+		t.Fatalf("alice after the reload: %v", err)
+	}
+	defer nc.Close()
+	// Her permissions are a client's of acme: her replies, not bob's.
+	if _, err := nc.SubscribeSync("_INBOX.acme.alice.x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.LastError(); err != nil {
+		t.Fatalf("alice subscribes to her replies: %v", err)
+	}
+	if !ledger.IsConnected() {
+		t.Fatal("the ledger's connection did not survive the reload")
+	}
+	if err := embedded.SetUsers(ns, nil); err == nil {
+		t.Fatal("SetUsers with no users would open the server to anyone")
+	}
+}

@@ -1,0 +1,314 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/service"
+)
+
+var (
+	alice = events.Principal{Tenant: "acme", User: "alice"}
+	carol = events.Principal{Tenant: "acme", User: "carol"}
+	bob   = events.Principal{Tenant: "globex", User: "bob"}
+)
+
+// tenantRig runs a ledger and connects users of two tenants, each with the
+// permissions the server gives a tenant's user.
+type tenantRig struct {
+	url           string
+	admin         *nats.Conn
+	alice, carol  *client.Client
+	bob           *client.Client
+	bobNC         *nats.Conn
+	bobViolations chan error
+}
+
+func newTenantRig(t *testing.T) *tenantRig {
+	t.Helper()
+	ns, admin := natstest.Start(t)
+	url := ns.ClientURL()
+	lnc := natstest.ConnectAs(t, url, auth.RoleLedger)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, lnc, service.ConfigIn(t.TempDir()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ledger: %v", err)
+		}
+	})
+	r := &tenantRig{url: url, admin: admin, bobViolations: make(chan error, 16)}
+	newClient := func(nc *nats.Conn, p events.Principal) *client.Client {
+		c, err := client.New(nc, client.As(p), client.WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	r.alice = newClient(natstest.ConnectUser(t, url, alice), alice)
+	r.carol = newClient(natstest.ConnectUser(t, url, carol), carol)
+	// Bob's denials are what the test looks for: collect them.
+	r.bobNC = natstest.ConnectUser(t, url, bob, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			r.bobViolations <- err
+		}
+	}))
+	r.bob = newClient(r.bobNC, bob)
+	return r
+}
+
+// violation waits for the server to report a permission violation on bob's
+// connection naming subject.
+func (r *tenantRig) violation(t *testing.T, subject string) {
+	t.Helper()
+	select {
+	case err := <-r.bobViolations:
+		if !strings.Contains(err.Error(), subject) {
+			t.Fatalf("violation %v, want one naming %s", err, subject)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no permission violation for %s", subject)
+	}
+}
+
+func wantCode(t *testing.T, what string, err error, code api.Code) {
+	t.Helper()
+	if api.CodeOf(err) != code {
+		t.Fatalf("%s: %v, want %s", what, err, code)
+	}
+}
+
+// A user of one tenant can neither read, watch, fork, merge, append to,
+// archive nor export another tenant's sessions, nor read its rejections or
+// list its sessions; a session of another tenant does not exist for it. A
+// user of the same tenant can do all of it.
+func TestTenantsAreIsolated(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+
+	if _, err := r.alice.Start(ctx, "a1", events.SessionStarted{Task: "acme's work"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.alice.Emit(ctx, "a1", &events.ChunkAppended{Role: events.RoleUser, Content: "acme's secret"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.bob.Start(ctx, "b1", events.SessionStarted{Task: "globex's work"}); err != nil {
+		t.Fatal(err)
+	}
+	// A refusal of alice's, recorded under acme.
+	_, err := r.alice.Emit(ctx, "a1", &events.SessionResumed{Reason: "not paused"})
+	wantCode(t, "alice resumes an active session", err, api.CodeTransition)
+	before, err := r.alice.State(ctx, "a1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Carol, of the same tenant, sees and works alice's session.
+	if st, err := r.carol.State(ctx, "a1", 0); err != nil || st.Seq != before.Seq || st.Tenant != "acme" {
+		t.Fatalf("carol reads a1: %+v %v", st, err)
+	}
+	if _, err := r.carol.Fork(ctx, api.ForkRequest{Parent: "a1", ID: "a1-fork"}); err != nil {
+		t.Fatalf("carol forks a1: %v", err)
+	}
+
+	// Bob, of another tenant: every operation on a1 answers not_found.
+	_, err = r.bob.State(ctx, "a1", 0)
+	wantCode(t, "bob reads a1's state", err, api.CodeNotFound)
+	_, err = r.bob.Log(ctx, "a1", 1, 0, 0)
+	wantCode(t, "bob reads a1's log", err, api.CodeNotFound)
+	_, err = r.bob.Verify(ctx, "a1")
+	wantCode(t, "bob verifies a1", err, api.CodeNotFound)
+	_, err = r.bob.Lineage(ctx, "a1")
+	wantCode(t, "bob reads a1's lineage", err, api.CodeNotFound)
+	_, err = r.bob.Lineage(ctx, "a1-fork")
+	wantCode(t, "bob reads the lineage of a1's fork", err, api.CodeNotFound)
+	_, err = r.bob.Emit(ctx, "a1", &events.ChunkAppended{Role: events.RoleUser, Content: "globex was here"})
+	wantCode(t, "bob appends to a1", err, api.CodeNotFound)
+	_, err = r.bob.Fork(ctx, api.ForkRequest{Parent: "a1", ID: "stolen"})
+	wantCode(t, "bob forks a1", err, api.CodeNotFound)
+	_, err = r.bob.Merge(ctx, api.MergeRequest{Target: "b1", Source: "a1"})
+	wantCode(t, "bob merges a1 into b1", err, api.CodeNotFound)
+	_, err = r.bob.Merge(ctx, api.MergeRequest{Target: "a1", Source: "b1"})
+	wantCode(t, "bob merges b1 into a1", err, api.CodeNotFound)
+	_, err = r.bob.Close(ctx, "a1", "mine now", "")
+	wantCode(t, "bob closes a1", err, api.CodeNotFound)
+	_, err = r.bob.Archive(ctx, api.ArchiveRequest{Session: "a1"})
+	wantCode(t, "bob archives a1", err, api.CodeNotFound)
+	_, err = r.bob.Start(ctx, "a1", events.SessionStarted{Task: "take over"})
+	wantCode(t, "bob starts a session with a1's ID", err, api.CodeExists)
+	if err != nil && strings.Contains(err.Error(), "head") {
+		t.Errorf("the refusal tells bob about a1: %v", err)
+	}
+	// Fire-and-forget: refused and recorded, under globex.
+	ev, _ := events.New("a1", &events.ChunkAppended{Role: events.RoleUser, Content: "via the inbox"})
+	if err := r.bob.Propose(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	var bobs []eventstore.Rejection
+	inbox := func() *eventstore.Rejection {
+		for i := range bobs {
+			if bobs[i].Via == "inbox" {
+				return &bobs[i]
+			}
+		}
+		return nil
+	}
+	for deadline := time.Now().Add(10 * time.Second); inbox() == nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's inbox proposal was not refused: %+v", bobs)
+		}
+		waitForLedger(t, r.admin)
+		bobs = bobs[:0]
+		if err := r.bob.Rejections(ctx, "", func(rj eventstore.Rejection) error {
+			bobs = append(bobs, rj)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rj := range bobs {
+		if rj.Tenant != "globex" || rj.Actor != "globex/bob" {
+			t.Errorf("bob reads a rejection that is not his: %+v", rj)
+		}
+	}
+	if got := inbox(); got.Session != "a1" || got.Code != string(api.CodeNotFound) {
+		t.Errorf("bob's inbox proposal to a1: %+v, want refused as not found", got)
+	}
+	// Lists and rejections show each tenant its own.
+	list, err := r.bob.List(ctx, api.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != "b1" || list[0].Tenant != "globex" {
+		t.Errorf("bob lists %+v, want b1 only", list)
+	}
+	var alices []eventstore.Rejection
+	if err := r.alice.Rejections(ctx, "", func(rj eventstore.Rejection) error {
+		alices = append(alices, rj)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(alices) != 1 || alices[0].Actor != "acme/alice" || alices[0].Session != "a1" {
+		t.Errorf("alice's rejections: %+v, want her refused resume only", alices)
+	}
+
+	// Nothing of bob's reached a1.
+	after, err := r.alice.State(ctx, "a1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Seq != before.Seq || after.Hash != before.Hash || after.Status != before.Status {
+		t.Fatalf("a1 changed: %d %s -> %d %s", before.Seq, before.Status, after.Seq, after.Status)
+	}
+
+	// The server itself refuses bob anything outside his names: acme's
+	// live subjects, alice's requests, the stream and its API.
+	if _, err := r.bobNC.Subscribe(events.TenantLiveWildcard("acme"), func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	r.violation(t, "rath.session.acme.>")
+	if err := r.bobNC.Publish(alice.Ledger(events.OpState), []byte(`{"session":"a1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	r.violation(t, "rath.ledger.acme.alice.state")
+	for _, subject := range []string{
+		"$JS.API.STREAM.INFO." + events.StreamSessions,
+		"$JS.API.DIRECT.GET." + events.StreamSessions,
+		"$JS.API.CONSUMER.CREATE." + events.StreamSessions,
+		events.SessionSubject("acme", "a1", "conversation"),
+		"$O.rath-blobs.M.x",
+	} {
+		if err := r.bobNC.Publish(subject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		r.violation(t, subject)
+	}
+	if _, err := r.bobNC.Subscribe("_INBOX.acme.alice.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	r.violation(t, "_INBOX.acme.alice.>")
+}
+
+// waitForLedger lets the ledger decide what it has in hand: a round trip
+// through it, answered once earlier inbox deliveries were taken.
+func waitForLedger(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	if _, err := nc.Request(events.Service("admin").Ledger(events.OpKeys), []byte(`{}`), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The ledger stamps who proposed each event, from the subject it arrived
+// on: a proposed actor or tenant is discarded; approvals, lifecycle changes
+// and the session's tenant name the authenticated users.
+func TestActorIsStampedNotClaimed(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+	start, err := events.New("s", &events.SessionStarted{Task: "stamped"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start.SetExtension(events.ExtActor, "globex/bob")
+	start.SetExtension(events.ExtTenant, "globex")
+	if _, err := r.alice.Append(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.alice.Emit(ctx, "s", &events.ApprovalRequested{ApprovalID: "ap1", Action: "git push"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.carol.Emit(ctx, "s", &events.ApprovalGranted{ApprovalID: "ap1", By: "the CEO"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.carol.Pause(ctx, "s", "lunch"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.alice.State(ctx, "s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Tenant != "acme" {
+		t.Errorf("tenant %q, want acme (the proposer's, not the claimed globex)", st.Tenant)
+	}
+	ap := st.Approvals["ap1"]
+	if ap.RequestedBy != "acme/alice" || ap.Actor != "acme/carol" || ap.By != "the CEO" {
+		t.Errorf("approval %+v: want requested by acme/alice, decided by acme/carol (claiming the CEO)", ap)
+	}
+	if st.StatusBy != "acme/carol" {
+		t.Errorf("paused by %q, want acme/carol", st.StatusBy)
+	}
+	log, err := r.alice.Log(ctx, "s", 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"acme/alice", "acme/alice", "acme/carol", "acme/carol"}
+	for i, ev := range log {
+		if ev.Actor != want[i] {
+			t.Errorf("event %d (%s) stamped %q, want %q", ev.Seq, ev.Type, ev.Actor, want[i])
+		}
+		if (ev.Tenant != "") != (i == 0) || i == 0 && ev.Tenant != "acme" {
+			t.Errorf("event %d carries tenant %q", ev.Seq, ev.Tenant)
+		}
+	}
+	// The stamps are under the chain hash and the signature.
+	rep, err := r.alice.Verify(ctx, "s")
+	if err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
