@@ -18,6 +18,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -48,6 +49,9 @@ type Config struct {
 	// answer the agent's recall before the turn fails; 0 is
 	// DefaultRecallWait.
 	RecallWait time.Duration
+	// States is where the worker reads sessions' states (ADR 0016); nil is
+	// a cache of fold.DefaultMaxBytes over the worker's store.
+	States *fold.Cache
 }
 
 // Worker takes agent turns.
@@ -64,6 +68,9 @@ type Worker struct {
 
 // New returns a worker.
 func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library, cfg Config, log *slog.Logger) *Worker {
+	if cfg.States == nil {
+		cfg.States = fold.NewCache(store, fold.CacheConfig{})
+	}
 	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{}}
 }
 
@@ -83,7 +90,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		return consume.Permanent(err)
 	}
 	req := d.(*events.TurnRequested)
-	st, err := w.c.State(ctx, ev.Session, 0)
+	st, err := w.cfg.States.State(ctx, ev.Session, 0)
 	if err != nil {
 		return err
 	}
