@@ -69,7 +69,10 @@ type Cache struct {
 // entry is one session's folded state. st is folded up to some sequence;
 // tail holds the session's own events read after it and not folded yet (a
 // caller asked for an earlier sequence than the head, and may ask for the
-// next ones). Its mutex serialises every use of the session.
+// next ones); head, while the tail is not empty and a caller asked for it,
+// is st with the tail folded in, kept up to date as events are read, so a
+// burst of events costs each one fold into each state, not a fold of the
+// whole tail per call. Its mutex serialises every use of the session.
 type entry struct {
 	id string
 	mu sync.Mutex
@@ -77,7 +80,10 @@ type entry struct {
 	st        *session.State // nil until loaded
 	streamSeq uint64         // stream sequence of the last event read (folded or in tail)
 	tail      []events.Stored
-	size      int64 // approximate bytes of st and tail
+	head      *session.State // nil: st is the head, or nobody asked
+	// Approximate bytes of st, tail and head: a state's JSON size when
+	// loaded, plus the stored size of each event folded into it since.
+	stSize, tailSize, headSize int64
 	counted   int64 // what c.bytes holds for this entry (under c.mu)
 	dropped   bool  // evicted (under c.mu)
 }
@@ -165,13 +171,18 @@ func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState
 	if len(e.tail) == 0 {
 		return atState, atState, nil
 	}
-	head = e.st.View()
-	for _, ev := range e.tail {
-		if err := c.reader.Fold(ctx, head, ev); err != nil {
-			return nil, nil, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err)
+	if e.head == nil {
+		head := e.st.View()
+		for _, ev := range e.tail {
+			if err := c.reader.Fold(ctx, head, ev); err != nil {
+				return nil, nil, c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
+			}
 		}
+		e.head = head
+		// About as much again: the head's slices part from st's as it grows.
+		e.headSize = e.stSize + e.tailSize
 	}
-	return atState, head, nil
+	return atState, e.head.View(), nil
 }
 
 // stateAt serves State(at) for at > 0; the caller holds e.mu.
@@ -245,13 +256,20 @@ func (c *Cache) load(ctx context.Context, e *entry, at uint64) error {
 	if err != nil {
 		return fmt.Errorf("load session %s: %w", e.id, err)
 	}
-	size := int64(0)
-	if b, err := json.Marshal(st); err == nil {
-		size = int64(len(b))
-	}
 	c.loads.Add(1)
-	e.st, e.streamSeq, e.tail, e.size = st, streamSeq, nil, size
+	e.st, e.streamSeq, e.tail, e.head = st, streamSeq, nil, nil
+	e.stSize, e.tailSize, e.headSize = approxSize(st), 0, 0
 	return nil
+}
+
+// approxSize is a state's JSON size, what the cache counts it as when it
+// loads it (a load is O(state) already).
+func approxSize(st *session.State) int64 {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return 0
+	}
+	return int64(len(b))
 }
 
 // refresh reads the session's own events stored after the last one read
@@ -266,9 +284,15 @@ func (c *Cache) refresh(ctx context.Context, e *entry) error {
 		if ev.Session != e.id || ev.Seq != next {
 			return api.Errorf(api.CodeDamaged, "session %s: after sequence %d its log holds %s's event %d at stream sequence %d", e.id, next-1, ev.Session, ev.Seq, m.StreamSeq)
 		}
+		if e.head != nil {
+			if err := c.reader.Fold(ctx, e.head, ev); err != nil {
+				return err
+			}
+			e.headSize += int64(len(ev.Raw))
+		}
 		e.tail = append(e.tail, ev)
 		e.streamSeq = m.StreamSeq
-		e.size += int64(len(ev.Raw))
+		e.tailSize += int64(len(ev.Raw))
 		next++
 		return nil
 	})
@@ -288,11 +312,14 @@ func (c *Cache) foldTail(ctx context.Context, e *entry, upTo uint64) error {
 		if err := c.reader.Fold(ctx, e.st, ev); err != nil {
 			return c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
 		}
+		e.stSize += int64(len(ev.Raw))
+		e.tailSize -= int64(len(ev.Raw))
 		n++
 	}
 	e.tail = e.tail[n:]
 	if len(e.tail) == 0 {
 		e.tail = nil // let the folded events go
+		e.head, e.headSize, e.tailSize = nil, 0, 0 // st is the head again
 	}
 	return nil
 }
@@ -300,7 +327,8 @@ func (c *Cache) foldTail(ctx context.Context, e *entry, upTo uint64) error {
 // fail forgets an entry whose state may be half folded: the next use loads
 // it again.
 func (c *Cache) fail(e *entry, err error) error {
-	e.st, e.tail, e.streamSeq, e.size = nil, nil, 0, 0
+	e.st, e.tail, e.head, e.streamSeq = nil, nil, nil, 0
+	e.stSize, e.tailSize, e.headSize = 0, 0, 0
 	return err
 }
 
@@ -336,8 +364,9 @@ func (c *Cache) account(e *entry) {
 		}
 		return
 	}
-	c.bytes += e.size - e.counted
-	e.counted = e.size
+	size := e.stSize + e.tailSize + e.headSize
+	c.bytes += size - e.counted
+	e.counted = size
 	for c.bytes > c.max {
 		last := c.lru.Back()
 		old := last.Value.(*entry)
