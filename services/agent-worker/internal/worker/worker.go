@@ -112,9 +112,18 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	agent = withModelLabels(agent, st.Labels)
 	// A redelivered turn whose model answer is recorded already is finished
 	// from the log, not asked again: the model need not answer the same way.
-	resp, found, partial, err := t.recorded(ctx, st.Turn.Seq)
-	if err != nil {
-		return err
+	// What the worker records for a request comes after it, so when the
+	// request is the head (the usual first delivery) there is nothing to
+	// read: the log read costs the nearest snapshot, as large as the state.
+	var (
+		resp    provider.Response
+		found   bool
+		partial map[uint64]bool
+	)
+	if st.Seq > ev.Seq {
+		if resp, found, partial, err = t.recorded(ctx, st.Turn.Seq); err != nil {
+			return err
+		}
 	}
 	if found && resp.StopReason == provider.StopToolUse && len(resp.ToolCalls) == 0 {
 		// Recorded before tool calls were written ahead of the model call:
