@@ -98,8 +98,8 @@ func (h *harness) runLong(ctx context.Context) error {
 				verdict = "**missed**"
 			}
 			return row{id: "L1",
-				what: fmt.Sprintf("%s: at ~%d events (%d hops) vs at ~10 (%d hops)", what, prefix, len(l), len(s)),
-				rath: fmt.Sprintf("at %d: %s; at 10: %s", prefix, l, s),
+				what:  fmt.Sprintf("%s: at ~%d events (%d hops) vs at ~10 (%d hops)", what, prefix, len(l), len(s)),
+				rath:  fmt.Sprintf("at %d: %s; at 10: %s", prefix, l, s),
 				ratio: fmt.Sprintf("%.2f (long ÷ short p50)", ratio), target: "≤ 1.5: " + verdict}
 		}
 		a.rows = append(a.rows,

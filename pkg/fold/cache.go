@@ -84,8 +84,8 @@ type entry struct {
 	// Approximate bytes of st, tail and head: a state's JSON size when
 	// loaded, plus the stored size of each event folded into it since.
 	stSize, tailSize, headSize int64
-	counted   int64 // what c.bytes holds for this entry (under c.mu)
-	dropped   bool  // evicted (under c.mu)
+	counted                    int64 // what c.bytes holds for this entry (under c.mu)
+	dropped                    bool  // evicted (under c.mu)
 }
 
 // NewCache returns a cache reading from store.
@@ -318,7 +318,7 @@ func (c *Cache) foldTail(ctx context.Context, e *entry, upTo uint64) error {
 	}
 	e.tail = e.tail[n:]
 	if len(e.tail) == 0 {
-		e.tail = nil // let the folded events go
+		e.tail = nil                               // let the folded events go
 		e.head, e.headSize, e.tailSize = nil, 0, 0 // st is the head again
 	}
 	return nil
