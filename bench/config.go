@@ -21,13 +21,14 @@ const (
 	sectionMemory = "memory"
 	sectionAgents = "agents"
 	sectionRecall = "recall"
+	sectionLong   = "long"
 )
 
 // The agents section runs first: its workers' durable consumers start at the
 // beginning of the sessions stream, which the other sections fill with
 // millions of events (100k sessions in the memory section alone) that a
 // fresh selector would first have to route past.
-var allSections = []string{sectionAgents, sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionRecall}
+var allSections = []string{sectionAgents, sectionLong, sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionRecall}
 
 // config is the whole configuration of one run.
 type config struct {

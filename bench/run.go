@@ -257,6 +257,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runAgents(ctx)
 	case sectionRecall:
 		err = h.runRecall(ctx)
+	case sectionLong:
+		err = h.runLong(ctx)
 	}
 	return errors.Join(err, stop())
 }

@@ -124,6 +124,9 @@ func Start(cfg Config) (*server.Server, error) {
 var started sync.Map // *server.Server -> *server.Options
 
 func nkeyUsers(users []auth.Identity) []*server.NkeyUser {
+	if len(users) == 0 {
+		return nil // the server then asks for no authentication at all
+	}
 	out := make([]*server.NkeyUser, 0, len(users))
 	for _, u := range users {
 		out = append(out, &server.NkeyUser{Nkey: u.PublicKey, Permissions: Permissions(u.Permissions())})

@@ -40,6 +40,11 @@ var Masked = map[string]bool{
 	// A recall's ranking scores depend on every item in the memory store;
 	// a replay's private store holds only what the tree recalled and wrote.
 	"score": true,
+	// The trigger's sequence in a decision's inputs depends on how the
+	// producers' events interleaved (a selector's memory decision and a
+	// tool runner's result race for the same sequence); the decision's
+	// causation names the trigger, and is compared.
+	"event.seq": true,
 }
 
 // MaskedValue stands for a masked field's value.

@@ -18,6 +18,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -31,6 +32,7 @@ type server struct {
 	t         Tool
 	durable   string
 	c         *client.Client
+	states    *fold.Cache
 	store     *eventstore.Store
 	workflows *workflow.Library
 	schema    *jsonschema.Schema
@@ -47,7 +49,7 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	if req.Tool != s.t.Name {
 		return nil
 	}
-	st, err := s.c.State(ctx, ev.Session, 0)
+	st, err := s.states.State(ctx, ev.Session, 0)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/workflow"
 )
 
@@ -109,6 +110,8 @@ type options struct {
 	log     *slog.Logger
 	workers int
 	as      events.Principal
+	states  *fold.Cache
+	bytes   int64
 }
 
 // As sets the principal the server records its results as: the one its
@@ -122,6 +125,17 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithWorkers sets how many calls run at once (default 8). Calls of one
 // session always run one at a time, in order.
 func WithWorkers(n int) Option { return func(o *options) { o.workers = n } }
+
+// WithStateCache bounds the server's cache of folded session states in
+// approximate bytes (default fold.DefaultMaxBytes): each call is checked
+// against its session's state, which the server keeps folded and brings up
+// to date from the session's log (ADR 0016).
+func WithStateCache(bytes int64) Option { return func(o *options) { o.bytes = bytes } }
+
+// WithStates makes the server read sessions' states from a cache it shares
+// with its caller (a service serving a tool beside its own work); it
+// overrides WithStateCache.
+func WithStates(c *fold.Cache) Option { return func(o *options) { o.states = c } }
 
 // Serve registers t and runs its calls until ctx ends, then lets the calls
 // in progress finish (for up to consume.ShutdownGrace) and returns nil.
@@ -141,9 +155,15 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	if o.bytes < 0 {
+		return fmt.Errorf("tool server %s: state cache size must not be negative, got %d", t.Name, o.bytes)
+	}
 	store, err := attach(ctx, nc, o.log)
 	if err != nil || store == nil {
 		return err
+	}
+	if o.states == nil {
+		o.states = fold.NewCache(store, fold.CacheConfig{MaxBytes: o.bytes})
 	}
 	c, err := client.New(nc, client.As(o.as), client.WithSource(Source(t.Name)))
 	if err != nil {
@@ -155,7 +175,7 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 		}
 		return err
 	}
-	s := &server{t: t, durable: Durable(t.Name), c: c, store: store, schema: schema,
+	s := &server{t: t, durable: Durable(t.Name), c: c, states: o.states, store: store, schema: schema,
 		workflows: workflow.NewLibrary(store.GetBlob)}
 	h := consume.Handler{
 		Name: s.durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},

@@ -17,6 +17,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/workflow"
 	ledger "github.com/openrath/rath/services/session-ledger/service"
@@ -292,7 +293,7 @@ func TestRedeliveryRecordsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: tool, durable: Durable(tool.Name), c: c, store: store, schema: schema, workflows: workflow.NewLibrary(store.GetBlob)}
+	s := &server{t: tool, durable: Durable(tool.Name), c: c, states: fold.NewCache(store, fold.CacheConfig{}), store: store, schema: schema, workflows: workflow.NewLibrary(store.GetBlob)}
 	if _, err := r.c.Start(context.Background(), "s4", events.SessionStarted{}); err != nil {
 		t.Fatal(err)
 	}

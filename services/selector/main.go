@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +16,7 @@ import (
 
 func main() {
 	cfg := service.DefaultConfig()
+	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
 	daemon.Main("selector", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		return service.Run(ctx, nc, cfg, log)
 	})

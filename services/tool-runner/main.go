@@ -19,6 +19,7 @@ import (
 func main() {
 	cfg := service.DefaultConfig()
 	flag.StringVar(&cfg.Sandbox.Root, "workspaces", filepath.Join(".rath", "workspaces"), "directory of the per-session workspaces")
+	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
 	flag.StringVar(&cfg.Seeds, "seeds", ".", "directory that sessions' workspace seeds are named under")
 	flag.DurationVar(&cfg.Sandbox.Limits.Timeout, "timeout", cfg.Sandbox.Limits.Timeout, "default wall-clock limit of a command")
 	flag.Int64Var(&cfg.Sandbox.Limits.Memory, "memory", cfg.Sandbox.Limits.Memory, "address-space limit of a command in bytes (0: none)")

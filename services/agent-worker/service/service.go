@@ -14,6 +14,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
@@ -32,6 +33,8 @@ type Config struct {
 	// model; scripted agents keep their scripts. Re-execution replay
 	// (`rath replay`) sets it.
 	Recorded []events.Stored
+	// States bounds the cache of folded session states (ADR 0016).
+	States fold.CacheConfig
 }
 
 // Session labels that run a session's agents on another provider, model or
@@ -45,7 +48,7 @@ const (
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Keys: map[string]string{}}
+	return Config{Keys: map[string]string{}, States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
 }
 
 // KeysFromEnv reads the provider API keys with getenv.
@@ -70,7 +73,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("agent worker: %w", err)
 	}
-	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry}
+	if err := cfg.States.Validate(); err != nil {
+		return fmt.Errorf("agent worker config: %w", err)
+	}
+	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, States: fold.NewCache(store, cfg.States)}
 	if cfg.Recorded != nil {
 		wcfg.Override = recordedAnswers(cfg.Recorded)
 	}

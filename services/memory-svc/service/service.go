@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/toolserver"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/memory-svc/internal/memory"
@@ -30,11 +31,14 @@ type Config struct {
 	DedupeWindow time.Duration
 	// Inflight bounds the requests one process handles at once.
 	Inflight int
+	// States bounds the cache of folded session states (ADR 0016) that
+	// the remember tool and the provenance questions read.
+	States fold.CacheConfig
 }
 
 // DefaultConfig returns the defaults for one embedded server.
 func DefaultConfig() Config {
-	return Config{Replicas: 1, DedupeWindow: 10 * time.Minute, Inflight: 256}
+	return Config{Replicas: 1, DedupeWindow: 10 * time.Minute, Inflight: 256, States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
 }
 
 // Validate reports every problem at once.
@@ -49,7 +53,7 @@ func (c Config) Validate() error {
 	if c.Inflight < 1 {
 		errs = append(errs, fmt.Errorf("inflight must be positive, got %d", c.Inflight))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.States.Validate())...)
 }
 
 // Run serves memory until ctx ends, then drains: it stops taking requests,
@@ -97,12 +101,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	defer stopServing()
 	go func() { _ = waitItems(); stopServing() }()
 	go func() { _ = sessions.Wait(); stopServing() }()
-	m := memory.New(backend, items, sessions, c, memory.WithSessionIndex(store))
+	states := fold.NewCache(store, cfg.States)
+	m := memory.New(backend, items, sessions, c, memory.WithSessionIndex(store), memory.WithStates(states))
 	// The remember tool is served beside the API, by every process, from
 	// one durable consumer; if it cannot be served the service stops.
 	toolDone := make(chan error, 1)
 	go func() {
-		err := toolserver.Serve(sctx, nc, m.Remember(workflow.NewLibrary(store.GetBlob)), toolserver.WithLogger(log), toolserver.As(events.Service("memory-svc")))
+		err := toolserver.Serve(sctx, nc, m.Remember(workflow.NewLibrary(store.GetBlob)), toolserver.WithLogger(log),
+			toolserver.WithStates(states), toolserver.As(events.Service("memory-svc")))
 		if err != nil {
 			stopServing()
 		}

@@ -14,16 +14,20 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/selector/internal/selector"
 )
 
-// Config is the selector service's configuration: nothing yet, the rules
-// come with each session's workflow.
-type Config struct{}
+// Config is the selector service's configuration; the rules come with each
+// session's workflow.
+type Config struct {
+	// States bounds the cache of folded session states (ADR 0016).
+	States fold.CacheConfig
+}
 
 // DefaultConfig returns the defaults for one embedded server.
-func DefaultConfig() Config { return Config{} }
+func DefaultConfig() Config { return Config{States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}} }
 
 // Run routes sessions until ctx ends, then drains.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
@@ -39,6 +43,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("selector: %w", err)
 	}
-	s := selector.New(c, workflow.NewLibrary(store.GetBlob), log)
+	if err := cfg.States.Validate(); err != nil {
+		return fmt.Errorf("selector config: %w", err)
+	}
+	s := selector.New(c, fold.NewCache(store, cfg.States), workflow.NewLibrary(store.GetBlob), log)
 	return consume.Run(ctx, nc, s.Handler(), consume.RecordInSession(c), log)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/tool-runner/internal/mcp"
 	"github.com/openrath/rath/services/tool-runner/internal/runner"
@@ -30,16 +31,18 @@ type Config struct {
 	// MCP configures the MCP servers of workflows; an empty MCP.Path is
 	// Sandbox.Path.
 	MCP mcp.Config
+	// States bounds the cache of folded session states (ADR 0016).
+	States fold.CacheConfig
 }
 
 // DefaultConfig returns the defaults; Sandbox.Root must still be set.
 func DefaultConfig() Config {
-	return Config{Sandbox: sandbox.DefaultConfig(), MCP: mcp.DefaultConfig()}
+	return Config{Sandbox: sandbox.DefaultConfig(), MCP: mcp.DefaultConfig(), States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return errors.Join(c.Sandbox.Validate(), c.mcp().Validate())
+	return errors.Join(c.Sandbox.Validate(), c.mcp().Validate(), c.States.Validate())
 }
 
 // mcp is the MCP configuration with its defaults applied.
@@ -78,7 +81,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	defer servers.Close()
-	r := runner.New(c, store, backend, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
+	r := runner.New(c, fold.NewCache(store, cfg.States), store, backend, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
 	if err := r.Register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

@@ -67,7 +67,7 @@ func (t *turn) recall(ctx context.Context, st *session.State, wf *workflow.Workf
 	// The recall is stored (the memory service replies after the ledger's
 	// ack): read it back rather than trust the reply, which a request asked
 	// twice may answer differently from what the log holds.
-	st, err = t.w.c.State(ctx, t.ev.Session, 0)
+	st, err = t.w.cfg.States.State(ctx, t.ev.Session, 0)
 	if err != nil {
 		return nil, "", err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -48,6 +49,9 @@ type Config struct {
 	// answer the agent's recall before the turn fails; 0 is
 	// DefaultRecallWait.
 	RecallWait time.Duration
+	// States is where the worker reads sessions' states (ADR 0016); nil is
+	// a cache of fold.DefaultMaxBytes over the worker's store.
+	States *fold.Cache
 }
 
 // Worker takes agent turns.
@@ -64,6 +68,9 @@ type Worker struct {
 
 // New returns a worker.
 func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library, cfg Config, log *slog.Logger) *Worker {
+	if cfg.States == nil {
+		cfg.States = fold.NewCache(store, fold.CacheConfig{})
+	}
 	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{}}
 }
 
@@ -83,7 +90,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		return consume.Permanent(err)
 	}
 	req := d.(*events.TurnRequested)
-	st, err := w.c.State(ctx, ev.Session, 0)
+	st, err := w.cfg.States.State(ctx, ev.Session, 0)
 	if err != nil {
 		return err
 	}
@@ -105,9 +112,18 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	agent = withModelLabels(agent, st.Labels)
 	// A redelivered turn whose model answer is recorded already is finished
 	// from the log, not asked again: the model need not answer the same way.
-	resp, found, partial, err := t.recorded(ctx, st.Turn.Seq)
-	if err != nil {
-		return err
+	// What the worker records for a request comes after it, so when the
+	// request is the head (the usual first delivery) there is nothing to
+	// read: the log read costs the nearest snapshot, as large as the state.
+	var (
+		resp    provider.Response
+		found   bool
+		partial map[uint64]bool
+	)
+	if st.Seq > ev.Seq {
+		if resp, found, partial, err = t.recorded(ctx, st.Turn.Seq); err != nil {
+			return err
+		}
 	}
 	if found && resp.StopReason == provider.StopToolUse && len(resp.ToolCalls) == 0 {
 		// Recorded before tool calls were written ahead of the model call:

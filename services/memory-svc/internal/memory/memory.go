@@ -17,6 +17,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
@@ -36,6 +37,7 @@ type Memory struct {
 	sessions *Sessions
 	ledger   *client.Client
 	index    *eventstore.Store // nil: every check asks the ledger
+	states   *fold.Cache       // nil: states come from the ledger
 	now      func() time.Time
 }
 

@@ -48,7 +48,7 @@ func (m *Memory) Readers(ctx context.Context, req memoryapi.ItemRequest) (memory
 		if st, ok := states[id]; ok {
 			return st, nil
 		}
-		st, err := m.ledger.State(ctx, id, 0)
+		st, err := m.state(ctx, id, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +164,7 @@ func (m *Memory) Present(ctx context.Context, req memoryapi.PresentRequest) (mem
 	if err := validSession(req.Session); err != nil {
 		return memoryapi.PresentReply{}, err
 	}
-	st, err := m.ledger.State(ctx, req.Session, req.At)
+	st, err := m.state(ctx, req.Session, req.At)
 	if err != nil {
 		return memoryapi.PresentReply{}, fmt.Errorf("state of %s at %d: %w", req.Session, req.At, err)
 	}

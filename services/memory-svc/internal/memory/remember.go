@@ -90,7 +90,7 @@ func (m *Memory) Remember(workflows *workflow.Library) toolserver.Tool {
 
 // defaultScope is the scope of a remember call that names none.
 func (m *Memory) defaultScope(ctx context.Context, workflows *workflow.Library, call toolserver.Call) (string, error) {
-	st, err := m.ledger.State(ctx, call.Session, 0)
+	st, err := m.state(ctx, call.Session, 0)
 	if err != nil {
 		return "", fmt.Errorf("remember: read session %s: %w", call.Session, err)
 	}

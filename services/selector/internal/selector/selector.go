@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
@@ -40,13 +41,14 @@ const (
 // Selector routes the sessions that run a workflow.
 type Selector struct {
 	c         *client.Client
+	states    *fold.Cache
 	workflows *workflow.Library
 	log       *slog.Logger
 }
 
-// New returns a selector.
-func New(c *client.Client, workflows *workflow.Library, log *slog.Logger) *Selector {
-	return &Selector{c: c, workflows: workflows, log: log}
+// New returns a selector that reads sessions' states from states (ADR 0016).
+func New(c *client.Client, states *fold.Cache, workflows *workflow.Library, log *slog.Logger) *Selector {
+	return &Selector{c: c, states: states, workflows: workflows, log: log}
 }
 
 // Handler is the selector's consume handler: every kind of session event can
@@ -148,7 +150,9 @@ func classify(err error) error {
 // only guards: a closed or paused session, a decision already stored for
 // the trigger, a turn in flight, a continue already routed.
 func (s *Selector) route(ctx context.Context, ev events.Stored) error {
-	head, err := s.c.State(ctx, ev.Session, 0)
+	// Both from the cache, which stays at the trigger: the next trigger of
+	// the session costs the events in between (ADR 0016).
+	at, head, err := s.states.StateAndHead(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
 	}
@@ -171,20 +175,12 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 				return consume.Permanent(err)
 			}
 			if p.kind == workflow.RouteMemory {
-				at, err := s.stateAt(ctx, head, ev)
-				if err != nil {
-					return err
-				}
 				if p.content, err = memoryContent(at, wf.Workflow, ev, d); err != nil {
 					return err
 				}
 			}
 			return s.follow(ctx, head, wf.Workflow, ev, d.Rule, d.Reason, p, d.TurnID)
 		}
-	}
-	at, err := s.stateAt(ctx, head, ev)
-	if err != nil {
-		return err
 	}
 	var (
 		rule, reason string
@@ -261,16 +257,6 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	}
 	s.log.Info("routed", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
 	return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
-}
-
-// stateAt returns the session folded up to and including the trigger: the
-// head itself when nothing was stored after the trigger (the usual case),
-// else the ledger's fold of that prefix, which no later append can change.
-func (s *Selector) stateAt(ctx context.Context, head *session.State, ev events.Stored) (*session.State, error) {
-	if head.Seq == ev.Seq {
-		return head, nil
-	}
-	return s.c.State(ctx, head.ID, ev.Seq)
 }
 
 // follow appends the request a decision routed to. Every event it emits has

@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
@@ -241,7 +242,7 @@ func setupWith(t *testing.T, nc *nats.Conn, path string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{c: c, s: New(sc, workflow.NewLibrary(store.GetBlob), quiet), wf: wf, ref: ref}
+	return &rig{c: c, s: New(sc, fold.NewCache(store, fold.CacheConfig{}), workflow.NewLibrary(store.GetBlob), quiet), wf: wf, ref: ref}
 }
 
 func (r *rig) start(t *testing.T, id string) events.Stored {

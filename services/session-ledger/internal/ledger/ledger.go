@@ -15,6 +15,7 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -70,13 +71,11 @@ type Ledger struct {
 	entries map[string]*list.Element // of *entry, most recently used first
 	lru     *list.List
 
-	lineMu  sync.Mutex
-	lineage map[string][]segment // immutable once a session exists
+	// reader reads and folds sessions from the store; it caches lineage
+	// and parsed archive bundles.
+	reader *fold.Reader
 
 	maxPayload int64 // of the connection Serve answers on
-
-	archMu sync.Mutex
-	arch   *bundles // parsed archive bundles, for purged sessions
 }
 
 // entry is the cached head of one session. Its mutex serialises every append
@@ -129,7 +128,7 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		sign:    &signer{key: cfg.Key},
 		entries: map[string]*list.Element{},
 		lru:     list.New(),
-		lineage: map[string][]segment{},
+		reader:  fold.NewReader(store, cfg.SnapshotEvery),
 	}, nil
 }
 
@@ -241,45 +240,6 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 		e.streamSeq = m.StreamSeq
 		return nil
 	})
-}
-
-// fold applies one event of a session's own log to st, reading in the events
-// a merge takes in.
-func (l *Ledger) fold(ctx context.Context, st *session.State, ev events.Stored) error {
-	if ev.Type == events.TypeSessionMerged {
-		if err := l.foldMerged(ctx, st, ev); err != nil {
-			return err
-		}
-	}
-	session.Apply(st, ev)
-	return nil
-}
-
-func (l *Ledger) foldMerged(ctx context.Context, st *session.State, ev events.Stored) error {
-	d, err := ev.Decode()
-	if err != nil {
-		return nil // the fold never fails on old data; Apply records the head
-	}
-	m := d.(*events.SessionMerged)
-	for _, seg := range m.Segments {
-		err := l.ownEvents(ctx, seg.Session, seg.From, seg.To, func(src events.Stored, _ eventstore.Msg) error {
-			if st.Covers(src.Session, src.Seq) {
-				return nil // held already: through ancestry or an earlier merge
-			}
-			if src.Type == events.TypeSessionMerged {
-				// A merge inside the merged range brings its own segments along.
-				if err := l.foldMerged(ctx, st, src); err != nil {
-					return err
-				}
-			}
-			session.ApplyMerged(st, src)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("fold merge of %s at %d: %w", m.Source, ev.Seq, err)
-		}
-	}
-	return nil
 }
 
 // trust checks the signature of a stored event this ledger did not seal

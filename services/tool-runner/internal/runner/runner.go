@@ -27,6 +27,7 @@ import (
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -58,6 +59,7 @@ const inlineLimit = 16 << 10
 // Runner runs tool calls.
 type Runner struct {
 	c         *client.Client
+	states    *fold.Cache
 	store     *eventstore.Store
 	backend   *sandbox.Local
 	workflows *workflow.Library
@@ -68,9 +70,10 @@ type Runner struct {
 }
 
 // New returns a runner placing workspaces with backend and running MCP tools
-// on servers; seeds is the root directory of workspace seeds.
-func New(c *client.Client, store *eventstore.Store, backend *sandbox.Local, workflows *workflow.Library, servers *mcp.Pool, seeds string, log *slog.Logger) *Runner {
-	return &Runner{c: c, store: store, backend: backend, workflows: workflows, servers: servers, seeds: seeds, log: log}
+// on servers; seeds is the root directory of workspace seeds. It reads
+// sessions' states from states (ADR 0016).
+func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backend *sandbox.Local, workflows *workflow.Library, servers *mcp.Pool, seeds string, log *slog.Logger) *Runner {
+	return &Runner{c: c, states: states, store: store, backend: backend, workflows: workflows, servers: servers, seeds: seeds, log: log}
 }
 
 // Register publishes the built-in tools in the tool registry.
@@ -114,7 +117,7 @@ func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) er
 		return consume.Permanent(err)
 	}
 	req := d.(*events.ToolRequested)
-	st, err := r.c.State(ctx, ev.Session, 0)
+	st, err := r.states.State(ctx, ev.Session, 0)
 	if err != nil {
 		return err
 	}
