@@ -38,7 +38,7 @@ func assemble(session string, t *tree, blobs map[string][]byte) (*Dossier, error
 	d := &Dossier{
 		Schema: FileSchema, Format: Format, Session: session, Root: t.rootOf(session),
 		Branches: []Branch{}, Turns: []Turn{}, ToolCalls: []ToolCall{}, Sandboxes: []Placement{},
-		Memory: []Memory{}, Validations: []Validation{}, Decisions: []Decision{},
+		Memory: []Memory{}, Validations: []Validation{}, Decisions: []Decision{}, Acts: []Act{},
 		Usage: UsageReport{ByBranch: map[string]Usage{}},
 		tree:  t,
 	}
@@ -62,6 +62,7 @@ func assemble(session string, t *tree, blobs map[string][]byte) (*Dossier, error
 		d.Memory = append(d.Memory, f.memory...)
 		d.Validations = append(d.Validations, f.validations...)
 		d.Decisions = append(d.Decisions, f.decisions...)
+		d.Acts = append(d.Acts, f.acts...)
 		d.Usage.ByBranch[id] = f.branch.Usage
 		addUsage(&d.Usage.Total, f.branch.Usage)
 		candidates = append(candidates, f.candidates...)

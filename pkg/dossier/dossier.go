@@ -70,7 +70,10 @@ type Dossier struct {
 	Memory      []Memory     `json:"memory"`
 	Validations []Validation `json:"validations"`
 	Decisions   []Decision   `json:"decisions"`
-	Usage       UsageReport  `json:"usage"`
+	// Acts are the lifecycle changes, approvals and memory writes of every
+	// branch with the authenticated actor the ledger stamped on each.
+	Acts  []Act       `json:"acts"`
+	Usage UsageReport `json:"usage"`
 	// Blobs are the full results and diffs that events reference by
 	// content hash (result_ref, diff_ref), as far as the export could read
 	// them: files under blobs/, checked against their hash by Verify.
@@ -119,6 +122,7 @@ type Head struct {
 // Branch is one session of the tree and its lineage.
 type Branch struct {
 	ID          string            `json:"id"`
+	Tenant      string            `json:"tenant,omitempty"`
 	Parent      string            `json:"parent,omitempty"`
 	ForkSeq     uint64            `json:"fork_seq,omitempty"`
 	ForkHash    string            `json:"fork_hash,omitempty"`
@@ -148,6 +152,9 @@ type Branch struct {
 	MergedInto []MergeOut `json:"merged_into,omitempty"`
 	Usage      Usage      `json:"usage"`
 	Counts     Counts     `json:"counts"`
+	// Actors counts the branch's own events by who proposed them, as the
+	// ledger authenticated it (tenant/user), most events first.
+	Actors []ActorCount `json:"actors,omitempty"`
 }
 
 // MergeIn is a merge into a branch (its rath.session.merged event).
@@ -397,4 +404,23 @@ type Blob struct {
 type Key struct {
 	ID        string `json:"id"`
 	PublicKey string `json:"public_key"`
+}
+
+// ActorCount is how many of a branch's own events an actor proposed.
+type ActorCount struct {
+	Actor  string `json:"actor"`
+	Events int    `json:"events"`
+}
+
+// Act is an event a person or service is answerable for: a lifecycle
+// change, an approval asked or decided, a memory write or retraction.
+// Actor is who proposed it, as the ledger stamped it (empty on events
+// stored before actors were stamped); By is the name the event itself
+// claims (an approval's by), which nothing authenticates.
+type Act struct {
+	At
+	Actor  string `json:"actor,omitempty"`
+	What   string `json:"what"`
+	Detail string `json:"detail,omitempty"`
+	By     string `json:"by,omitempty"`
 }

@@ -91,6 +91,20 @@ func TestDossierContents(t *testing.T) {
 	if root.Head.Seq != 19 || root.Status != "closed" || root.Outcome != "superseded" {
 		t.Errorf("root head %d status %s outcome %s", root.Head.Seq, root.Status, root.Outcome)
 	}
+	// Who acted: the tree was appended by rath up's client, default/client.
+	if root.Tenant != "default" || len(root.Actors) != 1 || root.Actors[0] != (dossier.ActorCount{Actor: "default/client", Events: 19}) {
+		t.Errorf("root tenant %q, actors %+v; want default, default/client 19", root.Tenant, root.Actors)
+	}
+	acts := map[string]dossier.Act{}
+	for _, a := range d.Acts {
+		acts[a.Branch+" "+a.What] = a
+	}
+	if a, ok := acts[dt.Root+" started the session"]; !ok || a.Seq != 1 || a.Actor != "default/client" || a.Detail != d.Task {
+		t.Errorf("acts %+v: want the root's start by default/client", d.Acts)
+	}
+	if a, ok := acts[dt.Accepted+" closed"]; !ok || a.Seq != dt.AcceptedCloseSeq || a.Actor != "default/client" {
+		t.Errorf("acts %+v: want the accepted branch's close by default/client", d.Acts)
+	}
 
 	f := d.Final
 	if f == nil || f.Branch != dt.Accepted || f.Outcome != "succeeded" || f.Close.Seq != dt.AcceptedCloseSeq || f.Close.EventID != ids["close"] ||
@@ -186,7 +200,7 @@ func TestDossierContents(t *testing.T) {
 		t.Errorf("dossier.json does not match its schema: %v", err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, dossier.FileMarkdown))
-	for _, want := range []string{"final answer came from branch **fix-b**", "**fix** was rejected", "TestAdd still fails", "+\treturn a + b", "## The test result", "ok  \texample/calc"} {
+	for _, want := range []string{"final answer came from branch **fix-b**", "**fix** was rejected", "TestAdd still fails", "+\treturn a + b", "## The test result", "ok  \texample/calc", "## Who acted", "- fix (tenant default): default/client 19", "fix seq 1: default/client started the session"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("dossier.md lacks %q", want)
 		}

@@ -2,7 +2,9 @@ package dossier
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/openrath/rath/pkg/events"
 )
@@ -37,6 +39,7 @@ type fold struct {
 	memory      []Memory
 	validations []Validation
 	decisions   []Decision
+	acts        []Act
 	candidates  []candidate
 }
 
@@ -134,6 +137,13 @@ func (f *fold) event(e events.Stored) {
 	b := &f.branch
 	if own {
 		b.Counts.Events++
+		f.countActor(e)
+		if e.Tenant != "" {
+			b.Tenant = e.Tenant
+		}
+	}
+	if what, detail, by, ok := act(data); ok && own {
+		f.acts = append(f.acts, Act{At: at(e), Actor: e.Actor, What: what, Detail: detail, By: by})
 	}
 	switch d := data.(type) {
 	case *events.SessionStarted:
@@ -392,4 +402,57 @@ func (f *fold) pathUsage() *PathUsage {
 		p.Segments = append(p.Segments, *f.segments[seg.Session])
 	}
 	return p
+}
+
+// countActor counts one of the branch's own events for its actor, keeping
+// the list most events first (then by name).
+func (f *fold) countActor(e events.Stored) {
+	actor := e.Actor
+	if actor == "" {
+		actor = "(not stamped)" // stored before the ledger stamped actors
+	}
+	b := &f.branch
+	i := slices.IndexFunc(b.Actors, func(a ActorCount) bool { return a.Actor == actor })
+	if i < 0 {
+		b.Actors = append(b.Actors, ActorCount{Actor: actor})
+		i = len(b.Actors) - 1
+	}
+	b.Actors[i].Events++
+	slices.SortStableFunc(b.Actors, func(x, y ActorCount) int {
+		if x.Events != y.Events {
+			return y.Events - x.Events
+		}
+		return strings.Compare(x.Actor, y.Actor)
+	})
+}
+
+// act names what an event makes its actor answerable for, if anything.
+func act(data any) (what, detail, by string, ok bool) {
+	switch d := data.(type) {
+	case *events.SessionStarted:
+		return "started the session", d.Task, "", true
+	case *events.SessionForked:
+		return "forked", strings.TrimSuffix(fmt.Sprintf("from %s at %d: %s", d.Parent, d.AtSeq, d.Reason), ": "), "", true
+	case *events.SessionPaused:
+		return "paused", d.Reason, "", true
+	case *events.SessionResumed:
+		return "resumed", d.Reason, "", true
+	case *events.SessionClosed:
+		return "closed", strings.TrimSpace(d.Outcome + " " + d.Reason), "", true
+	case *events.SessionArchived:
+		return "archived", "", "", true
+	case *events.SessionMerged:
+		return "merged", "from " + d.Source, "", true
+	case *events.ApprovalRequested:
+		return "asked for approval " + d.ApprovalID, d.Action, "", true
+	case *events.ApprovalGranted:
+		return "granted approval " + d.ApprovalID, d.Comment, d.By, true
+	case *events.ApprovalRejected:
+		return "rejected approval " + d.ApprovalID, d.Reason, d.By, true
+	case *events.MemoryWritten:
+		return "wrote memory " + d.ItemID, "", "", true
+	case *events.MemoryRetracted:
+		return "retracted memory " + d.ItemID, d.Reason, d.By, true
+	}
+	return "", "", "", false
 }

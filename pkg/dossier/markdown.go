@@ -149,6 +149,25 @@ func Markdown(d *Dossier) string {
 		w("- %s\n", memoryLine(m))
 	}
 
+	w("\n## Who acted\n\nAs the ledger authenticated each proposer (tenant/user) and stamped it on the event; a name an event claims for itself is shown as “claims”.\n\n")
+	for _, b := range d.Branches {
+		counts := make([]string, len(b.Actors))
+		for i, a := range b.Actors {
+			counts[i] = fmt.Sprintf("%s %d", a.Actor, a.Events)
+		}
+		tenant := ""
+		if b.Tenant != "" {
+			tenant = " (tenant " + b.Tenant + ")"
+		}
+		w("- %s%s: %s\n", b.ID, tenant, orDash(strings.Join(counts, ", ")))
+	}
+	if len(d.Acts) > 0 {
+		w("\n")
+	}
+	for _, a := range d.Acts {
+		w("- %s\n", actLine(a))
+	}
+
 	w("\n## Token usage\n\nEach model call counts once, in the branch that stored it (a fork's inherited events belong to its parent).\n\n")
 	w("| | in | out | calls |\n|---|---|---|---|\n")
 	w("| **whole tree** | %d | %d | %d |\n", d.Usage.Total.Total.In, d.Usage.Total.Total.Out, d.Usage.Total.Total.Calls)
@@ -274,6 +293,17 @@ func story(d *Dossier, b Branch) []storyLine {
 	}
 	slices.SortStableFunc(out, func(a, b storyLine) int { return cmp.Compare(a.seq, b.seq) })
 	return out
+}
+
+func actLine(a Act) string {
+	line := fmt.Sprintf("%s seq %d: %s %s", a.Branch, a.Seq, orDash(a.Actor), a.What)
+	if a.Detail != "" {
+		line += ": " + oneLine(a.Detail, 160)
+	}
+	if a.By != "" {
+		line += fmt.Sprintf(" (claims “%s”)", oneLine(a.By, 80))
+	}
+	return line
 }
 
 func memoryLine(m Memory) string {
