@@ -38,6 +38,12 @@ const (
 	// ExtTenant, on the event that starts a session (session.started, or the
 	// fork's first event), is the tenant the session belongs to.
 	ExtTenant = "rathtenant"
+	// ExtOnBehalf is the principal (tenant/user) a service proposed the
+	// event for: the memory service appends memory events as itself, on
+	// behalf of whoever asked it. The ledger keeps it only when the
+	// proposer is one of Rath's services and the value is a valid actor;
+	// anyone else's is discarded, like a proposed ExtActor.
+	ExtOnBehalf = "rathfor"
 )
 
 // ContentTypeStructured is the NATS Content-Type of a structured-mode CloudEvent.
@@ -82,6 +88,12 @@ func WithCorrelation(id string) Option {
 // WithTraceparent records a W3C traceparent.
 func WithTraceparent(tp string) Option {
 	return func(e *event.Event) { e.SetExtension(ExtTraceparent, tp) }
+}
+
+// WithOnBehalf names the principal a service proposes the event for
+// (ExtOnBehalf). The ledger discards it unless the proposer is a service.
+func WithOnBehalf(p Principal) Option {
+	return func(e *event.Event) { e.SetExtension(ExtOnBehalf, p.String()) }
 }
 
 // WithExpectedSeq makes the proposal conditional on the session's head sequence.

@@ -27,8 +27,11 @@ type Stored struct {
 	// Actor is who proposed the event (tenant/user), as the ledger stamped it.
 	Actor string `json:"rathactor,omitempty"`
 	// Tenant, on a session's first event, is the tenant it belongs to.
-	Tenant string          `json:"rathtenant,omitempty"`
-	Data   json.RawMessage `json:"data,omitempty"`
+	Tenant string `json:"rathtenant,omitempty"`
+	// OnBehalf is the principal a service proposed the event for
+	// (tenant/user), kept by the ledger only from a service.
+	OnBehalf string          `json:"rathfor,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
 	// Raw is the stored body exactly as read: what the chain hash covers.
 	Raw json.RawMessage `json:"-"`
 }

@@ -101,6 +101,8 @@ func setAttribute(s *Stored, key string, body []byte, text string, v, end int) b
 		s.Actor, ok = str()
 	case ExtTenant:
 		s.Tenant, ok = str()
+	case ExtOnBehalf:
+		s.OnBehalf, ok = str()
 	case ExtCorrelation:
 		s.Correlation, ok = str()
 	case "time":

@@ -37,6 +37,11 @@ func TestScanStoredMatchesDecoder(t *testing.T) {
 				e.SetExtension(ExtCausation, "cause "+text)
 				e.SetExtension(ExtCorrelation, "corr")
 				e.SetExtension(ExtTraceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+				e.SetExtension(ExtActor, "rath/memory-svc")
+				e.SetExtension(ExtOnBehalf, "acme/alice "+text)
+				if i%2 == 0 {
+					e.SetExtension(ExtTenant, "acme")
+				}
 			}
 			if err := e.SetData(event.ApplicationJSON, data); err != nil {
 				t.Fatal(err)

@@ -66,8 +66,12 @@ const (
 	CodeSessionNotFound = api.CodeNotFound       // the session does not exist
 	// CodeInvalidScope: a scope that is not <kind>:<name>.
 	CodeInvalidScope api.Code = "invalid_scope"
-	// CodeItemNotFound: no such memory item.
+	// CodeItemNotFound: no such memory item (for a tenant's principal, none
+	// of its tenant: another tenant's items do not exist for it).
 	CodeItemNotFound api.Code = "item_not_found"
+	// CodeItemExists: an add names an item ID another tenant holds; item
+	// IDs are unique across tenants, like session IDs.
+	CodeItemExists = api.CodeExists
 	// CodeVersionNotFound: the item has no such version.
 	CodeVersionNotFound api.Code = "version_not_found"
 	// CodeUnknownEvent: a provenance event ID is not in the session's log.
@@ -128,9 +132,18 @@ type Record struct {
 	// RestoredFrom is the earlier version a restore copied.
 	RestoredFrom int `json:"restored_from,omitempty"`
 
-	// By and Reason say who retracted (or restored) and why.
+	// By and Reason say who retracted (or restored) and why, as the
+	// request put it (free text).
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Tenant is the tenant the item belongs to: that of the session its
+	// first version was written for. Every record of an item carries it.
+	// Empty on records written before tenants: events.DefaultTenant.
+	Tenant string `json:"tenant,omitempty"`
+	// Actor is the authenticated principal (tenant/user) that asked for
+	// the record, read from the request's subject; the memory service
+	// itself for the remember tool's writes and for voids.
+	Actor string `json:"actor,omitempty"`
 
 	// Session is the session whose log records this write or retraction,
 	// and EventID that event (rath.memory.written or rath.memory.retracted).
@@ -226,6 +239,8 @@ type ItemRequest struct {
 // Item is an item as recall sees it now.
 type Item struct {
 	ItemID string `json:"item_id"`
+	// Tenant is the tenant the item belongs to.
+	Tenant string `json:"tenant,omitempty"`
 	// Current is the version recall serves: the newest not retracted; nil
 	// when every version is retracted.
 	Current *Record `json:"current,omitempty"`

@@ -146,11 +146,11 @@ func apply(s *State, e events.Stored, merged bool) {
 			ids[i] = it.ItemID
 		}
 		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: e.ID,
-			Agent: d.Agent, TurnID: d.TurnID, Items: d.Items, Actor: e.Actor})
+			Agent: d.Agent, TurnID: d.TurnID, Items: d.Items, Actor: memoryActor(e)})
 	case *events.MemoryWritten:
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: e.Actor})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: memoryActor(e)})
 	case *events.MemoryRetracted:
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: e.Actor})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: memoryActor(e)})
 	case *events.SelectorDecided:
 		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
 		if d.TurnID != "" && !merged {
@@ -260,4 +260,14 @@ func mergeLabels(into, from map[string]string) map[string]string {
 		into[k] = v
 	}
 	return into
+}
+
+// memoryActor is who a memory event was for: the memory service proposes
+// it as itself, on behalf of the principal that asked (events.ExtOnBehalf,
+// which the ledger keeps only from a service); without one, the proposer.
+func memoryActor(e events.Stored) string {
+	if e.OnBehalf != "" {
+		return e.OnBehalf
+	}
+	return e.Actor
 }

@@ -170,3 +170,36 @@ func TestAgentTurns(t *testing.T) {
 		t.Fatalf("after turns: turn %+v counts %+v last %s", st.Turn, st.Counts, st.LastAgent)
 	}
 }
+
+// A memory event names who it was for: the principal a service proposed it
+// on behalf of, else its proposer.
+func TestMemoryEventActor(t *testing.T) {
+	tests := []struct {
+		name, actor, onBehalf, want string
+	}{
+		{"on behalf of a tenant's user", "rath/memory-svc", "acme/alice", "acme/alice"},
+		{"the service itself", "rath/memory-svc", "", "rath/memory-svc"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := []events.Stored{
+				stored(t, "s", 1, &events.SessionStarted{}),
+				stored(t, "s", 2, &events.MemoryWritten{ItemID: "m1", Version: 1, Content: "c", Scope: "project:x"}),
+				stored(t, "s", 3, &events.MemoryRecalled{Query: "c", Items: []events.MemoryItemRef{{ItemID: "m1", Version: 1}}}),
+				stored(t, "s", 4, &events.MemoryRetracted{ItemID: "m1", By: "ana", Reason: "wrong"}),
+			}
+			for i := 1; i < len(evs); i++ {
+				evs[i].Actor, evs[i].OnBehalf = tc.actor, tc.onBehalf
+			}
+			st := fold(evs...)
+			if len(st.Memory) != 3 {
+				t.Fatalf("%d memory events", len(st.Memory))
+			}
+			for _, me := range st.Memory {
+				if me.Actor != tc.want {
+					t.Errorf("%s: actor %q, want %q", me.Kind, me.Actor, tc.want)
+				}
+			}
+		})
+	}
+}

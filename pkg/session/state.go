@@ -247,7 +247,9 @@ type MemoryEvent struct {
 	Agent   string                 `json:"agent,omitempty"`
 	TurnID  string                 `json:"turn_id,omitempty"`
 	Items   []events.MemoryItemRef `json:"items,omitempty"`
-	// Actor is who proposed the event, as the ledger authenticated it.
+	// Actor is who the event was for, as the ledger authenticated it: the
+	// principal on whose behalf a service proposed it (events.ExtOnBehalf),
+	// else its proposer.
 	Actor string `json:"actor,omitempty"`
 }
 

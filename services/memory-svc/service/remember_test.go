@@ -123,6 +123,11 @@ func TestRememberTool(t *testing.T) {
 			if ev.Seq < req.Seq || ev.Seq > end.Seq {
 				t.Errorf("memory written at %d, outside the call (%d..%d)", ev.Seq, req.Seq, end.Seq)
 			}
+			// The agent worker proposed the call: the service writes on
+			// its own account, for no one.
+			if ev.Actor != "rath/memory-svc" || ev.OnBehalf != "" {
+				t.Errorf("memory written by %q for %q, want rath/memory-svc for no one", ev.Actor, ev.OnBehalf)
+			}
 			written = append(written, d)
 		case *events.ChunkAppended:
 			if d.ToolCallID == "call-1" {
@@ -142,6 +147,10 @@ func TestRememberTool(t *testing.T) {
 	}
 	if !strings.Contains(result, w.ItemID) {
 		t.Errorf("the tool's result %q does not name the item", result)
+	}
+	// The item is the session's tenant's (the default client started it).
+	if it, err := r.mem.Show(ctx, w.ItemID); err != nil || it.Tenant != "default" || it.Current == nil || it.Current.Actor != "rath/memory-svc" {
+		t.Errorf("show %s: %+v %v, want the default tenant's, written by rath/memory-svc", w.ItemID, it, err)
 	}
 
 	// What justified the item: the tool call.

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/toolserver"
@@ -90,7 +89,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		stopFollowing()
 		return errors.Join(fmt.Errorf("memory: %w", err), waitItems())
 	}
-	c, err := client.New(nc, client.As(events.Service("memory-svc")), client.WithSource(memory.Source))
+	c, err := client.New(nc, client.As(memory.Self), client.WithSource(memory.Source))
 	if err != nil {
 		stopFollowing()
 		return errors.Join(fmt.Errorf("memory: %w", err), waitItems(), sessions.Wait())
@@ -108,7 +107,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	toolDone := make(chan error, 1)
 	go func() {
 		err := toolserver.Serve(sctx, nc, m.Remember(workflow.NewLibrary(store.GetBlob)), toolserver.WithLogger(log),
-			toolserver.WithStates(states), toolserver.As(events.Service("memory-svc")))
+			toolserver.WithStates(states), toolserver.As(memory.Self))
 		if err != nil {
 			stopServing()
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/auth"
@@ -307,6 +308,81 @@ func TestActorIsStampedNotClaimed(t *testing.T) {
 		}
 	}
 	// The stamps are under the chain hash and the signature.
+	rep, err := r.alice.Verify(ctx, "s")
+	if err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// A service may name whom it proposes an event for (rathfor): the memory
+// service appends memory events as itself for whoever asked it. The ledger
+// keeps that attribute only from a service, and only if it is a valid
+// actor; a tenant's user proposing it has it discarded, and the folded
+// state names the principal a memory event was for.
+func TestOnBehalfOnlyFromServices(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+	svc, err := client.New(r.admin, client.As(events.Service("admin")), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.alice.Start(ctx, "s", events.SessionStarted{Task: "on behalf"}); err != nil {
+		t.Fatal(err)
+	}
+	written := func(item string) *events.MemoryWritten {
+		return &events.MemoryWritten{ItemID: item, Version: 1, Content: "c", Scope: "project:x",
+			Provenance: events.Provenance{Session: "s", Evidence: "human_correction"}}
+	}
+	steps := []struct {
+		c        *client.Client
+		item     string
+		onBehalf events.Principal
+		raw      string // a proposed rathfor that is not a principal
+		wantFor  string
+		wantBy   string
+	}{
+		{c: r.alice, item: "m1", onBehalf: carol, wantFor: "", wantBy: "acme/alice"},
+		{c: svc, item: "m2", onBehalf: alice, wantFor: "acme/alice", wantBy: "acme/alice"},
+		{c: svc, item: "m3", raw: "not an actor", wantFor: "", wantBy: "rath/admin"},
+		{c: r.bob, item: "m4", onBehalf: alice, wantFor: "", wantBy: ""}, // refused: not bob's session
+	}
+	for _, s := range steps {
+		opt := events.WithOnBehalf(s.onBehalf)
+		if s.raw != "" {
+			opt = func(e *event.Event) { e.SetExtension(events.ExtOnBehalf, s.raw) }
+		}
+		_, err := s.c.Emit(ctx, "s", written(s.item), opt)
+		if s.c == r.bob {
+			wantCode(t, "bob writes on alice's behalf", err, api.CodeNotFound)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", s.item, err)
+		}
+	}
+	log, err := r.alice.Log(ctx, "s", 2, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.alice.State(ctx, "s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(log) != 3 || len(st.Memory) != 3 {
+		t.Fatalf("%d events, %d memory events: want 3", len(log), len(st.Memory))
+	}
+	for i, ev := range log {
+		s := steps[i]
+		if ev.OnBehalf != s.wantFor {
+			t.Errorf("%s: rathfor %q, want %q", s.item, ev.OnBehalf, s.wantFor)
+		}
+		if strings.Contains(string(ev.Raw), events.ExtOnBehalf) != (s.wantFor != "") {
+			t.Errorf("%s: stored body %s", s.item, ev.Raw)
+		}
+		if st.Memory[i].Actor != s.wantBy {
+			t.Errorf("%s: state names %q, want %q", s.item, st.Memory[i].Actor, s.wantBy)
+		}
+	}
 	rep, err := r.alice.Verify(ctx, "s")
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)

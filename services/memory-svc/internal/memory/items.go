@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/openrath/rath/pkg/memoryapi"
@@ -10,6 +12,7 @@ import (
 
 // item is the fold of one item's records.
 type item struct {
+	tenant    string // of its first record; never changes
 	records   []memoryapi.Record
 	versions  map[int]int // write records by version: index in records
 	retracted map[int]bool
@@ -71,18 +74,22 @@ type recorded struct {
 }
 
 // Items is the in-memory view of every item, kept current by following the
-// backend, and the recall index over it. Only the follower changes it.
+// backend, and the recall indexes over it: one per tenant, so that a
+// tenant's recall ranks its own items with its own statistics (another
+// tenant's documents would shift its scores, and so tell it which terms
+// they hold) and another tenant's items never take its top k. Only the
+// follower changes it.
 type Items struct {
 	mu      sync.RWMutex
 	items   map[string]*item
 	byEvent map[string]recorded // session event ID → record
-	index   *Index
+	indexes map[string]*Index   // by tenant
 	seen    progress
 }
 
 // NewItems returns an empty view.
 func NewItems() *Items {
-	return &Items{items: map[string]*item{}, byEvent: map[string]recorded{}, index: NewIndex()}
+	return &Items{items: map[string]*item{}, byEvent: map[string]recorded{}, indexes: map[string]*Index{}}
 }
 
 // Apply folds a record read from the backend at position pos.
@@ -94,8 +101,15 @@ func (s *Items) Apply(r memoryapi.Record, pos uint64) error {
 	s.mu.Lock()
 	it := s.items[r.ItemID]
 	if it == nil {
-		it = &item{}
+		// The first record names the item's tenant; the service writes
+		// every later one for the same tenant (Memory.append).
+		it = &item{tenant: orDefault(r.Tenant)}
 		s.items[r.ItemID] = it
+	}
+	index := s.indexes[it.tenant]
+	if index == nil {
+		index = NewIndex()
+		s.indexes[it.tenant] = index
 	}
 	before := 0
 	if c := it.current(); c != nil {
@@ -111,9 +125,9 @@ func (s *Items) Apply(r memoryapi.Record, pos uint64) error {
 	s.mu.Unlock()
 	switch {
 	case after == nil:
-		s.index.Remove(r.ItemID)
+		index.Remove(r.ItemID)
 	case after.Version != before:
-		s.index.Put(r.ItemID, after.Version, after.Content, after.Scope, after.Tags)
+		index.Put(r.ItemID, after.Version, after.Content, after.Scope, after.Tags)
 	}
 	s.seen.advance(pos)
 	return nil
@@ -130,7 +144,7 @@ func (s *Items) Get(itemID string) (memoryapi.Item, []memoryapi.Record, bool) {
 	if it == nil {
 		return memoryapi.Item{}, nil, false
 	}
-	out := memoryapi.Item{ItemID: itemID, Versions: it.n, Retracted: it.retractedList()}
+	out := memoryapi.Item{ItemID: itemID, Tenant: it.tenant, Versions: it.n, Retracted: it.retractedList()}
 	if c := it.current(); c != nil {
 		cp := *c
 		out.Current = &cp
@@ -163,13 +177,46 @@ func (s *Items) Record(itemID string, version int) (memoryapi.Record, bool) {
 	return it.records[i], true
 }
 
-// Search ranks the current versions.
-func (s *Items) Search(query string, f memoryapi.Filter, k int) []Result {
-	return s.index.Search(query, f.Scopes, f.Tags, k)
+// Search ranks the current versions of tenant's items (anyTenant: every
+// tenant's, each ranked in its own index and the best k of all kept).
+func (s *Items) Search(query string, f memoryapi.Filter, tenant string, k int) []Result {
+	s.mu.RLock()
+	if tenant != anyTenant {
+		index := s.indexes[tenant]
+		s.mu.RUnlock()
+		if index == nil {
+			return nil
+		}
+		return index.Search(query, f.Scopes, f.Tags, k)
+	}
+	indexes := make([]*Index, 0, len(s.indexes))
+	for _, x := range s.indexes {
+		indexes = append(indexes, x)
+	}
+	s.mu.RUnlock()
+	var out []Result
+	for _, x := range indexes {
+		out = append(out, x.Search(query, f.Scopes, f.Tags, k)...)
+	}
+	slices.SortFunc(out, func(a, b Result) int {
+		if a.Score != b.Score {
+			return cmp.Compare(b.Score, a.Score)
+		}
+		return strings.Compare(a.ItemID, b.ItemID)
+	})
+	return out[:min(k, len(out))]
 }
 
 // Len is the number of recallable items.
-func (s *Items) Len() int { return s.index.Len() }
+func (s *Items) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, x := range s.indexes {
+		n += x.Len()
+	}
+	return n
+}
 
 // progress is a position that only grows, with waiters.
 type progress struct {

@@ -36,7 +36,7 @@ type Memory struct {
 	items    *Items
 	sessions *Sessions
 	ledger   *client.Client
-	index    *eventstore.Store // nil: every check asks the ledger
+	index    *eventstore.Store // nil: a session's tenant comes from its state
 	states   *fold.Cache       // nil: states come from the ledger
 	now      func() time.Time
 }
@@ -47,9 +47,9 @@ type Option func(*Memory)
 // WithClock sets the clock of record times (tests).
 func WithClock(now func() time.Time) Option { return func(m *Memory) { m.now = now } }
 
-// WithSessionIndex lets a write check that its session exists in the
-// ledger's session index, a key-value read, before asking the ledger for
-// the session's first event (the fallback, and the authority).
+// WithSessionIndex lets a request read its session's tenant (and that it
+// exists) from the ledger's session index, a key-value read, before
+// folding the session's state (the fallback, and the authority).
 func WithSessionIndex(store *eventstore.Store) Option {
 	return func(m *Memory) { m.index = store }
 }
@@ -86,11 +86,16 @@ func (m *Memory) Add(ctx context.Context, req memoryapi.AddRequest) (memoryapi.W
 	if err := memoryapi.ValidateTags(req.Tags); err != nil {
 		return memoryapi.WriteReply{}, memoryapi.Errorf(memoryapi.CodeMalformed, "%v", err)
 	}
+	tenant, err := m.admitSession(ctx, req.Session)
+	if err != nil {
+		return memoryapi.WriteReply{}, err
+	}
 	rec := memoryapi.Record{
 		ItemID: req.ItemID, Op: memoryapi.OpWrite,
 		Content: req.Content, Tags: req.Tags, Scope: req.Scope,
 		Provenance: &events.Provenance{Session: req.Session, EventIDs: req.EventIDs, Evidence: req.Evidence},
-		Session:    req.Session, RequestID: req.RequestID,
+		Tenant:     tenant, Actor: asker(ctx).String(),
+		Session: req.Session, RequestID: req.RequestID,
 	}
 	if rec.RequestID == "" {
 		rec.RequestID = events.NewID()
@@ -117,12 +122,16 @@ func (m *Memory) Restore(ctx context.Context, req memoryapi.RestoreRequest) (mem
 	if req.Version < 1 {
 		return memoryapi.WriteReply{}, memoryapi.Errorf(memoryapi.CodeMalformed, "restore needs the version to restore (from 1)")
 	}
+	tenant, err := m.admitSession(ctx, req.Session)
+	if err != nil {
+		return memoryapi.WriteReply{}, err
+	}
 	if err := m.syncItems(ctx); err != nil {
 		return memoryapi.WriteReply{}, err
 	}
-	_, recs, ok := m.items.Get(req.ItemID)
-	if !ok {
-		return memoryapi.WriteReply{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", req.ItemID)
+	_, recs, err := m.visibleItem(tenant, req.ItemID)
+	if err != nil {
+		return memoryapi.WriteReply{}, err
 	}
 	i := slices.IndexFunc(recs, func(r memoryapi.Record) bool { return r.Op == memoryapi.OpWrite && r.Version == req.Version })
 	if i < 0 {
@@ -134,6 +143,7 @@ func (m *Memory) Restore(ctx context.Context, req memoryapi.RestoreRequest) (mem
 		Content: old.Content, Tags: old.Tags, Scope: old.Scope, RestoredFrom: req.Version,
 		Provenance: &events.Provenance{Session: req.Session, EventIDs: req.EventIDs, Evidence: req.Evidence},
 		By:         req.By, Reason: req.Reason,
+		Tenant: tenant, Actor: asker(ctx).String(),
 		Session: req.Session, RequestID: req.RequestID,
 	}
 	return m.writeVersion(ctx, rec, true)
@@ -166,10 +176,12 @@ func validSession(id string) error {
 }
 
 // writeVersion resolves the provenance, stores the version, then records
-// it in the session. The version is stored first because only the store
-// can number it; a session that refuses the event gets the version
-// retracted again (by the service, saying why), so recall never serves a
-// version its session does not record.
+// it in the session, on behalf of whoever asked. The caller admitted the
+// session and set the record's tenant (the session's). The version is
+// stored first because only the store can number it; a session that
+// refuses the event gets the version retracted again (by the service,
+// saying why), so recall never serves a version its session does not
+// record.
 func (m *Memory) writeVersion(ctx context.Context, rec memoryapi.Record, mustExist bool) (memoryapi.WriteReply, error) {
 	if rec.RequestID == "" {
 		rec.RequestID = events.NewID()
@@ -187,7 +199,7 @@ func (m *Memory) writeVersion(ctx context.Context, rec memoryapi.Record, mustExi
 	ack, err := m.ledger.Emit(ctx, stored.Session, &events.MemoryWritten{
 		ItemID: stored.ItemID, Version: stored.Version, Content: stored.Content, Tags: stored.Tags, Scope: stored.Scope,
 		Provenance: *stored.Provenance, RestoredFrom: stored.RestoredFrom,
-	}, events.WithID(stored.EventID))
+	}, append(onBehalf(ctx), events.WithID(stored.EventID))...)
 	if err != nil {
 		if api.Permanent(err) {
 			m.void(ctx, stored, err)
@@ -205,6 +217,7 @@ func (m *Memory) void(ctx context.Context, v memoryapi.Record, cause error) {
 	_, _ = m.append(ctx, memoryapi.Record{
 		ItemID: v.ItemID, Op: memoryapi.OpRetract, Version: v.Version,
 		By: Source, Reason: fmt.Sprintf("session %s refused the rath.memory.written event: %v", v.Session, cause),
+		Tenant: v.Tenant, Actor: Self.String(),
 		Session: v.Session, RequestID: v.RequestID + "/void", Time: m.now().UTC(),
 	}, true)
 }
@@ -213,17 +226,27 @@ func (m *Memory) void(ctx context.Context, v memoryapi.Record, cause error) {
 // from the item's last record, retrying while other writers get there
 // first. A record of the same request found as the item's last record is
 // the earlier attempt of this request (its ack was lost): it is returned.
+// An item of another tenant than rec's is refused before anything else
+// (every record carries its item's tenant, and the append is conditional
+// on the last record read, so two tenants racing for a new item ID cannot
+// both have it): as missing where the item must exist, else as taken.
 func (m *Memory) append(ctx context.Context, rec memoryapi.Record, mustExist bool) (memoryapi.Record, error) {
 	for attempt := range writeAttempts {
 		last, pos, err := m.backend.Last(ctx, rec.ItemID)
 		if err != nil {
 			return memoryapi.Record{}, memoryapi.Errorf(memoryapi.CodeUnavailable, "%v", err)
 		}
+		if last != nil && orDefault(last.Tenant) != orDefault(rec.Tenant) {
+			if mustExist {
+				return memoryapi.Record{}, itemNotFound(rec.ItemID)
+			}
+			return memoryapi.Record{}, memoryapi.Errorf(memoryapi.CodeItemExists, "memory item ID %q is taken: choose another", rec.ItemID)
+		}
 		if last != nil && last.RequestID == rec.RequestID && last.Op == rec.Op {
 			return *last, nil
 		}
 		if last == nil && mustExist {
-			return memoryapi.Record{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", rec.ItemID)
+			return memoryapi.Record{}, itemNotFound(rec.ItemID)
 		}
 		n := 0
 		if last != nil {
@@ -260,17 +283,9 @@ func (m *Memory) append(ctx context.Context, rec memoryapi.Record, mustExist boo
 }
 
 // resolve finds each event ID in the session's logical log and returns its
-// sequence; with no IDs it only checks that the session exists.
+// sequence. The caller checked that the session exists (admitSession).
 func (m *Memory) resolve(ctx context.Context, session string, ids []string) ([]uint64, error) {
 	if len(ids) == 0 {
-		if m.index != nil {
-			if _, err := m.index.GetRecord(ctx, session); err == nil {
-				return nil, nil
-			}
-		}
-		if _, err := m.ledger.LogRaw(ctx, session, 1, 1, 1); err != nil {
-			return nil, fmt.Errorf("session %s: %w", session, err)
-		}
 		return nil, nil
 	}
 	found := map[string]uint64{}
@@ -316,26 +331,32 @@ func (m *Memory) Retract(ctx context.Context, req memoryapi.RetractRequest) (mem
 	if req.RequestID == "" {
 		req.RequestID = events.NewID()
 	}
-	// Items never disappear and versions only grow: checked once, before
-	// the session records the retraction, this stays true.
+	tenant, err := m.admitSession(ctx, req.Session)
+	if err != nil {
+		return memoryapi.RetractReply{}, err
+	}
+	// Items never disappear, never change tenant, and versions only grow:
+	// checked once, before the session records the retraction, this stays
+	// true.
 	last, _, err := m.backend.Last(ctx, req.ItemID)
 	if err != nil {
 		return memoryapi.RetractReply{}, memoryapi.Errorf(memoryapi.CodeUnavailable, "%v", err)
 	}
-	if last == nil {
-		return memoryapi.RetractReply{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", req.ItemID)
+	if last == nil || orDefault(last.Tenant) != tenant {
+		return memoryapi.RetractReply{}, itemNotFound(req.ItemID)
 	}
 	if req.Version > last.Versions {
 		return memoryapi.RetractReply{}, memoryapi.Errorf(memoryapi.CodeVersionNotFound, "memory item %q has no version %d", req.ItemID, req.Version)
 	}
 	eventID := events.DerivedID("memory.retracted", req.RequestID)
 	ack, err := m.ledger.Emit(ctx, req.Session, &events.MemoryRetracted{ItemID: req.ItemID, Version: req.Version, By: req.By, Reason: req.Reason},
-		events.WithID(eventID))
+		append(onBehalf(ctx), events.WithID(eventID))...)
 	if err != nil {
 		return memoryapi.RetractReply{}, fmt.Errorf("record the retraction of %s in session %s: %w", req.ItemID, req.Session, err)
 	}
 	rec, err := m.append(ctx, memoryapi.Record{
 		ItemID: req.ItemID, Op: memoryapi.OpRetract, Version: req.Version, By: req.By, Reason: req.Reason,
+		Tenant: tenant, Actor: asker(ctx).String(),
 		Session: req.Session, EventID: eventID, RequestID: req.RequestID, Time: m.now().UTC(),
 	}, true)
 	if err != nil {
@@ -385,7 +406,8 @@ func hits(rs []Result) []memoryapi.Hit {
 	return out
 }
 
-// Search ranks items without recording anything.
+// Search ranks items without recording anything: the asker's tenant's, or
+// for a service every tenant's.
 func (m *Memory) Search(ctx context.Context, req memoryapi.SearchRequest) (memoryapi.RecallReply, error) {
 	k, err := validateQuery(req.Query, req.Filter, req.K)
 	if err != nil {
@@ -394,11 +416,12 @@ func (m *Memory) Search(ctx context.Context, req memoryapi.SearchRequest) (memor
 	if err := m.syncItems(ctx); err != nil {
 		return memoryapi.RecallReply{}, err
 	}
-	return memoryapi.RecallReply{Hits: hits(m.items.Search(req.Query, req.Filter, k))}, nil
+	return memoryapi.RecallReply{Hits: hits(m.items.Search(req.Query, req.Filter, askerTenant(ctx), k))}, nil
 }
 
-// Recall ranks items and records the answer in the session: the recall is
-// answered only once the session holds it.
+// Recall ranks the items of the session's tenant and records the answer in
+// the session, on behalf of whoever asked: the recall is answered only once
+// the session holds it.
 func (m *Memory) Recall(ctx context.Context, req memoryapi.RecallRequest) (memoryapi.RecallReply, error) {
 	if err := validSession(req.Session); err != nil {
 		return memoryapi.RecallReply{}, err
@@ -410,14 +433,18 @@ func (m *Memory) Recall(ctx context.Context, req memoryapi.RecallRequest) (memor
 	if req.RequestID == "" {
 		req.RequestID = events.NewID()
 	}
+	tenant, err := m.admitSession(ctx, req.Session)
+	if err != nil {
+		return memoryapi.RecallReply{}, err
+	}
 	if err := m.syncItems(ctx); err != nil {
 		return memoryapi.RecallReply{}, err
 	}
-	hs := hits(m.items.Search(req.Query, req.Filter, k))
+	hs := hits(m.items.Search(req.Query, req.Filter, tenant, k))
 	refs := recalledRefs(hs)
 	ack, err := m.ledger.Emit(ctx, req.Session, &events.MemoryRecalled{
 		Query: req.Query, Agent: req.Agent, TurnID: req.TurnID, Scopes: req.Scopes, Tags: req.Tags, Items: refs,
-	}, events.WithID(events.DerivedID("memory.recalled", req.RequestID)))
+	}, append(onBehalf(ctx), events.WithID(events.DerivedID("memory.recalled", req.RequestID)))...)
 	if err != nil {
 		return memoryapi.RecallReply{}, fmt.Errorf("record the recall in session %s: %w", req.Session, err)
 	}
@@ -451,9 +478,9 @@ func (m *Memory) Show(ctx context.Context, req memoryapi.ItemRequest) (memoryapi
 	if err := m.syncItems(ctx); err != nil {
 		return memoryapi.Item{}, err
 	}
-	it, _, ok := m.items.Get(req.ItemID)
-	if !ok {
-		return memoryapi.Item{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", req.ItemID)
+	it, _, err := m.visibleItem(askerTenant(ctx), req.ItemID)
+	if err != nil {
+		return memoryapi.Item{}, err
 	}
 	return it, nil
 }
@@ -463,9 +490,9 @@ func (m *Memory) History(ctx context.Context, req memoryapi.ItemRequest) (memory
 	if err := m.syncItems(ctx); err != nil {
 		return memoryapi.HistoryReply{}, err
 	}
-	_, recs, ok := m.items.Get(req.ItemID)
-	if !ok {
-		return memoryapi.HistoryReply{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", req.ItemID)
+	_, recs, err := m.visibleItem(askerTenant(ctx), req.ItemID)
+	if err != nil {
+		return memoryapi.HistoryReply{}, err
 	}
 	return memoryapi.HistoryReply{ItemID: req.ItemID, Records: recs}, nil
 }

@@ -32,7 +32,9 @@ func (m *Memory) syncAll(ctx context.Context) error {
 // in the sessions stream; each session that may hold one (the forks and
 // merge targets reachable from where it is stored) is then decided by the
 // ledger's fold of that session: the state's coverage, which is what the
-// ledger itself uses to never apply a merged event twice.
+// ledger itself uses to never apply a merged event twice. A tenant's
+// principal asks about its tenant's items only, and is told about its
+// tenant's sessions only.
 func (m *Memory) Readers(ctx context.Context, req memoryapi.ItemRequest) (memoryapi.ReadersReply, error) {
 	if err := memoryapi.ValidateItemID(req.ItemID); err != nil {
 		return memoryapi.ReadersReply{}, memoryapi.Errorf(memoryapi.CodeMalformed, "%v", err)
@@ -40,8 +42,28 @@ func (m *Memory) Readers(ctx context.Context, req memoryapi.ItemRequest) (memory
 	if err := m.syncAll(ctx); err != nil {
 		return memoryapi.ReadersReply{}, err
 	}
-	if _, _, ok := m.items.Get(req.ItemID); !ok {
-		return memoryapi.ReadersReply{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", req.ItemID)
+	tenant := askerTenant(ctx)
+	if _, _, err := m.visibleItem(tenant, req.ItemID); err != nil {
+		return memoryapi.ReadersReply{}, err
+	}
+	// Recall serves a session its own tenant's items only, so the readers
+	// of an item are its tenant's sessions; a merge a service made across
+	// tenants could still carry a recall event into another tenant's
+	// session, which a tenant's principal is not told about.
+	tenants := map[string]string{}
+	ours := func(id string) (bool, error) {
+		if tenant == anyTenant {
+			return true, nil
+		}
+		t, ok := tenants[id]
+		if !ok {
+			var err error
+			if t, err = m.sessionTenant(ctx, id); err != nil {
+				return false, err
+			}
+			tenants[id] = t
+		}
+		return t == tenant, nil
 	}
 	states := map[string]*session.State{}
 	state := func(id string) (*session.State, error) {
@@ -63,8 +85,17 @@ func (m *Memory) Readers(ctx context.Context, req memoryapi.ItemRequest) (memory
 		}
 		own := reader
 		own.Session, own.Via = r.session, memoryapi.ViaOwn
-		out.Readers = append(out.Readers, own)
+		if ok, err := ours(r.session); err != nil {
+			return memoryapi.ReadersReply{}, fmt.Errorf("tenant of %s: %w", r.session, err)
+		} else if ok {
+			out.Readers = append(out.Readers, own)
+		}
 		for _, c := range m.sessions.reach(r.session) {
+			if ok, err := ours(c); err != nil {
+				return memoryapi.ReadersReply{}, fmt.Errorf("tenant of %s: %w", c, err)
+			} else if !ok {
+				continue
+			}
 			st, err := state(c)
 			if err != nil {
 				return memoryapi.ReadersReply{}, fmt.Errorf("state of %s: %w", c, err)
@@ -115,9 +146,9 @@ func (m *Memory) Justify(ctx context.Context, req memoryapi.JustifyRequest) (mem
 	if err := m.syncItems(ctx); err != nil {
 		return memoryapi.JustifyReply{}, err
 	}
-	it, recs, ok := m.items.Get(req.ItemID)
-	if !ok {
-		return memoryapi.JustifyReply{}, memoryapi.Errorf(memoryapi.CodeItemNotFound, "no memory item %q", req.ItemID)
+	it, recs, err := m.visibleItem(askerTenant(ctx), req.ItemID)
+	if err != nil {
+		return memoryapi.JustifyReply{}, err
 	}
 	if req.Version < 0 || req.Version > it.Versions {
 		return memoryapi.JustifyReply{}, memoryapi.Errorf(memoryapi.CodeVersionNotFound, "memory item %q has no version %d", req.ItemID, req.Version)
@@ -159,9 +190,13 @@ func eventID(raw json.RawMessage) string {
 // ancestry and the merges it took in, in log order), and its memory events
 // say which items it wrote or recalled; a retraction in that log removes
 // the item (or the version) from then on. A retraction elsewhere does not
-// change what the session held; RetractedNow reports it.
+// change what the session held; RetractedNow reports it. A session of
+// another tenant does not exist for a tenant's principal.
 func (m *Memory) Present(ctx context.Context, req memoryapi.PresentRequest) (memoryapi.PresentReply, error) {
 	if err := validSession(req.Session); err != nil {
+		return memoryapi.PresentReply{}, err
+	}
+	if _, err := m.admitSession(ctx, req.Session); err != nil {
 		return memoryapi.PresentReply{}, err
 	}
 	st, err := m.state(ctx, req.Session, req.At)

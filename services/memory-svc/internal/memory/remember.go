@@ -74,6 +74,11 @@ func (m *Memory) Remember(workflows *workflow.Library) toolserver.Tool {
 				}
 				args.Scope = scope
 			}
+			// The call's context names no principal: the agent worker
+			// proposed the tool call, and the service writes on its own
+			// account (Record.Actor rath/memory-svc, no rathfor on the
+			// rath.memory.written event), for the tenant of the calling
+			// session.
 			rep, err := m.Add(ctx, memoryapi.AddRequest{
 				RequestID: events.DerivedID("memory.remember", call.EventID),
 				Session:   call.Session, Content: args.Content, Tags: args.Tags, Scope: args.Scope,

@@ -74,10 +74,20 @@ func tenantOf(st *session.State) string {
 // stamp sets who proposed ev, and on a session's first event the tenant it
 // belongs to: the proposer's, or for a fork its parent's (parentTenant). A
 // proposed value of either is discarded, except that a service may start a
-// session for a tenant it names.
+// session for a tenant it names. A proposed on-behalf principal (rathfor)
+// is kept only from a service, and only if it is a valid actor: a service
+// such as the memory service proposes events for whoever asked it, which
+// only a service can be trusted to say.
 func stamp(ctx context.Context, ev *event.Event, parentTenant string) {
 	p := principalOf(ctx)
 	ev.SetExtension(events.ExtActor, p.String())
+	onBehalf := stringExt(ev, events.ExtOnBehalf)
+	ev.SetExtension(events.ExtOnBehalf, nil)
+	if p.IsService() && onBehalf != "" {
+		if _, err := events.ParseActor(onBehalf); err == nil {
+			ev.SetExtension(events.ExtOnBehalf, onBehalf)
+		}
+	}
 	proposed := stringExt(ev, events.ExtTenant)
 	ev.SetExtension(events.ExtTenant, nil)
 	switch {
