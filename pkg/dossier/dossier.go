@@ -415,12 +415,15 @@ type ActorCount struct {
 // Act is an event a person or service is answerable for: a lifecycle
 // change, an approval asked or decided, a memory write or retraction.
 // Actor is who proposed it, as the ledger stamped it (empty on events
-// stored before actors were stamped); By is the name the event itself
+// stored before actors were stamped); OnBehalf, on an event a service
+// recorded for someone (a memory write asked of the memory service), is who
+// asked it, as the service relayed it; By is the name the event itself
 // claims (an approval's by), which nothing authenticates.
 type Act struct {
 	At
-	Actor  string `json:"actor,omitempty"`
-	What   string `json:"what"`
-	Detail string `json:"detail,omitempty"`
-	By     string `json:"by,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+	OnBehalf string `json:"on_behalf,omitempty"`
+	What     string `json:"what"`
+	Detail   string `json:"detail,omitempty"`
+	By       string `json:"by,omitempty"`
 }

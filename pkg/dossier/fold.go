@@ -143,7 +143,7 @@ func (f *fold) event(e events.Stored) {
 		}
 	}
 	if what, detail, by, ok := act(data); ok && own {
-		f.acts = append(f.acts, Act{At: at(e), Actor: e.Actor, What: what, Detail: detail, By: by})
+		f.acts = append(f.acts, Act{At: at(e), Actor: e.Actor, OnBehalf: e.OnBehalf, What: what, Detail: detail, By: by})
 	}
 	switch d := data.(type) {
 	case *events.SessionStarted:

@@ -296,7 +296,11 @@ func story(d *Dossier, b Branch) []storyLine {
 }
 
 func actLine(a Act) string {
-	line := fmt.Sprintf("%s seq %d: %s %s", a.Branch, a.Seq, orDash(a.Actor), a.What)
+	actor := orDash(a.Actor)
+	if a.OnBehalf != "" {
+		actor = fmt.Sprintf("%s (through %s)", a.OnBehalf, actor)
+	}
+	line := fmt.Sprintf("%s seq %d: %s %s", a.Branch, a.Seq, actor, a.What)
 	if a.Detail != "" {
 		line += ": " + oneLine(a.Detail, 160)
 	}
