@@ -10,17 +10,22 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // The protocol of docs/tools.md, followed by hand with nothing but NATS and
 // JSON, as a server in another language would: register, consume, check the
-// state, append the evidence, ack.
+// state, append the evidence, ack. It connects with the tool runner's
+// identity, as the doc says a custom tool server does, so the server's
+// permissions are part of what is checked.
 func TestProtocolByHand(t *testing.T) {
 	r := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	js, err := jetstream.New(r.nc)
+	nc := natstest.ConnectAs(t, r.nc.ConnectedUrl(), auth.RoleToolRunner)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +45,7 @@ func TestProtocolByHand(t *testing.T) {
 
 	// 2. The durable consumer, with the API body of the docs.
 	create := `{"stream_name":"RATH_SESSIONS","config":{"durable_name":"tool-shout","filter_subjects":["rath.log.*.*.tool"],"ack_policy":"explicit","ack_wait":60000000000,"deliver_policy":"all","max_ack_pending":512}}`
-	reply, err := r.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.RATH_SESSIONS.tool-shout", []byte(create))
+	reply, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.RATH_SESSIONS.tool-shout", []byte(create))
 	if err != nil || strings.Contains(string(reply.Data), `"error"`) {
 		t.Fatalf("create consumer: %v %s", err, reply.Data)
 	}
@@ -58,7 +63,7 @@ func TestProtocolByHand(t *testing.T) {
 		t.Helper()
 		b, _ := json.Marshal(body)
 		msg := &nats.Msg{Subject: subject, Data: b, Header: header}
-		reply, err := r.nc.RequestMsgWithContext(ctx, msg)
+		reply, err := nc.RequestMsgWithContext(ctx, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
