@@ -113,7 +113,7 @@ func exitCode(err error) int {
 		return exitUnavailable
 	case errors.As(err, &refusal):
 		switch refusal.Code {
-		case api.CodeNotFound, api.CodeOutOfRange, memoryapi.CodeItemNotFound, memoryapi.CodeVersionNotFound:
+		case api.CodeNotFound, api.CodeBlobNotFound, api.CodeOutOfRange, memoryapi.CodeItemNotFound, memoryapi.CodeVersionNotFound:
 			return exitNotFound
 		case api.CodeMalformed, api.CodeUnknownType, api.CodeSchema, api.CodeInvalidSession,
 			api.CodeExists, api.CodeClosed, api.CodeStale, api.CodeTransition,

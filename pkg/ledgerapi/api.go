@@ -25,6 +25,7 @@ const (
 	CodeSchema         Code = "schema"            // data fails the kind's JSON Schema
 	CodeInvalidSession Code = "invalid_session"   // session ID unusable
 	CodeNotFound       Code = "session_not_found" // no such session
+	CodeBlobNotFound   Code = "blob_not_found"    // no blob with that reference
 	CodeExists         Code = "session_exists"    // started twice, or fork onto an existing ID
 	CodeClosed         Code = "session_closed"    // session is closed
 	CodeStale          Code = "stale_sequence"    // expected sequence is not the head

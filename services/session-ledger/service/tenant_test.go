@@ -141,6 +141,22 @@ func TestTenantsAreIsolated(t *testing.T) {
 	wantCode(t, "bob reads the lineage of a1's fork", err, api.CodeNotFound)
 	_, err = r.bob.Emit(ctx, "a1", &events.ChunkAppended{Role: events.RoleUser, Content: "globex was here"})
 	wantCode(t, "bob appends to a1", err, api.CodeNotFound)
+	// Word for word what a session that does not exist gets.
+	_, missing := r.bob.Emit(ctx, "zz", &events.ChunkAppended{Role: events.RoleUser, Content: "globex was here"})
+	var le, lm *api.Error
+	if !errors.As(err, &le) || !errors.As(missing, &lm) || strings.ReplaceAll(le.Message, "a1", "zz") != lm.Message {
+		t.Errorf("another tenant's session is refused %q, a missing one %q: a tenant tells them apart", le, lm)
+	}
+	for name, do := range map[string]func(string) error{
+		"state": func(id string) error { _, err := r.bob.State(ctx, id, 0); return err },
+		"fork":  func(id string) error { _, err := r.bob.Fork(ctx, api.ForkRequest{Parent: id}); return err },
+		"log":   func(id string) error { _, err := r.bob.Log(ctx, id, 1, 0, 0); return err },
+	} {
+		theirs, none := do("a1"), do("zz")
+		if !errors.As(theirs, &le) || !errors.As(none, &lm) || strings.ReplaceAll(le.Message, "a1", "zz") != lm.Message || le.Code != lm.Code {
+			t.Errorf("%s: another tenant's session %v, a missing one %v: a tenant tells them apart", name, theirs, none)
+		}
+	}
 	_, err = r.bob.Fork(ctx, api.ForkRequest{Parent: "a1", ID: "stolen"})
 	wantCode(t, "bob forks a1", err, api.CodeNotFound)
 	_, err = r.bob.Merge(ctx, api.MergeRequest{Target: "b1", Source: "a1"})

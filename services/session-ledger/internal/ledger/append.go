@@ -339,7 +339,7 @@ func (l *Ledger) afterAppend(ctx context.Context, e *entry, kind events.Kind) {
 func transition(st *session.State, id, typ string, expected uint64, hasExpected bool) error {
 	if st == nil {
 		if typ != events.TypeSessionStarted && typ != events.TypeSessionForked {
-			return api.Errorf(api.CodeNotFound, "session %s does not exist: start it with a %s event", id, events.TypeSessionStarted)
+			return notFound(id)
 		}
 		if hasExpected && expected != 0 {
 			return api.Errorf(api.CodeStale, "stale sequence: expected head %d, session %s does not exist yet (head 0)", expected, id)

@@ -169,7 +169,7 @@ func (l *Ledger) current(ctx context.Context, e *entry) error {
 		return unavailable(err)
 	}
 	if e.state == nil {
-		return api.Errorf(api.CodeNotFound, "session %s does not exist", e.id)
+		return notFound(e.id)
 	}
 	return nil
 }

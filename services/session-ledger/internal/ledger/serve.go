@@ -442,7 +442,7 @@ func (l *Ledger) handleGetBlob(ctx context.Context, m *nats.Msg) (any, error) {
 	data, size, err := l.store.ReadBlob(ctx, r.Ref, r.Offset, api.BlobPage)
 	switch {
 	case errors.Is(err, eventstore.ErrNotFound):
-		return nil, api.Errorf(api.CodeNotFound, "%v", err)
+		return nil, api.Errorf(api.CodeBlobNotFound, "%v", err)
 	case errors.Is(err, eventstore.ErrBadRef):
 		return nil, api.Errorf(api.CodeMalformed, "%v", err)
 	case err != nil:

@@ -59,8 +59,10 @@ func admitTenant(ctx context.Context, tenant, id, typ string) error {
 	return notFound(id)
 }
 
+// notFound is the refusal of a session that does not exist, word for word
+// the one an append to a missing session gets (transition).
 func notFound(id string) error {
-	return api.Errorf(api.CodeNotFound, "session %s does not exist", id)
+	return api.Errorf(api.CodeNotFound, "session %s does not exist: start it with a %s event", id, events.TypeSessionStarted)
 }
 
 // tenantOf is the tenant of a folded session.
