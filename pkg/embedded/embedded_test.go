@@ -75,3 +75,52 @@ func TestSetUsersAddsATenantUserLive(t *testing.T) {
 		t.Fatal("SetUsers with no users would open the server to anyone")
 	}
 }
+
+// A user removed from the identities is cut off: its open connection is
+// closed by the reload and it cannot connect again.
+func TestSetUsersCutsARemovedUser(t *testing.T) {
+	dir := t.TempDir()
+	set, err := auth.Ensure(filepath.Join(dir, "creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := set.AddUser(events.Principal{Tenant: "acme", User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: dir, Users: set.Identities()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	opts, _, err := auth.Options(id.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	nc, err := nats.Connect(ns.ClientURL(), append(opts, nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	without, err := auth.Ensure(filepath.Join(dir, "creds")) // the same roles, alice's file still there
+	if err != nil {
+		t.Fatal(err)
+	}
+	var users []auth.Identity
+	for _, u := range without.Identities() {
+		if u.Principal != id.Principal {
+			users = append(users, u)
+		}
+	}
+	if err := embedded.SetUsers(ns, users); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	if nc2, err := nats.Connect(ns.ClientURL(), opts...); !errors.Is(err, nats.ErrAuthorization) {
+		if nc2 != nil {
+			nc2.Close()
+		}
+		t.Fatalf("a removed user connects again: %v", err)
+	}
+}
