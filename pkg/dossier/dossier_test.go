@@ -102,7 +102,7 @@ func TestDossierContents(t *testing.T) {
 	if a, ok := acts[dt.Root+" started the session"]; !ok || a.Seq != 1 || a.Actor != "default/client" || a.Detail != d.Task {
 		t.Errorf("acts %+v: want the root's start by default/client", d.Acts)
 	}
-	if a, ok := acts[dt.Accepted+" closed"]; !ok || a.Seq != dt.AcceptedCloseSeq || a.Actor != "default/client" {
+	if a, ok := acts[dt.Accepted+" closed (succeeded)"]; !ok || a.Seq != dt.AcceptedCloseSeq || a.Actor != "default/client" {
 		t.Errorf("acts %+v: want the accepted branch's close by default/client", d.Acts)
 	}
 

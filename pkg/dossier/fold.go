@@ -438,7 +438,10 @@ func act(data any) (what, detail, by string, ok bool) {
 	case *events.SessionResumed:
 		return "resumed", d.Reason, "", true
 	case *events.SessionClosed:
-		return "closed", strings.TrimSpace(d.Outcome + " " + d.Reason), "", true
+		if d.Outcome != "" {
+			return "closed (" + d.Outcome + ")", d.Reason, "", true
+		}
+		return "closed", d.Reason, "", true
 	case *events.SessionArchived:
 		return "archived", "", "", true
 	case *events.SessionMerged:
