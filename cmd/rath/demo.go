@@ -128,6 +128,8 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 		if !o.keepData {
 			run.cleanup = append(run.cleanup, func() { os.RemoveAll(run.data) })
 		}
+	} else if err := os.MkdirAll(run.data, 0o755); err != nil {
+		return run, fmt.Errorf("demo data directory: %w", err)
 	}
 	logFile, err := os.Create(filepath.Join(run.data, "rath.log"))
 	if err != nil {
