@@ -125,7 +125,9 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	msg.Header.Set("Content-Type", events.ContentTypeStructured)
 	msg.Data = body
 	tracing.Inject(ctx, msg.Header)
-	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID())); err != nil {
+	// The inbox deduplicates by message ID: scoped by principal, one user's
+	// IDs never block another's proposals.
+	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(c.as.String()+"/"+ev.ID())); err != nil {
 		return fmt.Errorf("propose %s to session %s: %w", ev.ID(), ev.Subject(), err)
 	}
 	return nil

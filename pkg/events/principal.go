@@ -127,22 +127,30 @@ func ParseRequest(subject, prefix string) (Principal, string, error) {
 }
 
 // ParseInbox splits an inbox subject into the proposing principal and the
-// session it names ("" for rath.inbox.<tenant>.<user>.new).
+// session it names ("" for rath.inbox.<tenant>.<user>.new). A subject whose
+// principal tokens are valid but whose rest is not a session returns the
+// principal with the error, so that the refusal is filed under its tenant.
 func ParseInbox(subject string) (Principal, string, error) {
 	rest, ok := strings.CutPrefix(subject, inboxPrefix)
 	if !ok {
 		return Principal{}, "", fmt.Errorf("subject %q is not an inbox subject", subject)
 	}
 	parts := strings.Split(rest, ".")
-	if len(parts) != 3 {
+	if len(parts) < 3 {
 		return Principal{}, "", fmt.Errorf("inbox subject %q: want %s<tenant>.<user>.<session>", subject, inboxPrefix)
 	}
 	p := Principal{Tenant: parts[0], User: parts[1]}
 	if err := p.Validate(); err != nil {
 		return Principal{}, "", fmt.Errorf("inbox subject %q: %w", subject, err)
 	}
+	if len(parts) != 3 {
+		return p, "", fmt.Errorf("inbox subject %q: want %s<tenant>.<user>.<session>", subject, inboxPrefix)
+	}
 	if parts[2] == inboxNew {
 		return p, "", nil
+	}
+	if err := ValidateSessionID(parts[2]); err != nil {
+		return p, "", fmt.Errorf("inbox subject %q: %w", subject, err)
 	}
 	return p, parts[2], nil
 }

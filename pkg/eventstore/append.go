@@ -41,6 +41,12 @@ type Appended struct {
 	Duplicate bool
 }
 
+// MsgID is the JetStream message ID an event is stored under: its ID within
+// its session's tenant. JetStream deduplicates message IDs stream-wide, so a
+// retried append is stored once; scoped by tenant, an event ID one tenant
+// uses neither names nor blocks another tenant's event (ADR 0015).
+func MsgID(tenant, eventID string) string { return tenant + "/" + eventID }
+
 // Append stores a sealed event body for a session of a tenant, only if the session's last
 // stored event is at stream sequence expectLast (0: the session has none yet).
 // The event ID is the JetStream message ID, so a retried append inside the
@@ -48,7 +54,7 @@ type Appended struct {
 func (s *Store) Append(ctx context.Context, tenant, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (Appended, error) {
 	msg := appendMsg(ctx, tenant, session, token, body, seq, hash)
 	ack, err := s.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(eventID),
+		jetstream.WithMsgID(MsgID(tenant, eventID)),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)))
 	if err != nil {
 		return Appended{}, appendErr(session, expectLast, len(body), err)
@@ -70,7 +76,7 @@ type PendingAppend struct {
 func (s *Store) AppendAsync(ctx context.Context, tenant, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (*PendingAppend, error) {
 	msg := appendMsg(ctx, tenant, session, token, body, seq, hash)
 	f, err := s.js.PublishMsgAsync(msg,
-		jetstream.WithMsgID(eventID),
+		jetstream.WithMsgID(MsgID(tenant, eventID)),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)),
 		jetstream.WithStallWait(asyncStallWait))
 	if err != nil {

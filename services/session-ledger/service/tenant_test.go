@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
@@ -267,7 +268,11 @@ func TestTenantsAreIsolated(t *testing.T) {
 // through it, answered once earlier inbox deliveries were taken.
 func waitForLedger(t *testing.T, nc *nats.Conn) {
 	t.Helper()
-	if _, err := nc.Request(events.Service("admin").Ledger(events.OpKeys), []byte(`{}`), 5*time.Second); err != nil {
+	c, err := client.New(nc, client.As(events.Service("admin"))) // retries while no ledger listens
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Keys(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -402,5 +407,161 @@ func TestOnBehalfOnlyFromServices(t *testing.T) {
 	rep, err := r.alice.Verify(ctx, "s")
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// An event ID is one tenant's: another tenant using the same ID neither
+// learns the session that stored it (no ack, no message naming it) nor
+// blocks it (JetStream's dedupe is scoped by tenant).
+func TestEventIDsAreScopedByTenant(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+	const secret, future = "0190a4b2-1c3d-7e4f-8a9b-0c1d2e3f4a5b", "0190a4b2-1c3d-7e4f-8a9b-0c1d2e3f4a5c"
+	if _, err := r.alice.Start(ctx, "acme-secret", events.SessionStarted{Task: "acme"}, events.WithID(secret)); err != nil {
+		t.Fatal(err)
+	}
+	named, _ := events.New("bobs-own", &events.SessionStarted{Task: "probe"}, events.WithID(secret))
+	if ack, err := r.bob.Append(ctx, named); err != nil || ack.Duplicate || ack.Session != "bobs-own" {
+		t.Fatalf("bob's start with alice's event ID: %+v %v; want bobs-own stored", ack, err)
+	}
+	probe, _ := events.New("", &events.SessionStarted{Task: "probe"}, events.WithID(secret))
+	if ack, err := r.bob.Append(ctx, probe); err != nil || ack.Session != "bobs-own" {
+		t.Fatalf("bob's start without an ID, with alice's event ID: %+v %v; want his own bobs-own's ack", ack, err)
+	}
+	// Bob stores an ID alice is about to use: hers is stored all the same.
+	squat, _ := events.New("bobs-own", &events.ChunkAppended{Role: events.RoleUser, Content: "squat"}, events.WithID(future))
+	if _, err := r.bob.Append(ctx, squat); err != nil {
+		t.Fatal(err)
+	}
+	hers, _ := events.New("acme-secret", &events.ChunkAppended{Role: events.RoleUser, Content: "mine"}, events.WithID(future))
+	if a, err := r.alice.Append(ctx, hers); err != nil || a.Duplicate || a.Session != "acme-secret" || a.Seq != 2 {
+		t.Fatalf("alice's event with an ID bob used: %+v %v; want stored at 2", a, err)
+	}
+}
+
+// A proposal published on an inbox subject whose session token is a
+// wildcard (published literally) or missing is refused as malformed, under
+// the proposer's tenant, and never read as a filter over other proposals.
+func TestInboxSubjectWithAWildcardIsRefused(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+	body := []byte(`{"specversion":"1.0","id":"w1","source":"bob","type":"rath.conversation.chunk.appended","subject":"b-none","data":{"role":"user","content":"x"}}`)
+	for _, subject := range []string{"rath.inbox.globex.bob.*", "rath.inbox.globex.bob.>", "rath.inbox.globex.bob.x.y"} {
+		if err := r.bobNC.Publish(subject, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.bobNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := 3
+	var got []eventstore.Rejection
+	for deadline := time.Now().Add(10 * time.Second); len(got) < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("rejections %+v, want %d malformed inbox proposals", got, want)
+		}
+		waitForLedger(t, r.admin)
+		got = got[:0]
+		if err := r.bob.Rejections(ctx, "", func(rj eventstore.Rejection) error {
+			got = append(got, rj)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rj := range got {
+		if rj.Via != "inbox" || rj.Code != string(api.CodeMalformed) || rj.Actor != "globex/bob" {
+			t.Errorf("rejection %+v: want a malformed inbox proposal of globex/bob", rj)
+		}
+	}
+}
+
+// A wildcard inbox subject is never used to look up other proposals: a
+// proposal of alice's held by a ledger that died (unacked, waiting for its
+// ack deadline) stays undecided when bob's wildcard proposal is refused,
+// where reading "*" as a session would have decided hers out of turn.
+func TestInboxWildcardDoesNotDecideOthersProposals(t *testing.T) {
+	ns, admin := natstest.Start(t)
+	url := ns.ClientURL()
+	dir := t.TempDir()
+	run := func() (stop func()) {
+		lnc := natstest.ConnectAs(t, url, auth.RoleLedger)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- service.Run(ctx, lnc, service.ConfigIn(dir), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("ledger: %v", err)
+			}
+		}
+	}
+	ctx := context.Background()
+	a, err := client.New(natstest.ConnectUser(t, url, alice), client.As(alice), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := client.New(natstest.ConnectUser(t, url, bob), client.As(bob), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run()
+	if _, err := a.Start(ctx, "a1", events.SessionStarted{Task: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	ev, _ := events.New("a1", &events.ChunkAppended{Role: events.RoleUser, Content: "alice's proposal"})
+	if err := a.Propose(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	// A ledger takes alice's proposal and dies before deciding it.
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, events.StreamInbox, events.InboxConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range held.Messages() {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d proposals, want alice's", n)
+	}
+	bobs := []byte(`{"specversion":"1.0","id":"w1","source":"bob","type":"rath.conversation.chunk.appended","subject":"b1","data":{"role":"user","content":"x"}}`)
+	if err := b.Conn().Publish("rath.inbox.globex.bob.*", bobs); err != nil {
+		t.Fatal(err)
+	}
+	defer run()()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var refused bool
+		if err := b.Rejections(ctx, "", func(rj eventstore.Rejection) error {
+			refused = refused || rj.EventID == "w1" || strings.Contains(string(rj.Proposal), `"w1"`)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if refused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("bob's wildcard proposal was not refused")
+		}
+		waitForLedger(t, admin)
+	}
+	st, err := a.State(ctx, "a1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Seq != 1 {
+		t.Fatalf("alice's held proposal was decided (head %d) when bob's wildcard was: out of turn", st.Seq)
 	}
 }

@@ -290,9 +290,13 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 // so that the branch that produced the final answer is explicit.
 func (s *Selector) fork(ctx context.Context, st *session.State, ev events.Stored, rule, reason string, p plan) error {
 	childID := st.ID + "-" + events.DerivedID(ev.ID, "fork")[:8]
+	// A redelivered trigger's fork gets the original ack (same event ID); a
+	// child ID some other session holds is refused (exists), and nothing is
+	// emitted into it: the selector acts for every tenant, and the ID derives
+	// from what the trigger's proposer chose.
 	if _, err := s.c.Fork(ctx, api.ForkRequest{Parent: st.ID, At: p.at, ID: childID, Reason: reason,
-		EventID: events.DerivedID(ev.ID, "fork-event"), Source: Source}); err != nil && api.CodeOf(err) != api.CodeExists {
-		return err
+		EventID: events.DerivedID(ev.ID, "fork-event"), Source: Source}); err != nil {
+		return fmt.Errorf("fork %s at %d onto %s: %w", st.ID, p.at, childID, err)
 	}
 	if p.agent != "" {
 		turnID := "turn-" + events.DerivedID(ev.ID, "fork-turn")[:8]

@@ -112,9 +112,24 @@ func (l *Ledger) decideInbox(ctx context.Context, m jetstream.Msg, stopping <-ch
 		return
 	}
 	msg := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	p, sid, perr := events.ParseInbox(m.Subject())
+	if p.Validate() == nil {
+		ctx = withPrincipal(ctx, p) // its refusals are filed under its tenant
+	}
+	if perr != nil {
+		// Not a session's subject (a wildcard or an empty token published
+		// literally, say): refused as malformed, outside any session's
+		// order, and never used to look up other proposals.
+		if _, err := l.propose(ctx, msg, "inbox", inboxKey(meta.Sequence.Stream)); err != nil && !api.Permanent(err) {
+			_ = m.Nak()
+			return
+		}
+		_ = m.DoubleAck(ctx)
+		return
+	}
 	deadline := time.Now().Add(inboxRetryFor)
 	for attempt := 0; ; attempt++ {
-		err := l.decideInOrder(ctx, inboxSession(m.Subject()), meta.Sequence.Stream, msg)
+		err := l.decideInOrder(ctx, sid, meta.Sequence.Stream, msg)
 		if err == nil {
 			if err := m.DoubleAck(ctx); err != nil {
 				l.log.Warn("inbox ack lost; the proposal will be redelivered and deduplicated", "err", err)
@@ -143,12 +158,12 @@ func (l *Ledger) decideInbox(ctx context.Context, m jetstream.Msg, stopping <-ch
 }
 
 // decideInOrder decides the session's older proposals still in the inbox,
-// then this one. Only transient failures are returned: a refusal is recorded
+// then this one (sid "": a start that lets the ledger choose the ID). Only transient failures are returned: a refusal is recorded
 // and counts as decided.
 func (l *Ledger) decideInOrder(ctx context.Context, sid string, seq uint64, msg *nats.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if sid != "new" {
+	if sid != "" {
 		for {
 			first, err := l.store.FirstProposal(ctx, sid)
 			if errors.Is(err, eventstore.ErrNotFound) || err == nil && first.StreamSeq >= seq {

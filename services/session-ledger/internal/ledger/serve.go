@@ -188,7 +188,7 @@ func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via, rejectKey string
 	ctx = tracing.Extract(ctx, m.Header)
 	if via == "inbox" {
 		// Who proposed is named by the inbox subject, as by a request's.
-		if p, _, err := events.ParseInbox(m.Subject); err == nil {
+		if p, _, _ := events.ParseInbox(m.Subject); p.Validate() == nil {
 			ctx = withPrincipal(ctx, p)
 		}
 	}
