@@ -17,6 +17,7 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/tracing"
@@ -131,13 +132,29 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	return nil
 }
 
-// State returns the state of a session at sequence at (0: the head).
+// State returns the whole state of a session at sequence at (0: the head),
+// folded here from the session's log (fold.FromLog), so it costs the whole
+// log: the ledger's state operation answers only a bounded view (see
+// Overview), which is what most callers need.
 func (c *Client) State(ctx context.Context, id string, at uint64) (*session.State, error) {
-	var st session.State
-	if err := c.request(ctx, c.as.Ledger(events.OpState), api.StateRequest{Session: id, At: at}, &st); err != nil {
+	st, err := fold.FromLog(ctx, c, id, at)
+	if err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", id, at, err)
 	}
-	return &st, nil
+	return st, nil
+}
+
+// Overview returns the bounded view of a session that the ledger's state
+// operation answers (at req.At, 0: the head): status, lineage, usage,
+// counters, pending work, approvals, tool calls in flight, head, and the
+// counts and last entries of the transcript and the other long lists. Its
+// size is bounded whatever the session holds (session.MaxOverviewBytes).
+func (c *Client) Overview(ctx context.Context, req api.StateRequest) (*session.Overview, error) {
+	var v session.Overview
+	if err := c.request(ctx, c.as.Ledger(events.OpState), req, &v); err != nil {
+		return nil, fmt.Errorf("state of %s at %d: %w", req.Session, req.At, err)
+	}
+	return &v, nil
 }
 
 // Log returns the events of a session's logical log with from <= seq <= to

@@ -20,6 +20,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
+	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/tracing"
 )
 
@@ -276,7 +277,7 @@ func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := l.readable(ctx, r.Session); err != nil {
 		return nil, err
 	}
-	return l.State(ctx, r.Session, r.At)
+	return l.Overview(ctx, r.Session, r.At, session.OverviewOptions{Tail: r.Tail, Clip: r.Clip})
 }
 
 func (l *Ledger) handleLog(ctx context.Context, m *nats.Msg) (any, error) {
