@@ -135,9 +135,17 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 // State returns the whole state of a session at sequence at (0: the head),
 // folded here from the session's log (fold.FromLog), so it costs the whole
 // log: the ledger's state operation answers only a bounded view (see
-// Overview), which is what most callers need.
+// Overview), which is what most callers need. It asks for the overview
+// first, so the ledger's refusals hold as they do for the state operation
+// (a damaged session is not presented as a state; a sequence beyond the
+// head is out of range) and the fold stops at the head the ledger named,
+// whatever is appended meanwhile.
 func (c *Client) State(ctx context.Context, id string, at uint64) (*session.State, error) {
-	st, err := fold.FromLog(ctx, c, id, at)
+	ov, err := c.Overview(ctx, api.StateRequest{Session: id, At: at, Tail: 1, Clip: 1})
+	if err != nil {
+		return nil, err
+	}
+	st, err := fold.FromLog(ctx, c, id, ov.Seq)
 	if err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", id, at, err)
 	}
