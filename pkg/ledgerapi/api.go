@@ -116,12 +116,15 @@ type BatchResult struct {
 // list (0: session.DefaultTail, at most session.MaxTail) and each chunk's
 // content clipped to Clip bytes of JSON (0: session.DefaultClip, at most
 // session.MaxClip). The whole state is the fold of the log (the log
-// operation; client.State in Go).
+// operation; client.State in Go). ToolCalls names tool calls (at most
+// session.MaxOpen) to report in the reply's tools.asked whatever their
+// status.
 type StateRequest struct {
-	Session string `json:"session"`
-	At      uint64 `json:"at,omitempty"`
-	Tail    int    `json:"tail,omitempty"`
-	Clip    int    `json:"clip,omitempty"`
+	Session   string   `json:"session"`
+	At        uint64   `json:"at,omitempty"`
+	Tail      int      `json:"tail,omitempty"`
+	Clip      int      `json:"clip,omitempty"`
+	ToolCalls []string `json:"tool_calls,omitempty"`
 }
 
 // LogRequest asks for a page of a session's logical log.

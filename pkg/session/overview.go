@@ -49,6 +49,10 @@ const (
 type OverviewOptions struct {
 	Tail int // entries of each long list, 1..MaxTail
 	Clip int // JSON bytes of each chunk content and compaction summary, 1..MaxClip
+	// Calls names tool calls to report in Tools.Asked whatever their status
+	// (the first MaxOpen of them): how a tool server asks whether the call
+	// it was handed is still to run.
+	Calls []string
 }
 
 func (o OverviewOptions) norm() OverviewOptions {
@@ -59,6 +63,7 @@ func (o OverviewOptions) norm() OverviewOptions {
 		o.Clip = DefaultClip
 	}
 	o.Tail, o.Clip = min(o.Tail, MaxTail), min(o.Clip, MaxClip)
+	o.Calls = o.Calls[:min(len(o.Calls), MaxOpen)]
 	return o
 }
 
@@ -231,16 +236,18 @@ type ApprovalEntry struct {
 }
 
 // Tools is the tool-call index: how many calls by status, the calls in
-// flight (requested or running, oldest first, at most MaxOpen) and the
-// last calls by their first sequence. The rest of the index is in the log:
-// each call's events (tool.requested, started, completed, failed), or the
-// whole State folded from it.
+// flight (requested or running, oldest first, at most MaxOpen), the last
+// calls by their first sequence, and the calls the request named (Asked,
+// in the request's order; a call the session does not have is left out).
+// The rest of the index is in the log: each call's events (tool.requested,
+// started, completed, failed), or the whole State folded from it.
 type Tools struct {
 	Count     int            `json:"count"`
 	ByStatus  map[string]int `json:"by_status,omitempty"`
 	Open      []ToolEntry    `json:"open"`
 	OpenCount int            `json:"open_count"`
 	Last      []ToolEntry    `json:"last"`
+	Asked     []ToolEntry    `json:"asked,omitempty"`
 }
 
 // ToolEntry is one tool call of the index. Arguments are left out when
@@ -368,6 +375,11 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 	}
 	for _, t := range last {
 		v.Tools.Last = append(v.Tools.Last, toolEntry(t))
+	}
+	for _, id := range o.Calls {
+		if t, ok := s.Tools[id]; ok {
+			v.Tools.Asked = append(v.Tools.Asked, toolEntry(t))
+		}
 	}
 
 	if p := s.Sandbox; p != nil {

@@ -62,7 +62,11 @@ func worstState(n, content int) *State {
 // the worst case with the largest options stays under MaxOverviewBytes.
 func TestOverviewBound(t *testing.T) {
 	st := worstState(1000, 1<<20)
-	ov := st.Overview(OverviewOptions{Tail: 1 << 20, Clip: 1 << 30})
+	many := make([]string, 0, len(st.Tools))
+	for id := range st.Tools {
+		many = append(many, id)
+	}
+	ov := st.Overview(OverviewOptions{Tail: 1 << 20, Clip: 1 << 30, Calls: many})
 	b, err := json.Marshal(ov)
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +149,10 @@ func TestOverviewManyToolCalls(t *testing.T) {
 	}
 	if e := ov.Tools.Last[2]; string(e.Arguments) != `{"dir":"."}` {
 		t.Errorf("small call arguments = %s", e.Arguments)
+	}
+	asked := st.Overview(OverviewOptions{Calls: []string{"call-00001", "nope", "call-04007"}}).Tools.Asked
+	if len(asked) != 2 || asked[0].CallID != "call-00001" || asked[0].Status != ToolCompleted || asked[1].CallID != "call-04007" || asked[1].Status != ToolRequested {
+		t.Errorf("asked = %+v, want call-00001 completed and call-04007 requested", asked)
 	}
 	if ov.Tools.ByStatus[ToolCompleted] != 4995 || ov.Tools.ByStatus[ToolRequested] != 5 || ov.Tools.ByStatus[ToolRunning] != 1 {
 		t.Errorf("by status = %v", ov.Tools.ByStatus)

@@ -277,7 +277,7 @@ func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := l.readable(ctx, r.Session); err != nil {
 		return nil, err
 	}
-	return l.Overview(ctx, r.Session, r.At, session.OverviewOptions{Tail: r.Tail, Clip: r.Clip})
+	return l.Overview(ctx, r.Session, r.At, session.OverviewOptions{Tail: r.Tail, Clip: r.Clip, Calls: r.ToolCalls})
 }
 
 func (l *Ledger) handleLog(ctx context.Context, m *nats.Msg) (any, error) {
