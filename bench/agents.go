@@ -20,6 +20,7 @@ import (
 
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
@@ -266,7 +267,7 @@ func (h *harness) waitClosed(ctx context.Context, feed *liveFeed, ids []string) 
 		}
 		if time.Since(asked) > time.Second && feed.quietFor() > time.Second {
 			for _, id := range open {
-				st, err := h.qcli.State(ctx, id, 0)
+				st, err := h.qcli.Overview(ctx, api.StateRequest{Session: id, Tail: 1})
 				if err == nil && st.Status == session.StatusClosed {
 					if st.Outcome != "succeeded" {
 						return fmt.Errorf("session %s closed %s: %s", id, st.Outcome, st.CloseReason)

@@ -158,7 +158,7 @@ func (h *harness) stateSeries(ctx context.Context, hs *history, lo int, ats []ui
 	a.timed(cpu.stop())
 	r := row{
 		id:      fmt.Sprintf("3b@%d", hs.n),
-		what:    fmt.Sprintf("state at N (client.State, N random in %d..%d of a %d-event session), median of %d", lo, hs.n-1, hs.n, len(ats)),
+		what:    fmt.Sprintf("state at N (client.Overview, N random in %d..%d of a %d-event session), median of %d", lo, hs.n-1, hs.n, len(ats)),
 		rawWhat: "ordered consumer reading the session's first N messages (replay without a ledger)",
 		raw:     "p50 " + fmtDur(raw.median()),
 	}

@@ -518,7 +518,7 @@ func (r *scaleRig) waitClosed(t *testing.T, ids []string, timeout time.Duration)
 			asked = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			for _, id := range open {
-				if st, err := r.c.State(ctx, id, 0); err == nil && st.Status == session.StatusClosed {
+				if st, err := r.c.Overview(ctx, api.StateRequest{Session: id, Tail: 1}); err == nil && st.Status == session.StatusClosed {
 					r.closes.closed(id)
 				}
 			}
@@ -558,9 +558,9 @@ func (r *scaleRig) describe(t *testing.T, id string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if st, err := r.c.State(ctx, id, 0); err == nil {
+	if st, err := r.c.Overview(ctx, api.StateRequest{Session: id}); err == nil {
 		fmt.Fprintf(&b, "\n  state: status %s, turn %+v, last agent %q", st.Status, st.Turn, st.LastAgent)
-		for _, tc := range st.Tools {
+		for _, tc := range append(st.Tools.Open, st.Tools.Last...) {
 			fmt.Fprintf(&b, ", tool %s %s (attempts %d)", tc.CallID, tc.Status, tc.Attempts)
 		}
 	}

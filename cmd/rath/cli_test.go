@@ -129,10 +129,15 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Errorf("log --from 2 --limit 1 = %q", page)
 	}
 
+	var ov session.Overview
+	decode(t, ok(t, url, "state", "s1", "--at", "2", "--json"), &ov)
+	if ov.Seq != 2 || ov.Chunks.Count != 1 || len(ov.Chunks.Last) != 1 || ov.Usage.Total.In != 0 || ov.Format != session.OverviewFormat {
+		t.Errorf("state at 2: seq %d, %d chunks, %d tokens in, format %q; want 2, 1, 0, %s", ov.Seq, ov.Chunks.Count, ov.Usage.Total.In, ov.Format, session.OverviewFormat)
+	}
 	var st session.State
-	decode(t, ok(t, url, "state", "s1", "--at", "2", "--json"), &st)
+	decode(t, ok(t, url, "state", "s1", "--at", "2", "--full", "--json"), &st)
 	if st.Seq != 2 || len(st.Chunks) != 1 || st.Usage.Total.In != 0 {
-		t.Errorf("state at 2: seq %d, %d chunks, %d tokens in; want 2, 1, 0", st.Seq, len(st.Chunks), st.Usage.Total.In)
+		t.Errorf("state --full at 2: seq %d, %d chunks, %d tokens in; want 2, 1, 0", st.Seq, len(st.Chunks), st.Usage.Total.In)
 	}
 	summary := ok(t, url, "state", "s1")
 	for _, want := range []string{"status", "active", "seq 3", "agent coder", "model anthropic/m1", "chunks"} {

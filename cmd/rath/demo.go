@@ -22,6 +22,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
@@ -476,13 +477,13 @@ func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string
 	fmt.Fprintf(a.Stdout, "%d branches:\n", len(order))
 	broken := 0
 	for _, id := range order {
-		st, err := c.State(ctx, id, 0)
+		st, err := c.Overview(ctx, api.StateRequest{Session: id, Tail: 1})
 		if err != nil {
 			return fmt.Errorf("demo: state of %s: %w", id, err)
 		}
 		verdict := "no validation"
-		if n := len(st.Validations); n > 0 {
-			v := st.Validations[n-1]
+		if n := len(st.Validations.Last); n > 0 {
+			v := st.Validations.Last[n-1]
 			verdict = "validation failed: " + v.Validator
 			if v.Passed {
 				verdict = "validation passed: " + v.Validator

@@ -596,17 +596,16 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	if err != nil {
 		return err
 	}
-	st, err := c.State(ctx, session, o.from)
+	st, err := c.Overview(ctx, api.StateRequest{Session: session, At: o.from})
 	if err != nil {
 		return err
 	}
 	if st.Turn != nil {
 		return usageError{fmt.Errorf("sequence %d of %s is inside the turn of %s (requested at %d): fork between turns, e.g. just before a selector decision", o.from, session, st.Turn.Agent, st.Turn.Seq)}
 	}
-	for id, t := range st.Tools {
-		if t.Status == "requested" || t.Status == "running" {
-			return usageError{fmt.Errorf("sequence %d of %s has tool call %s still %s: fork between turns", o.from, session, id, t.Status)}
-		}
+	if len(st.Tools.Open) > 0 {
+		t := st.Tools.Open[0]
+		return usageError{fmt.Errorf("sequence %d of %s has tool call %s still %s: fork between turns", o.from, session, t.CallID, t.Status)}
 	}
 	tree, err := replay.Read(ctx, c, session)
 	if err != nil {

@@ -11,39 +11,65 @@ import (
 
 	"github.com/spf13/cobra"
 
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )
 
 func (a *app) stateCmd() *cobra.Command {
-	var at uint64
+	var (
+		at         uint64
+		tail, clip int
+		full       bool
+	)
 	cmd := &cobra.Command{
 		Use:   "state SESSION",
 		Short: "Summarise a session's folded state (at its head or at --at N)",
-		Long: `state prints a summary of a session's state: status, lineage, head,
-transcript, usage by agent and model, pending work, tools, sandbox and
-memory. --at N folds only up to sequence N. --json prints the whole state.`,
+		Long: `state prints the ledger's overview of a session: status, lineage, head,
+usage by agent and model, pending work, approvals, tool calls in flight and
+the last ones, sandbox, and the counts and last entries of the transcript,
+compactions, decisions, validations and memory events. The overview is
+bounded whatever the session holds: --tail N entries of each long list, each
+chunk's content clipped to --clip bytes (the whole chunk is the event at its
+seq: rath log SESSION --from SEQ --limit 1). --at N folds only up to
+sequence N. --json prints the overview as the ledger answers it.
+
+--full folds the whole state here from the session's log (every page of
+it: slow for a long session); with --json it prints the whole state.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			st, err := c.State(cmd.Context(), args[0], at)
-			if err != nil {
+			opts := session.OverviewOptions{Tail: tail, Clip: clip}
+			var v *session.Overview
+			if full {
+				st, err := c.State(cmd.Context(), args[0], at)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return a.printJSON(st)
+				}
+				v = st.Overview(opts)
+			} else if v, err = c.Overview(cmd.Context(), api.StateRequest{Session: args[0], At: at, Tail: tail, Clip: clip}); err != nil {
 				return err
 			}
 			if a.json {
-				return a.printJSON(st)
+				return a.printJSON(v)
 			}
-			return writeState(a.Stdout, st)
+			return writeState(a.Stdout, v)
 		},
 	}
 	cmd.Flags().Uint64Var(&at, "at", 0, "fold up to this sequence (0: the head)")
+	cmd.Flags().IntVar(&tail, "tail", 0, fmt.Sprintf("last entries of each long list (0: %d, at most %d)", session.DefaultTail, session.MaxTail))
+	cmd.Flags().IntVar(&clip, "clip", 0, fmt.Sprintf("bytes of each chunk's content (0: %d, at most %d)", session.DefaultClip, session.MaxClip))
+	cmd.Flags().BoolVar(&full, "full", false, "fold the whole state from the log here instead of asking the ledger for its overview")
 	return cmd
 }
 
-// writeState prints the human summary of a state.
-func writeState(w io.Writer, st *session.State) error {
+// writeState prints the human summary of an overview.
+func writeState(w io.Writer, v *session.Overview) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	opt := func(k, v string) {
@@ -51,29 +77,48 @@ func writeState(w io.Writer, st *session.State) error {
 			row(k, "%s", v)
 		}
 	}
-	row("session", "%s", st.ID)
-	status := string(st.Status)
-	if st.Outcome != "" || st.CloseReason != "" {
-		status += " (" + strings.TrimSpace(st.Outcome+" "+st.CloseReason) + ")"
+	more := func(n int) string {
+		if n > 0 {
+			return fmt.Sprintf(" (%d more)", n)
+		}
+		return ""
+	}
+	row("session", "%s", v.ID)
+	status := string(v.Status)
+	if v.Outcome != "" || v.CloseReason != "" {
+		status += " (" + strings.TrimSpace(v.Outcome+" "+v.CloseReason) + ")"
 	}
 	row("status", "%s", status)
-	opt("workflow", strings.TrimSpace(st.Workflow+" "+st.WorkflowHash))
-	opt("task", clip(st.Task, 100))
-	opt("labels", joinLabels(st.Labels))
-	row("head", "seq %d  hash %s", st.Seq, orNone(st.Hash))
-	row("created", "%s  updated %s", stamp(st.Created), stamp(st.Updated))
-	if l := st.Lineage; l.Parent != "" {
+	opt("workflow", strings.TrimSpace(v.Workflow+" "+v.WorkflowHash))
+	opt("task", clip(v.Task, 100))
+	opt("labels", joinLabels(v.Labels)+more(v.LabelsOmitted))
+	row("head", "seq %d  hash %s", v.Seq, orNone(v.Hash))
+	row("created", "%s  updated %s", stamp(v.Created), stamp(v.Updated))
+	if l := v.Lineage; l.Parent != "" {
 		row("lineage", "forked from %s@%d (%s)%s", l.Parent, l.ForkSeq, short(l.ForkHash), prefixed(": ", l.ForkReason))
 	} else {
 		row("lineage", "root")
 	}
-	for _, m := range st.Lineage.Merges {
+	if n := v.Lineage.Merges.Count - len(v.Lineage.Merges.Last); n > 0 {
+		row("merged", "%d earlier merges", n)
+	}
+	for _, m := range v.Lineage.Merges.Last {
 		row("merged", "%s@%d at %d (%d events, ancestor %s@%d)", m.Source, m.SourceSeq, m.Seq, m.Events, orNone(m.Ancestor), m.AncestorSeq)
 	}
-	n := st.Counts
+	n := v.Counts
 	row("events", "%d (model calls %d, tool calls %d, merged in %d)", n.Events, n.ModelCalls, n.ToolCalls, n.Merged)
-	row("chunks", "%d (compactions %d)", len(st.Chunks), len(st.Compactions))
-	u := st.Usage
+	row("chunks", "%d, %s (compactions %d)", v.Chunks.Count, fmtSize(v.Chunks.Bytes), v.Compactions.Count)
+	for _, ch := range v.Chunks.Last {
+		line := clip(ch.Content, 80)
+		if ch.Clipped || len(ch.Content) > 80 {
+			line += fmt.Sprintf(" [%s]", fmtSize(int64(ch.Size)))
+		}
+		row(fmt.Sprintf("  %d", ch.Seq), "%s%s: %s", ch.Role, prefixed(" ", ch.Agent), line)
+	}
+	if v.Turn != nil {
+		row("turn", "%s of %s since %d", v.Turn.ID, v.Turn.Agent, v.Turn.Seq)
+	}
+	u := v.Usage
 	row("usage", "%s", tokens(u.Total))
 	for _, k := range slices.Sorted(maps.Keys(u.ByAgent)) {
 		row("  agent "+k, "%s", tokens(u.ByAgent[k]))
@@ -81,43 +126,38 @@ func writeState(w io.Writer, st *session.State) error {
 	for _, k := range slices.Sorted(maps.Keys(u.ByModel)) {
 		row("  model "+k, "%s", tokens(u.ByModel[k]))
 	}
-	row("pending", "%d", len(st.Pending))
-	for _, id := range slices.Sorted(maps.Keys(st.Pending)) {
-		p := st.Pending[id]
-		row("  "+id, "%s at %d%s%s", p.Kind, p.Seq, prefixed(" for ", p.Assignee), prefixed(": ", clip(p.Description, 60)))
+	row("pending", "%d", len(v.Pending)+v.PendingOmitted)
+	for _, p := range v.Pending {
+		row("  "+p.ID, "%s at %d%s%s", p.Kind, p.Seq, prefixed(" for ", p.Assignee), prefixed(": ", clip(p.Description, 60)))
 	}
-	waiting := 0
-	for _, ap := range st.Approvals {
-		if ap.Outcome == "" {
-			waiting++
+	if ap := v.Approvals; ap.Count > 0 {
+		row("approvals", "%d (%d waiting)", ap.Count, ap.WaitingCount)
+		for _, e := range ap.Waiting {
+			row("  "+e.ID, "waiting since %d: %s", e.Seq, clip(e.Action, 60))
 		}
 	}
-	if len(st.Approvals) > 0 {
-		row("approvals", "%d (%d waiting)", len(st.Approvals), waiting)
-	}
-	row("tools", "%d", len(st.Tools))
-	for _, id := range slices.Sorted(maps.Keys(st.Tools)) {
-		t := st.Tools[id]
-		line := fmt.Sprintf("%s %s, %d attempts", t.Tool, t.Status, t.Attempts)
-		if t.Status == session.ToolCompleted || t.Status == session.ToolFailed {
-			line += fmt.Sprintf(", exit %d", t.ExitCode)
+	t := v.Tools
+	row("tools", "%d (%d open)", t.Count, t.OpenCount)
+	shown := map[string]bool{}
+	for _, e := range append(slices.Clone(t.Open), t.Last...) {
+		if shown[e.CallID] {
+			continue
 		}
-		row("  "+id, "%s%s", line, prefixed(": ", clip(t.Error, 60)))
+		shown[e.CallID] = true
+		line := fmt.Sprintf("%s %s, %d attempts", e.Tool, e.Status, e.Attempts)
+		if e.Status == session.ToolCompleted || e.Status == session.ToolFailed {
+			line += fmt.Sprintf(", exit %d", e.ExitCode)
+		}
+		row("  "+e.CallID, "%s%s", line, prefixed(": ", clip(e.Error, 60)))
 	}
-	if s := st.Sandbox; s != nil {
+	if s := v.Sandbox; s != nil {
 		row("sandbox", "%s/%s at %d%s%s", s.Backend, s.SandboxID, s.Seq, prefixed(" host ", s.Host), prefixed(" workspace ", s.Workspace))
 	} else {
 		row("sandbox", "none")
 	}
-	row("memory", "%d events", len(st.Memory))
-	if len(st.Decisions) > 0 || len(st.Validations) > 0 {
-		passed := 0
-		for _, v := range st.Validations {
-			if v.Passed {
-				passed++
-			}
-		}
-		row("control", "%d routing decisions, %d validations (%d passed)", len(st.Decisions), len(st.Validations), passed)
+	row("memory", "%d events", v.Memory.Count)
+	if v.Decisions.Count > 0 || v.Validations.Count > 0 {
+		row("control", "%d routing decisions, %d validations (%d passed)", v.Decisions.Count, v.Validations.Count, n.ValidationsPassed)
 	}
 	return tw.Flush()
 }
@@ -152,4 +192,15 @@ func prefixed(prefix, s string) string {
 		return ""
 	}
 	return prefix + s
+}
+
+// fmtSize prints a byte count in B, KiB or MiB.
+func fmtSize(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

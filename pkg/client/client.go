@@ -17,6 +17,7 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/tracing"
@@ -133,13 +134,37 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	return nil
 }
 
-// State returns the state of a session at sequence at (0: the head).
+// State returns the whole state of a session at sequence at (0: the head),
+// folded here from the session's log (fold.FromLog), so it costs the whole
+// log: the ledger's state operation answers only a bounded view (see
+// Overview), which is what most callers need. It asks for the overview
+// first, so the ledger's refusals hold as they do for the state operation
+// (a damaged session is not presented as a state; a sequence beyond the
+// head is out of range) and the fold stops at the head the ledger named,
+// whatever is appended meanwhile.
 func (c *Client) State(ctx context.Context, id string, at uint64) (*session.State, error) {
-	var st session.State
-	if err := c.request(ctx, c.as.Ledger(events.OpState), api.StateRequest{Session: id, At: at}, &st); err != nil {
+	ov, err := c.Overview(ctx, api.StateRequest{Session: id, At: at, Tail: 1, Clip: 1})
+	if err != nil {
+		return nil, err
+	}
+	st, err := fold.FromLog(ctx, c, id, ov.Seq)
+	if err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", id, at, err)
 	}
-	return &st, nil
+	return st, nil
+}
+
+// Overview returns the bounded view of a session that the ledger's state
+// operation answers (at req.At, 0: the head): status, lineage, usage,
+// counters, pending work, approvals, tool calls in flight, head, and the
+// counts and last entries of the transcript and the other long lists. Its
+// size is bounded whatever the session holds (session.MaxOverviewBytes).
+func (c *Client) Overview(ctx context.Context, req api.StateRequest) (*session.Overview, error) {
+	var v session.Overview
+	if err := c.request(ctx, c.as.Ledger(events.OpState), req, &v); err != nil {
+		return nil, fmt.Errorf("state of %s at %d: %w", req.Session, req.At, err)
+	}
+	return &v, nil
 }
 
 // Log returns the events of a session's logical log with from <= seq <= to

@@ -281,8 +281,25 @@ func (r *Reader) EventAt(ctx context.Context, id string, n uint64) (events.Store
 // session.Apply for events without merges), so the ledger and the workers
 // agree on what a log means.
 func (r *Reader) Fold(ctx context.Context, st *session.State, ev events.Stored) error {
+	return foldWith(ctx, st, ev, r.ownStored)
+}
+
+// ownStored is OwnEvents without the stored messages.
+func (r *Reader) ownStored(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error {
+	return r.OwnEvents(ctx, id, from, to, func(ev events.Stored, _ eventstore.Msg) error { return fn(ev) })
+}
+
+// eventsFunc reads the events of a session's log with from <= seq <= to, in
+// order: from the store (Reader.OwnEvents) or from the ledger (Log).
+type eventsFunc func(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error
+
+// foldWith applies one event to st, reading the events a merge takes in
+// through read. Merge segments name runs of a session's own events, which
+// are also that session's logical log at those sequences, so the store and
+// the ledger's log operation read the same events for them.
+func foldWith(ctx context.Context, st *session.State, ev events.Stored, read eventsFunc) error {
 	if ev.Type == events.TypeSessionMerged {
-		if err := r.foldMerged(ctx, st, ev); err != nil {
+		if err := foldMerged(ctx, st, ev, read); err != nil {
 			return err
 		}
 	}
@@ -290,20 +307,20 @@ func (r *Reader) Fold(ctx context.Context, st *session.State, ev events.Stored) 
 	return nil
 }
 
-func (r *Reader) foldMerged(ctx context.Context, st *session.State, ev events.Stored) error {
+func foldMerged(ctx context.Context, st *session.State, ev events.Stored, read eventsFunc) error {
 	d, err := ev.Decode()
 	if err != nil {
 		return nil // the fold never fails on old data; Apply records the head
 	}
 	m := d.(*events.SessionMerged)
 	for _, seg := range m.Segments {
-		err := r.OwnEvents(ctx, seg.Session, seg.From, seg.To, func(src events.Stored, _ eventstore.Msg) error {
+		err := read(ctx, seg.Session, seg.From, seg.To, func(src events.Stored) error {
 			if st.Covers(src.Session, src.Seq) {
 				return nil // held already: through ancestry or an earlier merge
 			}
 			if src.Type == events.TypeSessionMerged {
 				// A merge inside the merged range brings its own segments along.
-				if err := r.foldMerged(ctx, st, src); err != nil {
+				if err := foldMerged(ctx, st, src, read); err != nil {
 					return err
 				}
 			}

@@ -111,10 +111,21 @@ type BatchResult struct {
 	Error *Error `json:"error,omitempty"`
 }
 
-// StateRequest asks for the state of Session at sequence At (0: the head).
+// StateRequest asks for the overview of Session at sequence At (0: the
+// head). The reply is a session.Overview: bounded whatever the session
+// holds (session.MaxOverviewBytes), with the last Tail entries of each long
+// list (0: session.DefaultTail, at most session.MaxTail) and each chunk's
+// content clipped to Clip bytes of JSON (0: session.DefaultClip, at most
+// session.MaxClip). The whole state is the fold of the log (the log
+// operation; client.State in Go). ToolCalls names tool calls (at most
+// session.MaxOpen) to report in the reply's tools.asked whatever their
+// status.
 type StateRequest struct {
-	Session string `json:"session"`
-	At      uint64 `json:"at,omitempty"`
+	Session   string   `json:"session"`
+	At        uint64   `json:"at,omitempty"`
+	Tail      int      `json:"tail,omitempty"`
+	Clip      int      `json:"clip,omitempty"`
+	ToolCalls []string `json:"tool_calls,omitempty"`
 }
 
 // LogRequest asks for a page of a session's logical log.

@@ -157,6 +157,9 @@ func dialFile(t testing.TB, url, path, name string, extra []nats.Option) *nats.C
 // accept it, with a client's permissions scoped to that tenant and user. A
 // permission violation the server reports on it fails the test, unless opts
 // set their own nats.ErrorHandler.
+//
+// Connect a test's users before starting services: nats-server's reload
+// races (go test -race) with JetStream creating a stream at the same time.
 func ConnectUser(t testing.TB, url string, p events.Principal, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	set := Creds(t, url)

@@ -96,18 +96,26 @@ func TestProtocolByHand(t *testing.T) {
 				_ = m.Ack()
 				continue
 			}
-			// 4. The state says whether the call is still to run.
+			// 4. The state overview says whether the call is still to run.
+			type toolCall struct {
+				CallID   string `json:"call_id"`
+				Status   string `json:"status"`
+				Attempts int    `json:"attempts"`
+			}
 			var st struct {
 				Status string `json:"status"`
-				Tools  map[string]struct {
-					Status   string `json:"status"`
-					Attempts int    `json:"attempts"`
+				Tools  struct {
+					Asked []toolCall `json:"asked"`
 				} `json:"tools"`
 			}
-			if err := json.Unmarshal(request("rath.ledger.rath.tool-runner.state", map[string]string{"session": ev.Subject}, nil), &st); err != nil {
+			if err := json.Unmarshal(request("rath.ledger.rath.tool-runner.state", map[string]any{"session": ev.Subject, "tool_calls": []string{ev.Data.CallID}}, nil), &st); err != nil {
 				t.Fatal(err)
 			}
-			call, ok := st.Tools[ev.Data.CallID]
+			ok := len(st.Tools.Asked) == 1
+			var call toolCall
+			if ok {
+				call = st.Tools.Asked[0]
+			}
 			if st.Status == "closed" || !ok || call.Status == "completed" || call.Status == "failed" {
 				_ = m.Ack()
 				continue

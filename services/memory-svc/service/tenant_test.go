@@ -38,6 +38,9 @@ func newTenantRig(t *testing.T) *tenantRig {
 	t.Helper()
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
+	// The users first: adding one reloads the server, which must not race
+	// the streams the services create (natstest.ConnectUser).
+	anc, bnc := natstest.ConnectUser(t, url, alice), natstest.ConnectUser(t, url, bob)
 	ctx, cancel := context.WithCancel(context.Background())
 	ldone := make(chan error, 1)
 	lnc := natstest.ConnectAs(t, url, auth.RoleLedger)
@@ -57,8 +60,8 @@ func newTenantRig(t *testing.T) *tenantRig {
 		}
 		return c
 	}
-	r.alice = newClient(natstest.ConnectUser(t, url, alice), alice)
-	r.bob = newClient(natstest.ConnectUser(t, url, bob), bob)
+	r.alice = newClient(anc, alice)
+	r.bob = newClient(bnc, bob)
 	r.worker = newClient(natstest.ConnectAs(t, url, auth.RoleAgentWorker), auth.RoleAgentWorker.Principal())
 	return r
 }

@@ -43,6 +43,25 @@ func newTenantRig(t *testing.T) *tenantRig {
 	t.Helper()
 	ns, admin := natstest.Start(t)
 	url := ns.ClientURL()
+	r := &tenantRig{url: url, admin: admin, bobViolations: make(chan error, 16)}
+	newClient := func(nc *nats.Conn, p events.Principal) *client.Client {
+		c, err := client.New(nc, client.As(p), client.WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// The users first: adding one reloads the server, which must not race
+	// the streams the ledger creates (natstest.ConnectUser).
+	r.alice = newClient(natstest.ConnectUser(t, url, alice), alice)
+	r.carol = newClient(natstest.ConnectUser(t, url, carol), carol)
+	// Bob's denials are what the test looks for: collect them.
+	r.bobNC = natstest.ConnectUser(t, url, bob, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			r.bobViolations <- err
+		}
+	}))
+	r.bob = newClient(r.bobNC, bob)
 	lnc := natstest.ConnectAs(t, url, auth.RoleLedger)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -55,23 +74,6 @@ func newTenantRig(t *testing.T) *tenantRig {
 			t.Errorf("ledger: %v", err)
 		}
 	})
-	r := &tenantRig{url: url, admin: admin, bobViolations: make(chan error, 16)}
-	newClient := func(nc *nats.Conn, p events.Principal) *client.Client {
-		c, err := client.New(nc, client.As(p), client.WithTimeout(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	r.alice = newClient(natstest.ConnectUser(t, url, alice), alice)
-	r.carol = newClient(natstest.ConnectUser(t, url, carol), carol)
-	// Bob's denials are what the test looks for: collect them.
-	r.bobNC = natstest.ConnectUser(t, url, bob, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			r.bobViolations <- err
-		}
-	}))
-	r.bob = newClient(r.bobNC, bob)
 	return r
 }
 

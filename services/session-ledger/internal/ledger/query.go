@@ -28,6 +28,38 @@ func (l *Ledger) State(ctx context.Context, id string, at uint64) (*session.Stat
 	return st, err
 }
 
+// Overview returns the bounded view of a session at sequence at (0: its
+// head), what the state operation answers. At the head it is built from
+// the state the ledger holds, under the session's lock and without copying
+// the state: its cost is the session's tool calls and chunk count, not its
+// transcript. Earlier sequences are folded from the nearest snapshot.
+func (l *Ledger) Overview(ctx context.Context, id string, at uint64, o session.OverviewOptions) (*session.Overview, error) {
+	if err := events.ValidateSessionID(id); err != nil {
+		return nil, api.Errorf(api.CodeInvalidSession, "%v", err)
+	}
+	e := l.entry(id)
+	e.mu.Lock()
+	if err := l.current(ctx, e); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	head := e.state.Seq
+	if at == 0 || at == head {
+		v := e.state.Overview(o)
+		e.mu.Unlock()
+		return v, nil
+	}
+	e.mu.Unlock()
+	if at > head {
+		return nil, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d (head %d)", id, at, head)
+	}
+	st, _, err := l.stateAt(ctx, id, at)
+	if err != nil {
+		return nil, err
+	}
+	return st.Overview(o), nil
+}
+
 // Log returns the stored events of a session's logical log with
 // from <= seq <= to (to 0: the head), at most limit (0 or above MaxLogPage:
 // MaxLogPage) and at most half the server's message size in bytes; more

@@ -20,6 +20,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
+	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/tracing"
 )
 
@@ -144,7 +145,7 @@ func (l *Ledger) reply(m *nats.Msg, res any, err error) {
 	}
 	if limit := l.maxPayload - 4096; err == nil && limit > 0 && int64(len(out.Data)) > limit {
 		// Above what NATS carries: tell the client rather than go silent.
-		le := api.Errorf(api.CodeTooLarge, "the reply to %s would be %d bytes, above the server's message limit of %d: page the log (the ledger's log operation) instead", m.Subject, len(out.Data), l.maxPayload)
+		le := api.Errorf(api.CodeTooLarge, "the reply to %s would be %d bytes, above the server's message limit of %d: ask for less (a smaller tail or clip of the state overview) or page the log (the ledger's log operation)", m.Subject, len(out.Data), l.maxPayload)
 		out = nats.NewMsg(m.Reply)
 		out.Header.Set(api.HeaderError, string(le.Code))
 		out.Data, _ = json.Marshal(api.ErrorReply{Error: le})
@@ -276,7 +277,7 @@ func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := l.readable(ctx, r.Session); err != nil {
 		return nil, err
 	}
-	return l.State(ctx, r.Session, r.At)
+	return l.Overview(ctx, r.Session, r.At, session.OverviewOptions{Tail: r.Tail, Clip: r.Clip, Calls: r.ToolCalls})
 }
 
 func (l *Ledger) handleLog(ctx context.Context, m *nats.Msg) (any, error) {

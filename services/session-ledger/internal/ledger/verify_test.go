@@ -13,6 +13,7 @@ import (
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // rewrite replaces a session's stored events straight in the stream, behind
@@ -124,10 +125,19 @@ func TestTooLargeReplyIsAnError(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		r.emit(t, "big", chunk(strings.Repeat("x", 4000)))
 	}
-	_, err = r.c.State(context.Background(), "big", 0)
+	// The state overview is bounded, but its largest options are not meant
+	// for a 64 KiB server.
+	_, err = r.c.Overview(context.Background(), api.StateRequest{Session: "big", Tail: session.MaxTail, Clip: session.MaxClip})
 	wantCode(t, err, api.CodeTooLarge)
 	if !strings.Contains(err.Error(), "message limit") {
 		t.Fatalf("error %v does not name the limit", err)
+	}
+	// Its defaults fit, and the whole state folds from the log.
+	if _, err := r.c.Overview(context.Background(), api.StateRequest{Session: "big"}); err != nil {
+		t.Fatalf("default overview on a 64 KiB server: %v", err)
+	}
+	if st, err := r.c.State(context.Background(), "big", 0); err != nil || len(st.Chunks) != 20 {
+		t.Fatalf("state folded from the log: %v", err)
 	}
 	// The log still pages it out.
 	if log, err := r.c.Log(context.Background(), "big", 1, 5, 0); err != nil || len(log) != 5 {

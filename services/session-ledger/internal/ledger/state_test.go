@@ -1,0 +1,137 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// TestStateOfNineLargeChunks is issue 11's case: a client appends nine
+// 1 MB chunks (9 MB, above the server's 8 MiB message limit). The state
+// operation answers a small overview that names each chunk's seq and size;
+// each chunk reads back whole from the log; the whole state folds from the
+// log and equals the ledger's own.
+func TestStateOfNineLargeChunks(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.start(t, "big")
+	for i := range 9 {
+		r.emit(t, "big", chunk(strings.Repeat(string(rune('a'+i)), 1_000_000)))
+	}
+	r.emit(t, "big", usage(7, 3))
+
+	raw, err := r.nc.Request(r.c.Principal().Ledger(events.OpState), []byte(`{"session":"big"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := raw.Header.Get(api.HeaderError); h != "" {
+		t.Fatalf("state answered %s: %s", h, raw.Data)
+	}
+	if len(raw.Data) > 16<<10 {
+		t.Fatalf("state reply is %d bytes, want at most 16 KiB", len(raw.Data))
+	}
+	var ov session.Overview
+	if err := json.Unmarshal(raw.Data, &ov); err != nil {
+		t.Fatal(err)
+	}
+	if ov.Format != session.OverviewFormat || ov.Seq != 11 || ov.Chunks.Count != 9 || ov.Chunks.Bytes != 9_000_000 || len(ov.Chunks.Last) != session.DefaultTail {
+		t.Fatalf("overview: format %q seq %d chunks %d (%d bytes, %d last)", ov.Format, ov.Seq, ov.Chunks.Count, ov.Chunks.Bytes, len(ov.Chunks.Last))
+	}
+	last := ov.Chunks.Last[len(ov.Chunks.Last)-1]
+	if last.Seq != 10 || last.Size != 1_000_000 || !last.Clipped || last.Content != strings.Repeat("i", session.DefaultClip) {
+		t.Fatalf("last chunk: seq %d size %d clipped %v content %.20q…", last.Seq, last.Size, last.Clipped, last.Content)
+	}
+	// The whole chunk is the event at its seq.
+	page, err := r.c.Log(ctx, "big", last.Seq, last.Seq, 1)
+	if err != nil || len(page) != 1 {
+		t.Fatalf("log at %d: %d events, %v", last.Seq, len(page), err)
+	}
+	d, err := page[0].Decode()
+	if err != nil || len(d.(*events.ChunkAppended).Content) != 1_000_000 {
+		t.Fatalf("chunk at %d: %v", last.Seq, err)
+	}
+	// Asking for more: still bounded.
+	wide, err := r.c.Overview(ctx, api.StateRequest{Session: "big", Tail: 100, Clip: 1 << 30})
+	if err != nil || len(wide.Chunks.Last) != 9 || len(wide.Chunks.Last[0].Content) != session.MaxClip {
+		t.Fatalf("wide overview: %v", err)
+	}
+	// The whole state, folded here from the log.
+	full, err := r.c.State(ctx, "big", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.l.State(ctx, "big", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, "client.State vs the ledger's", full, want)
+	if len(full.Chunks) != 9 || len(full.Chunks[8].Content) != 1_000_000 {
+		t.Fatalf("folded state: %d chunks", len(full.Chunks))
+	}
+}
+
+// TestClientStateIsTheLedgerFold: a state folded from the log through the
+// ledger's log operation (client.State, fold.FromLog) is the ledger's own
+// (fold.Reader) at every sequence of sessions with forks and merges.
+func TestClientStateIsTheLedgerFold(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.start(t, "s")
+	for i := range 5 {
+		r.emit(t, "s", chunk(fmt.Sprint("s", i)))
+		r.emit(t, "s", usage(int64(i), 1))
+	}
+	if _, err := r.c.Fork(ctx, api.ForkRequest{Parent: "s", At: 6, ID: "f1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.emit(t, "f1", chunk("f1-a"))
+	r.emit(t, "f1", usage(5, 5))
+	if _, err := r.c.Fork(ctx, api.ForkRequest{Parent: "f1", At: 8, ID: "f2"}); err != nil {
+		t.Fatal(err)
+	}
+	r.emit(t, "f2", chunk("f2-a"))
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "s", Source: "f2"}); err != nil {
+		t.Fatal(err)
+	}
+	r.emit(t, "f2", usage(1, 1))
+	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "s", Source: "f2"}); err != nil {
+		t.Fatal(err)
+	}
+	r.emit(t, "s", chunk("after"))
+	for _, id := range []string{"s", "f1", "f2"} {
+		head, err := r.l.State(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := uint64(1); n <= head.Seq; n++ {
+			want, err := r.l.State(ctx, id, n)
+			if err != nil {
+				t.Fatalf("ledger state of %s at %d: %v", id, n, err)
+			}
+			got, err := r.c.State(ctx, id, n)
+			if err != nil {
+				t.Fatalf("client state of %s at %d: %v", id, n, err)
+			}
+			sameState(t, fmt.Sprintf("%s at %d", id, n), got, want)
+		}
+		ov, err := r.c.Overview(ctx, api.StateRequest{Session: id})
+		if err != nil || ov.Seq != head.Seq || ov.Chunks.Count != len(head.Chunks) || ov.Lineage.Merges.Count != len(head.Lineage.Merges) {
+			t.Fatalf("overview of %s: %+v %v", id, ov, err)
+		}
+	}
+	_, err := r.c.State(ctx, "s", 99)
+	wantCode(t, err, api.CodeOutOfRange)
+	_, err = r.c.Overview(ctx, api.StateRequest{Session: "s", At: 99})
+	wantCode(t, err, api.CodeOutOfRange)
+	_, err = r.c.State(ctx, "nope", 0)
+	wantCode(t, err, api.CodeNotFound)
+	_, err = r.c.Overview(ctx, api.StateRequest{Session: "nope"})
+	wantCode(t, err, api.CodeNotFound)
+}
