@@ -448,6 +448,7 @@ func TestInboxSubjectWithAWildcardIsRefused(t *testing.T) {
 	r := newTenantRig(t)
 	ctx := context.Background()
 	body := []byte(`{"specversion":"1.0","id":"w1","source":"bob","type":"rath.conversation.chunk.appended","subject":"b-none","data":{"role":"user","content":"x"}}`)
+	waitForLedger(t, r.admin) // the inbox stream exists: a plain publish is stored
 	for _, subject := range []string{"rath.inbox.globex.bob.*", "rath.inbox.globex.bob.>", "rath.inbox.globex.bob.x.y"} {
 		if err := r.bobNC.Publish(subject, body); err != nil {
 			t.Fatal(err)
