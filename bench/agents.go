@@ -524,7 +524,7 @@ type arrival struct {
 
 func followLive(nc *nats.Conn) (*liveFeed, error) {
 	f := &liveFeed{nc: nc, seen: map[string][]arrival{}, done: map[string]bool{}, notify: make(chan struct{}, 1)}
-	sub, err := nc.Subscribe(events.LiveFilter("", "*"), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
 		at := time.Now()
 		ev, err := events.ParseStored(m.Data)
 		if err != nil {
@@ -548,7 +548,7 @@ func followLive(nc *nats.Conn) (*liveFeed, error) {
 	}
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("follow %s: %w", events.LiveFilter("", "*"), err)
+		return nil, fmt.Errorf("follow %s: %w", events.TenantLiveWildcard(events.DefaultTenant), err)
 	}
 	return f, nil
 }
