@@ -193,6 +193,15 @@ func TestSessionLifecycle(t *testing.T) {
 	if !strings.Contains(table, "s2") || !strings.Contains(table, "s1@2") {
 		t.Errorf("ls table lacks the fork:\n%s", table)
 	}
+	// ls shows each session's head, not the sequence of its last lifecycle change.
+	decode(t, ok(t, url, "ls", "--json"), &list)
+	for _, s := range list {
+		var head session.Overview
+		decode(t, ok(t, url, "state", s.ID, "--json"), &head)
+		if s.Seq != head.Seq {
+			t.Errorf("ls says %s is at %d, state says %d", s.ID, s.Seq, head.Seq)
+		}
+	}
 }
 
 func TestExitCodes(t *testing.T) {

@@ -112,6 +112,13 @@ next:
 				continue next
 			}
 		}
+		// The index is written on lifecycle events; the head record on
+		// every append: the listed sequence is the recorded head's.
+		if h, err := l.store.GetHead(ctx, r.ID); err == nil && h.Seq > r.Seq {
+			r.Seq = h.Seq
+		} else if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+			return nil, unavailable(err)
+		}
 		out = append(out, r)
 	}
 	return out, nil
