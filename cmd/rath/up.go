@@ -181,7 +181,7 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		if n := len(creds.Users()); n > 0 {
 			fmt.Fprintf(out, "rath: %d tenant users in %s\n", n, filepath.Join(creds.Dir, auth.TenantsDir))
 		}
-		defer reloadUsersOnHangup(ctx, ns, creds.Dir, log)()
+		defer reloadUsersOnHangup(ctx, ns, ecfg, creds.Dir, log)()
 	}
 	dial := dialer(url, ns, creds, log, nil)
 	// Check the server and the ledger's identity before starting anything.
@@ -371,7 +371,7 @@ func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runne
 // reloadUsersOnHangup reloads the identities in dir into the embedded
 // server on each SIGHUP, so that a tenant's user added with "rath creds add"
 // can connect without a restart. It returns a function that stops it.
-func reloadUsersOnHangup(ctx context.Context, ns *server.Server, dir string, log *slog.Logger) func() {
+func reloadUsersOnHangup(ctx context.Context, ns *server.Server, cfg embedded.Config, dir string, log *slog.Logger) func() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(ctx)
@@ -386,7 +386,7 @@ func reloadUsersOnHangup(ctx context.Context, ns *server.Server, dir string, log
 			}
 			set, err := auth.Load(dir)
 			if err == nil {
-				err = embedded.SetUsers(ns, set.Identities())
+				err = embedded.SetUsers(ns, cfg, set.Identities())
 			}
 			if err != nil {
 				log.Error("identities not reloaded; the server keeps the ones it had", "dir", dir, "err", err)

@@ -80,6 +80,13 @@ func (f *fold) run() {
 	for _, e := range f.t.logical(f.id) {
 		f.event(e)
 	}
+	// Most events first, then by name.
+	slices.SortStableFunc(f.branch.Actors, func(x, y ActorCount) int {
+		if x.Events != y.Events {
+			return y.Events - x.Events
+		}
+		return strings.Compare(x.Actor, y.Actor)
+	})
 }
 
 func (f *fold) covers(session string, seq uint64) bool {
@@ -404,8 +411,8 @@ func (f *fold) pathUsage() *PathUsage {
 	return p
 }
 
-// countActor counts one of the branch's own events for its actor, keeping
-// the list most events first (then by name).
+// countActor counts one of the branch's own events for its actor (run
+// orders the list).
 func (f *fold) countActor(e events.Stored) {
 	actor := e.Actor
 	if actor == "" {
@@ -418,12 +425,6 @@ func (f *fold) countActor(e events.Stored) {
 		i = len(b.Actors) - 1
 	}
 	b.Actors[i].Events++
-	slices.SortStableFunc(b.Actors, func(x, y ActorCount) int {
-		if x.Events != y.Events {
-			return y.Events - x.Events
-		}
-		return strings.Compare(x.Actor, y.Actor)
-	})
 }
 
 // act names what an event makes its actor answerable for, if anything.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -84,6 +83,21 @@ func Start(cfg Config) (*server.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	opts := options(cfg)
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS: not ready after 10s (listen %s, store %s)", cfg.Listen, cfg.StoreDir)
+	}
+	return ns, nil
+}
+
+// options are the server options of a valid configuration.
+func options(cfg Config) *server.Options {
 	host, port, _ := splitHostPort(cfg.Listen)
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
@@ -107,21 +121,8 @@ func Start(cfg Config) (*server.Server, error) {
 	} else if cfg.SyncInterval > 0 {
 		opts.SyncInterval = cfg.SyncInterval
 	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS: not ready after 10s (listen %s, store %s)", cfg.Listen, cfg.StoreDir)
-	}
-	started.Store(ns, opts)
-	return ns, nil
+	return opts
 }
-
-// started keeps the options each server was started with, for SetUsers.
-var started sync.Map // *server.Server -> *server.Options
 
 func nkeyUsers(users []auth.Identity) []*server.NkeyUser {
 	if len(users) == 0 {
@@ -134,14 +135,10 @@ func nkeyUsers(users []auth.Identity) []*server.NkeyUser {
 	return out
 }
 
-// SetUsers replaces the identities a server Start started accepts, live: a
-// tenant's user added with auth.Set.AddUser can connect once it returns.
-// Connections of identities no longer listed are closed.
-func SetUsers(ns *server.Server, users []auth.Identity) error {
-	v, ok := started.Load(ns)
-	if !ok {
-		return errors.New("embedded NATS: set users: not a server this package started")
-	}
+// SetUsers replaces the identities a server Start started with cfg
+// accepts, live: a tenant's user added with auth.Set.AddUser can connect
+// once it returns. Connections of identities no longer listed are closed.
+func SetUsers(ns *server.Server, cfg Config, users []auth.Identity) error {
 	if len(users) == 0 {
 		return errors.New("embedded NATS: set users: an empty list would open the server to anyone")
 	}
@@ -150,8 +147,11 @@ func SetUsers(ns *server.Server, users []auth.Identity) error {
 			return fmt.Errorf("embedded NATS: set users: %q is not a public user nkey", u.PublicKey)
 		}
 	}
-	opts := v.(*server.Options).Clone()
-	opts.Nkeys = nkeyUsers(users)
+	cfg.Users = users
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("embedded NATS: set users: %w", err)
+	}
+	opts := options(cfg)
 	// The port the server listens on, if it picked one.
 	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
 		opts.Port = addr.Port
@@ -159,7 +159,6 @@ func SetUsers(ns *server.Server, users []auth.Identity) error {
 	if err := ns.ReloadOptions(opts); err != nil {
 		return fmt.Errorf("embedded NATS: set users: %w", err)
 	}
-	started.Store(ns, opts)
 	return nil
 }
 

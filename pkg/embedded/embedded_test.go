@@ -21,7 +21,8 @@ func TestSetUsersAddsATenantUserLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: dir, Users: set.Identities()})
+	cfg := embedded.Config{Listen: "127.0.0.1:0", StoreDir: dir, Users: set.Identities()}
+	ns, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestSetUsersAddsATenantUserLive(t *testing.T) {
 		}
 		t.Fatalf("a user the server was not given connects: %v", err)
 	}
-	if err := embedded.SetUsers(ns, set.Identities()); err != nil {
+	if err := embedded.SetUsers(ns, cfg, set.Identities()); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := connect(id.Path)
@@ -71,7 +72,7 @@ func TestSetUsersAddsATenantUserLive(t *testing.T) {
 	if !ledger.IsConnected() {
 		t.Fatal("the ledger's connection did not survive the reload")
 	}
-	if err := embedded.SetUsers(ns, nil); err == nil {
+	if err := embedded.SetUsers(ns, cfg, nil); err == nil {
 		t.Fatal("SetUsers with no users would open the server to anyone")
 	}
 }
@@ -88,7 +89,8 @@ func TestSetUsersCutsARemovedUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: dir, Users: set.Identities()})
+	cfg := embedded.Config{Listen: "127.0.0.1:0", StoreDir: dir, Users: set.Identities()}
+	ns, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestSetUsersCutsARemovedUser(t *testing.T) {
 			users = append(users, u)
 		}
 	}
-	if err := embedded.SetUsers(ns, users); err != nil {
+	if err := embedded.SetUsers(ns, cfg, users); err != nil {
 		t.Fatal(err)
 	}
 	<-closed

@@ -182,6 +182,15 @@ func Correlation(e event.Event) string { return stringExt(e, ExtCorrelation) }
 // Traceparent returns the W3C traceparent.
 func Traceparent(e event.Event) string { return stringExt(e, ExtTraceparent) }
 
+// Actor returns who proposed the event, as the ledger stamped it.
+func Actor(e event.Event) string { return stringExt(e, ExtActor) }
+
+// Tenant returns the tenant a session's first event names.
+func Tenant(e event.Event) string { return stringExt(e, ExtTenant) }
+
+// OnBehalf returns on whose behalf a service proposed the event.
+func OnBehalf(e event.Event) string { return stringExt(e, ExtOnBehalf) }
+
 func stringExt(e event.Event, name string) string {
 	v, ok := e.Extensions()[name]
 	if !ok {

@@ -27,6 +27,15 @@ const ServiceTenant = "rath"
 // stored before tenants existed.
 const DefaultTenant = "default"
 
+// TenantOrDefault is a stored tenant, or the default tenant for data stored
+// before tenants existed (no tenant recorded).
+func TenantOrDefault(tenant string) string {
+	if tenant == "" {
+		return DefaultTenant
+	}
+	return tenant
+}
+
 // DefaultClient is the principal of rath up's client.creds.
 var DefaultClient = Principal{Tenant: DefaultTenant, User: "client"}
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/events"
@@ -55,25 +54,18 @@ func (s *Store) Reject(ctx context.Context, r Rejection, key string) error {
 // on, oldest first, of proposals by one tenant ("": any) about one session
 // ("": any).
 func (s *Store) Rejections(ctx context.Context, tenant, session string, from uint64, fn func(seq uint64, r Rejection) error) error {
-	return Rejections(ctx, s.nc, tenant, session, from, fn)
-}
-
-// Rejections is Store.Rejections for a caller that only has a connection.
-func Rejections(ctx context.Context, nc *nats.Conn, tenant, session string, from uint64, fn func(seq uint64, r Rejection) error) error {
-	return Scan(ctx, nc, events.StreamRejects, events.RejectFilter(tenant, session), from, 0, func(m Msg) error {
+	return s.ScanRejections(ctx, tenant, session, from, func(seq uint64, body []byte) error {
 		var r Rejection
-		if err := json.Unmarshal(m.Body, &r); err != nil {
-			return fmt.Errorf("rejection at %d: %w", m.StreamSeq, err)
+		if err := json.Unmarshal(body, &r); err != nil {
+			return fmt.Errorf("rejection at %d: %w", seq, err)
 		}
-		r.StreamSeq = m.StreamSeq
-		return fn(m.StreamSeq, r)
+		r.StreamSeq = seq
+		return fn(seq, r)
 	})
 }
 
-// ScanRejections calls fn with the body of each rejection record from stream
-// sequence from on, of proposals by one tenant ("": any) about one session
-// ("": any), until fn returns an error.
-func ScanRejections(ctx context.Context, s *Store, tenant, session string, from uint64, fn func(seq uint64, body []byte) error) error {
+// ScanRejections is Rejections with each record's stored body, undecoded.
+func (s *Store) ScanRejections(ctx context.Context, tenant, session string, from uint64, fn func(seq uint64, body []byte) error) error {
 	return Scan(ctx, s.nc, events.StreamRejects, events.RejectFilter(tenant, session), from, 0, func(m Msg) error {
 		return fn(m.StreamSeq, m.Body)
 	})

@@ -24,11 +24,14 @@ import (
 	"github.com/openrath/rath/pkg/events"
 )
 
-// servers maps a running server's client URL to its identities.
-var servers sync.Map // string -> *auth.Set
+// servers maps a running server's client URL to it and its identities.
+var servers sync.Map // string -> started
 
-// running maps a running server's client URL to the server.
-var running sync.Map // string -> *server.Server
+type started struct {
+	ns  *server.Server
+	cfg embedded.Config
+	set *auth.Set
+}
 
 // users serialises adding tenants' users to a server's identities.
 var users sync.Mutex
@@ -50,16 +53,15 @@ func StartServer(t testing.TB, storeDir string) *server.Server {
 	if err != nil {
 		t.Fatalf("credentials: %v", err)
 	}
-	ns, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0", StoreDir: storeDir, Users: set.Identities()})
+	cfg := embedded.Config{Listen: "127.0.0.1:0", StoreDir: storeDir, Users: set.Identities()}
+	ns, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatalf("start embedded NATS: %v", err)
 	}
 	url := ns.ClientURL()
-	servers.Store(url, set)
-	running.Store(url, ns)
+	servers.Store(url, started{ns: ns, cfg: cfg, set: set})
 	t.Cleanup(func() {
 		servers.Delete(url)
-		running.Delete(url)
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	})
@@ -83,7 +85,7 @@ func Lookup(url string) (*auth.Set, bool) {
 	if !ok {
 		return nil, false
 	}
-	return v.(*auth.Set), true
+	return v.(started).set, true
 }
 
 // Connect opens a client connection of the admin role, closed when the test
@@ -162,15 +164,15 @@ func dialFile(t testing.TB, url, path, name string, extra []nats.Option) *nats.C
 // races (go test -race) with JetStream creating a stream at the same time.
 func ConnectUser(t testing.TB, url string, p events.Principal, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	set := Creds(t, url)
-	v, ok := running.Load(url)
+	v, ok := servers.Load(url)
 	if !ok {
 		t.Fatalf("natstest: no server started at %s", url)
 	}
+	s := v.(started)
 	users.Lock()
-	id, err := set.AddUser(p)
+	id, err := s.set.AddUser(p)
 	if err == nil {
-		err = embedded.SetUsers(v.(*server.Server), set.Identities())
+		err = embedded.SetUsers(s.ns, s.cfg, s.set.Identities())
 	}
 	users.Unlock()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
 
@@ -103,7 +104,7 @@ func (s *Items) Apply(r memoryapi.Record, pos uint64) error {
 	if it == nil {
 		// The first record names the item's tenant; the service writes
 		// every later one for the same tenant (Memory.append).
-		it = &item{tenant: orDefault(r.Tenant)}
+		it = &item{tenant: events.TenantOrDefault(r.Tenant)}
 		s.items[r.ItemID] = it
 	}
 	index := s.indexes[it.tenant]

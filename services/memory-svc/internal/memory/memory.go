@@ -236,7 +236,7 @@ func (m *Memory) append(ctx context.Context, rec memoryapi.Record, mustExist boo
 		if err != nil {
 			return memoryapi.Record{}, memoryapi.Errorf(memoryapi.CodeUnavailable, "%v", err)
 		}
-		if last != nil && orDefault(last.Tenant) != orDefault(rec.Tenant) {
+		if last != nil && events.TenantOrDefault(last.Tenant) != events.TenantOrDefault(rec.Tenant) {
 			if mustExist {
 				return memoryapi.Record{}, itemNotFound(rec.ItemID)
 			}
@@ -342,7 +342,7 @@ func (m *Memory) Retract(ctx context.Context, req memoryapi.RetractRequest) (mem
 	if err != nil {
 		return memoryapi.RetractReply{}, memoryapi.Errorf(memoryapi.CodeUnavailable, "%v", err)
 	}
-	if last == nil || orDefault(last.Tenant) != tenant {
+	if last == nil || events.TenantOrDefault(last.Tenant) != tenant {
 		return memoryapi.RetractReply{}, itemNotFound(req.ItemID)
 	}
 	if req.Version > last.Versions {

@@ -65,15 +65,6 @@ func sees(tenant, itemTenant string) bool {
 	return tenant == anyTenant || tenant == itemTenant
 }
 
-// orDefault is a stored tenant, or the default tenant of data stored
-// before tenants existed.
-func orDefault(tenant string) string {
-	if tenant == "" {
-		return events.DefaultTenant
-	}
-	return tenant
-}
-
 // sessionNotFound is the refusal of a session that does not exist, and of
 // another tenant's: the two read alike, so a tenant learns nothing of
 // another's sessions.
@@ -107,7 +98,7 @@ func (m *Memory) admitSession(ctx context.Context, id string) (string, error) {
 func (m *Memory) sessionTenant(ctx context.Context, id string) (string, error) {
 	if m.index != nil {
 		if rec, err := m.index.GetRecord(ctx, id); err == nil {
-			return orDefault(rec.Tenant), nil
+			return events.TenantOrDefault(rec.Tenant), nil
 		}
 	}
 	st, err := m.state(ctx, id, 0)
@@ -117,7 +108,7 @@ func (m *Memory) sessionTenant(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("session %s: %w", id, err)
 	}
-	return orDefault(st.Tenant), nil
+	return events.TenantOrDefault(st.Tenant), nil
 }
 
 // visibleItem returns an item's view for a request acting for tenant; an

@@ -417,7 +417,7 @@ func storedOf(ev *event.Event, session string, seq uint64, prev, hash string, bo
 	return events.Stored{
 		ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Session: session, Time: ev.Time(),
 		Seq: seq, Prev: prev, Hash: hash, Sig: events.Sig(*ev), Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
-		Actor: stringExt(ev, events.ExtActor), Tenant: stringExt(ev, events.ExtTenant), OnBehalf: stringExt(ev, events.ExtOnBehalf),
+		Actor: events.Actor(*ev), Tenant: events.Tenant(*ev), OnBehalf: events.OnBehalf(*ev),
 		Data: ev.Data(), Raw: body,
 	}
 }

@@ -101,7 +101,7 @@ func (l *Ledger) List(ctx context.Context, f api.ListRequest) ([]eventstore.Reco
 	out := recs[:0]
 next:
 	for _, r := range recs {
-		if !p.IsService() && tenantOfRecord(r) != p.Tenant {
+		if !p.IsService() && events.TenantOrDefault(r.Tenant) != p.Tenant {
 			continue
 		}
 		if f.Status != "" && r.Status != f.Status {
@@ -122,14 +122,6 @@ next:
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// tenantOfRecord is the tenant of an indexed session.
-func tenantOfRecord(r eventstore.Record) string {
-	if r.Tenant == "" {
-		return events.DefaultTenant
-	}
-	return r.Tenant
 }
 
 // Lineage returns the lineage graph around a session.

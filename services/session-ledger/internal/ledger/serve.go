@@ -405,7 +405,7 @@ func (l *Ledger) handleRejections(ctx context.Context, m *nats.Msg) (any, error)
 	}
 	reply := api.RejectionsReply{Rejections: []json.RawMessage{}}
 	size := 0
-	err := eventstore.ScanRejections(ctx, l.store, tenant, r.Session, r.After+1, func(seq uint64, body []byte) error {
+	err := l.store.ScanRejections(ctx, tenant, r.Session, r.After+1, func(seq uint64, body []byte) error {
 		if len(reply.Rejections) == limit || size+len(body) > maxRejectionsPageBytes && len(reply.Rejections) > 0 {
 			reply.More = true
 			return errStop

@@ -66,12 +66,7 @@ func notFound(id string) error {
 }
 
 // tenantOf is the tenant of a folded session.
-func tenantOf(st *session.State) string {
-	if st.Tenant == "" {
-		return events.DefaultTenant
-	}
-	return st.Tenant
-}
+func tenantOf(st *session.State) string { return events.TenantOrDefault(st.Tenant) }
 
 // stamp sets who proposed ev, and on a session's first event the tenant it
 // belongs to: the proposer's, or for a fork its parent's (parentTenant). A
@@ -83,14 +78,14 @@ func tenantOf(st *session.State) string {
 func stamp(ctx context.Context, ev *event.Event, parentTenant string) {
 	p := principalOf(ctx)
 	ev.SetExtension(events.ExtActor, p.String())
-	onBehalf := stringExt(ev, events.ExtOnBehalf)
+	onBehalf := events.OnBehalf(*ev)
 	ev.SetExtension(events.ExtOnBehalf, nil)
 	if p.IsService() && onBehalf != "" {
 		if _, err := events.ParseActor(onBehalf); err == nil {
 			ev.SetExtension(events.ExtOnBehalf, onBehalf)
 		}
 	}
-	proposed := stringExt(ev, events.ExtTenant)
+	proposed := events.Tenant(*ev)
 	ev.SetExtension(events.ExtTenant, nil)
 	switch {
 	case ev.Type() == events.TypeSessionForked:
@@ -105,22 +100,13 @@ func stamp(ctx context.Context, ev *event.Event, parentTenant string) {
 	}
 }
 
-// stringExt is an extension attribute's value, or "".
-func stringExt(ev *event.Event, name string) string {
-	s, _ := ev.Extensions()[name].(string)
-	return s
-}
-
 // tenantFor is the tenant whose subjects an event of a session goes on:
 // the session's, or for its first event the one stamp set.
 func tenantFor(ev *event.Event, st *session.State) string {
 	if st != nil && ev.Type() != events.TypeSessionForked {
 		return tenantOf(st)
 	}
-	if t := stringExt(ev, events.ExtTenant); t != "" {
-		return t
-	}
-	return events.DefaultTenant
+	return events.TenantOrDefault(events.Tenant(*ev))
 }
 
 // readable checks that the asker may read session id: a session of another
@@ -140,7 +126,7 @@ func (l *Ledger) readable(ctx context.Context, id string) error {
 	}
 	rec, err := l.store.GetRecord(ctx, id)
 	if err == nil {
-		return admitTenant(ctx, tenantOfRecord(rec), id, "")
+		return admitTenant(ctx, events.TenantOrDefault(rec.Tenant), id, "")
 	}
 	if !errors.Is(err, eventstore.ErrNotFound) {
 		return unavailable(err)
