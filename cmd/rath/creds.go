@@ -83,6 +83,9 @@ printed user block to the users of deploy/nats-server.conf and reload it.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			p := events.Principal{Tenant: tenant, User: user}
+			if err := events.ValidateTenant(tenant); err != nil {
+				return usageError{err}
+			}
 			if err := p.Validate(); err != nil {
 				return usageError{err}
 			}

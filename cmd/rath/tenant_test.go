@@ -28,6 +28,12 @@ func TestTenantsFromTheCommandLine(t *testing.T) {
 		return auth.UserPath(dir, events.Principal{Tenant: tenant, User: user})
 	}
 	alice, bob := add("acme", "alice"), add("globex", "bob")
+	for _, bad := range [][2]string{{"rath", "mallory"}, {"Acme", "alice"}, {"acme", "al.ice"}, {"", "alice"}, {"acme", ""}} {
+		r := rathWith(env{}, "creds", "add", "--dir", dir, "--tenant", bad[0], "--user", bad[1])
+		if r.code != exitUsage || !strings.Contains(r.stderr, "invalid") {
+			t.Errorf("creds add --tenant %q --user %q: exit %d, stderr %q; want %d naming the invalid name", bad[0], bad[1], r.code, r.stderr, exitUsage)
+		}
+	}
 	as := func(creds string, args ...string) result {
 		return rathWith(env{}, append([]string{"--nats", url, "--creds", creds, "--timeout", "5s"}, args...)...)
 	}

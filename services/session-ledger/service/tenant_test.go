@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -566,5 +567,62 @@ func TestInboxWildcardDoesNotDecideOthersProposals(t *testing.T) {
 	}
 	if st.Seq != 1 {
 		t.Fatalf("alice's held proposal was decided (head %d) when bob's wildcard was: out of turn", st.Seq)
+	}
+}
+
+// Blobs go through the ledger, in pages: stored by content, read back whole
+// by whoever has the reference (there is no listing), and bad requests are
+// refused with a code naming the problem.
+func TestBlobsThroughTheLedger(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("rath blob "), (api.BlobPage*5/2)/10) // two and a half pages
+	ref, err := r.alice.PutBlob(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref != eventstore.BlobRef(data) {
+		t.Fatalf("putblob answered %s, want the content's hash %s", ref, eventstore.BlobRef(data))
+	}
+	for name, c := range map[string]*client.Client{"alice": r.alice, "bob (who has the reference)": r.bob} {
+		got, err := c.GetBlob(ctx, ref)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s reads the blob: %d bytes, %v; want %d", name, len(got), err, len(data))
+		}
+	}
+	_, err = r.alice.GetBlob(ctx, "sha256:"+strings.Repeat("0", 64))
+	wantCode(t, "a missing blob", err, api.CodeBlobNotFound)
+	_, err = r.alice.GetBlob(ctx, "md5:abc")
+	wantCode(t, "a malformed reference", err, api.CodeMalformed)
+	ask := func(req string) error {
+		t.Helper()
+		// Raw bodies, as a client of another language would send them.
+		reply, err := r.admin.Request(alice.Ledger(events.OpGetBlob), []byte(req), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get(api.HeaderError); code != "" {
+			return &api.Error{Code: api.Code(code), Message: string(reply.Data)}
+		}
+		return nil
+	}
+	wantCode(t, "a negative offset", ask(`{"ref":"`+ref+`","offset":-1}`), api.CodeOutOfRange)
+	wantCode(t, "an offset past the end", ask(`{"ref":"`+ref+`","offset":999999999}`), api.CodeOutOfRange)
+	wantCode(t, "no body", ask(``), api.CodeMalformed)
+}
+
+// A request subject whose principal tokens are not names (only an operator
+// can publish one) is answered malformed, naming the subject.
+func TestRequestSubjectWithABadPrincipalIsMalformed(t *testing.T) {
+	r := newTenantRig(t)
+	waitForLedger(t, r.admin)
+	for _, subject := range []string{"rath.ledger.Acme.alice.state", "rath.ledger.acme.al_ice!.state"} {
+		reply, err := r.admin.Request(subject, []byte(`{"session":"a1"}`), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		if code := reply.Header.Get(api.HeaderError); code != string(api.CodeMalformed) || !strings.Contains(string(reply.Data), "invalid") {
+			t.Errorf("%s: %s %s; want malformed naming the invalid name", subject, code, reply.Data)
+		}
 	}
 }
