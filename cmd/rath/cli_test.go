@@ -227,6 +227,8 @@ func TestExitCodes(t *testing.T) {
 		{"unknown flag", []string{"ls", "--colour"}, exitUsage, "unknown flag"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, "unknown command"},
 		{"bad label", []string{"ls", "--label", "team"}, exitUsage, "want key=value"},
+		{"tail out of range", []string{"state", "s1", "--tail", "99"}, exitUsage, "--tail 99: want 0"},
+		{"negative clip", []string{"state", "s1", "--clip", "-1"}, exitUsage, "--clip -1: want 0"},
 		{"bad timeout", []string{"ls", "--timeout", "0s"}, exitUsage, "--timeout must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,6 +37,12 @@ sequence N. --json prints the overview as the ledger answers it.
 it: slow for a long session); with --json it prints the whole state.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tail < 0 || tail > session.MaxTail {
+				return usageError{fmt.Errorf("--tail %d: want 0 (the default, %d) to %d", tail, session.DefaultTail, session.MaxTail)}
+			}
+			if clip < 0 || clip > session.MaxClip {
+				return usageError{fmt.Errorf("--clip %d: want 0 (the default, %d) to %d", clip, session.DefaultClip, session.MaxClip)}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
