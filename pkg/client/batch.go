@@ -90,3 +90,47 @@ func (c *Client) AppendBatch(ctx context.Context, evs []event.Event) ([]BatchRes
 		todo = again
 	}
 }
+
+// AppendAtomic proposes events of one session (at most
+// eventstore.MaxAtomic) to be stored all or none, in order, in one round
+// trip: each is checked as Append would check it, against the state the
+// ones before it leave. It returns one ack per event, or the refusal of the
+// whole (an *api.Error naming the event it is about). Transient failures are
+// retried with the same event IDs: proposing the same events again returns
+// their original acks, so they are stored at most once.
+func (c *Client) AppendAtomic(ctx context.Context, evs []event.Event) ([]api.Ack, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	body := make([]byte, 0, 512*len(evs))
+	body = append(body, '[')
+	for i := range evs {
+		raw, err := evs[i].MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("atomic append: event %s: %w", evs[i].ID(), err)
+		}
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, raw...)
+	}
+	body = append(body, ']')
+	msg := nats.NewMsg(c.as.Ledger(events.OpAtomic))
+	msg.Header.Set("Content-Type", api.ContentTypeBatch)
+	msg.Data = body
+	var reply api.BatchReply
+	if err := c.call(ctx, msg, &reply); err != nil {
+		return nil, fmt.Errorf("atomic append of %d events to session %s: %w", len(evs), evs[0].Subject(), err)
+	}
+	if len(reply.Results) != len(evs) {
+		return nil, fmt.Errorf("atomic append to session %s: %d acks for %d events", evs[0].Subject(), len(reply.Results), len(evs))
+	}
+	acks := make([]api.Ack, len(evs))
+	for i, r := range reply.Results {
+		if r.Ack == nil {
+			return nil, fmt.Errorf("atomic append to session %s: no ack for event %s", evs[0].Subject(), evs[i].ID())
+		}
+		acks[i] = *r.Ack
+	}
+	return acks, nil
+}

@@ -70,8 +70,10 @@ const (
 	LedgerPrefix = ledgerPrefix
 	MemoryPrefix = memoryPrefix
 
-	OpAppend  = "append"
-	OpBatch   = "batch"
+	OpAppend = "append"
+	OpBatch  = "batch"
+	// OpAtomic appends events of one session all or none.
+	OpAtomic  = "atomic"
 	OpState   = "state"
 	OpLog     = "log"
 	OpList    = "sessions"
@@ -94,7 +96,7 @@ const (
 
 // LedgerOps lists every ledger operation.
 func LedgerOps() []string {
-	return []string{OpAppend, OpBatch, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob}
+	return []string{OpAppend, OpBatch, OpAtomic, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob}
 }
 
 // LedgerFilter is the subscription of the ledger to op from every principal.

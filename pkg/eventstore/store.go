@@ -102,6 +102,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		Retention:   jetstream.LimitsPolicy,
 		MaxMsgSize:  cfg.MaxEventSize,
 		RePublish:   &jetstream.RePublish{Source: events.SessionsWildcard, Destination: events.LiveWildcard},
+		// A model's answer is stored all or nothing (AppendAtomic).
+		AllowAtomicPublish: true,
 	}); err != nil {
 		return nil, err
 	}

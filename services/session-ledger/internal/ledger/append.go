@@ -304,8 +304,14 @@ func (l *Ledger) stored(ctx context.Context, e *entry, ev *event.Event, kind eve
 // current on lifecycle events. Both are derived data: a failure is logged and
 // costs only speed (a longer fold) or freshness of `rath ls`.
 func (l *Ledger) afterAppend(ctx context.Context, e *entry, kind events.Kind) {
+	l.afterAppendFrom(ctx, e, kind, e.state.Seq-1)
+}
+
+// afterAppendFrom is afterAppend for the events after sequence from: one
+// snapshot if they crossed a multiple of SnapshotEvery.
+func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind, from uint64) {
 	st := e.state
-	if st.Seq%l.cfg.SnapshotEvery == 0 {
+	if every := l.cfg.SnapshotEvery; st.Seq/every > from/every {
 		// A state too large to store is not marshalled again: its session
 		// gets markers (positions without state) from then on, which still
 		// bound reading one event; folding it starts further back.

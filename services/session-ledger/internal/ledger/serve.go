@@ -78,6 +78,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	for op, fn := range map[string]func(context.Context, *nats.Msg) (any, error){
 		events.OpAppend:     l.handleAppend,
 		events.OpBatch:      l.handleBatch,
+		events.OpAtomic:     l.handleAtomic,
 		events.OpState:      l.handleState,
 		events.OpLog:        l.handleLog,
 		events.OpList:       l.handleList,
