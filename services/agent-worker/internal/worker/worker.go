@@ -14,13 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
@@ -116,13 +117,17 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	// request is the head (the usual first delivery) there is nothing to
 	// read: the log read costs the nearest snapshot, as large as the state.
 	var (
-		resp    provider.Response
-		found   bool
-		partial map[uint64]bool
+		resp  provider.Response
+		found bool
 	)
 	if st.Seq > ev.Seq {
-		if resp, found, partial, err = t.recorded(ctx, st.Turn.Seq); err != nil {
+		var part bool
+		if resp, found, part, err = t.recorded(ctx, st.Turn.Seq); err != nil {
 			return err
+		}
+		if part && !found {
+			// Only a worker from before answers were atomic leaves this.
+			return t.fail(ctx, "part of this turn's answer was recorded, without its model call: asking the model again could record two answers", 0)
 		}
 	}
 	if found && resp.StopReason == provider.StopToolUse && len(resp.ToolCalls) == 0 {
@@ -156,7 +161,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			return err
 		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: wireNames(Transcript(withoutSeqs(st, partial), agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
+			Messages: wireNames(Transcript(st, agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
 		start := time.Now()
 		resp, err = p.Complete(ctx, request)
 		latency = time.Since(start)
@@ -171,10 +176,10 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			}
 			return t.fail(ctx, err.Error(), attempts) // every attempt, the last included, was reported
 		}
-		if err := t.answered(ctx, agent, resp, latency, attempts+1); err != nil {
-			return err
-		}
+		return t.answered(ctx, agent, resp, latency, attempts+1)
 	}
+	// Recorded whole by an earlier attempt (atomic), or by a worker before
+	// answers were atomic, which may not have ended the turn yet.
 	return t.finish(ctx, resp)
 }
 
@@ -297,17 +302,27 @@ type turn struct {
 }
 
 func (t *turn) emit(ctx context.Context, what string, data any) error {
-	corr := t.ev.Correlation
-	if corr == "" {
-		corr = t.req.TurnID
+	ev, err := t.event(what, data)
+	if err != nil {
+		return err
 	}
-	_, err := t.w.c.Emit(ctx, t.ev.Session, data,
-		events.WithID(events.DerivedID(Durable, t.ev.ID, what)), events.WithSource(Source),
-		events.WithCausation(t.ev.ID), events.WithCorrelation(corr))
+	_, err = t.w.c.Append(ctx, ev)
 	if api.CodeOf(err) == api.CodeClosed {
 		return nil
 	}
 	return err
+}
+
+// event builds one event of the turn: its ID is derived from the turn
+// request's and what it records, so a redelivered turn proposes the same.
+func (t *turn) event(what string, data any) (event.Event, error) {
+	corr := t.ev.Correlation
+	if corr == "" {
+		corr = t.req.TurnID
+	}
+	return events.New(t.ev.Session, data,
+		events.WithID(events.DerivedID(Durable, t.ev.ID, what)), events.WithSource(Source),
+		events.WithCausation(t.ev.ID), events.WithCorrelation(corr))
 }
 
 func (t *turn) attemptFailed(ctx context.Context, a workflow.Agent, at provider.Attempt) {
@@ -322,10 +337,12 @@ func (t *turn) fail(ctx context.Context, why string, attempts int) error {
 	return t.emit(ctx, "failed", &events.TurnFailed{TurnID: t.req.TurnID, Agent: t.req.Agent, Error: why, Attempts: attempts})
 }
 
-// answered records the model's answer: the text as a chunk, the tool calls
-// it asked for, and last the call itself with its usage and the wire bodies
-// (in the object store, by hash). The model call comes last so that finding
-// it in the log means the whole answer is recorded.
+// answered records the model's answer and ends the turn, all or nothing in
+// one atomic append: the text as a chunk, the tool calls it asked for, the
+// call itself with its usage and the wire bodies (in the object store, by
+// hash), and rath.agent.turn.completed. A crash can never leave half an
+// answer in the log, so a redelivered turn either finds the whole answer or
+// asks the model again from the same context.
 func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
 	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
 		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
@@ -343,8 +360,16 @@ func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Res
 			return err
 		}
 	}
+	var evs []event.Event
+	add := func(what string, data any) error {
+		ev, err := t.event(what, data)
+		if err == nil {
+			evs = append(evs, ev)
+		}
+		return err
+	}
 	if resp.Content != "" {
-		if err := t.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleAssistant, Agent: a.Name, Content: resp.Content}); err != nil {
+		if err := add("chunk", &events.ChunkAppended{Role: events.RoleAssistant, Agent: a.Name, Content: resp.Content}); err != nil {
 			return err
 		}
 	}
@@ -354,28 +379,46 @@ func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Res
 			id = t.req.TurnID + "-" + strconv.Itoa(i)
 		}
 		req := &events.ToolRequested{CallID: id, Tool: call.Name, Arguments: call.Arguments, Agent: t.req.Agent}
-		if err := t.emit(ctx, "tool-"+strconv.Itoa(i), req); err != nil {
+		if err := add("tool-"+strconv.Itoa(i), req); err != nil {
 			return err
 		}
 	}
-	return t.emit(ctx, "model", called)
+	if err := add("model", called); err != nil {
+		return err
+	}
+	if err := add("completed", t.completed(resp)); err != nil {
+		return err
+	}
+	_, err = t.w.c.AppendAtomic(ctx, evs)
+	switch {
+	case err == nil, api.CodeOf(err) == api.CodeClosed:
+		return nil
+	case api.Permanent(err):
+		// Nothing of the answer is stored: say why in the turn's end.
+		return t.fail(ctx, "the ledger refused the model's answer: "+err.Error(), attempt)
+	}
+	return err
 }
 
-// finish ends the turn.
+// finish ends a turn whose answer an earlier attempt recorded.
 func (t *turn) finish(ctx context.Context, resp provider.Response) error {
-	return t.emit(ctx, "completed", &events.TurnCompleted{TurnID: t.req.TurnID, Agent: t.req.Agent, StopReason: resp.StopReason, ToolCalls: len(resp.ToolCalls)})
+	return t.emit(ctx, "completed", t.completed(resp))
+}
+
+func (t *turn) completed(resp provider.Response) *events.TurnCompleted {
+	return &events.TurnCompleted{TurnID: t.req.TurnID, Agent: t.req.Agent, StopReason: resp.StopReason, ToolCalls: len(resp.ToolCalls)}
 }
 
 // recorded rebuilds the model's answer from the events an earlier attempt
-// of this turn appended, if it got as far as recording the model call (the
-// answer's last event). Otherwise partial holds the sequences of what that
-// attempt did record of its answer: the model is asked again without them.
-func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Response, found bool, partial map[uint64]bool, err error) {
-	partial = map[uint64]bool{}
+// of this turn appended, if it recorded one. An answer is stored all or
+// nothing (answered), so finding the model call means finding it all; part
+// reports events of an answer without its model call, which only a worker
+// from before answers were atomic could leave.
+func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Response, found, part bool, err error) {
 	for {
 		page, err := t.w.c.Log(ctx, t.ev.Session, from, 0, api.MaxLogPage)
 		if err != nil {
-			return provider.Response{}, false, nil, err
+			return provider.Response{}, false, false, err
 		}
 		for _, e := range page {
 			if e.Causation != t.ev.ID {
@@ -387,46 +430,19 @@ func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Respons
 			}
 			switch d := d.(type) {
 			case *events.ChunkAppended:
-				resp.Content = d.Content
-				partial[e.Seq] = true
+				resp.Content, part = d.Content, true
 			case *events.ModelCalled:
 				found, resp.StopReason, resp.TokensIn, resp.TokensOut = true, d.StopReason, d.TokensIn, d.TokensOut
 			case *events.ToolRequested:
 				resp.ToolCalls = append(resp.ToolCalls, provider.ToolCall{ID: d.CallID, Name: d.Tool, Arguments: d.Arguments})
-				partial[e.Seq] = true
+				part = true
 			}
 		}
 		if len(page) < api.MaxLogPage {
-			return resp, found, partial, nil
+			return resp, found, part, nil
 		}
 		from = page[len(page)-1].Seq + 1
 	}
-}
-
-// withoutSeqs returns st without the chunks and tool calls recorded at the
-// given sequences, and those calls' results: a turn asked again must not see
-// its own half-recorded answer.
-func withoutSeqs(st *session.State, seqs map[uint64]bool) *session.State {
-	if len(seqs) == 0 {
-		return st
-	}
-	c := *st
-	c.Tools = map[string]*session.Tool{}
-	dropped := map[string]bool{}
-	for id, tool := range st.Tools {
-		if len(tool.Seqs) > 0 && seqs[tool.Seqs[0]] {
-			dropped[id] = true // and its result, if a runner got to it
-			continue
-		}
-		c.Tools[id] = tool
-	}
-	c.Chunks = nil
-	for _, ch := range st.Chunks {
-		if !seqs[ch.Seq] && !dropped[ch.ToolCallID] {
-			c.Chunks = append(c.Chunks, ch)
-		}
-	}
-	return &c
 }
 
 // wireNames renames "server.tool" calls in a transcript the way tools are

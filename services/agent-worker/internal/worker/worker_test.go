@@ -731,24 +731,44 @@ func TestWorkerResumesATurnFromTheLog(t *testing.T) {
 	}
 }
 
-// A crash before the model call was recorded asks the model again; the text
-// recorded already is not recorded twice.
-func TestWorkerAsksAgainWhenTheModelCallIsNotRecorded(t *testing.T) {
+// An answer is stored all or nothing: one the ledger refuses any event of
+// (here a tool call without a name) leaves none of its events in the log,
+// and the turn ends as failed.
+func TestWorkerRecordsAnAnswerAllOrNothing(t *testing.T) {
+	r := setup(t, "")
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "coder")
+	m := answering(provider.Response{Content: "Calling a tool.", StopReason: provider.StopToolUse, TokensIn: 4, TokensOut: 2,
+		ToolCalls: []provider.ToolCall{{ID: "c1", Name: "", Arguments: json.RawMessage(`{}`)}}})
+	r.run(t, r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet), quiet)
+	if end := r.end(t, req); end.Type != events.TypeTurnFailed {
+		t.Fatalf("turn ended with %s, want failed", end.Type)
+	}
+	want := []string{events.TypeTurnFailed}
+	if got := caused(r.log(t, "s1"), req); !slices.Equal(typesOf(got), want) {
+		t.Fatalf("events %v, want %v: part of a refused answer was stored", typesOf(got), want)
+	}
+}
+
+// A turn an older worker recorded part of (its text, not its model call:
+// answers were not atomic then) is ended as failed, naming why: asking the
+// model again could leave two answers in the log.
+func TestWorkerFailsAHalfRecordedTurn(t *testing.T) {
 	r := setup(t, "")
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
 	r.emit(t, "s1", &events.ChunkAppended{Role: events.RoleAssistant, Agent: "coder", Content: "All done."}, asWorker(req, "chunk")...)
 	m := answering(provider.Response{Content: "All done.", StopReason: provider.StopEndTurn, TokensIn: 4, TokensOut: 2})
 	r.run(t, r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet), quiet)
-	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
-		t.Fatalf("turn ended with %s", end.Type)
+	end := r.end(t, req)
+	if end.Type != events.TypeTurnFailed {
+		t.Fatalf("turn ended with %s, want failed", end.Type)
 	}
-	if m.calls() != 1 {
-		t.Fatalf("%d model calls, want 1", m.calls())
+	if f := decode[events.TurnFailed](t, end); !strings.Contains(f.Error, "part of this turn's answer was recorded") {
+		t.Fatalf("failed with %q", f.Error)
 	}
-	want := []string{events.TypeChunkAppended, events.TypeModelCalled, events.TypeTurnCompleted}
-	if got := caused(r.log(t, "s1"), req); !slices.Equal(typesOf(got), want) {
-		t.Fatalf("events %v, want %v", typesOf(got), want)
+	if m.calls() != 0 {
+		t.Fatalf("%d model calls, want none", m.calls())
 	}
 }
 
