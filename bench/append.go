@@ -250,6 +250,31 @@ func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
 		return a, err
 	}
 	a.timed(cpu.stop())
+	// The same JetStream work stored as atomic batches of k events per
+	// session: k = what one of 1d's batches holds per session, and larger.
+	perBatch := max(1, h.cfg.batch*g/s)
+	atomicRows := make([]row, 0, 2)
+	for _, k := range []int{perBatch, 8 * perBatch} {
+		chains, filters, err := h.atomicChains(ids, n, k)
+		if err != nil {
+			return a, err
+		}
+		cpu = h.cpuStart()
+		r, err := rawCondAtomic(ctx, h.ncRaw, chains, filters, k)
+		if err != nil {
+			return a, err
+		}
+		use := a.timed(cpu.stop())
+		h.logf("1d: raw atomic batches of %d per session: %s (%s)", k, r, use.perEvent(n))
+		atomicRows = append(atomicRows, row{
+			id:      fmt.Sprintf("1d‴ k=%d", k),
+			what:    "same Rath run as 1d",
+			rath:    rath.String(),
+			rawWhat: fmt.Sprintf("atomic batches of %d events per session, the first expecting the session's last stream seq, Nats-Msg-Id on each, %d batches open at once (%d sessions)", k, atomicInflight, s),
+			raw:     fmt.Sprintf("%s (%s)", r, use.perEvent(n)),
+			ratio:   fmtRatio(speedRatio(rath, r)),
+		})
+	}
 	x := speedRatio(rath, raw)
 	h.logf("1d: raw async %s; raw conditional async in rounds %s", raw, rounds)
 	a.rows = append(a.rows, row{
@@ -268,6 +293,7 @@ func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
 		raw:     rounds.String(),
 		ratio:   fmtRatio(speedRatio(rath, rounds)),
 	})
+	a.rows = append(a.rows, atomicRows...)
 	return a, nil
 }
 
@@ -401,6 +427,21 @@ func (h *harness) condChains(ids []string, n int) ([][]rawMsg, []string, error) 
 	filters := make([]string, len(ids))
 	for i, id := range ids {
 		filters[i] = rawPrefixCond + "." + id + ".>"
+	}
+	return chains, filters, nil
+}
+
+// atomicChains is condChains on subjects of their own for the atomic
+// batches of k (each run starts on empty subjects).
+func (h *harness) atomicChains(ids []string, n, k int) ([][]rawMsg, []string, error) {
+	prefix := fmt.Sprintf("%s.k%d", rawPrefixAtomic, k)
+	chains, err := h.rawChains(prefix, ids, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	filters := make([]string, len(ids))
+	for i, id := range ids {
+		filters[i] = prefix + "." + id + ".>"
 	}
 	return chains, filters, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ const (
 	rawStream       = "BENCH_RAW"
 	rawPrefixAsync  = "bench.async"
 	rawPrefixCond   = "bench.cond"
+	rawPrefixAtomic = "bench.atomic"
 	rawPrefixSeq    = "bench.seq"
 	rawPrefixFork   = "bench.fork"
 	asyncWindow     = 4000
@@ -33,6 +36,8 @@ func createRawStream(ctx context.Context, js jetstream.JetStream) error {
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  rawDedupeWindow,
 		AllowDirect: true,
+		// Rows 1d‴ measure JetStream's atomic batch publish.
+		AllowAtomicPublish: true,
 	})
 	if err != nil {
 		return fmt.Errorf("create stream %s: %w", rawStream, err)
@@ -230,4 +235,105 @@ func rawCondRounds(ctx context.Context, nc *nats.Conn, perSession [][]rawMsg, fi
 			}
 		}
 	}
+}
+
+// atomicInflight is how many atomic batches rawCondAtomic keeps open at once:
+// JetStream allows 50 per stream by default.
+const atomicInflight = 48
+
+// rawCondAtomic stores each session's messages in atomic batches of k, the
+// first message of each conditional on the session's last stream sequence,
+// every message with its message ID: the JetStream work of storing k events
+// of a session all or none, as the ledger's atomic append does. Up to
+// atomicInflight sessions have a batch open at once; a session's batches go
+// one after another.
+func rawCondAtomic(ctx context.Context, nc *nats.Conn, perSession [][]rawMsg, filters []string, k int) (rate, error) {
+	var (
+		total atomic.Int64
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	next := make(chan int, len(perSession))
+	for i := range perSession {
+		next <- i
+	}
+	close(next)
+	start := time.Now()
+	for range min(atomicInflight, len(perSession)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				var last uint64
+				msgs := perSession[i]
+				for len(msgs) > 0 {
+					b := msgs[:min(k, len(msgs))]
+					msgs = msgs[len(b):]
+					seq, err := atomicBatch(ctx, nc, b, filters[i], last)
+					if err != nil {
+						mu.Lock()
+						if first == nil {
+							first = err
+						}
+						mu.Unlock()
+						return
+					}
+					last = seq
+					total.Add(int64(len(b)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r := rate{n: int(total.Load()), d: time.Since(start)}
+	if first != nil {
+		return r, fmt.Errorf("raw atomic batches of %d: %w", k, first)
+	}
+	return r, nil
+}
+
+// atomicBatch publishes msgs as one JetStream atomic batch: staged without
+// acks, committed by a request on the last message.
+func atomicBatch(ctx context.Context, nc *nats.Conn, msgs []rawMsg, filter string, last uint64) (uint64, error) {
+	id := nats.NewInbox()[len(nats.InboxPrefix):]
+	for j, m := range msgs {
+		msg := &nats.Msg{Subject: m.subject, Data: m.body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, m.id)
+		msg.Header.Set("Nats-Batch-Id", id)
+		msg.Header.Set("Nats-Batch-Sequence", strconv.Itoa(j+1))
+		if j == 0 {
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+		}
+		if j < len(msgs)-1 {
+			if err := nc.PublishMsg(msg); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		msg.Header.Set("Nats-Batch-Commit", "1")
+		reply, err := nc.RequestMsgWithContext(ctx, msg)
+		if err != nil {
+			return 0, err
+		}
+		var ack struct {
+			Seq   uint64 `json:"seq"`
+			Count int    `json:"count"`
+			Error *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(reply.Data, &ack); err != nil {
+			return 0, fmt.Errorf("atomic batch ack %q: %w", reply.Data, err)
+		}
+		if ack.Error != nil {
+			return 0, fmt.Errorf("atomic batch: %s", ack.Error.Description)
+		}
+		if ack.Count != len(msgs) {
+			return 0, fmt.Errorf("atomic batch stored %d of %d", ack.Count, len(msgs))
+		}
+		return ack.Seq, nil
+	}
+	return last, nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // chainOf seals n events of a session after (seq, prev).
-func chainOf(t *testing.T, id string, seq uint64, prev string, n int) []eventstore.Sealed {
+func chainOf(t testing.TB, id string, seq uint64, prev string, n int) []eventstore.Sealed {
 	t.Helper()
 	out := make([]eventstore.Sealed, n)
 	for i := range out {
@@ -83,4 +83,40 @@ func TestAppendAtomicIsAllOrNothing(t *testing.T) {
 	if err != nil || res2.StreamSeq != res.StreamSeq+3 {
 		t.Fatalf("append after refusals: %+v %v", res2, err)
 	}
+}
+
+// BenchmarkAnswer stores a model answer of four events (text, a tool call,
+// the model call, the end of the turn) one session at a time: as one atomic
+// append, or as four conditional appends one after another.
+func BenchmarkAnswer(b *testing.B) {
+	s := open(b)
+	ctx := context.Background()
+	tenant := events.DefaultTenant
+	b.Run("atomic", func(b *testing.B) {
+		var last uint64
+		prev := ""
+		seq := uint64(1)
+		for b.Loop() {
+			evs := chainOf(b, "ba", seq, prev, 4)
+			res, err := s.AppendAtomic(ctx, tenant, "ba", evs, last)
+			if err != nil {
+				b.Fatal(err)
+			}
+			last, prev, seq = res.StreamSeq, evs[3].Hash, seq+4
+		}
+	})
+	b.Run("four-appends", func(b *testing.B) {
+		var last uint64
+		prev := ""
+		seq := uint64(1)
+		for b.Loop() {
+			for _, e := range chainOf(b, "bf", seq, prev, 4) {
+				res, err := s.Append(ctx, tenant, "bf", e.Token, e.Body, e.EventID, e.Seq, e.Hash, last)
+				if err != nil {
+					b.Fatal(err)
+				}
+				last, prev, seq = res.StreamSeq, e.Hash, seq+1
+			}
+		}
+	})
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/openrath/rath/pkg/session"
 )
 
-func open(t *testing.T) *eventstore.Store {
+func open(t testing.TB) *eventstore.Store {
 	t.Helper()
 	_, nc := natstest.Start(t)
 	s, err := eventstore.Open(context.Background(), nc, eventstore.DefaultConfig())
@@ -27,7 +27,7 @@ func open(t *testing.T) *eventstore.Store {
 	return s
 }
 
-func sealed(t *testing.T, id string, seq uint64, prev string) ([]byte, string, string) {
+func sealed(t testing.TB, id string, seq uint64, prev string) ([]byte, string, string) {
 	t.Helper()
 	ev, err := events.New(id, &events.ChunkAppended{Role: events.RoleUser, Content: fmt.Sprint(seq)})
 	if err != nil {
