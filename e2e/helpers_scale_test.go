@@ -353,7 +353,13 @@ func (r *scaleRig) ofKind(kind string) []*proc {
 // `rath start --workflow` does, and returns the start event naming it.
 func (r *scaleRig) uploadWorkflow(t *testing.T, file string) events.SessionStarted {
 	t.Helper()
-	wf, err := workflow.Load(filepath.Join("testdata", "scale", file))
+	return r.uploadWorkflowAt(t, filepath.Join("testdata", "scale", file))
+}
+
+// uploadWorkflowAt is uploadWorkflow of a workflow file anywhere.
+func (r *scaleRig) uploadWorkflowAt(t *testing.T, path string) events.SessionStarted {
+	t.Helper()
+	wf, err := workflow.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -874,7 +880,7 @@ type workerEvent struct {
 // worker's names.
 func workerTurns(t *testing.T, log []events.Stored) []workerTurn {
 	t.Helper()
-	names := []string{"chunk", "model", "completed", "failed"}
+	names := []string{"chunk", "model", "completed", "failed", "compacted"}
 	for i := range 16 {
 		names = append(names, fmt.Sprintf("tool-%d", i), fmt.Sprintf("attempt-%d", i+1))
 	}

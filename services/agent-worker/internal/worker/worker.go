@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
@@ -176,7 +178,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			}
 			return t.fail(ctx, err.Error(), attempts) // every attempt, the last included, was reported
 		}
-		return t.answered(ctx, agent, resp, latency, attempts+1)
+		return t.answered(ctx, st, agent, resp, latency, attempts+1)
 	}
 	// Recorded whole by an earlier attempt (atomic), or by a worker before
 	// answers were atomic, which may not have ended the turn yet.
@@ -343,7 +345,12 @@ func (t *turn) fail(ctx context.Context, why string, attempts int) error {
 // hash), and rath.agent.turn.completed. A crash can never leave half an
 // answer in the log, so a redelivered turn either finds the whole answer or
 // asks the model again from the same context.
-func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
+//
+// A tool call keeps the ID the model gave it unless the session has a call
+// of that ID already (a model may reuse IDs, a scripted one does after a
+// compaction) or the model gave none: then it is named after the turn, so
+// no call's result can be taken for another's.
+func (t *turn) answered(ctx context.Context, st *session.State, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
 	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
 		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
 	if resp.Model != "" {
@@ -375,7 +382,7 @@ func (t *turn) answered(ctx context.Context, a workflow.Agent, resp provider.Res
 	}
 	for i, call := range resp.ToolCalls {
 		id := call.ID
-		if id == "" {
+		if _, taken := st.Tools[id]; id == "" || taken || slices.ContainsFunc(resp.ToolCalls[:i], func(c provider.ToolCall) bool { return c.ID == id }) {
 			id = t.req.TurnID + "-" + strconv.Itoa(i)
 		}
 		req := &events.ToolRequested{CallID: id, Tool: call.Name, Arguments: call.Arguments, Agent: t.req.Agent}

@@ -890,3 +890,27 @@ func TestTurnWaitsForItsTools(t *testing.T) {
 		t.Fatalf("model asked %+v, want once, with the tool run", reqs)
 	}
 }
+
+// A model that reuses a call ID the session has already (a scripted model
+// does after a compaction) gets its call recorded under an ID of the turn:
+// otherwise the old call's result would be taken for the new call's.
+func TestWorkerRenamesAReusedToolCallID(t *testing.T) {
+	r := setup(t, "")
+	r.start(t, "s1")
+	r.emit(t, "s1", &events.ToolRequested{CallID: "call_a", Tool: "run", Agent: "coder", Arguments: json.RawMessage(`{}`)})
+	r.emit(t, "s1", &events.ToolCompleted{CallID: "call_a", Tool: "run", Result: "ok"})
+	req := r.request(t, "s1", "turn-1", "coder")
+	r.run(t, r.newWorker(t, worker.Config{Override: override(answering(toolUse)), Retry: fastRetry}, quiet), quiet)
+	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
+		t.Fatalf("turn ended with %s", end.Type)
+	}
+	var ids []string
+	for _, ev := range caused(r.log(t, "s1"), req) {
+		if ev.Type == events.TypeToolRequested {
+			ids = append(ids, decode[events.ToolRequested](t, ev).CallID)
+		}
+	}
+	if want := []string{"turn-1-0", "turn-1-1"}; !slices.Equal(ids, want) {
+		t.Fatalf("tool calls recorded as %v, want %v", ids, want)
+	}
+}
