@@ -58,6 +58,14 @@ func (h *harness) runLong(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	if h.wants("L2") {
+		if err := h.runL2(ctx); err != nil {
+			return err
+		}
+	}
+	if !h.wants("L1") {
+		return nil
+	}
 	prefix := h.cfg.longPrefixEvents()
 	a, err := h.quietly(ctx, "L1", func(ctx context.Context, try int) (attempt, error) {
 		var a attempt

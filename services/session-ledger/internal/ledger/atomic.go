@@ -94,13 +94,16 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 		if err := admit(ctx, e.state, id, evs[0].Type()); err != nil {
 			return nil, err
 		}
-		if acks, ok, err := l.storedAlready(ctx, e, evs); err != nil || ok {
+		if acks, ok, err := l.storedAlready(ctx, e, evs, false); err != nil || ok {
 			return acks, err
 		}
 		next, sealedEvs, err := l.sealAll(ctx, e, evs, x)
 		if err != nil {
 			var le *api.Error
-			if errors.As(err, &le) && !refreshed && le.Code != api.CodeTooLarge && le.Code != api.CodeMalformed {
+			if !errors.As(err, &le) || le.Code == api.CodeTooLarge || le.Code == api.CodeMalformed {
+				return nil, err
+			}
+			if !refreshed {
 				// The cache may be behind another ledger: judge on the
 				// stream's latest before refusing.
 				refreshed = true
@@ -109,15 +112,28 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 				}
 				continue
 			}
+			// A batch proposed again after its session moved on.
+			if acks, ok, serr := l.storedAlready(ctx, e, evs, true); serr != nil || ok {
+				return acks, serr
+			}
 			return nil, err
 		}
 		last := sealedEvs[len(sealedEvs)-1]
 		res, err := l.store.AppendAtomic(ctx, tenantOf(e.state), id, sealedEvs, e.streamSeq)
+		if errors.Is(err, eventstore.ErrDuplicate) {
+			// JetStream holds an event of the batch: it was proposed before.
+			if rerr := l.refresh(ctx, e); rerr != nil {
+				return nil, unavailable(rerr)
+			}
+			if acks, ok, serr := l.storedAlready(ctx, e, evs, true); serr != nil || ok {
+				return acks, serr
+			}
+		}
 		switch {
 		case err == nil:
 		case (eventstore.IsConflict(err) || errors.Is(err, eventstore.ErrDuplicate)) && attempt < maxConflictRetries:
-			// Another ledger appended first, or this batch is stored
-			// already: read the stream's latest and decide again.
+			// Another ledger appended first: read the stream's latest and
+			// decide again.
 			conflictPause(ctx, attempt)
 			if rerr := l.refresh(ctx, e); rerr != nil {
 				return nil, unavailable(rerr)
@@ -152,14 +168,16 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 
 // storedAlready answers a batch proposed again: if its first event is
 // stored, every event must be, and their acks are returned; a batch stored
-// in part is refused.
-func (l *Ledger) storedAlready(ctx context.Context, e *entry, evs []event.Event) ([]api.Ack, bool, error) {
+// in part is refused. It looks among the acks this ledger gave lately, and
+// with search also in the session's log, which costs a scan of it: only
+// when there is reason to think the batch was stored.
+func (l *Ledger) storedAlready(ctx context.Context, e *entry, evs []event.Event, search bool) ([]api.Ack, bool, error) {
 	find := func(eventID string) (api.Ack, bool, error) {
 		if a, ok := e.recent[eventID]; ok {
 			a.Duplicate = true
 			return a, true, nil
 		}
-		if e.state == nil {
+		if e.state == nil || !search {
 			return api.Ack{}, false, nil
 		}
 		return l.findStored(ctx, e.id, eventID)
