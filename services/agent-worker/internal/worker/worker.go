@@ -52,6 +52,9 @@ type Config struct {
 	// States is where the worker reads sessions' states (ADR 0016); nil is
 	// a cache of fold.DefaultMaxBytes over the worker's store.
 	States *fold.Cache
+	// Contexts keeps the model contexts built so far (ADR 0018); nil is
+	// NewContexts(DefaultContextBytes).
+	Contexts *Contexts
 }
 
 // Worker takes agent turns.
@@ -70,6 +73,9 @@ type Worker struct {
 func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library, cfg Config, log *slog.Logger) *Worker {
 	if cfg.States == nil {
 		cfg.States = fold.NewCache(store, fold.CacheConfig{})
+	}
+	if cfg.Contexts == nil {
+		cfg.Contexts = NewContexts(DefaultContextBytes)
 	}
 	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{}}
 }
@@ -156,7 +162,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			return err
 		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: wireNames(Transcript(withoutSeqs(st, partial), agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
+			Messages: w.messages(ev.Session, st, partial, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens}
 		start := time.Now()
 		resp, err = p.Complete(ctx, request)
 		latency = time.Since(start)
@@ -247,7 +253,7 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 				return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
 			}
 		}
-		wire := strings.ReplaceAll(spec.Name, ".", "__")
+		wire := wireName(spec.Name)
 		names[wire] = spec.Name
 		out = append(out, provider.Tool{Name: wire, Description: spec.Description, Parameters: spec.Parameters})
 	}
@@ -403,6 +409,18 @@ func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Respons
 	}
 }
 
+// messages is the agent's context in the state: built on from its last
+// turn's (Contexts), except for a turn asked again without what an earlier
+// attempt recorded of its answer (partial), whose state is no later state of
+// the session's log and is built apart, from scratch, leaving the contexts
+// kept alone.
+func (w *Worker) messages(id string, st *session.State, partial map[uint64]bool, agent string) []provider.Message {
+	if len(partial) > 0 {
+		return wireNames(Transcript(withoutSeqs(st, partial), agent))
+	}
+	return w.cfg.Contexts.Messages(id, st, agent)
+}
+
 // withoutSeqs returns st without the chunks and tool calls recorded at the
 // given sequences, and those calls' results: a turn asked again must not see
 // its own half-recorded answer.
@@ -434,8 +452,11 @@ func withoutSeqs(st *session.State, seqs map[uint64]bool) *session.State {
 func wireNames(msgs []provider.Message) []provider.Message {
 	for i := range msgs {
 		for j := range msgs[i].ToolCalls {
-			msgs[i].ToolCalls[j].Name = strings.ReplaceAll(msgs[i].ToolCalls[j].Name, ".", "__")
+			msgs[i].ToolCalls[j].Name = wireName(msgs[i].ToolCalls[j].Name)
 		}
 	}
 	return msgs
 }
+
+// wireName is a tool's name as models are offered it.
+func wireName(tool string) string { return strings.ReplaceAll(tool, ".", "__") }
