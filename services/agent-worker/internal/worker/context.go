@@ -370,8 +370,8 @@ func (e *agentContext) build(st *session.State) {
 	clear(e.calls)
 	clear(e.results)
 	e.active = st.ActiveCompactions()
-	if n := len(st.Chunks) + len(e.active) + 1; cap(e.msgs) < n {
-		e.msgs = make([]provider.Message, 0, n)
+	if n := len(st.Chunks) + len(st.Tools) + len(st.Memory) + len(e.active) + 1; cap(e.msgs) < n {
+		e.msgs = make([]provider.Message, 0, n+n/4+16) // and room for the next turns
 	}
 	if st.Task != "" {
 		e.add(provider.Message{Role: provider.RoleUser, Content: "Task: " + st.Task}, span{})

@@ -47,7 +47,7 @@ func newFollower(t *testing.T, c *worker.Contexts, id string) *follower {
 }
 
 // stored is event data as the fold sees it at seq of session id.
-func stored(t *testing.T, id string, seq uint64, d any) events.Stored {
+func stored(t testing.TB, id string, seq uint64, d any) events.Stored {
 	t.Helper()
 	k, ok := events.KindOf(d)
 	if !ok {
