@@ -77,7 +77,8 @@ func (c *Contexts) Stats() ContextStats {
 // Messages returns the model's context of agent in session id at state st:
 // wireNames(Transcript(st, agent)). The slice and what it refers to are the
 // caller's to read and never change afterwards; the caller must not change
-// them either. st is only read, during the call.
+// them either. st is only read; the entry keeps a reference to its
+// compactions, which Apply never changes in place (ADR 0016).
 func (c *Contexts) Messages(id string, st *session.State, agent string) []provider.Message {
 	e := c.entry(contextKey{session: id, agent: agent})
 	e.mu.Lock()
