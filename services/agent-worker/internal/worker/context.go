@@ -2,10 +2,12 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -198,15 +200,16 @@ type item struct {
 	recall  *session.MemoryEvent
 }
 
-// before orders items as Transcript does.
-func before(a, b item) bool {
-	if a.seq != b.seq {
-		return a.seq < b.seq
+// compareItems orders items as Transcript does: by sequence, then rank,
+// tool calls by call ID.
+func compareItems(a, b item) int {
+	if c := cmp.Compare(a.seq, b.seq); c != 0 {
+		return c
 	}
-	if a.rank != b.rank {
-		return a.rank < b.rank
+	if c := cmp.Compare(a.rank, b.rank); c != 0 || a.rank != rankTool {
+		return c
 	}
-	return a.rank == rankTool && a.tool.CallID < b.tool.CallID
+	return strings.Compare(a.tool.CallID, b.tool.CallID)
 }
 
 // change says what an update did.
@@ -294,7 +297,7 @@ func (e *agentContext) update(st *session.State) change {
 			fresh = append(fresh, item{seq: m.Seq, rank: rankRecall, recall: m})
 		}
 	}
-	sort.SliceStable(fresh, func(i, j int) bool { return before(fresh[i], fresh[j]) })
+	slices.SortStableFunc(fresh, compareItems)
 	if len(fresh) > 0 && fresh[0].seq <= e.last {
 		cut = min(cut, fresh[0].seq) // not after everything placed (merged items)
 	}
@@ -437,7 +440,7 @@ func (e *agentContext) placeFrom(st *session.State, from uint64) {
 		}
 	}
 	chunks := st.Chunks
-	bySeq := func(a, b session.Chunk) int { return cmpSeq(a.Seq, b.Seq) }
+	bySeq := func(a, b session.Chunk) int { return cmp.Compare(a.Seq, b.Seq) }
 	if st.Counts.Merged == 0 || slices.IsSortedFunc(chunks, bySeq) {
 		chunks = chunks[sort.Search(len(chunks), func(i int) bool { return chunks[i].Seq >= from }):]
 	} else {
@@ -448,10 +451,10 @@ func (e *agentContext) placeFrom(st *session.State, from uint64) {
 		}
 		chunks = nil
 	}
-	sort.SliceStable(others, func(i, j int) bool { return before(others[i], others[j]) })
+	slices.SortStableFunc(others, compareItems)
 	all := others
 	for len(chunks) > 0 || len(others) > 0 {
-		if len(others) > 0 && (len(chunks) == 0 || before(others[0], item{seq: chunks[0].Seq, rank: rankChunk})) {
+		if len(others) > 0 && (len(chunks) == 0 || compareItems(others[0], item{seq: chunks[0].Seq, rank: rankChunk}) < 0) {
 			e.place(st, others[0])
 			others = others[1:]
 			continue
@@ -463,16 +466,6 @@ func (e *agentContext) placeFrom(st *session.State, from uint64) {
 	}
 	clear(all) // hold no state
 	e.scratch = all[:0]
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // compacted reports whether a compaction in force holds seq.
