@@ -19,6 +19,7 @@ func main() {
 	cfg := service.DefaultConfig()
 	flag.IntVar(&cfg.Retry.MaxAttempts, "model-attempts", 4, "attempts per model call (429 and 5xx are retried)")
 	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
+	flag.Int64Var(&cfg.ContextBytes, "context-cache-bytes", cfg.ContextBytes, "approximate bytes of agents' model contexts kept built in memory")
 	daemon.Main("agent-worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)
 		return service.Run(ctx, nc, cfg, log)

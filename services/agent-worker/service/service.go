@@ -4,6 +4,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -35,6 +36,9 @@ type Config struct {
 	Recorded []events.Stored
 	// States bounds the cache of folded session states (ADR 0016).
 	States fold.CacheConfig
+	// ContextBytes bounds, approximately, the model contexts kept built
+	// for the sessions' agents (ADR 0018); 0 is worker.DefaultContextBytes.
+	ContextBytes int64
 }
 
 // Session labels that run a session's agents on another provider, model or
@@ -48,7 +52,19 @@ const (
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Keys: map[string]string{}, States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
+	return Config{Keys: map[string]string{}, States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}, ContextBytes: worker.DefaultContextBytes}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.States.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ContextBytes < 0 {
+		errs = append(errs, fmt.Errorf("context cache size must not be negative, got %d", c.ContextBytes))
+	}
+	return errors.Join(errs...)
 }
 
 // KeysFromEnv reads the provider API keys with getenv.
@@ -73,10 +89,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("agent worker: %w", err)
 	}
-	if err := cfg.States.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("agent worker config: %w", err)
 	}
-	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, States: fold.NewCache(store, cfg.States)}
+	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, States: fold.NewCache(store, cfg.States),
+		Contexts: worker.NewContexts(cfg.ContextBytes)}
 	if cfg.Recorded != nil {
 		wcfg.Override = recordedAnswers(cfg.Recorded)
 	}

@@ -8,6 +8,14 @@ import (
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
 
+// Ranks order the items of one sequence in a transcript.
+const (
+	rankSummary = iota
+	rankChunk
+	rankTool
+	rankRecall
+)
+
 // Transcript builds the conversation an agent sees from the folded session
 // state: the task, then every chunk and tool call in log order. The agent's
 // own words and tool calls are its assistant messages and their results its
@@ -25,9 +33,14 @@ import (
 // messages at their place in the log, each item marked "[recalled memory]"
 // with its ID, version, score and the content the event recorded: recalled
 // memory is context, never a system instruction.
+//
+// Items of one sequence (only events a merge takes in share a sequence with
+// others) come in a fixed order: a summary, chunks in fold order, the
+// agent's tool calls by call ID, recalls in fold order.
 func Transcript(st *session.State, agent string) []provider.Message {
 	type item struct {
 		seq     uint64
+		rank    int // at one sequence: summary, chunk, tool call, recall
 		chunk   *session.Chunk
 		tool    *session.Tool
 		summary *session.Compaction
@@ -40,24 +53,33 @@ func Transcript(st *session.State, agent string) []provider.Message {
 	}
 	items := make([]item, 0, len(st.Chunks)+len(st.Tools)+len(active))
 	for i := range active {
-		items = append(items, item{seq: active[i].FromSeq, summary: &active[i]})
+		items = append(items, item{seq: active[i].FromSeq, rank: rankSummary, summary: &active[i]})
 	}
 	for i := range st.Chunks {
 		if !compacted(st.Chunks[i].Seq) {
-			items = append(items, item{seq: st.Chunks[i].Seq, chunk: &st.Chunks[i]})
+			items = append(items, item{seq: st.Chunks[i].Seq, rank: rankChunk, chunk: &st.Chunks[i]})
 		}
 	}
 	for _, t := range st.Tools {
 		if t.Agent == agent && len(t.Seqs) > 0 && !compacted(t.Seqs[0]) {
-			items = append(items, item{seq: t.Seqs[0], tool: t})
+			items = append(items, item{seq: t.Seqs[0], rank: rankTool, tool: t})
 		}
 	}
 	for i := range st.Memory {
 		if m := &st.Memory[i]; m.Kind == "recalled" && m.Agent == agent && len(m.Items) > 0 && !compacted(m.Seq) {
-			items = append(items, item{seq: m.Seq, recall: m})
+			items = append(items, item{seq: m.Seq, rank: rankRecall, recall: m})
 		}
 	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].seq < items[j].seq })
+	sort.SliceStable(items, func(i, j int) bool {
+		a, b := items[i], items[j]
+		if a.seq != b.seq {
+			return a.seq < b.seq
+		}
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		return a.rank == rankTool && a.tool.CallID < b.tool.CallID
+	})
 
 	var msgs []provider.Message
 	if st.Task != "" {

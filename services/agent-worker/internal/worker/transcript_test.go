@@ -231,3 +231,29 @@ func TestTranscriptRecalledMemory(t *testing.T) {
 		t.Fatalf("transcript:\n got %s\nwant %s", dump(got), dump(want))
 	}
 }
+
+// Events a merge takes in keep their source's sequences, so items of
+// different sessions can share one; their order is fixed, not map order.
+func TestTranscriptOrdersItemsOfOneSequence(t *testing.T) {
+	st := fold(t, &events.SessionStarted{Task: "t"}, chunk(events.RoleAssistant, "coder", "mine"))
+	merged := func(from string, seq uint64, d any) {
+		k, _ := events.KindOf(d)
+		raw, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		session.ApplyMerged(st, events.Stored{ID: from + strconv.FormatUint(seq, 10), Type: k.Type, Session: from, Seq: seq, Data: raw})
+	}
+	// Two merges took in events 2 of sessions o and p: "mine" is 2 as well.
+	merged("o", 2, toolCall("coder", "z", "run", `{}`))
+	merged("p", 2, toolCall("coder", "a", "run", `{}`))
+	merged("p", 3, chunk(events.RoleUser, "", "from p"))
+	want := []provider.Message{user("Task: t"),
+		{Role: provider.RoleAssistant, Content: "mine", ToolCalls: []provider.ToolCall{call("a", "run", `{}`), call("z", "run", `{}`)}},
+		user("from p")}
+	for range 20 { // map order would differ from run to run
+		if got := worker.Transcript(st, "coder"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("transcript:\n got %s\nwant %s", dump(got), dump(want))
+		}
+	}
+}

@@ -55,6 +55,9 @@ type Config struct {
 	// States is where the worker reads sessions' states (ADR 0016); nil is
 	// a cache of fold.DefaultMaxBytes over the worker's store.
 	States *fold.Cache
+	// Contexts keeps the model contexts built so far (ADR 0018); nil is
+	// NewContexts(DefaultContextBytes).
+	Contexts *Contexts
 }
 
 // Worker takes agent turns.
@@ -73,6 +76,9 @@ type Worker struct {
 func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library, cfg Config, log *slog.Logger) *Worker {
 	if cfg.States == nil {
 		cfg.States = fold.NewCache(store, fold.CacheConfig{})
+	}
+	if cfg.Contexts == nil {
+		cfg.Contexts = NewContexts(DefaultContextBytes)
 	}
 	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{}}
 }
@@ -163,7 +169,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			return err
 		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: wireNames(Transcript(st, agent.Name)), Tools: tools, MaxTokens: agent.MaxTokens}
+			Messages: w.cfg.Contexts.Messages(ev.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens}
 		start := time.Now()
 		resp, err = p.Complete(ctx, request)
 		latency = time.Since(start)
@@ -254,7 +260,7 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 				return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
 			}
 		}
-		wire := strings.ReplaceAll(spec.Name, ".", "__")
+		wire := wireName(spec.Name)
 		names[wire] = spec.Name
 		out = append(out, provider.Tool{Name: wire, Description: spec.Description, Parameters: spec.Parameters})
 	}
@@ -457,8 +463,11 @@ func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Respons
 func wireNames(msgs []provider.Message) []provider.Message {
 	for i := range msgs {
 		for j := range msgs[i].ToolCalls {
-			msgs[i].ToolCalls[j].Name = strings.ReplaceAll(msgs[i].ToolCalls[j].Name, ".", "__")
+			msgs[i].ToolCalls[j].Name = wireName(msgs[i].ToolCalls[j].Name)
 		}
 	}
 	return msgs
 }
+
+// wireName is a tool's name as models are offered it.
+func wireName(tool string) string { return strings.ReplaceAll(tool, ".", "__") }
