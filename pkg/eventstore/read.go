@@ -80,7 +80,12 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 		from = 1
 	}
 	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	// One request is in flight at a time, answered by at most a batch and
+	// its end: a channel that holds that much, not nats.go's 64k-message
+	// default for a sync subscription (512 KiB allocated and cleared per
+	// scan, that is per hop of every worker).
+	msgs := make(chan *nats.Msg, scanBatch+8)
+	sub, err := nc.ChanSubscribe(inbox, msgs)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", filter, err)
 	}
@@ -97,7 +102,7 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 		}
 		got, more := 0, false
 		for {
-			m, err := nextMsg(ctx, sub)
+			m, err := nextMsg(ctx, msgs)
 			if err != nil {
 				return fmt.Errorf("scan %s from %d: %w", filter, from, err)
 			}
@@ -195,13 +200,18 @@ func streamRest(ctx context.Context, nc *nats.Conn, stream, filter string, from,
 // context has no deadline, so a scan never hangs on a lost reply.
 const scanWait = 10 * time.Second
 
-func nextMsg(ctx context.Context, sub *nats.Subscription) (*nats.Msg, error) {
-	if _, ok := ctx.Deadline(); ok {
-		return sub.NextMsgWithContext(ctx)
+func nextMsg(ctx context.Context, msgs <-chan *nats.Msg) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, scanWait)
+		defer cancel()
 	}
-	wctx, cancel := context.WithTimeout(ctx, scanWait)
-	defer cancel()
-	return sub.NextMsgWithContext(wctx)
+	select {
+	case m := <-msgs:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // ScanSession calls fn for each stored event of one session's own log (not
