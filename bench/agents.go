@@ -69,11 +69,15 @@ func (h *harness) runAgents(ctx context.Context) error {
 		return err
 	}
 	defer feed.close()
-	if err := h.agentLatency(ctx, dir, start, feed); err != nil {
-		return fmt.Errorf("5a: %w", err)
+	if h.wants("5a") {
+		if err := h.agentLatency(ctx, dir, start, feed); err != nil {
+			return fmt.Errorf("5a: %w", err)
+		}
 	}
-	if err := h.agentThroughput(ctx, dir, start, feed); err != nil {
-		return fmt.Errorf("5b: %w", err)
+	if h.wants("5b") {
+		if err := h.agentThroughput(ctx, dir, start, feed); err != nil {
+			return fmt.Errorf("5b: %w", err)
+		}
 	}
 	return nil
 }
