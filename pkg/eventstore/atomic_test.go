@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/openrath/rath/pkg/events"
@@ -92,13 +93,16 @@ func BenchmarkAnswer(b *testing.B) {
 	s := open(b)
 	ctx := context.Background()
 	tenant := events.DefaultTenant
+	runs := 0
 	b.Run("atomic", func(b *testing.B) {
+		runs++
+		id := fmt.Sprintf("ba-%d", runs)
 		var last uint64
 		prev := ""
 		seq := uint64(1)
 		for b.Loop() {
-			evs := chainOf(b, "ba", seq, prev, 4)
-			res, err := s.AppendAtomic(ctx, tenant, "ba", evs, last)
+			evs := chainOf(b, id, seq, prev, 4)
+			res, err := s.AppendAtomic(ctx, tenant, id, evs, last)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -106,12 +110,14 @@ func BenchmarkAnswer(b *testing.B) {
 		}
 	})
 	b.Run("four-appends", func(b *testing.B) {
+		runs++
+		id := fmt.Sprintf("bf-%d", runs)
 		var last uint64
 		prev := ""
 		seq := uint64(1)
 		for b.Loop() {
-			for _, e := range chainOf(b, "bf", seq, prev, 4) {
-				res, err := s.Append(ctx, tenant, "bf", e.Token, e.Body, e.EventID, e.Seq, e.Hash, last)
+			for _, e := range chainOf(b, id, seq, prev, 4) {
+				res, err := s.Append(ctx, tenant, id, e.Token, e.Body, e.EventID, e.Seq, e.Hash, last)
 				if err != nil {
 					b.Fatal(err)
 				}
