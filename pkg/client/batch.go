@@ -38,22 +38,10 @@ func (c *Client) AppendBatch(ctx context.Context, evs []event.Event) ([]BatchRes
 	deadline := time.Now().Add(c.retry)
 	backoff := 20 * time.Millisecond
 	for {
-		body := make([]byte, 0, 512*len(todo))
-		body = append(body, '[')
-		for j, i := range todo {
-			raw, err := evs[i].MarshalJSON()
-			if err != nil {
-				return nil, fmt.Errorf("append batch: event %s: %w", evs[i].ID(), err)
-			}
-			if j > 0 {
-				body = append(body, ',')
-			}
-			body = append(body, raw...)
+		msg, err := c.batchRequest(events.OpBatch, len(todo), func(j int) event.Event { return evs[todo[j]] })
+		if err != nil {
+			return nil, fmt.Errorf("append batch: %w", err)
 		}
-		body = append(body, ']')
-		msg := nats.NewMsg(c.as.Ledger(events.OpBatch))
-		msg.Header.Set("Content-Type", api.ContentTypeBatch)
-		msg.Data = body
 		var reply api.BatchReply
 		if err := c.call(ctx, msg, &reply); err != nil {
 			return nil, fmt.Errorf("append batch of %d: %w", len(todo), err)
@@ -102,22 +90,10 @@ func (c *Client) AppendAtomic(ctx context.Context, evs []event.Event) ([]api.Ack
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	body := make([]byte, 0, 512*len(evs))
-	body = append(body, '[')
-	for i := range evs {
-		raw, err := evs[i].MarshalJSON()
-		if err != nil {
-			return nil, fmt.Errorf("atomic append: event %s: %w", evs[i].ID(), err)
-		}
-		if i > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, raw...)
+	msg, err := c.batchRequest(events.OpAtomic, len(evs), func(i int) event.Event { return evs[i] })
+	if err != nil {
+		return nil, fmt.Errorf("atomic append: %w", err)
 	}
-	body = append(body, ']')
-	msg := nats.NewMsg(c.as.Ledger(events.OpAtomic))
-	msg.Header.Set("Content-Type", api.ContentTypeBatch)
-	msg.Data = body
 	var reply api.BatchReply
 	if err := c.call(ctx, msg, &reply); err != nil {
 		return nil, fmt.Errorf("atomic append of %d events to session %s: %w", len(evs), evs[0].Subject(), err)
@@ -133,4 +109,27 @@ func (c *Client) AppendAtomic(ctx context.Context, evs []event.Event) ([]api.Ack
 		acks[i] = *r.Ack
 	}
 	return acks, nil
+}
+
+// batchRequest is a request to the ledger's op whose body is the JSON array
+// of n events (the CloudEvents JSON batch format).
+func (c *Client) batchRequest(op string, n int, ev func(int) event.Event) (*nats.Msg, error) {
+	body := make([]byte, 0, 512*n)
+	body = append(body, '[')
+	for i := range n {
+		e := ev(i)
+		raw, err := e.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("event %s: %w", e.ID(), err)
+		}
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, raw...)
+	}
+	body = append(body, ']')
+	msg := nats.NewMsg(c.as.Ledger(op))
+	msg.Header.Set("Content-Type", api.ContentTypeBatch)
+	msg.Data = body
+	return msg, nil
 }
