@@ -694,21 +694,32 @@ type appendTap struct {
 
 func tapAppends(nc *nats.Conn) (*appendTap, error) {
 	tap := &appendTap{byInbox: map[string]int{}, after: map[string]int{}}
-	_, err := nc.Subscribe(events.LedgerFilter(events.OpAppend), func(m *nats.Msg) {
-		i := strings.LastIndexByte(m.Reply, '.')
-		if i < 0 {
-			return
+	// A single append proposes one event, an atomic append (a model's
+	// answer) the events of its array.
+	for op, count := range map[string]func([]byte) int{
+		events.OpAppend: func([]byte) int { return 1 },
+		events.OpAtomic: func(body []byte) int {
+			var evs []json.RawMessage
+			_ = json.Unmarshal(body, &evs)
+			return len(evs)
+		},
+	} {
+		_, err := nc.Subscribe(events.LedgerFilter(op), func(m *nats.Msg) {
+			i := strings.LastIndexByte(m.Reply, '.')
+			if i < 0 {
+				return
+			}
+			prefix, n := m.Reply[:i+1], count(m.Data)
+			tap.mu.Lock()
+			defer tap.mu.Unlock()
+			tap.byInbox[prefix] += n
+			if tap.marked {
+				tap.after[prefix] += n
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tap %s: %w", events.LedgerFilter(op), err)
 		}
-		prefix := m.Reply[:i+1]
-		tap.mu.Lock()
-		defer tap.mu.Unlock()
-		tap.byInbox[prefix]++
-		if tap.marked {
-			tap.after[prefix]++
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tap %s: %w", events.LedgerFilter(events.OpAppend), err)
 	}
 	return tap, nil
 }

@@ -406,6 +406,21 @@ func checkScaleSession(id string, log []events.Stored) sessionReport {
 	return rep
 }
 
+// appendEnds are the numbers of a turn's events a crash can leave stored:
+// none, and the events up to the end of each of the worker's appends. The
+// answer (text, tool requests, model call) and the turn's end are one
+// atomic append; anything else the worker stores is an append of its own.
+func appendEnds(turn workerTurn) []int {
+	ends := []int{0}
+	for i, we := range turn.evs {
+		if we.what == "chunk" || we.what == "model" || strings.HasPrefix(we.what, "tool-") {
+			continue // inside the answer's atomic append
+		}
+		ends = append(ends, i+1)
+	}
+	return ends
+}
+
 func sessionIDs(prefix string, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
@@ -424,15 +439,15 @@ func names(ps []*proc) string {
 
 // TestWorkerTakesOverAPartlyRecordedTurn is the kill test's agent worker
 // case made deterministic: a worker killed while it records a turn has
-// stored some of the turn's events (its answer's text, the model call, the
-// tool calls, the turn's end: each its own append); the turn request comes
-// back after the consumer's AckWait and another worker must finish the turn
-// as if nothing had happened. The test runs one session with a live worker
-// as the reference, stops the worker, then prepares a session for every
-// crash point: every turn before the crashed one stored in full, and the
-// first k events of the crashed turn, exactly as the reference worker stored
-// them (names and order come from the reference, so they follow the worker's
-// code). Meanwhile the tool runner runs what the planted events ask for, as
+// stored some of the turn's appends (a compaction, a failed attempt, each its
+// own; the answer with the turn's end, one atomic append: all of it or
+// none); the turn request comes back after the consumer's AckWait and
+// another worker must finish the turn as if nothing had happened. The test
+// runs one session with a live worker as the reference, stops the worker,
+// then prepares a session for every crash point: every turn before the
+// crashed one stored in full, and the crashed turn's events up to the end of
+// one of its appends, exactly as the reference worker stored them (names and
+// order come from the reference, so they follow the worker's code). Meanwhile the tool runner runs what the planted events ask for, as
 // it would during the AckWait. Then a new worker starts and takes every
 // crashed turn over. Each session must end as the reference did, with each
 // turn recording what the reference recorded.
@@ -458,7 +473,7 @@ func TestWorkerTakesOverAPartlyRecordedTurn(t *testing.T) {
 	var crashes []crash
 	var ids []string
 	for j, turn := range ref {
-		for k := range turn.evs { // k = 0 is a worker that died before storing anything: the control
+		for _, k := range appendEnds(turn) { // k = 0 is a worker that died before storing anything: the control
 			c := crash{id: fmt.Sprintf("crash-turn%d-after%d", j+1, k), turn: j, kept: k}
 			crashes = append(crashes, c)
 			ids = append(ids, c.id)
