@@ -10,6 +10,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
 )
@@ -252,4 +253,37 @@ func TestTwoLedgersRaceAtomicAppends(t *testing.T) {
 		}
 		a.verifyOK(t, id)
 	}
+}
+
+// A body that is not a JSON array of events, an empty array, an event that
+// does not parse, or more events than an atomic batch holds: each refused
+// with a code naming it and recorded, nothing stored.
+func TestMalformedAtomicAppend(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "am")
+	good := mustEvent(t, "am", chunk("fine"))
+	raw, _ := good.MarshalJSON()
+	tooMany := "[" + strings.Repeat(string(raw)+",", eventstore.MaxAtomic) + string(raw) + "]"
+	for _, c := range []struct {
+		body string
+		code api.Code
+	}{
+		{`{"not":"an array"}`, api.CodeMalformed},
+		{`[{"specversion":"1.0"`, api.CodeMalformed},
+		{`[]`, api.CodeMalformed},
+		{`[{"specversion":"1.0","id":"x"},` + string(raw) + `]`, api.CodeMalformed},
+		{tooMany, api.CodeTooLarge},
+	} {
+		reply, err := r.nc.Request(events.DefaultClient.Ledger(events.OpAtomic), []byte(c.body), testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get(api.HeaderError); code != string(c.code) {
+			t.Fatalf("%.60s: error header %q, want %s; body %.200s", c.body, code, c.code, reply.Data)
+		}
+	}
+	if n := len(r.rejections(t, "unknown")); n < 3 {
+		t.Fatalf("%d rejections recorded without a session, want one per refused body", n)
+	}
+	head(t, r, "am", 1)
 }
