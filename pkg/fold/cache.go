@@ -1,7 +1,6 @@
 package fold
 
 import (
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/lru"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -55,13 +55,8 @@ func (c CacheConfig) Validate() error {
 // compactions, purges. It is safe for concurrent use; calls for one session
 // are serialised.
 type Cache struct {
-	reader *Reader
-	max    int64
-
-	mu      sync.Mutex
-	entries map[string]*list.Element // of *entry, most recently used first
-	lru     *list.List
-	bytes   int64
+	reader  *Reader
+	entries *lru.Sized[string, *entry]
 
 	loads, refolds atomic.Int64
 }
@@ -84,8 +79,6 @@ type entry struct {
 	// Approximate bytes of st, tail and head: a state's JSON size when
 	// loaded, plus the stored size of each event folded into it since.
 	stSize, tailSize, headSize int64
-	counted                    int64 // what c.bytes holds for this entry (under c.mu)
-	dropped                    bool  // evicted (under c.mu)
 }
 
 // NewCache returns a cache reading from store.
@@ -94,7 +87,7 @@ func NewCache(store *eventstore.Store, cfg CacheConfig) *Cache {
 	if max == 0 {
 		max = DefaultMaxBytes
 	}
-	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), max: max, entries: map[string]*list.Element{}, lru: list.New()}
+	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), entries: lru.New[string, *entry](max)}
 }
 
 // Reader returns the reader the cache folds with.
@@ -115,9 +108,7 @@ type Stats struct {
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return Stats{Sessions: c.lru.Len(), Bytes: c.bytes, Loads: c.loads.Load(), Refolds: c.refolds.Load()}
+	return Stats{Sessions: c.entries.Len(), Bytes: c.entries.Bytes(), Loads: c.loads.Load(), Refolds: c.refolds.Load()}
 }
 
 // State returns the state of session id at sequence at, 0 for its head (the
@@ -125,10 +116,11 @@ func (c *Cache) Stats() Stats {
 // or after what the cache has folded costs the events in between; an
 // earlier one is folded anew from a snapshot.
 func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State, error) {
-	e := c.entry(id)
+	slot := c.entries.Get(id, newEntry)
+	e := slot.Value
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	defer c.account(e)
+	defer c.account(slot)
 	if at == 0 {
 		if err := c.current(ctx, e); err != nil {
 			return nil, err
@@ -147,10 +139,11 @@ func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State
 // but not folded: the next call for at+1 costs one event, not a refold. When
 // nothing was stored after at, both are the same state.
 func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState, head *session.State, err error) {
-	e := c.entry(id)
+	slot := c.entries.Get(id, newEntry)
+	e := slot.Value
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	defer c.account(e)
+	defer c.account(slot)
 	if at == 0 {
 		return nil, nil, fmt.Errorf("state of %s: StateAndHead needs a sequence", id)
 	}
@@ -332,50 +325,18 @@ func (c *Cache) fail(e *entry, err error) error {
 	return err
 }
 
-// entry returns the entry of a session, creating it, most recently used.
-func (c *Cache) entry(id string) *entry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.entries[id]; ok {
-		c.lru.MoveToFront(el)
-		return el.Value.(*entry)
-	}
-	e := &entry{id: id}
-	c.entries[id] = c.lru.PushFront(e)
-	return e
-}
+func newEntry(id string) *entry { return &entry{id: id} }
 
-// account records an entry's new size and evicts the least recently used
-// entries beyond the bound, never the one just used. An entry evicted while
-// in use stays with its holder and is dropped when it is done.
-func (c *Cache) account(e *entry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.dropped {
-		return
-	}
+// account records an entry's new size; the least recently used entries
+// beyond the bound are evicted, never the one just used. An entry evicted
+// while in use stays with its holder and is dropped when it is done. The
+// caller holds the entry's mutex.
+func (c *Cache) account(slot *lru.Slot[string, *entry]) {
+	e := slot.Value
 	if e.st == nil {
 		// Nothing folded (an error or an unknown session): hold nothing.
-		c.bytes -= e.counted
-		e.counted, e.dropped = 0, true
-		if el, ok := c.entries[e.id]; ok && el.Value.(*entry) == e {
-			c.lru.Remove(el)
-			delete(c.entries, e.id)
-		}
+		c.entries.Drop(slot)
 		return
 	}
-	size := e.stSize + e.tailSize + e.headSize
-	c.bytes += size - e.counted
-	e.counted = size
-	for c.bytes > c.max {
-		last := c.lru.Back()
-		old := last.Value.(*entry)
-		if old == e {
-			break
-		}
-		c.lru.Remove(last)
-		delete(c.entries, old.id)
-		c.bytes -= old.counted
-		old.counted, old.dropped = 0, true
-	}
+	c.entries.Account(slot, e.stSize+e.tailSize+e.headSize)
 }

@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"cmp"
-	"container/list"
 	"encoding/json"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/lru"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
@@ -37,12 +37,7 @@ const DefaultContextBytes = 64 << 20
 // entry is built from scratch on its next use. It is safe for concurrent
 // use; calls for one session and agent are serialised.
 type Contexts struct {
-	max int64
-
-	mu      sync.Mutex
-	entries map[contextKey]*list.Element // of *agentContext, most recently used first
-	lru     *list.List
-	bytes   int64
+	entries *lru.Sized[contextKey, *agentContext]
 
 	builds, splices, appends atomic.Int64
 }
@@ -65,14 +60,12 @@ func NewContexts(maxBytes int64) *Contexts {
 	if maxBytes <= 0 {
 		maxBytes = DefaultContextBytes
 	}
-	return &Contexts{max: maxBytes, entries: map[contextKey]*list.Element{}, lru: list.New()}
+	return &Contexts{entries: lru.New[contextKey, *agentContext](maxBytes)}
 }
 
 // Stats returns the counters.
 func (c *Contexts) Stats() ContextStats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return ContextStats{Entries: c.lru.Len(), Bytes: c.bytes,
+	return ContextStats{Entries: c.entries.Len(), Bytes: c.entries.Bytes(),
 		Builds: c.builds.Load(), Splices: c.splices.Load(), Appends: c.appends.Load()}
 }
 
@@ -82,7 +75,8 @@ func (c *Contexts) Stats() ContextStats {
 // them either. st is only read; the entry keeps a reference to its
 // compactions, which Apply never changes in place (ADR 0016).
 func (c *Contexts) Messages(id string, st *session.State, agent string) []provider.Message {
-	e := c.entry(contextKey{session: id, agent: agent})
+	slot := c.entries.Get(contextKey{session: id, agent: agent}, newAgentContext)
+	e := slot.Value
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch e.update(st) {
@@ -95,48 +89,13 @@ func (c *Contexts) Messages(id string, st *session.State, agent string) []provid
 	}
 	msgs := e.msgs[:len(e.msgs):len(e.msgs)]
 	e.handed = len(e.msgs)
-	c.account(e)
+	// The least recently used contexts beyond the bound are dropped, never
+	// this one; one dropped while in use is its holder's until it is done.
+	c.entries.Account(slot, e.size())
 	return msgs
 }
 
-// entry returns the entry of a session and agent, creating it, most
-// recently used.
-func (c *Contexts) entry(k contextKey) *agentContext {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.entries[k]; ok {
-		c.lru.MoveToFront(el)
-		return el.Value.(*agentContext)
-	}
-	e := &agentContext{key: k}
-	c.entries[k] = c.lru.PushFront(e)
-	return e
-}
-
-// account records an entry's new size and drops the least recently used
-// entries beyond the bound, never the one just used. An entry dropped while
-// in use is its holder's until it is done, then garbage.
-func (c *Contexts) account(e *agentContext) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.dropped {
-		return
-	}
-	size := e.size()
-	c.bytes += size - e.counted
-	e.counted = size
-	for c.bytes > c.max {
-		last := c.lru.Back()
-		old := last.Value.(*agentContext)
-		if old == e {
-			break
-		}
-		c.lru.Remove(last)
-		delete(c.entries, old.key)
-		c.bytes -= old.counted
-		old.counted, old.dropped = 0, true
-	}
-}
+func newAgentContext(k contextKey) *agentContext { return &agentContext{key: k} }
 
 type contextKey struct{ session, agent string }
 
@@ -175,8 +134,6 @@ type agentContext struct {
 	msgBytes int64
 	scratch  []item // reused between updates; holds nothing between them
 
-	counted int64 // what Contexts.bytes holds for it (under Contexts.mu)
-	dropped bool  // evicted (under Contexts.mu)
 }
 
 // span is the sequences of a message's first and last item.
