@@ -2,15 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/eventstore"
 )
 
 // The raw JetStream reference stream: file storage and the sessions stream's
@@ -293,47 +293,13 @@ func rawCondAtomic(ctx context.Context, nc *nats.Conn, perSession [][]rawMsg, fi
 	return r, nil
 }
 
-// atomicBatch publishes msgs as one JetStream atomic batch: staged without
-// acks, committed by a request on the last message.
+// atomicBatch publishes msgs as one JetStream atomic batch, each with its
+// message ID, the first conditional on last (eventstore.PublishAtomic, the
+// event store's own batch protocol, on the raw stream's subjects).
 func atomicBatch(ctx context.Context, nc *nats.Conn, msgs []rawMsg, filter string, last uint64) (uint64, error) {
-	id := nats.NewInbox()[len(nats.InboxPrefix):]
-	for j, m := range msgs {
-		msg := &nats.Msg{Subject: m.subject, Data: m.body, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, m.id)
-		msg.Header.Set("Nats-Batch-Id", id)
-		msg.Header.Set("Nats-Batch-Sequence", strconv.Itoa(j+1))
-		if j == 0 {
-			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-			msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
-		}
-		if j < len(msgs)-1 {
-			if err := nc.PublishMsg(msg); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		msg.Header.Set("Nats-Batch-Commit", "1")
-		reply, err := nc.RequestMsgWithContext(ctx, msg)
-		if err != nil {
-			return 0, err
-		}
-		var ack struct {
-			Seq   uint64 `json:"seq"`
-			Count int    `json:"count"`
-			Error *struct {
-				Description string `json:"description"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(reply.Data, &ack); err != nil {
-			return 0, fmt.Errorf("atomic batch ack %q: %w", reply.Data, err)
-		}
-		if ack.Error != nil {
-			return 0, fmt.Errorf("atomic batch: %s", ack.Error.Description)
-		}
-		if ack.Count != len(msgs) {
-			return 0, fmt.Errorf("atomic batch stored %d of %d", ack.Count, len(msgs))
-		}
-		return ack.Seq, nil
+	out := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		out[i] = &nats.Msg{Subject: m.subject, Data: m.body, Header: nats.Header{jetstream.MsgIDHeader: []string{m.id}}}
 	}
-	return last, nil
+	return eventstore.PublishAtomic(ctx, nc, out, filter, last)
 }

@@ -52,36 +52,60 @@ const (
 // stream sequence of the batch's last event; the events before it are at
 // the sequences just below it.
 func (s *Store) AppendAtomic(ctx context.Context, tenant, session string, evs []Sealed, expectLast uint64) (Appended, error) {
-	switch {
-	case len(evs) == 0:
-		return Appended{}, fmt.Errorf("atomic append to session %s: no events", session)
-	case len(evs) > MaxAtomic:
+	if len(evs) > MaxAtomic {
 		return Appended{}, fmt.Errorf("atomic append to session %s: %d events, at most %d", session, len(evs), MaxAtomic)
 	}
-	size, batch := 0, nuid.Next()
-	var reply *nats.Msg
+	size := 0
+	msgs := make([]*nats.Msg, len(evs))
 	for i, e := range evs {
 		size += len(e.Body)
-		msg := appendMsg(ctx, tenant, session, e.Token, e.Body, e.Seq, e.Hash)
-		msg.Header.Set(jetstream.MsgIDHeader, MsgID(tenant, e.EventID))
+		msgs[i] = appendMsg(ctx, tenant, session, e.Token, e.Body, e.Seq, e.Hash)
+		msgs[i].Header.Set(jetstream.MsgIDHeader, MsgID(tenant, e.EventID))
+	}
+	last, err := PublishAtomic(ctx, s.nc, msgs, events.SessionFilter(session), expectLast)
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return Appended{StreamSeq: last}, nil
+	case errors.Is(err, ErrDuplicate), errors.Is(err, ErrBatchBusy), !errors.As(err, &apiErr):
+		return Appended{}, fmt.Errorf("atomic append to session %s: %w", session, err)
+	}
+	return Appended{}, appendErr(session, expectLast, size, apiErr)
+}
+
+// PublishAtomic publishes msgs (with their headers, message IDs included)
+// as one JetStream atomic batch: all stored or none, the first only if the
+// last message on filter is at stream sequence expectLast (0: there is
+// none). The messages before the last are staged without an ack; the
+// commit's reply answers for the batch. It returns the stream sequence of
+// the last message; a refusal is ErrDuplicate, ErrBatchBusy or the
+// server's *jetstream.APIError.
+func PublishAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, filter string, expectLast uint64) (uint64, error) {
+	if len(msgs) == 0 {
+		return 0, errors.New("atomic batch: no messages")
+	}
+	batch := nuid.Next()
+	for i, msg := range msgs {
+		if msg.Header == nil {
+			msg.Header = nats.Header{}
+		}
 		msg.Header.Set(headerBatchID, batch)
 		msg.Header.Set(headerBatchSeq, strconv.Itoa(i+1))
 		if i == 0 {
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expectLast, 10))
-			msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, events.SessionFilter(session))
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 		}
-		if i < len(evs)-1 {
-			// Staged without an ack: the commit's reply answers for the batch.
-			if err := s.nc.PublishMsg(msg); err != nil {
-				return Appended{}, fmt.Errorf("atomic append to session %s: %w", session, err)
+		if i < len(msgs)-1 {
+			if err := nc.PublishMsg(msg); err != nil {
+				return 0, err
 			}
-			continue
 		}
-		msg.Header.Set(headerBatchCommit, "1")
-		var err error
-		if reply, err = s.nc.RequestMsgWithContext(ctx, msg); err != nil {
-			return Appended{}, fmt.Errorf("atomic append to session %s: %w", session, err)
-		}
+	}
+	commit := msgs[len(msgs)-1]
+	commit.Header.Set(headerBatchCommit, "1")
+	reply, err := nc.RequestMsgWithContext(ctx, commit)
+	if err != nil {
+		return 0, err
 	}
 	var ack struct {
 		Seq   uint64 `json:"seq"`
@@ -93,24 +117,24 @@ func (s *Store) AppendAtomic(ctx context.Context, tenant, session string, evs []
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return Appended{}, fmt.Errorf("atomic append to session %s: unreadable ack %q: %w", session, reply.Data, err)
+		return 0, fmt.Errorf("unreadable ack %q: %w", reply.Data, err)
 	}
 	if e := ack.Error; e != nil {
 		apiErr := &jetstream.APIError{Code: e.Code, ErrorCode: jetstream.ErrorCode(e.ErrCode), Description: e.Desc}
 		switch e.ErrCode {
 		case errCodeBatchDuplicate:
-			return Appended{}, fmt.Errorf("atomic append to session %s: %w: %s", session, ErrDuplicate, e.Desc)
+			return 0, fmt.Errorf("%w: %s", ErrDuplicate, e.Desc)
 		case errCodeBatchIncomplete, errCodeBatchInflight:
 			// Nothing was stored; the server is busy or lost part of the
 			// batch on the way: the same batch may be tried again.
-			return Appended{}, fmt.Errorf("atomic append to session %s: %w: %w", session, ErrBatchBusy, apiErr)
+			return 0, fmt.Errorf("%w: %w", ErrBatchBusy, apiErr)
 		}
-		return Appended{}, appendErr(session, expectLast, size, apiErr)
+		return 0, apiErr
 	}
-	if ack.Count != len(evs) {
-		return Appended{}, fmt.Errorf("atomic append to session %s: JetStream stored %d of %d events", session, ack.Count, len(evs))
+	if ack.Count != len(msgs) {
+		return 0, fmt.Errorf("JetStream stored %d of %d messages", ack.Count, len(msgs))
 	}
-	return Appended{StreamSeq: ack.Seq}, nil
+	return ack.Seq, nil
 }
 
 // ErrDuplicate reports an atomic append holding an event ID that is stored
