@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -386,11 +385,13 @@ func (t *turn) answered(ctx context.Context, st *session.State, a workflow.Agent
 			return err
 		}
 	}
+	used := make(map[string]bool, len(resp.ToolCalls))
 	for i, call := range resp.ToolCalls {
 		id := call.ID
-		if _, taken := st.Tools[id]; id == "" || taken || slices.ContainsFunc(resp.ToolCalls[:i], func(c provider.ToolCall) bool { return c.ID == id }) {
+		if _, taken := st.Tools[id]; id == "" || taken || used[id] {
 			id = t.req.TurnID + "-" + strconv.Itoa(i)
 		}
+		used[id] = true
 		req := &events.ToolRequested{CallID: id, Tool: call.Name, Arguments: call.Arguments, Agent: t.req.Agent}
 		if err := add("tool-"+strconv.Itoa(i), req); err != nil {
 			return err

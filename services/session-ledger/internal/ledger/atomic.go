@@ -118,25 +118,22 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 			}
 			return nil, err
 		}
-		last := sealedEvs[len(sealedEvs)-1]
 		res, err := l.store.AppendAtomic(ctx, tenantOf(e.state), id, sealedEvs, e.streamSeq)
-		if errors.Is(err, eventstore.ErrDuplicate) {
-			// JetStream holds an event of the batch: it was proposed before.
-			if rerr := l.refresh(ctx, e); rerr != nil {
-				return nil, unavailable(rerr)
-			}
-			if acks, ok, serr := l.storedAlready(ctx, e, evs, true); serr != nil || ok {
-				return acks, serr
-			}
-		}
+		duplicate := errors.Is(err, eventstore.ErrDuplicate)
 		switch {
 		case err == nil:
-		case (eventstore.IsConflict(err) || errors.Is(err, eventstore.ErrDuplicate)) && attempt < maxConflictRetries:
-			// Another ledger appended first: read the stream's latest and
-			// decide again.
+		case (eventstore.IsConflict(err) || duplicate) && attempt < maxConflictRetries:
+			// Another ledger appended first, or JetStream holds an event of
+			// the batch (it was proposed before): read the stream's latest
+			// and decide again.
 			conflictPause(ctx, attempt)
 			if rerr := l.refresh(ctx, e); rerr != nil {
 				return nil, unavailable(rerr)
+			}
+			if duplicate {
+				if acks, ok, serr := l.storedAlready(ctx, e, evs, true); serr != nil || ok {
+					return acks, serr
+				}
 			}
 			continue
 		case errors.Is(err, eventstore.ErrBatchBusy) && busy < maxBusyRetries:
@@ -161,7 +158,7 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 			e.remember(acks[i])
 		}
 		l.afterAtomic(ctx, e, evs, first)
-		l.recordHead(api.Ack{Session: id, Seq: last.Seq, Hash: last.Hash, Sig: acks[len(acks)-1].Sig})
+		l.recordHead(acks[len(acks)-1])
 		return acks, nil
 	}
 }
@@ -183,11 +180,11 @@ func (l *Ledger) storedAlready(ctx context.Context, e *entry, evs []event.Event,
 		return l.findStored(ctx, e.id, eventID)
 	}
 	first, ok, err := find(evs[0].ID())
-	if err != nil || !ok {
-		if _, isLedger := err.(*api.Error); err != nil && !isLedger {
-			err = unavailable(err)
-		}
-		return nil, false, err
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	if !ok {
+		return nil, false, nil
 	}
 	acks := []api.Ack{first}
 	for _, ev := range evs[1:] {
