@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -36,7 +35,7 @@ func (a *attempt) timed(u cpuUse) cpuUse {
 // and reports the rows of the least disturbed try. fn gets the try number
 // so that each try can use fresh sessions.
 func (h *harness) measureQuietly(ctx context.Context, name string, fn func(ctx context.Context, try int) (attempt, error)) error {
-	if len(h.cfg.figures) > 0 && !slices.Contains(h.cfg.figures, name) {
+	if !h.wants(name) {
 		return nil
 	}
 	a, err := h.quietly(ctx, name, fn)
