@@ -24,12 +24,20 @@ import (
 type Run func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error
 
 // Main parses the command line (the service's own flags are already defined
-// on flag.CommandLine), runs the service and exits.
-func Main(name string, run Run) {
+// on flag.CommandLine), runs the service and exits. Each check runs on the
+// parsed flags before anything connects: a bad flag is reported as such
+// (exit 2), not as whatever the first connection attempt says.
+func Main(name string, run Run, checks ...func() error) {
 	url := flag.String("nats", EnvOr("RATH_NATS_URL", nats.DefaultURL), "NATS server URL (env RATH_NATS_URL)")
 	creds := flag.String("creds", EnvOr("RATH_CREDS", ""), "credentials file of the service's identity, e.g. <data>/creds/"+name+".creds (env RATH_CREDS; empty: none, for a server without authentication)")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("process", name)
+	for _, check := range checks {
+		if err := check(); err != nil {
+			log.Error(name+": invalid flags", "err", err)
+			os.Exit(2)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, name, *url, *creds, run, log); err != nil {

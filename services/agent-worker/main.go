@@ -23,5 +23,5 @@ func main() {
 	daemon.Main("agent-worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)
 		return service.Run(ctx, nc, cfg, log)
-	})
+	}, func() error { return cfg.Validate() }) // after the flags are parsed
 }

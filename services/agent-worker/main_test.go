@@ -1,0 +1,31 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// A bad flag is refused as such, with exit code 2, before the worker tries
+// to connect anywhere (here to a port nothing listens on).
+func TestBadFlagIsRefusedBeforeConnecting(t *testing.T) {
+	if os.Getenv("AGENT_WORKER_RUN_MAIN") == "1" {
+		os.Args = []string{"agent-worker", "--nats", "nats://127.0.0.1:1", "--context-cache-bytes", "-5"}
+		flag.CommandLine = flag.NewFlagSet("agent-worker", flag.ExitOnError)
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBadFlagIsRefusedBeforeConnecting$")
+	cmd.Env = append(os.Environ(), "AGENT_WORKER_RUN_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("exit %v, want code 2; output:\n%s", err, out)
+	}
+	if s := string(out); !strings.Contains(s, "context cache size must not be negative, got -5") || strings.Contains(s, "connect to") {
+		t.Fatalf("output does not name the flag, or it tried to connect:\n%s", out)
+	}
+}
