@@ -112,6 +112,8 @@ func (c Config) Validate() error {
 
 // Local is the backend that keeps workspaces in directories of this host.
 type Local struct {
+	name    string     // BackendLocal or BackendBwrap
+	iso     *isolation // nil for the local backend
 	cfg     Config
 	root    string // cfg.Root, absolute and free of symbolic links
 	host    string
@@ -146,6 +148,7 @@ func NewLocal(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("sandbox root: %w", err)
 	}
 	l := &Local{
+		name:    BackendLocal,
 		cfg:     cfg,
 		root:    root,
 		host:    cfg.Host,
@@ -153,7 +156,7 @@ func NewLocal(cfg Config) (*Local, error) {
 		runs:    filepath.Join(root, ".runs"),
 		staging: filepath.Join(root, ".staging"),
 	}
-	for _, d := range []string{l.gitHome, l.runs, l.staging} {
+	for _, d := range []string{l.gitHome, l.runs, l.staging, filepath.Join(root, ".tenants")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("sandbox root: %w", err)
 		}
@@ -199,6 +202,9 @@ func (l *Local) Place(ctx context.Context, sessionID string, from *Seed) (Worksp
 	if err := l.seed(ctx, stage, from); err != nil {
 		return nil, fmt.Errorf("place %s: %w", sessionID, err)
 	}
+	if err := os.WriteFile(l.tenantFile(sessionID), []byte(events.TenantOrDefault(from.Tenant)), 0o644); err != nil {
+		return nil, fmt.Errorf("place %s: %w", sessionID, err)
+	}
 	if err := os.Rename(stage, dir); err != nil {
 		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
 			return nil, fmt.Errorf("place %s: %w", sessionID, ErrExists)
@@ -222,7 +228,7 @@ func (l *Local) Open(sessionID string) (Workspace, error) {
 }
 
 func (l *Local) workspace(sessionID, dir string) *localWorkspace {
-	return &localWorkspace{l: l, id: "local-" + sessionID, dir: dir}
+	return &localWorkspace{l: l, id: l.name + "-" + sessionID, dir: dir, session: sessionID}
 }
 
 // branch is the one branch of every workspace.
@@ -259,8 +265,8 @@ func (l *Local) seed(ctx context.Context, dir string, from *Seed) error {
 // nothing after it: fetching one commit transfers only what it reaches, so
 // the parent's later commits, branches and tags never exist in the fork.
 func (l *Local) fork(ctx context.Context, dir string, parent Workspace, commit string) error {
-	if parent.Backend() != BackendLocal {
-		return fmt.Errorf("seed: cannot fork a %s workspace locally", parent.Backend())
+	if _, ok := parent.(*localWorkspace); !ok {
+		return fmt.Errorf("seed: cannot fork a %s workspace on this host", parent.Backend())
 	}
 	if err := checkCommit(commit); err != nil {
 		return fmt.Errorf("seed: %w", err)
@@ -304,6 +310,9 @@ var gitConfig = []string{
 	"-c", "core.autocrlf=false",
 	"-c", "init.templateDir=",
 	"-c", "advice.detachedHead=false",
+	// The isolating backend hands workspaces to a sandbox user; the
+	// runner's git must still work in them.
+	"-c", "safe.directory=*",
 }
 
 // runGit runs the backend's git in dir and returns its stdout. The
@@ -337,14 +346,24 @@ func (l *Local) runGit(ctx context.Context, dir string, args ...string) (string,
 
 // localWorkspace is a workspace of the local backend.
 type localWorkspace struct {
-	l   *Local
-	id  string
-	dir string
-	mu  sync.Mutex // serialises git commands that take the index lock
+	l       *Local
+	id      string
+	dir     string
+	session string
+	mu      sync.Mutex // serialises git commands that take the index lock
 }
 
 func (w *localWorkspace) ID() string      { return w.id }
-func (w *localWorkspace) Backend() string { return BackendLocal }
+func (w *localWorkspace) Backend() string { return w.l.name }
+
+// tenant is the tenant Place recorded for the workspace's session.
+func (w *localWorkspace) tenant() string {
+	b, err := os.ReadFile(w.l.tenantFile(w.session))
+	if err != nil || events.ValidateTenant(string(b)) != nil {
+		return events.TenantOrDefault("")
+	}
+	return string(b)
+}
 func (w *localWorkspace) Host() string    { return w.l.host }
 func (w *localWorkspace) Dir() string     { return w.dir }
 

@@ -10,7 +10,10 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
+
 
 // Resource limits are set in the child, before it executes the command, by a
 // re-exec of the runner's own binary:
@@ -41,12 +44,20 @@ func init() {
 }
 
 // rlimits are the setrlimit values of one run; zero leaves a limit as
-// inherited.
+// inherited. The isolating backend (isolate.go) adds what the helper does
+// before it executes bwrap: stage binds and drop to an unprivileged user.
 type rlimits struct {
 	cpu    int64 // RLIMIT_CPU, seconds
 	as     int64 // RLIMIT_AS, bytes
 	nofile int64 // RLIMIT_NOFILE
 	fsize  int64 // RLIMIT_FSIZE, bytes
+	nproc  int64 // RLIMIT_NPROC, processes of the (new) real user
+
+	// binds is the number of directories, given before the command, that
+	// the helper bind-mounts at stagePath(i) in a mount namespace of its
+	// own; uid and gid, when positive, are the user it becomes.
+	binds    int64
+	uid, gid int64
 }
 
 func newRlimits(l Limits) rlimits {
@@ -58,7 +69,8 @@ func newRlimits(l Limits) rlimits {
 }
 
 func (r rlimits) encode() string {
-	return fmt.Sprintf("cpu=%d,as=%d,nofile=%d,fsize=%d", r.cpu, r.as, r.nofile, r.fsize)
+	return fmt.Sprintf("cpu=%d,as=%d,nofile=%d,fsize=%d,nproc=%d,binds=%d,uid=%d,gid=%d",
+		r.cpu, r.as, r.nofile, r.fsize, r.nproc, r.binds, r.uid, r.gid)
 }
 
 func decodeRlimits(s string) (rlimits, error) {
@@ -78,6 +90,14 @@ func decodeRlimits(s string) (rlimits, error) {
 			r.nofile = n
 		case "fsize":
 			r.fsize = n
+		case "nproc":
+			r.nproc = n
+		case "binds":
+			r.binds = n
+		case "uid":
+			r.uid = n
+		case "gid":
+			r.gid = n
 		default:
 			return r, fmt.Errorf("unknown limit %q", k)
 		}
@@ -100,6 +120,11 @@ func execHelper(spec string, argv []string) {
 	if err != nil {
 		fail(err)
 	}
+	// The directories the isolating backend stages come first.
+	if r.binds >= int64(len(argv)) {
+		fail(fmt.Errorf("%d directories to stage and no command", r.binds))
+	}
+	dirs, argv := argv[:r.binds], argv[r.binds:]
 	// Resolve and encode everything before the limits are set: with a low
 	// address-space limit, this process may not be able to grow its heap.
 	path := argv[0]
@@ -142,6 +167,12 @@ func execHelper(spec string, argv []string) {
 	set("cpu", syscall.RLIMIT_CPU, r.cpu, "s", 1)
 	set("nofile", syscall.RLIMIT_NOFILE, r.nofile, "", 0)
 	set("fsize", syscall.RLIMIT_FSIZE, r.fsize, "B", 0)
+	if r.nproc > 0 {
+		set("nproc", unix.RLIMIT_NPROC, r.nproc, "", 0)
+	}
+	if err := stage(r, dirs); err != nil {
+		fail(err)
+	}
 
 	// The address-space limit comes last, right before execve, with raw
 	// system calls only: once it is set, this Go process cannot map memory

@@ -33,24 +33,6 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	}
 	timeout = min(timeout, lim.MaxTimeout)
 
-	tmp, err := os.MkdirTemp(w.l.runs, "run-")
-	if err != nil {
-		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-	}
-	defer removeAll(tmp)
-	home, tmpdir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
-	for _, d := range []string{home, tmpdir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-		}
-	}
-	env := append([]string{
-		"PATH=" + w.l.cfg.Path,
-		"HOME=" + home,
-		"TMPDIR=" + tmpdir,
-		"LANG=C.UTF-8",
-	}, w.l.cfg.Env...)
-
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
@@ -59,9 +41,6 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	stdout, stderr := &capture{limit: lim.Output}, &capture{limit: lim.Output}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
-		Args:        append([]string{helperArg0, newRlimits(lim).encode()}, c.Args...),
-		Dir:         w.dir,
-		Env:         env,
 		Stdin:       c.Stdin,
 		Stdout:      stdout,
 		Stderr:      stderr,
@@ -70,6 +49,45 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		// Bounds the wait for output pipes held open by a process that left
 		// the group, and so survived the group kill.
 		WaitDelay: 2 * time.Second,
+	}
+	spec := newRlimits(lim)
+	if iso := w.l.iso; iso != nil {
+		p, err := iso.prepare(w)
+		if err != nil {
+			statusW.Close()
+			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+		}
+		p.env(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...))
+		spec.nproc, spec.binds, spec.uid, spec.gid = p.spec.nproc, p.spec.binds, p.spec.uid, p.spec.gid
+		cmd.Args = append(append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...), "--")
+		cmd.Args = append(cmd.Args, c.Args...)
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
+		if iso.root {
+			cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
+		}
+	} else {
+		tmp, err := os.MkdirTemp(w.l.runs, "run-")
+		if err != nil {
+			statusW.Close()
+			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+		}
+		defer removeAll(tmp)
+		home, tmpdir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
+		for _, d := range []string{home, tmpdir} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				statusW.Close()
+				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+			}
+		}
+		cmd.Args = append([]string{helperArg0, spec.encode()}, c.Args...)
+		cmd.Dir = w.dir
+		cmd.Env = append([]string{
+			"PATH=" + w.l.cfg.Path,
+			"HOME=" + home,
+			"TMPDIR=" + tmpdir,
+			"LANG=C.UTF-8",
+		}, w.l.cfg.Env...)
 	}
 	start := time.Now()
 	err = cmd.Start()
@@ -122,6 +140,9 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		res.ExitCode = 128 + int(ws.Signal())
 	default:
 		res.ExitCode = ws.ExitStatus()
+		// bwrap exits 128+n when its command was killed by signal n (a
+		// resource limit, the kernel's OOM killer).
+		res.Killed = w.l.iso != nil && res.ExitCode > 128 && res.ExitCode <= 128+64
 	}
 	res.Stdout, res.StdoutBytes = string(stdout.buf), stdout.total
 	res.Stderr, res.StderrBytes = string(stderr.buf), stderr.total

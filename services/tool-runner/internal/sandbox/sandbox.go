@@ -70,6 +70,10 @@ type Seed struct {
 	// side effects.
 	Parent Workspace
 	Commit string
+	// Tenant is the tenant of the session: the isolating backend runs its
+	// commands as the tenant's user, with the tenant's caches. Empty is
+	// the default tenant.
+	Tenant string
 }
 
 // Cmd is one command to run.

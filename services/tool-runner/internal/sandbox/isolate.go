@@ -1,0 +1,358 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// BackendBwrap is the name of the isolating backend: every command runs in a
+// bubblewrap sandbox (ADR 0019).
+const BackendBwrap = "bwrap"
+
+// Isolation configures the isolating backend, on top of Config.
+type Isolation struct {
+	// Bwrap is the bubblewrap binary; empty means "bwrap" in the runner's
+	// PATH.
+	Bwrap string
+	// System are host paths shown read-only at the same path: the
+	// toolchain and the libraries it needs. A path that is a symbolic link
+	// on the host (/bin on a merged-/usr system) is recreated as the same
+	// link; missing paths are skipped.
+	System []string
+	// Processes is RLIMIT_NPROC: how many processes the sandbox user may
+	// have at once, counted across every command of the tenant (see
+	// UIDBase) or, when the runner is not root, of the runner's user.
+	Processes int64
+	// TmpSize bounds the sandbox's /tmp (which is also its HOME), in bytes.
+	TmpSize int64
+	// UIDBase and UIDCount are the host user IDs commands run as when the
+	// runner is root: the commands of tenant T run as UIDBase + hash(T) %
+	// UIDCount, so tenants do not share a process budget. A runner that is
+	// not root runs commands as its own user.
+	UIDBase, UIDCount int
+}
+
+// DefaultIsolation returns the defaults.
+func DefaultIsolation() Isolation {
+	return Isolation{
+		System: []string{
+			"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+			"/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime",
+		},
+		Processes: 256,
+		TmpSize:   256 << 20,
+		UIDBase:   200000,
+		UIDCount:  10000,
+	}
+}
+
+// Validate reports every problem at once.
+func (i Isolation) Validate() error {
+	var errs []error
+	if i.Processes <= 0 {
+		errs = append(errs, fmt.Errorf("sandbox process limit must be positive, got %d", i.Processes))
+	}
+	if i.TmpSize <= 0 {
+		errs = append(errs, fmt.Errorf("sandbox /tmp size must be positive, got %d", i.TmpSize))
+	}
+	if i.UIDBase <= 0 || i.UIDCount <= 0 || i.UIDBase+i.UIDCount > 1<<31 {
+		errs = append(errs, fmt.Errorf("sandbox user IDs %d+%d are out of range", i.UIDBase, i.UIDCount))
+	}
+	for _, p := range i.System {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("sandbox system path %q is not absolute", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isolation is an isolating backend's state, beside its Local.
+type isolation struct {
+	cfg   Isolation
+	bwrap string
+	root  bool   // the runner is root: stage binds, drop to a tenant's user
+	cache string // per-tenant writable caches
+	// env is the commands' environment with Go's caches moved inside the
+	// sandbox; ro are the host directories it needs read-only.
+	env []string
+	ro  []string
+}
+
+// Paths inside the sandbox.
+const (
+	insideTmp   = "/tmp"
+	insideCache = "/cache"
+	insideUID   = 1000
+)
+
+// NewIsolated returns the isolating backend. It keeps workspaces as Local
+// does, in cfg.Root, and runs every command with bubblewrap. It fails,
+// naming what is missing, if bwrap cannot be found; Probe tells whether it
+// can actually start a sandbox on this machine.
+func NewIsolated(cfg Config, iso Isolation) (*Local, error) {
+	if err := errors.Join(cfg.Validate(), iso.Validate()); err != nil {
+		return nil, err
+	}
+	bin := iso.Bwrap
+	if bin == "" {
+		bin = "bwrap"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: bubblewrap (%s) not found: install the bubblewrap package (scripts/install-sandbox.sh): %w", BackendBwrap, bin, err)
+	}
+	l, err := NewLocal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	i := &isolation{cfg: iso, bwrap: path, root: os.Geteuid() == 0, cache: filepath.Join(l.root, ".cache")}
+	if err := os.MkdirAll(i.cache, 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox cache: %w", err)
+	}
+	i.env, i.ro = insideEnv(cfg.Env)
+	l.iso = i
+	l.name = BackendBwrap
+	return l, nil
+}
+
+// insideEnv rewrites the commands' environment for the sandbox: GOCACHE
+// becomes the tenant's cache, GOPATH a directory in /tmp, and the module
+// cache and GOROOT, when set, are shown read-only.
+func insideEnv(env []string) (out, ro []string) {
+	var gopath, modcache string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "GOCACHE":
+			continue
+		case "GOPATH":
+			gopath = v
+			continue
+		case "GOMODCACHE":
+			modcache = v
+		case "GOROOT":
+			ro = append(ro, v)
+		}
+		out = append(out, kv)
+	}
+	if modcache == "" && gopath != "" {
+		modcache = filepath.Join(strings.Split(gopath, ":")[0], "pkg", "mod")
+		out = append(out, "GOMODCACHE="+modcache)
+	}
+	if modcache != "" {
+		ro = append(ro, modcache)
+	}
+	out = append(out, "GOCACHE="+insideCache+"/go-build", "GOPATH="+insideTmp+"/go")
+	return out, ro
+}
+
+// uid is the host user a tenant's commands run as (when the runner is
+// root).
+func (i *isolation) uid(tenant string) int {
+	h := fnv.New32a()
+	h.Write([]byte(tenant))
+	return i.cfg.UIDBase + int(h.Sum32()%uint32(i.cfg.UIDCount))
+}
+
+// bind is one directory shown inside the sandbox.
+type bind struct {
+	src, dst string
+	ro       bool
+}
+
+// prepared is what one isolated run needs beyond a local run.
+type prepared struct {
+	args  []string // bwrap and its arguments
+	stage []string // host directories the helper stages, in order
+	spec  rlimits  // additions to the helper's limits
+}
+
+// prepare makes the workspace and the tenant's cache writable by the
+// sandbox user and builds bwrap's command line.
+func (i *isolation) prepare(w *localWorkspace) (*prepared, error) {
+	tenant := w.tenant()
+	cache := filepath.Join(i.cache, tenant)
+	if err := os.MkdirAll(filepath.Join(cache, "go-build"), 0o755); err != nil {
+		return nil, err
+	}
+	p := &prepared{spec: rlimits{nproc: i.cfg.Processes}}
+	if i.root {
+		uid := i.uid(tenant)
+		p.spec.uid, p.spec.gid = int64(uid), int64(uid)
+		for _, d := range []string{w.dir, cache} {
+			if err := chownTree(d, uid); err != nil {
+				return nil, fmt.Errorf("hand %s to the sandbox user: %w", d, err)
+			}
+		}
+	}
+	binds := []bind{{src: w.dir, dst: w.dir}, {src: filepath.Join(w.dir, ".git"), dst: filepath.Join(w.dir, ".git"), ro: true}, {src: cache, dst: insideCache}}
+	for _, d := range i.ro {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			binds = append(binds, bind{src: d, dst: d, ro: true})
+		}
+	}
+
+	a := []string{i.bwrap,
+		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+		"--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--uid", strconv.Itoa(insideUID), "--gid", strconv.Itoa(insideUID), "--hostname", "sandbox",
+	}
+	for _, s := range i.cfg.System {
+		fi, err := os.Lstat(s)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(s)
+			if err != nil {
+				continue
+			}
+			a = append(a, "--symlink", target, s)
+		default:
+			a = append(a, "--ro-bind", s, s)
+		}
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev",
+		"--perms", "1777", "--size", strconv.FormatInt(i.cfg.TmpSize, 10), "--tmpfs", insideTmp)
+	for _, b := range binds {
+		src := b.src
+		if i.root {
+			// A sandbox user cannot reach directories under, say, a 0700
+			// /root: the helper mounts them where it can (stage).
+			src = stagePath(len(p.stage))
+			p.stage = append(p.stage, b.src)
+		}
+		op := "--bind"
+		if b.ro {
+			op = "--ro-bind"
+		}
+		a = append(a, op, src, b.dst)
+	}
+	p.spec.binds = int64(len(p.stage))
+	p.args = append(a, "--chdir", w.dir, "--clearenv")
+	return p, nil
+}
+
+// env appends the command's environment to bwrap's arguments.
+func (p *prepared) env(env []string) {
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		p.args = append(p.args, "--setenv", k, v)
+	}
+}
+
+// chownTree gives dir and everything in it but .git to uid, skipping what it
+// already owns: the runner's file tools and git checkouts create files as
+// root, which the sandbox user could not then change.
+func chownTree(dir string, uid int) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" && path != dir {
+			return filepath.SkipDir
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid && int(st.Gid) == uid {
+			return nil
+		}
+		return os.Lchown(path, uid, uid)
+	})
+}
+
+// stageRoot is where the helper, as root in a mount namespace of its own,
+// mounts a tmpfs and binds the directories it was given, so that the
+// unprivileged bwrap can reach them whatever their host path.
+const stageRoot = "/tmp"
+
+func stagePath(i int) string { return stageRoot + "/rath-stage-" + strconv.Itoa(i) }
+
+// stage runs in the helper (rlimit.go): it mounts the directories dirs at
+// stagePath(i) and becomes the sandbox user. The runner started the helper
+// in a mount namespace of its own, so none of this is seen outside the run.
+// The directories are opened before the tmpfs hides stageRoot, which may
+// hold some of them.
+func stage(r rlimits, dirs []string) error {
+	if len(dirs) > 0 {
+		fds := make([]int, len(dirs))
+		for n, d := range dirs {
+			fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("stage: open %s: %w", d, err)
+			}
+			fds[n] = fd
+		}
+		if err := syscall.Mount("tmpfs", stageRoot, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=64k"); err != nil {
+			return fmt.Errorf("stage: mount a tmpfs on %s: %w", stageRoot, err)
+		}
+		for n, fd := range fds {
+			p := stagePath(n)
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return fmt.Errorf("stage: %w", err)
+			}
+			if err := syscall.Mount("/proc/self/fd/"+strconv.Itoa(fd), p, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+				return fmt.Errorf("stage: bind %s on %s: %w", dirs[n], p, err)
+			}
+			syscall.Close(fd)
+		}
+	}
+	if r.uid > 0 {
+		if err := syscall.Setgroups(nil); err != nil {
+			return fmt.Errorf("stage: drop groups: %w", err)
+		}
+		if err := syscall.Setresgid(int(r.gid), int(r.gid), int(r.gid)); err != nil {
+			return fmt.Errorf("stage: become group %d: %w", r.gid, err)
+		}
+		if err := syscall.Setresuid(int(r.uid), int(r.uid), int(r.uid)); err != nil {
+			return fmt.Errorf("stage: become user %d: %w", r.uid, err)
+		}
+	}
+	return nil
+}
+
+// Probe starts one sandbox and runs true in it, to tell whether the backend
+// works on this machine. The error names what failed (bwrap's own message:
+// user namespaces disabled, a mount refused…).
+func (l *Local) Probe(ctx context.Context) error {
+	if l.iso == nil {
+		return nil
+	}
+	dir, err := os.MkdirTemp(l.runs, "probe-")
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", l.name, err)
+	}
+	defer removeAll(dir)
+	w := &localWorkspace{l: l, id: "probe", dir: dir}
+	if err := os.Mkdir(filepath.Join(dir, ".git"), 0o755); err != nil {
+		return fmt.Errorf("probe %s: %w", l.name, err)
+	}
+	res, err := w.Run(ctx, Cmd{Args: []string{"true"}})
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", l.name, err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("probe %s: a sandbox running true exited %d: %s", l.name, res.ExitCode, strings.TrimSpace(string(bytes.TrimSpace([]byte(res.Stderr)))))
+	}
+	return nil
+}
+
+// tenantsDir keeps, per session, the tenant whose caches and user its
+// workspace uses.
+func (l *Local) tenantFile(sessionID string) string {
+	return filepath.Join(l.root, ".tenants", sessionID)
+}
