@@ -364,8 +364,8 @@ func (w *localWorkspace) tenant() string {
 	}
 	return string(b)
 }
-func (w *localWorkspace) Host() string    { return w.l.host }
-func (w *localWorkspace) Dir() string     { return w.dir }
+func (w *localWorkspace) Host() string { return w.l.host }
+func (w *localWorkspace) Dir() string  { return w.dir }
 
 func (w *localWorkspace) Head(ctx context.Context) (string, error) {
 	out, err := w.l.runGit(ctx, w.dir, "rev-parse", "--verify", "HEAD")

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-
 // Resource limits are set in the child, before it executes the command, by a
 // re-exec of the runner's own binary:
 //
