@@ -3,9 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -349,6 +351,55 @@ func (l *Local) Probe(ctx context.Context) error {
 		return fmt.Errorf("probe %s: a sandbox running true exited %d: %s", l.name, res.ExitCode, strings.TrimSpace(string(bytes.TrimSpace([]byte(res.Stderr)))))
 	}
 	return nil
+}
+
+// sandboxInit reads bwrap's --info-fd report, the host pid of the
+// sandbox's init, and returns a pidfd for it, or -1 if bwrap ended before
+// reporting. The init outlives bwrap's own exit for as long as the kernel
+// takes to kill the rest of its pid namespace, so Run waits on it
+// (waitSandbox). Between the report and pidfd_open the init runs the
+// command, so its pid cannot have been reused.
+func sandboxInit(r io.Reader) int {
+	var v struct {
+		ChildPid int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r, 4096)).Decode(&v); err != nil || v.ChildPid <= 0 {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(v.ChildPid, 0)
+	if err != nil {
+		return -1 // already gone
+	}
+	return fd
+}
+
+// waitSandbox waits until the sandbox's init has exited: the kernel kills
+// every other process of the sandbox's pid namespace before it reports the
+// init's exit, so once this returns no process of the run is left. bwrap
+// exits as soon as its command does (or when the runner kills it, and its
+// init with it: --die-with-parent); an init still alive after a while is
+// killed directly.
+func waitSandbox(info *os.File, inner <-chan int) {
+	if info == nil {
+		return
+	}
+	info.Close() // bwrap is gone: a report not read by now never will be
+	fd := <-inner
+	if fd < 0 {
+		return
+	}
+	defer unix.Close(fd)
+	for range 2 {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 10_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if n > 0 || err != nil {
+			return
+		}
+		_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	}
 }
 
 // tenantsDir keeps, per session, the tenant whose caches and user its

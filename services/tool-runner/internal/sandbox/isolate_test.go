@@ -1,9 +1,16 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +26,9 @@ func newIsolated(t *testing.T, opts ...func(*sandbox.Config, *sandbox.Isolation)
 	cfg.Root = t.TempDir()
 	cfg.Limits.Timeout = 20 * time.Second
 	cfg.Limits.Output = 64 << 10
+	if gobin, err := exec.LookPath("go"); err == nil {
+		cfg.Path = filepath.Dir(gobin) + ":" + cfg.Path
+	}
 	iso := sandbox.DefaultIsolation()
 	for _, o := range opts {
 		o(&cfg, &iso)
@@ -51,5 +61,244 @@ func TestIsolatedBasics(t *testing.T) {
 	}
 	if !strings.Contains(res.Limits, "nproc=") {
 		t.Errorf("limits %q", res.Limits)
+	}
+}
+
+// Each escape below is tried with real processes in a real sandbox; each
+// must be contained, say what stopped it, and leave the host unchanged.
+
+func TestIsolatedHidesHostProcesses(t *testing.T) {
+	t.Setenv("RATH_TEST_API_KEY", "sk-host-secret-4242")
+	ws := place(t, newIsolated(t), "s1", nil)
+	res := run(t, ws, sh(`for p in /proc/[0-9]*; do tr "\0" "\n" < $p/environ; done; env`))
+	if strings.Contains(res.Stdout, "sk-host-secret-4242") || strings.Contains(res.Stdout, "RATH_TEST_API_KEY") {
+		t.Fatalf("a sandboxed command read the runner's environment:\n%s", res.Stdout)
+	}
+	// bwrap's init, the shell and its pipeline: nothing of the host.
+	res = run(t, ws, sh(`cd /proc && echo [0-9]*`))
+	pids := strings.Fields(res.Stdout)
+	for _, p := range pids {
+		if n, err := strconv.Atoi(p); err != nil || n > 10 {
+			t.Errorf("the sandbox sees processes %q", pids)
+			break
+		}
+	}
+	// pid 1 is the sandbox's own init.
+	res = run(t, ws, sh(`tr "\0" " " < /proc/1/cmdline`))
+	if !strings.Contains(res.Stdout, "bwrap --unshare-user") {
+		t.Errorf("pid 1 is %q, want bwrap's init", res.Stdout)
+	}
+}
+
+// processesWith lists the host's processes whose command line contains
+// marker.
+func processesWith(t *testing.T, marker string) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(marker)) && !bytes.Contains(b, []byte("-test.")) {
+			found = append(found, d.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return found
+}
+
+func TestIsolatedLeavesNoProcess(t *testing.T) {
+	t.Parallel()
+	ws := place(t, newIsolated(t), "s1", nil)
+	// A setsid'd daemon, a double fork and a plain background job, each
+	// holding no pipe of the run's, then a clean exit.
+	res := run(t, ws, sh(`setsid sh -c 'exec sleep 1000.101' </dev/null >/dev/null 2>&1 &
+sh -c '(exec sleep 1000.102 </dev/null >/dev/null 2>&1 &) ' 
+nohup sleep 1000.103 </dev/null >/dev/null 2>&1 &
+echo started`))
+	if res.ExitCode != 0 || res.Stdout != "started\n" {
+		t.Fatalf("got %+v", res)
+	}
+	if left := processesWith(t, "1000.10"); len(left) > 0 {
+		t.Errorf("processes outlived the call: %q", left)
+	}
+	// The same after a timeout kill.
+	c := sh(`setsid sh -c 'exec sleep 1000.104' </dev/null >/dev/null 2>&1 & sleep 1000.105`)
+	c.Timeout = 300 * time.Millisecond
+	res = run(t, ws, c)
+	if !res.TimedOut || !res.Killed {
+		t.Fatalf("got %+v, want timed out", res)
+	}
+	if left := processesWith(t, "1000.10"); len(left) > 0 {
+		t.Errorf("processes outlived the timeout: %q", left)
+	}
+}
+
+func TestIsolatedForkBomb(t *testing.T) {
+	t.Parallel()
+	b := newIsolated(t, func(c *sandbox.Config, i *sandbox.Isolation) { i.Processes = 64 })
+	ws := place(t, b, "s1", &sandbox.Seed{Tenant: "bomber"})
+	// Processes that stay alive, until fork fails.
+	res := run(t, ws, sh(`n=0; while sleep 1000.201 & do n=$((n+1)); echo $n > count; done`))
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "Cannot fork") {
+		t.Errorf("fork bomb: %+v, want it stopped by the process limit", res)
+	}
+	if !strings.Contains(res.Limits, "nproc=64") {
+		t.Errorf("limits %q do not name the process limit", res.Limits)
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(ws.Dir(), "count")))); err != nil || n >= 64 {
+		t.Errorf("the bomb started %d processes (%v), want fewer than its limit of 64", n, err)
+	}
+	if left := processesWith(t, "1000.201"); len(left) > 0 {
+		t.Errorf("%d processes of the bomb outlived the call", len(left))
+	}
+	if os.Geteuid() == 0 {
+		if left := processesOfUID(t, uidOf(t, ws)); len(left) > 0 {
+			t.Errorf("%d processes of the sandbox user outlived the call: %q", len(left), left)
+		}
+	}
+	// The host can still fork, and the workspace still runs commands.
+	if res := run(t, ws, sandbox.Cmd{Args: []string{"true"}}); res.ExitCode != 0 {
+		t.Errorf("after the bomb: %+v", res)
+	}
+}
+
+// uidOf is the host uid a workspace's commands run as: the owner of a file
+// one of them creates.
+func uidOf(t *testing.T, ws sandbox.Workspace) int {
+	t.Helper()
+	if res := run(t, ws, sandbox.Cmd{Args: []string{"touch", "owned"}}); res.ExitCode != 0 {
+		t.Fatalf("touch: %+v", res)
+	}
+	fi, err := os.Stat(filepath.Join(ws.Dir(), "owned"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := int(fi.Sys().(*syscall.Stat_t).Uid)
+	if uid == 0 {
+		t.Fatal("the sandbox user is the host's root")
+	}
+	return uid
+}
+
+func processesOfUID(t *testing.T, uid int) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		fi, err := os.Stat("/proc/" + d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// A zombie runs nothing: it only waits for its new parent (the
+		// host's init) to reap it.
+		state := ""
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+			state = string(stat[i+2])
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid && state != "Z" {
+			found = append(found, d.Name()+" "+state+" "+string(stat))
+		}
+	}
+	return found
+}
+
+func TestIsolatedMemoryHog(t *testing.T) {
+	t.Parallel()
+	ws := place(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) { c.Limits.Memory = 512 << 20 }), "s1", nil)
+	res := run(t, ws, sandbox.Cmd{Args: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=1G", "count=1"}})
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "memory exhausted") {
+		t.Errorf("1 GiB under 512 MiB: %+v, want dd refused its memory", res)
+	}
+	if !strings.Contains(res.Limits, "as=536870912B") {
+		t.Errorf("limits %q do not name the memory limit", res.Limits)
+	}
+}
+
+func TestIsolatedNoNetwork(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ws := place(t, newIsolated(t), "s1", nil)
+	res := run(t, ws, sandbox.Cmd{Args: []string{"bash", "-c", fmt.Sprintf("echo hello > /dev/tcp/127.0.0.1/%d && echo connected; ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1", port)}})
+	if strings.Contains(res.Stdout, "connected") {
+		t.Fatalf("a sandboxed command reached the host's loopback: %+v", res)
+	}
+	if strings.Fields(res.Stdout)[0] != "lo" || len(strings.Fields(res.Stdout)) != 1 {
+		t.Errorf("interfaces inside: %q, want lo alone", res.Stdout)
+	}
+	// Nothing is waiting to be accepted: the connection never happened.
+	ln.(*net.TCPListener).SetDeadline(time.Now())
+	if c, err := ln.Accept(); err == nil {
+		c.Close()
+		t.Error("the host's listener got a connection from the sandbox")
+	}
+}
+
+func TestIsolatedFilesystem(t *testing.T) {
+	t.Parallel()
+	b := newIsolated(t)
+	root, _ := b.Location()
+	// A secret beside the workspaces, as the runner's keys are beside its
+	// data; and another session's workspace.
+	secret := filepath.Join(filepath.Dir(root), "ledger.key")
+	writeFiles(t, filepath.Dir(root), map[string]string{"ledger.key": "private"})
+	other := place(t, b, "other", nil)
+	writeFiles(t, other.Dir(), map[string]string{"secret.txt": "other's"})
+	ws := place(t, b, "s1", nil)
+
+	res := run(t, ws, sh(fmt.Sprintf(`cat %[1]s; cat %[2]s/secret.txt; cat ../other/secret.txt; ls %[3]s
+echo x > /usr/pwned; echo x > %[4]s/pwned; echo x > ../other/pwned; echo x > /pwned; echo x > .git/hooks/pre-commit
+echo ok > inside; echo tmp > /tmp/t && cat /tmp/t`, secret, other.Dir(), root, filepath.Dir(root))))
+	for _, leak := range []string{"private", "other's"} {
+		if strings.Contains(res.Stdout, leak) {
+			t.Errorf("a sandboxed command read %q:\n%s", leak, res.Stdout)
+		}
+	}
+	if strings.Contains(res.Stdout, "other") {
+		t.Errorf("the sandbox lists other workspaces: %q", res.Stdout)
+	}
+	if !strings.HasSuffix(res.Stdout, "tmp\n") {
+		t.Errorf("/tmp is not writable inside: %q", res.Stdout)
+	}
+	for _, p := range []string{"/usr/pwned", filepath.Join(filepath.Dir(root), "pwned"), filepath.Join(other.Dir(), "pwned"), "/pwned", filepath.Join(ws.Dir(), ".git/hooks/pre-commit")} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("a sandboxed command wrote %s", p)
+		}
+	}
+	if got := readFile(t, filepath.Join(ws.Dir(), "inside")); got != "ok\n" {
+		t.Errorf("inside = %q", got)
+	}
+	// The toolchain is there, read-only.
+	res = run(t, ws, sh(`go version && go env GOROOT && touch "$(go env GOROOT)/x"`))
+	if !strings.Contains(res.Stdout, "go version go1.") || res.ExitCode == 0 {
+		t.Errorf("toolchain: %+v, want go present and its root read-only", res)
+	}
+}
+
+func TestIsolatedHugeOutput(t *testing.T) {
+	t.Parallel()
+	ws := place(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) { c.Limits.Output = 1 << 20 }), "s1", nil)
+	res := run(t, ws, sh("yes | head -c 100000000"))
+	if res.ExitCode != 0 || !res.Truncated || res.StdoutBytes != 100_000_000 || len(res.Stdout) != 1<<20 {
+		t.Fatalf("got exit %d, truncated %v, %d bytes, %d kept", res.ExitCode, res.Truncated, res.StdoutBytes, len(res.Stdout))
 	}
 }

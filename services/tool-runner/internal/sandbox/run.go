@@ -51,6 +51,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		WaitDelay: 2 * time.Second,
 	}
 	spec := newRlimits(lim)
+	var info *os.File // bwrap's --info-fd, read for the sandbox's init
 	if iso := w.l.iso; iso != nil {
 		p, err := iso.prepare(w)
 		if err != nil {
@@ -59,7 +60,16 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		}
 		p.env(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...))
 		spec.nproc, spec.binds, spec.uid, spec.gid = p.spec.nproc, p.spec.binds, p.spec.uid, p.spec.gid
-		cmd.Args = append(append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...), "--")
+		infoR, infoW, err := os.Pipe()
+		if err != nil {
+			statusW.Close()
+			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+		}
+		defer infoW.Close()
+		info = infoR
+		defer infoR.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, infoW) // fd 4
+		cmd.Args = append(append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...), "--info-fd", "4", "--")
 		cmd.Args = append(cmd.Args, c.Args...)
 		cmd.Dir = "/"
 		cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
@@ -96,6 +106,11 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 	}
 	pid := cmd.Process.Pid
+	inner := make(chan int, 1)
+	if info != nil {
+		cmd.ExtraFiles[1].Close()
+		go func() { inner <- sandboxInit(info) }()
+	}
 	status := make(chan string, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(statusR, 4096))
@@ -123,6 +138,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	// group's ID, cannot be reused: this kill reaches only this run's
 	// stragglers.
 	killGroup(pid)
+	waitSandbox(info, inner)
 	err = cmd.Wait()
 	res.Duration = time.Since(start)
 	if waitErr != nil {
