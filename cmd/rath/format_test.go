@@ -49,6 +49,11 @@ func TestSummary(t *testing.T) {
 		{&events.ToolCompleted{CallID: "c1", Tool: "shell", ExitCode: 1, DurationMS: 9}, "shell c1 exit 1 9ms"},
 		{&events.SessionClosed{Outcome: "succeeded"}, "outcome=succeeded"},
 		{&events.SessionPaused{}, ""},
+		{&events.SandboxPlaced{Backend: "local", SandboxID: "local-s", Host: "h"}, "local/local-s (development backend: no isolation) host=h"},
+		{&events.SandboxPlaced{Backend: "bwrap", SandboxID: "bwrap-s", Isolation: "bwrap: namespaces", From: &events.Sandbox{Backend: "local", SandboxID: "local-s"}},
+			"bwrap/bwrap-s isolation=bwrap: namespaces from local/local-s"},
+		{&events.SandboxRequested{Backend: "bwrap", Reason: "isolate"}, "to bwrap reason=isolate"},
+		{&events.SandboxRefused{Backend: "docker", Reason: "unknown backend"}, "to docker refused: unknown backend"},
 	} {
 		k, _ := events.KindOf(tc.data)
 		raw, _ := json.Marshal(tc.data)

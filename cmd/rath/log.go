@@ -198,8 +198,21 @@ func summary(ev events.Stored) string {
 		opt("error", d.Error)
 	case *events.SandboxPlaced:
 		add("%s/%s", d.Backend, d.SandboxID)
+		if events.Development(d.Backend) {
+			add("(development backend: no isolation)")
+		} else {
+			opt("isolation", d.IsolationOf())
+		}
+		if d.From != nil {
+			add("from %s/%s", d.From.Backend, d.From.SandboxID)
+		}
 		opt("host", d.Host)
 		opt("reason", d.Reason)
+	case *events.SandboxRequested:
+		add("to %s", d.Backend)
+		opt("reason", d.Reason)
+	case *events.SandboxRefused:
+		add("to %s refused: %s", d.Backend, clip(d.Reason, 60))
 	case *events.MemoryRecalled:
 		add("%d items", len(d.Items))
 		opt("query", d.Query)

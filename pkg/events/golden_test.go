@@ -149,12 +149,22 @@ var examples = map[string]any{
 		Sandbox:    &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c"},
 	},
 	events.TypeSandboxPlaced: events.SandboxPlaced{
-		Backend:   "docker",
-		SandboxID: "sbx-7f3a2c",
+		Backend:   events.BackendBwrap,
+		SandboxID: "bwrap-" + exampleSession,
 		Host:      "runner-eu-3",
-		Workspace: "/workspace/acme-app",
+		Workspace: "/var/lib/rath/workspaces/.bwrap/" + exampleSession,
 		Commit:    "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
-		Reason:    "session started",
+		Reason:    "moved from local (local-" + exampleSession + ") at commit 4b825dc642cb: isolate before running the tests",
+		Isolation: "bwrap: new user, mount, pid, ipc, uts, cgroup and network namespaces (no network); read-only system; writable: the workspace (its .git read-only); uid 1000 inside, host uid 204711 (tenant acme); nproc 256, /tmp 256 MiB",
+		From:      &events.Sandbox{Backend: events.BackendLocal, SandboxID: "local-" + exampleSession},
+	},
+	events.TypeSandboxRequested: events.SandboxRequested{
+		Backend: events.BackendBwrap,
+		Reason:  "isolate before running the tests",
+	},
+	events.TypeSandboxRefused: events.SandboxRefused{
+		Backend: events.BackendBwrap,
+		Reason:  "backend bwrap does not work on this tool runner: bubblewrap (bwrap) not found",
 	},
 	events.TypeMemoryRecalled: events.MemoryRecalled{
 		Query:  "how are config defaults applied in acme/app",
@@ -277,6 +287,41 @@ func TestGolden(t *testing.T) {
 			}
 			if again := marshalGolden(t, v); !bytes.Equal(again, golden) {
 				t.Errorf("%s does not survive decode and re-encode:\ngot:\n%s\nwant:\n%s", goldenPath(k), again, golden)
+			}
+		})
+	}
+}
+
+// TestOldVersionsDecode keeps the wire forms of earlier versions of a
+// kind's data readable: testdata/old holds them, named like the golden
+// files, and each must still decode and re-encode to the same JSON (its
+// absent optional fields stay absent).
+func TestOldVersionsDecode(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "old", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no old wire forms in testdata/old: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			var kind events.Kind
+			for _, k := range events.Kinds() {
+				if k.Schema == filepath.Base(file) {
+					kind = k
+				}
+			}
+			if kind.Type == "" {
+				t.Fatalf("%s names no registered kind", file)
+			}
+			old, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := events.DecodeData(kind.Type, old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again := marshalGolden(t, v); !bytes.Equal(again, old) {
+				t.Errorf("%s does not survive decode and re-encode:\ngot:\n%s\nwant:\n%s", file, again, old)
 			}
 		})
 	}

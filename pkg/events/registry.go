@@ -75,6 +75,8 @@ func init() {
 	register[ToolCompleted](TypeToolCompleted, TokenTool)
 	register[ToolFailed](TypeToolFailed, TokenTool)
 	register[SandboxPlaced](TypeSandboxPlaced, TokenTool)
+	register[SandboxRequested](TypeSandboxRequested, TokenTool)
+	register[SandboxRefused](TypeSandboxRefused, TokenTool)
 	register[MemoryRecalled](TypeMemoryRecalled, TokenMemory)
 	register[MemoryWritten](TypeMemoryWritten, TokenMemory)
 	register[MemoryRetracted](TypeMemoryRetracted, TokenMemory)

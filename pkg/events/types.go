@@ -22,6 +22,8 @@ const (
 	TypeToolCompleted       = "rath.tool.call.completed"
 	TypeToolFailed          = "rath.tool.call.failed"
 	TypeSandboxPlaced       = "rath.sandbox.placed"
+	TypeSandboxRequested    = "rath.sandbox.requested"
+	TypeSandboxRefused      = "rath.sandbox.refused"
 	TypeMemoryRecalled      = "rath.memory.recalled"
 	TypeMemoryWritten       = "rath.memory.written"
 	TypeMemoryRetracted     = "rath.memory.retracted"
@@ -235,6 +237,32 @@ type ToolFailed struct {
 	Sandbox    *Sandbox `json:"sandbox,omitempty"`
 }
 
+// Sandbox backends a placement names (SandboxPlaced.Backend, and the
+// backend a workflow or a SandboxRequested asks for). They are wire values:
+// never rename one.
+const (
+	// BackendLocal keeps workspaces in directories of the runner's host and
+	// runs commands as the runner's user. It is for development: it
+	// isolates nothing.
+	BackendLocal = "local"
+	// BackendBwrap runs every command in a bubblewrap sandbox: new
+	// namespaces, a read-only system, the workspace the only writable path,
+	// no network.
+	BackendBwrap = "bwrap"
+)
+
+// Backends lists the sandbox backends Rath knows, the isolating one first.
+func Backends() []string { return []string{BackendBwrap, BackendLocal} }
+
+// Development reports whether a backend is for development only: it does
+// not isolate a session's commands from the host.
+func Development(backend string) bool { return backend == BackendLocal }
+
+// IsolationNone is the isolation of a placement on the local backend, and
+// what a local placement recorded before placements said their isolation
+// is taken to have.
+const IsolationNone = "none (development)"
+
 // SandboxPlaced records where the session's side effects happen from now on.
 type SandboxPlaced struct {
 	Backend   string `json:"backend"`
@@ -242,9 +270,45 @@ type SandboxPlaced struct {
 	Host      string `json:"host,omitempty"`
 	Workspace string `json:"workspace,omitempty"`
 	// Commit is the workspace's commit when it was placed (a fork's
-	// workspace is materialised at the commit recorded at the fork point).
+	// workspace is materialised at the commit recorded at the fork point,
+	// a moved one at the head commit of the workspace it moved from).
 	Commit string `json:"commit,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Isolation says what the placement isolates: for bwrap the
+	// namespaces, the user, the network and the limits; for local
+	// IsolationNone. Absent in placements recorded before it was added
+	// (see IsolationOf).
+	Isolation string `json:"isolation,omitempty"`
+	// From is the placement the session moved from (a SandboxRequested
+	// answered); absent for a first placement, a fork's and a re-placement.
+	From *Sandbox `json:"from,omitempty"`
+}
+
+// IsolationOf is the isolation a placement recorded, or, for a local
+// placement recorded before placements said it, IsolationNone; "" when it is
+// unknown.
+func (p *SandboxPlaced) IsolationOf() string {
+	if p.Isolation == "" && Development(p.Backend) {
+		return IsolationNone
+	}
+	return p.Isolation
+}
+
+// SandboxRequested asks the tool runner to move the session to another
+// sandbox backend between tool calls. The runner answers with a
+// SandboxPlaced whose From is the placement it left, or with a
+// SandboxRefused; either has the request as its causation.
+type SandboxRequested struct {
+	Backend string `json:"backend"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// SandboxRefused answers a SandboxRequested the tool runner did not carry
+// out: an unknown backend, one the runner cannot run here (and why), the
+// backend the session is on already, or a workspace that cannot be moved.
+type SandboxRefused struct {
+	Backend string `json:"backend"`
+	Reason  string `json:"reason"`
 }
 
 // MemoryItemRef names one version of a memory item and its recall score.

@@ -158,6 +158,30 @@ func TestGoldenFilesValid(t *testing.T) {
 	}
 }
 
+// TestOldWireFormsValid validates the earlier wire forms pkg/events keeps
+// in testdata/old: a schema may grow optional fields, never refuse what it
+// accepted before.
+func TestOldWireFormsValid(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "events", "testdata", "old", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no old wire forms: %v", err)
+	}
+	for _, file := range files {
+		for _, k := range events.Kinds() {
+			if k.Schema != filepath.Base(file) {
+				continue
+			}
+			old, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schema.Validate(k.Type, old); err != nil {
+				t.Errorf("%s: %v", file, err)
+			}
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	const hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	tests := []struct {

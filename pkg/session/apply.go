@@ -138,7 +138,8 @@ func apply(s *State, e events.Stored, merged bool) {
 		t.Attempts = max(t.Attempts, d.Attempt)
 	case *events.SandboxPlaced:
 		if !merged {
-			s.Sandbox = &Placement{Seq: e.Seq, Session: e.Session, Commit: d.Commit, Backend: d.Backend, SandboxID: d.SandboxID, Host: d.Host, Workspace: d.Workspace}
+			s.Sandbox = &Placement{Seq: e.Seq, Session: e.Session, Commit: d.Commit, Backend: d.Backend, SandboxID: d.SandboxID, Host: d.Host, Workspace: d.Workspace,
+				Isolation: d.IsolationOf()}
 		}
 	case *events.MemoryRecalled:
 		ids := make([]string, len(d.Items))

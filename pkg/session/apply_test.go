@@ -92,6 +92,35 @@ func TestToolEvidenceIndex(t *testing.T) {
 	if st.Sandbox == nil || st.Sandbox.SandboxID != "sb1" || st.Counts.ToolCalls != 1 {
 		t.Fatalf("sandbox %+v", st.Sandbox)
 	}
+	// A local placement recorded before placements said their isolation
+	// has none.
+	if st.Sandbox.Isolation != events.IsolationNone {
+		t.Fatalf("isolation of an old local placement %q", st.Sandbox.Isolation)
+	}
+}
+
+// A move request and its refusal leave the placement as it is; the answer
+// that moves the session is a placement like any other.
+func TestSandboxMoves(t *testing.T) {
+	st := fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.SandboxPlaced{Backend: "local", SandboxID: "local-s", Isolation: events.IsolationNone}),
+		stored(t, "s", 3, &events.SandboxRequested{Backend: "bwrap"}),
+		stored(t, "s", 4, &events.SandboxRefused{Backend: "bwrap", Reason: "bubblewrap not found"}),
+	)
+	if p := st.Sandbox; p == nil || p.Backend != "local" || p.Seq != 2 {
+		t.Fatalf("after a refused move: %+v", p)
+	}
+	st = fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.SandboxPlaced{Backend: "local", SandboxID: "local-s"}),
+		stored(t, "s", 3, &events.SandboxRequested{Backend: "bwrap"}),
+		stored(t, "s", 4, &events.SandboxPlaced{Backend: "bwrap", SandboxID: "bwrap-s", Commit: "c1", Isolation: "bwrap: namespaces",
+			From: &events.Sandbox{Backend: "local", SandboxID: "local-s"}}),
+	)
+	if p := st.Sandbox; p == nil || p.Backend != "bwrap" || p.Seq != 4 || p.Session != "s" || p.Commit != "c1" || p.Isolation != "bwrap: namespaces" {
+		t.Fatalf("after a move: %+v", p)
+	}
 }
 
 func TestPendingWorkAndApprovals(t *testing.T) {

@@ -385,6 +385,7 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 	if p := s.Sandbox; p != nil {
 		c := *p
 		c.Session, c.Commit, c.Backend, c.SandboxID, c.Host, c.Workspace = name(c.Session), name(c.Commit), name(c.Backend), name(c.SandboxID), name(c.Host), name(c.Workspace)
+		c.Isolation = name(c.Isolation)
 		v.Sandbox = &c
 	}
 	if t := s.Turn; t != nil {

@@ -264,6 +264,9 @@ type Placement struct {
 	SandboxID string `json:"sandbox_id"`
 	Host      string `json:"host,omitempty"`
 	Workspace string `json:"workspace,omitempty"`
+	// Isolation says what the placement isolates (events.SandboxPlaced
+	// IsolationOf): "none (development)" for the local backend.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Decision is one routing decision of the selector; Cause is the event that
