@@ -47,7 +47,7 @@ func Parse(data []byte, path string) (*Workflow, error) {
 // Fields each mapping of the file may have; anything else is a problem, so a
 // misspelt key never silently means "unset".
 var (
-	workflowFields  = []string{"name", "description", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction", "memory"}
+	workflowFields  = []string{"name", "description", "sandbox", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction", "memory"}
 	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "script", "max_tokens", "recall"}
 	recallFields    = []string{"query", "scopes", "tags", "k"}
 	memoryFields    = []string{"scope"}
@@ -158,6 +158,8 @@ func (p *parser) workflow(n *yaml.Node, w *Workflow) {
 			w.Name = p.str(v, f)
 		case "description":
 			w.Description = p.str(v, f)
+		case "sandbox":
+			w.Sandbox = p.str(v, f)
 		case "agents":
 			p.list(v, f, func(v *yaml.Node, f string) { w.Agents = append(w.Agents, p.agent(v, f)) })
 		case "mcp_servers":

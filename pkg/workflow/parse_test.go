@@ -44,7 +44,7 @@ func TestLoadExample(t *testing.T) {
 	}
 	coder, _ := w.Agent("coder")
 	if coder.Model != "gpt-4.1" || coder.BaseURL != "https://api.openai.com/v1" || coder.MaxTokens != 8192 ||
-		coder.Sandbox != "local" || !reflect.DeepEqual(coder.Tools, []string{"fs.read_file", "fs.write_file", "shell"}) ||
+		coder.Sandbox != "" || w.Sandbox != "bwrap" || !reflect.DeepEqual(coder.Tools, []string{"fs.read_file", "fs.write_file", "shell"}) ||
 		!strings.HasPrefix(coder.System, "Implement the plan") {
 		t.Fatalf("coder %+v", coder)
 	}
@@ -101,6 +101,31 @@ func TestHashIsOfTheExactBytes(t *testing.T) {
 	}
 }
 
+// The backend of a session's first placement: the agent's sandbox, else
+// the workflow's, else none (the tool runner's default).
+func TestSandboxFor(t *testing.T) {
+	src := strings.Replace(base, "rules:", "  - name: tester\n    provider: openai\n    sandbox: local\nrules:", 1)
+	w, err := workflow.Parse([]byte(src), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, by := w.SandboxFor("tester"); b != "local" || by != "agent tester" {
+		t.Errorf("tester: %q by %q", b, by)
+	}
+	if b, by := w.SandboxFor("coder"); b != "" || by != "" {
+		t.Errorf("coder without a workflow sandbox: %q by %q", b, by)
+	}
+	w, err = workflow.Parse([]byte("sandbox: bwrap\n"+src), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for agent, want := range map[string][2]string{"coder": {"bwrap", "workflow w"}, "tester": {"local", "agent tester"}, "nobody": {"bwrap", "workflow w"}} {
+		if b, by := w.SandboxFor(agent); b != want[0] || by != want[1] {
+			t.Errorf("%s: %q by %q, want %v", agent, b, by, want)
+		}
+	}
+}
+
 // base is a valid workflow; each problem case edits one part of it. Its
 // lines are numbered so the expected line numbers can be read off.
 const base = `name: w
@@ -136,6 +161,10 @@ func TestParseProblems(t *testing.T) {
 				{3, "agents[0].name", `"my-coder" is not a valid agent name (letters, digits and _, not starting with a digit)`},
 				{8, "rules[0].route.agent", `"coder" is not an agent (agents: my-coder)`},
 			}},
+		{"unknown sandbox of an agent", strings.Replace(base, "openai", "openai\n    sandbox: docker", 1),
+			[]workflow.Problem{{5, "agents[0].sandbox", `"docker" is not a sandbox backend (backends: bwrap, local)`}}},
+		{"unknown sandbox of the workflow", strings.Replace(base, "name: w\n", "name: w\nsandbox: Bwrap\n", 1),
+			[]workflow.Problem{{2, "sandbox", `"Bwrap" is not a sandbox backend (backends: bwrap, local)`}}},
 		{"bad base_url", strings.Replace(base, "openai", "openai\n    base_url: localhost:8080", 1),
 			[]workflow.Problem{{5, "agents[0].base_url", `"localhost:8080" is not an http or https URL`}}},
 		{"two route kinds", strings.Replace(base, "{agent: coder}", "{agent: coder, close: {outcome: done}}", 1),
@@ -171,7 +200,7 @@ func TestParseProblems(t *testing.T) {
 		{"unknown field", strings.Replace(base, "openai", "openai\n    temperature: 0.2", 1),
 			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, script, max_tokens, recall)"}}},
 		{"unknown top-level field", base + "budget:\n  max_turns: 3\n",
-			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, agents, mcp_servers, rules, budgets, stop, compaction, memory)"}}},
+			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, sandbox, agents, mcp_servers, rules, budgets, stop, compaction, memory)"}}},
 		{"field given twice", strings.Replace(base, "openai", "openai\n    provider: anthropic", 1),
 			[]workflow.Problem{{5, "agents[0].provider", "given twice (first at line 4)"}}},
 		{"bad duration", base + "budgets:\n  wall_time: 30 minutes\n",

@@ -46,6 +46,10 @@ type Workflow struct {
 	Compaction Compaction
 	// Memory holds the workflow's memory settings (the default scope).
 	Memory Memory
+	// Sandbox is the sandbox backend (events.Backends) a session of the
+	// workflow is first placed on when the agent of its first tool call
+	// names none; empty: the tool runner's default.
+	Sandbox string
 
 	path   string
 	source []byte
@@ -68,7 +72,9 @@ type Agent struct {
 	// Tools are the tool names the agent may call; "server.tool" names a tool
 	// of the MCP server "server".
 	Tools []string
-	// Sandbox is the default placement backend of the agent's tool calls.
+	// Sandbox is the sandbox backend (events.Backends) a session is first
+	// placed on when the agent's tool call is its first; empty: the
+	// workflow's. It does not move a session placed already.
 	Sandbox string
 	// Script is the scripted provider's script as written in the file;
 	// ScriptPath is the same path resolved against the workflow file's
@@ -79,6 +85,19 @@ type Agent struct {
 	// Recall, if set, is what the agent worker recalls from memory before
 	// the first model call of each of the agent's turns.
 	Recall *Recall
+}
+
+// SandboxFor is the sandbox backend the workflow asks for a session whose
+// first tool call is agent's, and who asks for it ("agent coder",
+// "workflow fix"); "" when neither the agent nor the workflow names one.
+func (w *Workflow) SandboxFor(agent string) (backend, by string) {
+	if a, ok := w.Agent(agent); ok && a.Sandbox != "" {
+		return a.Sandbox, "agent " + a.Name
+	}
+	if w.Sandbox != "" {
+		return w.Sandbox, "workflow " + w.Name
+	}
+	return "", ""
 }
 
 // Memory is the workflow's memory settings.

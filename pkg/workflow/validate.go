@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
 
@@ -36,6 +37,7 @@ func (p *parser) validate(w *Workflow) {
 	if w.Memory.Scope != "" {
 		p.checkScope("memory.scope", w.Memory.Scope)
 	}
+	p.checkSandbox("sandbox", w.Sandbox)
 	p.validateMCPServers(w)
 	p.validateAgents(w)
 	p.validateRules(w)
@@ -49,6 +51,14 @@ func (p *parser) validate(w *Workflow) {
 		if s.When == "" {
 			p.add(p.line(f+".when"), f+".when", "required")
 		}
+	}
+}
+
+// checkSandbox admits a known sandbox backend (or none): a misspelt one
+// would otherwise fail every tool call of the workflow's sessions.
+func (p *parser) checkSandbox(field, backend string) {
+	if backend != "" && !slices.Contains(events.Backends(), backend) {
+		p.add(p.line(field), field, "%q is not a sandbox backend (backends: %s)", backend, strings.Join(events.Backends(), ", "))
 	}
 }
 
@@ -89,6 +99,7 @@ func (p *parser) validateAgents(w *Workflow) {
 				a.ScriptPath = filepath.Join(filepath.Dir(w.path), a.Script)
 			}
 		}
+		p.checkSandbox(f+".sandbox", a.Sandbox)
 		if a.BaseURL != "" {
 			if u, err := url.Parse(a.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				p.add(p.line(f+".base_url"), f+".base_url", "%q is not an http or https URL", a.BaseURL)
