@@ -302,3 +302,19 @@ func TestIsolatedHugeOutput(t *testing.T) {
 		t.Fatalf("got exit %d, truncated %v, %d bytes, %d kept", res.ExitCode, res.Truncated, res.StdoutBytes, len(res.Stdout))
 	}
 }
+
+func TestIsolatedLimitsSayWhatStopped(t *testing.T) {
+	t.Parallel()
+	ws := place(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) {
+		c.Limits.CPU = time.Second
+		c.Limits.FileSize = 1 << 20
+	}), "s1", nil)
+	res := run(t, ws, sh("while :; do :; done"))
+	if !res.Killed || res.Stopped != "CPU-time limit 1s" {
+		t.Errorf("busy loop: %+v, want stopped by the CPU limit", res)
+	}
+	res = run(t, ws, sandbox.Cmd{Args: []string{"dd", "if=/dev/zero", "of=big", "bs=1M", "count=2"}})
+	if !res.Killed || res.Stopped != "file-size limit" {
+		t.Errorf("dd past the file size limit: %+v", res)
+	}
+}

@@ -169,10 +169,32 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	} else {
 		res.Limits += " rlimits=unknown (the helper ended before applying them)"
 	}
+	res.Stopped = stoppedBy(res, timeout, lim.CPU)
 	if ctxErr != nil {
 		return res, fmt.Errorf("run in %s: %w", w.id, ctxErr)
 	}
 	return res, nil
+}
+
+// stoppedBy names the limit that ended a run, when the run's outcome says
+// so for certain: the wall-time limit, the CPU limit (SIGXCPU, sent at the
+// soft limit a second before the hard one's SIGKILL), the file-size limit
+// (SIGXFSZ). The process
+// and memory limits make the command's own fork or allocation fail (EAGAIN,
+// ENOMEM), which it reports on stderr as it sees fit.
+func stoppedBy(res Result, timeout, cpu time.Duration) string {
+	code := res.ExitCode - 128
+	switch {
+	case res.TimedOut:
+		return "wall-time limit " + timeout.String()
+	case !res.Killed:
+		return ""
+	case code == int(syscall.SIGXCPU):
+		return "CPU-time limit " + cpu.String()
+	case code == int(syscall.SIGXFSZ):
+		return "file-size limit"
+	}
+	return "signal " + syscall.Signal(code).String()
 }
 
 // capture keeps the first limit bytes written to it and counts the rest. It

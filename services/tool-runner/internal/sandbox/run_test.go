@@ -53,7 +53,7 @@ func TestRunTimeoutKillsProcessGroup(t *testing.T) {
 	c := sh("sleep 100 & echo $!; sleep 100")
 	c.Timeout = 200 * time.Millisecond
 	res := run(t, ws, c)
-	if !res.TimedOut || !res.Killed || res.ExitCode != 128+int(syscall.SIGKILL) {
+	if !res.TimedOut || !res.Killed || res.ExitCode != 128+int(syscall.SIGKILL) || res.Stopped != "wall-time limit 200ms" {
 		t.Fatalf("got %+v, want timed out and killed", res)
 	}
 	waitGone(t, res.Stdout)
@@ -171,7 +171,7 @@ func TestRunRlimitsInChild(t *testing.T) {
 	// Writing past RLIMIT_FSIZE kills with SIGXFSZ and leaves the file at
 	// the limit.
 	res = run(t, ws, sandbox.Cmd{Args: []string{"dd", "if=/dev/zero", "of=big", "bs=1M", "count=2"}})
-	if !res.Killed || res.ExitCode != 128+int(syscall.SIGXFSZ) {
+	if !res.Killed || res.ExitCode != 128+int(syscall.SIGXFSZ) || res.Stopped != "file-size limit" {
 		t.Errorf("dd past the file size limit: %+v, want killed by SIGXFSZ", res)
 	}
 	if fi, err := os.Stat(filepath.Join(ws.Dir(), "big")); err != nil || fi.Size() != 1<<20 {
@@ -183,7 +183,7 @@ func TestRunCPULimit(t *testing.T) {
 	t.Parallel()
 	ws := place(t, newLocal(t, func(c *sandbox.Config) { c.Limits.CPU = time.Second }), "s1", nil)
 	res := run(t, ws, sh("while :; do :; done"))
-	if !res.Killed || res.TimedOut {
+	if !res.Killed || res.TimedOut || res.Stopped != "CPU-time limit 1s" {
 		t.Errorf("busy loop: %+v, want killed by the CPU limit", res)
 	}
 }

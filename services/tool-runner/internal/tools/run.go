@@ -65,10 +65,15 @@ func describeRun(res sandbox.Result) string {
 	switch {
 	case res.TimedOut:
 		fmt.Fprintf(&b, " (timed out after %s; the command and its children were killed)", res.Duration.Round(time.Millisecond))
-	case res.Killed:
-		b.WriteString(" (killed by a signal, possibly a resource limit: " + res.Limits + ")")
+	case res.Stopped != "":
+		b.WriteString(" (stopped by the " + res.Stopped + ")")
 	}
 	b.WriteByte('\n')
+	// A failure may come from a limit the command only saw as an error (a
+	// refused fork, a refused allocation): the limits go with it.
+	if res.ExitCode != 0 && res.Limits != "" {
+		b.WriteString("limits: " + res.Limits + "\n")
+	}
 	for _, s := range []struct {
 		name  string
 		text  string

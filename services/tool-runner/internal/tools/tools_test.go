@@ -410,7 +410,7 @@ func TestRun(t *testing.T) {
 	if out.ExitCode != 2 || out.Stdout != "a\n" || out.Stderr != "oops\n" {
 		t.Errorf("run: %+v", out)
 	}
-	if want := "exit code 2\n--- stdout ---\na\n--- stderr ---\noops\n"; out.Result != want {
+	if want := "exit code 2\nlimits: timeout=20s cpu=600s nofile=4096 fsize=1073741824B as=8589934592B\n--- stdout ---\na\n--- stderr ---\noops\n"; out.Result != want {
 		t.Errorf("result %q, want %q", out.Result, want)
 	}
 	out = call(t, ws, "run", `{"command": ["sleep", "100"], "timeout_seconds": 1}`)
