@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -90,6 +91,9 @@ type isolation struct {
 	// sandbox; ro are the host directories it needs read-only.
 	env []string
 	ro  []string
+	// hostCache is the runner's GOCACHE, which seeds a tenant's cache.
+	hostCache string
+	mu        sync.Mutex // serialises making tenants' caches
 }
 
 // Paths inside the sandbox.
@@ -124,6 +128,11 @@ func NewIsolated(cfg Config, iso Isolation) (*Local, error) {
 		return nil, fmt.Errorf("sandbox cache: %w", err)
 	}
 	i.env, i.ro = insideEnv(cfg.Env)
+	for _, kv := range cfg.Env {
+		if v, ok := strings.CutPrefix(kv, "GOCACHE="); ok {
+			i.hostCache = v
+		}
+	}
 	l.iso = i
 	l.name = BackendBwrap
 	return l, nil
@@ -185,18 +194,16 @@ type prepared struct {
 // sandbox user and builds bwrap's command line.
 func (i *isolation) prepare(w *localWorkspace) (*prepared, error) {
 	tenant := w.tenant()
-	cache := filepath.Join(i.cache, tenant)
-	if err := os.MkdirAll(filepath.Join(cache, "go-build"), 0o755); err != nil {
+	cache, err := i.tenantCache(tenant)
+	if err != nil {
 		return nil, err
 	}
 	p := &prepared{spec: rlimits{nproc: i.cfg.Processes}}
 	if i.root {
 		uid := i.uid(tenant)
 		p.spec.uid, p.spec.gid = int64(uid), int64(uid)
-		for _, d := range []string{w.dir, cache} {
-			if err := chownTree(d, uid); err != nil {
-				return nil, fmt.Errorf("hand %s to the sandbox user: %w", d, err)
-			}
+		if err := chownTree(w.dir, uid, false); err != nil {
+			return nil, fmt.Errorf("hand %s to the sandbox user: %w", w.dir, err)
 		}
 	}
 	binds := []bind{{src: w.dir, dst: w.dir}, {src: filepath.Join(w.dir, ".git"), dst: filepath.Join(w.dir, ".git"), ro: true}, {src: cache, dst: insideCache}}
@@ -255,16 +262,87 @@ func (p *prepared) env(env []string) {
 	}
 }
 
-// chownTree gives dir and everything in it but .git to uid, skipping what it
-// already owns: the runner's file tools and git checkouts create files as
-// root, which the sandbox user could not then change.
-func chownTree(dir string, uid int) error {
+// tenantCache returns the tenant's writable cache directory (GOCACHE is
+// its go-build), making it on first use. When the runner is root, a new
+// go-build cache starts as hard links to the runner's own GOCACHE, so that a
+// tenant's first `go test` does not rebuild the standard library (tens of
+// seconds): the links stay owned by the runner's user and read-only to the
+// sandbox user, who can add entries and unlink its links but not change the
+// runner's files. A runner that is not root shares its user with the
+// sandbox, so it starts the cache empty instead.
+func (i *isolation) tenantCache(tenant string) (string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	dir := filepath.Join(i.cache, tenant)
+	build := filepath.Join(dir, "go-build")
+	if _, err := os.Stat(build); err == nil {
+		return dir, nil
+	}
+	stage, err := os.MkdirTemp(i.cache, ".new-")
+	if err != nil {
+		return "", fmt.Errorf("tenant cache: %w", err)
+	}
+	defer os.RemoveAll(stage)
+	if err := os.Mkdir(filepath.Join(stage, "go-build"), 0o755); err != nil {
+		return "", fmt.Errorf("tenant cache: %w", err)
+	}
+	if i.root && i.hostCache != "" {
+		linkTree(i.hostCache, filepath.Join(stage, "go-build"))
+	}
+	if i.root {
+		if err := chownTree(stage, i.uid(tenant), true); err != nil {
+			return "", fmt.Errorf("tenant cache: %w", err)
+		}
+	}
+	if err := os.Chmod(stage, 0o755); err != nil {
+		return "", fmt.Errorf("tenant cache: %w", err)
+	}
+	if err := os.Rename(stage, dir); err != nil {
+		return "", fmt.Errorf("tenant cache: %w", err)
+	}
+	return dir, nil
+}
+
+// linkTree recreates src's directories under dst and hard-links its files,
+// as far as it can: a cache seeded in part is still a cache.
+func linkTree(src, dst string) {
+	_ = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil || rel == "." {
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			if os.Mkdir(target, 0o755) != nil {
+				return filepath.SkipDir
+			}
+		case d.Type().IsRegular():
+			if err := os.Link(path, target); errors.Is(err, syscall.EXDEV) {
+				return filepath.SkipAll // another file system: no links at all
+			}
+		}
+		return nil
+	})
+}
+
+// chownTree gives dir and everything in it but .git to uid (only its
+// directories if dirsOnly), skipping what it already owns: the runner's file
+// tools and git checkouts create files as root, which the sandbox user could
+// not then change.
+func chownTree(dir string, uid int, dirsOnly bool) error {
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() && d.Name() == ".git" && path != dir {
 			return filepath.SkipDir
+		}
+		if dirsOnly && !d.IsDir() {
+			return nil
 		}
 		fi, err := d.Info()
 		if err != nil {

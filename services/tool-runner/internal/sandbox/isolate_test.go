@@ -318,3 +318,29 @@ func TestIsolatedLimitsSayWhatStopped(t *testing.T) {
 		t.Errorf("dd past the file size limit: %+v", res)
 	}
 }
+
+// TestIsolatedGoCache: go builds inside the sandbox with a cache of the
+// tenant's own, seeded from the runner's without letting the sandbox change
+// the runner's files.
+func TestIsolatedGoCache(t *testing.T) {
+	t.Parallel()
+	host := t.TempDir()
+	writeFiles(t, host, map[string]string{"00/0011-d": "host entry"})
+	b := newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) {
+		c.Env = []string{"GOCACHE=" + host, "GOPROXY=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod"}
+	})
+	ws := place(t, b, "s1", &sandbox.Seed{Tenant: "gocache"})
+	writeFiles(t, ws.Dir(), map[string]string{"go.mod": "module example.com/p\n\ngo 1.22\n", "p.go": "package p\n\nfunc F() int { return 1 }\n"})
+	res := run(t, ws, sh(`go env GOCACHE; cat /cache/go-build/00/0011-d; echo; echo evil > /cache/go-build/00/0011-d || echo refused; go build ./... && echo built`))
+	if os.Geteuid() == 0 {
+		if !strings.Contains(res.Stdout, "host entry") || !strings.Contains(res.Stdout, "refused") {
+			t.Errorf("a root runner's cache is seeded read-only: %+v", res)
+		}
+	}
+	if !strings.HasPrefix(res.Stdout, "/cache/go-build\n") || !strings.HasSuffix(res.Stdout, "built\n") {
+		t.Errorf("go in the sandbox: %+v", res)
+	}
+	if got := readFile(t, filepath.Join(host, "00/0011-d")); got != "host entry" {
+		t.Errorf("the sandbox changed the runner's cache: %q", got)
+	}
+}

@@ -51,9 +51,11 @@ func TestRunTimeoutKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	ws := place(t, newLocal(t), "s1", nil)
 	c := sh("sleep 100 & echo $!; sleep 100")
-	c.Timeout = 200 * time.Millisecond
+	// Long enough for the shell to print the pid under a loaded -race run
+	// (200 ms was not).
+	c.Timeout = 2 * time.Second
 	res := run(t, ws, c)
-	if !res.TimedOut || !res.Killed || res.ExitCode != 128+int(syscall.SIGKILL) || res.Stopped != "wall-time limit 200ms" {
+	if !res.TimedOut || !res.Killed || res.ExitCode != 128+int(syscall.SIGKILL) || res.Stopped != "wall-time limit 2s" {
 		t.Fatalf("got %+v, want timed out and killed", res)
 	}
 	waitGone(t, res.Stdout)
