@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,10 @@ type Config struct {
 	// Scratch is the directory under which each server process gets a HOME
 	// of its own; empty means the system's temporary directory.
 	Scratch string
+	// Contain runs a server process in a sandbox when its Target has no
+	// Contain of its own, as when the runner lists a server's tools at the
+	// start of a session; nil runs it as the runner's user, unconfined.
+	Contain func(*exec.Cmd) error
 	// StartTimeout bounds starting a server: the process, the MCP handshake
 	// and, for a listing, the tools list.
 	StartTimeout time.Duration
@@ -83,6 +88,9 @@ type Target struct {
 	// Dir is the process's working directory, the session's workspace. It
 	// is also offered to the server as its one root.
 	Dir string
+	// Contain runs the process in the session's sandbox (the workspace
+	// backend's Contain); nil uses Config.Contain.
+	Contain func(*exec.Cmd) error
 }
 
 // key identifies one server process.

@@ -90,6 +90,15 @@ func (s *server) start(ctx context.Context, cfg Config) (err error) {
 		// Bounds the wait for a stderr held open by a process it left behind.
 		WaitDelay: terminateAfter,
 	}
+	contain := s.target.Contain
+	if contain == nil {
+		contain = cfg.Contain
+	}
+	if contain != nil {
+		if err := contain(s.cmd); err != nil {
+			return fmt.Errorf("MCP server %s: %w", spec.Name, err)
+		}
+	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "rath-tool-runner", Version: "1"}, nil)
 	if s.target.Dir != "" {
 		c.AddRoots(&sdk.Root{URI: (&url.URL{Scheme: "file", Path: s.target.Dir}).String(), Name: "workspace"})

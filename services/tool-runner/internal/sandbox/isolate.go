@@ -12,12 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // BackendBwrap is the name of the isolating backend: every command runs in a
@@ -192,8 +195,7 @@ type prepared struct {
 
 // prepare makes the workspace and the tenant's cache writable by the
 // sandbox user and builds bwrap's command line.
-func (i *isolation) prepare(w *localWorkspace) (*prepared, error) {
-	tenant := w.tenant()
+func (i *isolation) prepare(dir, tenant string, readOnly ...string) (*prepared, error) {
 	cache, err := i.tenantCache(tenant)
 	if err != nil {
 		return nil, err
@@ -202,13 +204,17 @@ func (i *isolation) prepare(w *localWorkspace) (*prepared, error) {
 	if i.root {
 		uid := i.uid(tenant)
 		p.spec.uid, p.spec.gid = int64(uid), int64(uid)
-		if err := chownTree(w.dir, uid, false); err != nil {
-			return nil, fmt.Errorf("hand %s to the sandbox user: %w", w.dir, err)
+		if err := chownTree(dir, uid, false); err != nil {
+			return nil, fmt.Errorf("hand %s to the sandbox user: %w", dir, err)
 		}
 	}
-	binds := []bind{{src: w.dir, dst: w.dir}, {src: filepath.Join(w.dir, ".git"), dst: filepath.Join(w.dir, ".git"), ro: true}, {src: cache, dst: insideCache}}
-	for _, d := range i.ro {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+	binds := []bind{{src: dir, dst: dir}}
+	if fi, err := os.Stat(filepath.Join(dir, ".git")); err == nil && fi.IsDir() {
+		binds = append(binds, bind{src: filepath.Join(dir, ".git"), dst: filepath.Join(dir, ".git"), ro: true})
+	}
+	binds = append(binds, bind{src: cache, dst: insideCache})
+	for _, d := range append(slices.Clone(i.ro), readOnly...) {
+		if _, err := os.Stat(d); err == nil && !i.system(d) {
 			binds = append(binds, bind{src: d, dst: d, ro: true})
 		}
 	}
@@ -250,8 +256,62 @@ func (i *isolation) prepare(w *localWorkspace) (*prepared, error) {
 		a = append(a, op, src, b.dst)
 	}
 	p.spec.binds = int64(len(p.stage))
-	p.args = append(a, "--chdir", w.dir, "--clearenv")
+	p.args = append(a, "--chdir", dir, "--clearenv")
 	return p, nil
+}
+
+// system reports whether path is already shown as part of a system path.
+func (i *isolation) system(path string) bool {
+	for _, s := range i.cfg.System {
+		if path == s || strings.HasPrefix(path, s+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Contain rewrites cmd, a long-running process of a session's tenant (an
+// MCP server), to run in a sandbox of this backend: cmd.Dir is its only
+// writable directory, its executable is shown read-only, its environment is
+// cmd.Env with HOME and TMPDIR inside the sandbox, and its limits are the
+// backend's but for the wall-time limit, which the caller manages. Stop it by
+// killing its process group: the sandbox dies with bwrap. For the local
+// backend, Contain leaves cmd unchanged.
+func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
+	i := l.iso
+	if i == nil {
+		return nil
+	}
+	if cmd.Dir == "" || !filepath.IsAbs(cmd.Dir) || !filepath.IsAbs(cmd.Path) {
+		return fmt.Errorf("contain %s: needs an absolute executable and working directory", cmd.Path)
+	}
+	p, err := i.prepare(cmd.Dir, events.TenantOrDefault(tenant), cmd.Path)
+	if err != nil {
+		return fmt.Errorf("contain %s: %w", cmd.Path, err)
+	}
+	env := []string{}
+	for _, kv := range cmd.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "HOME" && k != "TMPDIR" {
+			env = append(env, kv)
+		}
+	}
+	p.env(append(env, "HOME="+insideTmp, "TMPDIR="+insideTmp))
+	spec := newRlimits(l.cfg.Limits)
+	spec.nproc, spec.binds, spec.uid, spec.gid = p.spec.nproc, p.spec.binds, p.spec.uid, p.spec.gid
+	args := append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...)
+	cmd.Args = append(append(args, "--", cmd.Path), cmd.Args[1:]...)
+	cmd.Path = "/proc/self/exe"
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=" + l.cfg.Path}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if i.root {
+		cmd.SysProcAttr.Unshareflags |= syscall.CLONE_NEWNS
+	}
+	return nil
 }
 
 // env appends the command's environment to bwrap's arguments.
@@ -371,7 +431,7 @@ func stage(r rlimits, dirs []string) error {
 	if len(dirs) > 0 {
 		fds := make([]int, len(dirs))
 		for n, d := range dirs {
-			fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			fd, err := unix.Open(d, unix.O_PATH|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return fmt.Errorf("stage: open %s: %w", d, err)
 			}
@@ -382,7 +442,17 @@ func stage(r rlimits, dirs []string) error {
 		}
 		for n, fd := range fds {
 			p := stagePath(n)
-			if err := os.Mkdir(p, 0o755); err != nil {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return fmt.Errorf("stage: %s: %w", dirs[n], err)
+			}
+			var err error
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				err = os.Mkdir(p, 0o755)
+			} else {
+				err = os.WriteFile(p, nil, 0o644) // a file is mounted on a file
+			}
+			if err != nil {
 				return fmt.Errorf("stage: %w", err)
 			}
 			if err := syscall.Mount("/proc/self/fd/"+strconv.Itoa(fd), p, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {

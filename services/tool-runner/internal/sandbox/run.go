@@ -53,7 +53,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	spec := newRlimits(lim)
 	var info *os.File // bwrap's --info-fd, read for the sandbox's init
 	if iso := w.l.iso; iso != nil {
-		p, err := iso.prepare(w)
+		p, err := iso.prepare(w.dir, w.tenant())
 		if err != nil {
 			statusW.Close()
 			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)

@@ -1,0 +1,61 @@
+package mcp
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
+)
+
+// TestServerRunsInTheSessionSandbox: a server process started for a session
+// on the isolating backend runs in its sandbox: its own pid namespace, its
+// workspace the only writable path, an environment of its own.
+func TestServerRunsInTheSessionSandbox(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("the isolating backend needs bubblewrap (bwrap), which is not installed: run scripts/install-sandbox.sh: %v", err)
+	}
+	cfg := sandbox.DefaultConfig()
+	cfg.Root = t.TempDir()
+	b, err := sandbox.NewIsolated(cfg, sandbox.DefaultIsolation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Probe(context.Background()); err != nil {
+		t.Fatalf("bubblewrap cannot start a sandbox here: %v", err)
+	}
+	ws, err := b.Place(context.Background(), "s1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	p := newPool(t, nil)
+	tg := target(t, "s1")
+	tg.Dir = ws.Dir()
+	tg.Contain = func(c *exec.Cmd) error { return b.Contain(c, "") }
+
+	if pid := pidOf(t, p, tg); pid > 10 {
+		t.Errorf("the server is pid %d: not in a pid namespace of its own", pid)
+	}
+	env := call(t, p, tg, "env", "").Text
+	if !strings.Contains(env, "PWD="+ws.Dir()+"\n") || !strings.Contains(env, "HOME=/tmp") || !strings.Contains(env, "GREETING=hello") {
+		t.Errorf("server environment:\n%s", env)
+	}
+	if res := call(t, p, tg, "write", `{"path": "inside.txt", "content": "ok"}`); res.IsError {
+		t.Errorf("write in the workspace: %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws.Dir(), "inside.txt")); err != nil || string(b) != "ok" {
+		t.Errorf("inside.txt: %q, %v", b, err)
+	}
+	for _, path := range []string{filepath.Join(outside, "escape.txt"), "/usr/escape.txt"} {
+		call(t, p, tg, "write", `{"path": `+strconv.Quote(path)+`, "content": "x"}`)
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("the server wrote %s outside its workspace", path)
+		}
+	}
+}
