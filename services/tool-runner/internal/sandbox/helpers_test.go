@@ -12,7 +12,7 @@ import (
 
 // newLocal returns a local backend rooted in a temporary directory, with
 // limits small enough for tests, adjusted by opts.
-func newLocal(t *testing.T, opts ...func(*sandbox.Config)) *sandbox.Local {
+func newLocal(t testing.TB, opts ...func(*sandbox.Config)) *sandbox.Local {
 	t.Helper()
 	cfg := sandbox.DefaultConfig()
 	cfg.Root = t.TempDir()
@@ -28,7 +28,7 @@ func newLocal(t *testing.T, opts ...func(*sandbox.Config)) *sandbox.Local {
 	return l
 }
 
-func place(t *testing.T, b sandbox.Backend, id string, seed *sandbox.Seed) sandbox.Workspace {
+func place(t testing.TB, b sandbox.Backend, id string, seed *sandbox.Seed) sandbox.Workspace {
 	t.Helper()
 	ws, err := b.Place(context.Background(), id, seed)
 	if err != nil {

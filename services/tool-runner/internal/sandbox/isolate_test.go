@@ -20,7 +20,7 @@ import (
 // newIsolated returns the isolating backend rooted in a temporary directory.
 // A machine without bubblewrap or without user namespaces fails the test,
 // naming what is missing: the isolation tests are never skipped.
-func newIsolated(t *testing.T, opts ...func(*sandbox.Config, *sandbox.Isolation)) *sandbox.Local {
+func newIsolated(t testing.TB, opts ...func(*sandbox.Config, *sandbox.Isolation)) *sandbox.Local {
 	t.Helper()
 	cfg := sandbox.DefaultConfig()
 	cfg.Root = t.TempDir()
