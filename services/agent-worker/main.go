@@ -20,6 +20,11 @@ func main() {
 	flag.IntVar(&cfg.Retry.MaxAttempts, "model-attempts", 4, "attempts per model call (429 and 5xx are retried)")
 	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
 	flag.Int64Var(&cfg.ContextBytes, "context-cache-bytes", cfg.ContextBytes, "approximate bytes of agents' model contexts kept built in memory")
+	flag.Func("allow-base-url", "PROVIDER=URL: an API endpoint agents of PROVIDER (openai, anthropic) may name as base_url, besides the official one; requests carry the provider's key (repeatable)", func(s string) error {
+		cfg.AllowBaseURLs = append(cfg.AllowBaseURLs, s)
+		return nil
+	})
+	flag.BoolVar(&cfg.AllowLoopback, "allow-loopback-endpoints", false, "let agents name any endpoint on a loopback address (localhost, 127.0.0.0/8, ::1): local model servers, which then get the keys")
 	daemon.Main("agent-worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)
 		return service.Run(ctx, nc, cfg, log)

@@ -29,3 +29,24 @@ func TestBadFlagIsRefusedBeforeConnecting(t *testing.T) {
 		t.Fatalf("output does not name the flag, or it tried to connect:\n%s", out)
 	}
 }
+
+// A malformed --allow-base-url is a bad flag too.
+func TestBadAllowedEndpointIsRefusedBeforeConnecting(t *testing.T) {
+	if os.Getenv("AGENT_WORKER_RUN_MAIN") == "2" {
+		os.Args = []string{"agent-worker", "--nats", "nats://127.0.0.1:1", "--allow-loopback-endpoints",
+			"--allow-base-url", "openai=http://127.0.0.1:8080/v1", "--allow-base-url", "openai=127.0.0.1:8080"}
+		flag.CommandLine = flag.NewFlagSet("agent-worker", flag.ExitOnError)
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBadAllowedEndpointIsRefusedBeforeConnecting$")
+	cmd.Env = append(os.Environ(), "AGENT_WORKER_RUN_MAIN=2")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("exit %v, want code 2; output:\n%s", err, out)
+	}
+	if s := string(out); !strings.Contains(s, "--allow-base-url: endpoint openai=127.0.0.1:8080: not an http or https URL") || strings.Contains(s, "connect to") {
+		t.Fatalf("output does not name the flag, or it tried to connect:\n%s", out)
+	}
+}

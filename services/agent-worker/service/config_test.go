@@ -18,3 +18,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("negative sizes: %v, want both reported", err)
 	}
 }
+
+// Every malformed allowed endpoint is reported, naming the flag.
+func TestConfigValidateAllowedEndpoints(t *testing.T) {
+	cfg := service.DefaultConfig()
+	cfg.AllowBaseURLs = []string{"openai=http://127.0.0.1:8080/v1", "anthropic=https://llm.example.com/"}
+	cfg.AllowLoopback = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("valid endpoints: %v", err)
+	}
+	cfg.AllowBaseURLs = []string{"http://127.0.0.1:8080/v1", "gemini=https://llm.example.com", "openai=https://u:secret@llm.example.com"}
+	err := cfg.Validate()
+	for _, want := range []string{"--allow-base-url: endpoint \"http://127.0.0.1:8080/v1\": want PROVIDER=URL", "provider must be openai or anthropic", "user information"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want it to say %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "secret") {
+		t.Errorf("the error shows a password: %v", err)
+	}
+}

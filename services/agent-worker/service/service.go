@@ -27,6 +27,18 @@ type Config struct {
 	// environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) at the edge.
 	Keys  map[string]string
 	Retry provider.Retry
+	// AllowBaseURLs are the API endpoints, besides each provider's
+	// official one, that agents' base URLs may name, as PROVIDER=URL
+	// ("openai=http://127.0.0.1:8080/v1"): a request goes to a URL of the
+	// same scheme, host and port whose path is the endpoint's or below it.
+	// A base URL comes from a workflow or a session label, which any
+	// client may write, and requests carry the keys: an agent naming
+	// another endpoint fails its turn and nothing is sent.
+	AllowBaseURLs []string
+	// AllowLoopback allows every endpoint on a loopback address
+	// (localhost, 127.0.0.0/8, ::1) for every provider: local model
+	// servers. Any local process listening there then gets the keys.
+	AllowLoopback bool
 	// Recorded, if not nil, is the log of an earlier run (every branch's
 	// own events, in the order they were stored): agents of a live-model
 	// provider (openai, anthropic) answer with that run's recorded answers,
@@ -64,7 +76,25 @@ func (c Config) Validate() error {
 	if c.ContextBytes < 0 {
 		errs = append(errs, fmt.Errorf("context cache size must not be negative, got %d", c.ContextBytes))
 	}
+	if _, err := c.endpoints(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// endpoints are the endpoints the configuration allows.
+func (c Config) endpoints() (provider.Endpoints, error) {
+	e := provider.Endpoints{Loopback: c.AllowLoopback}
+	var errs []error
+	for _, s := range c.AllowBaseURLs {
+		a, err := provider.ParseEndpoint(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--allow-base-url: %w", err))
+			continue
+		}
+		e.Allowed = append(e.Allowed, a)
+	}
+	return e, errors.Join(errs...)
 }
 
 // KeysFromEnv reads the provider API keys with getenv.
@@ -92,7 +122,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("agent worker config: %w", err)
 	}
-	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, States: fold.NewCache(store, cfg.States),
+	endpoints, err := cfg.endpoints()
+	if err != nil {
+		return fmt.Errorf("agent worker config: %w", err)
+	}
+	log.Info("model endpoints besides the official ones", "allow_base_url", cfg.AllowBaseURLs, "allow_loopback_endpoints", cfg.AllowLoopback)
+	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, Endpoints: endpoints, States: fold.NewCache(store, cfg.States),
 		Contexts: worker.NewContexts(cfg.ContextBytes)}
 	if cfg.Recorded != nil {
 		wcfg.Override = recordedAnswers(cfg.Recorded)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -22,6 +23,7 @@ type Anthropic struct {
 	messages anthropic.MessageService
 	model    string
 	key      string
+	check    func(*url.URL) error // every request's URL, before it is sent
 }
 
 // NewAnthropic returns an Anthropic provider. It reads nothing from the
@@ -30,6 +32,8 @@ type Anthropic struct {
 // OpenTelemetry spans are off too: they would go to the global tracer
 // provider, send trace context to the API, and take their content mode from
 // ANTHROPIC_OPEN_TELEMETRY_* variables; the caller spans the model call.
+// Requests go only to cfg.Endpoints: the base URL is checked here, and each
+// request and redirect before it is sent.
 func NewAnthropic(cfg Config) (*Anthropic, error) {
 	cfg.Kind = KindAnthropic
 	if err := cfg.Validate(); err != nil {
@@ -39,10 +43,11 @@ func NewAnthropic(cfg Config) (*Anthropic, error) {
 	if base == "" {
 		base = DefaultAnthropicBaseURL
 	}
+	check := func(u *url.URL) error { return cfg.Endpoints.checkRequest(KindAnthropic, u) }
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithBaseURL(base),
-		option.WithHTTPClient(httpClient(cfg.HTTPClient)),
+		option.WithHTTPClient(guarded(cfg.HTTPClient, check)),
 		option.WithMaxRetries(0),
 		option.WithoutOpenTelemetry(),
 	}
@@ -50,7 +55,7 @@ func NewAnthropic(cfg Config) (*Anthropic, error) {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
 	client := anthropic.NewClient(opts...)
-	return &Anthropic{messages: client.Messages, model: cfg.Model, key: cfg.APIKey}, nil
+	return &Anthropic{messages: client.Messages, model: cfg.Model, key: cfg.APIKey, check: check}, nil
 }
 
 // Name returns "anthropic".
@@ -62,7 +67,7 @@ func (a *Anthropic) Complete(ctx context.Context, req Request) (Response, error)
 	if err != nil {
 		return Response{}, &Error{Provider: a.Name(), Message: redact(err.Error(), a.key)}
 	}
-	var x exchange
+	x := exchange{check: a.check}
 	m, err := a.messages.New(ctx, params, option.WithMiddleware(x.middleware))
 	if err != nil {
 		return Response{}, x.failure(ctx, a.Name(), a.key, err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 )
 
@@ -24,8 +23,13 @@ const (
 type Config struct {
 	Kind Kind
 	// BaseURL overrides the provider's public endpoint, e.g. a local
-	// OpenAI-compatible server. Empty means the public endpoint.
+	// OpenAI-compatible server. Empty means the public endpoint. It must be
+	// under one of Endpoints.
 	BaseURL string
+	// Endpoints are where requests, and so APIKey, may go: the provider's
+	// public endpoint and those the operator allowed. Every request and
+	// redirect is checked against them before it is sent.
+	Endpoints Endpoints
 	// APIKey authenticates with the provider. It is required for the public
 	// endpoints and optional for a BaseURL (local servers often need none).
 	APIKey string
@@ -51,10 +55,10 @@ func (c Config) Validate() error {
 		if c.BaseURL == "" && c.APIKey == "" {
 			errs = append(errs, fmt.Errorf("%s provider needs an API key for the public endpoint", c.Kind))
 		}
-		if c.BaseURL != "" {
-			if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", c.BaseURL))
-			}
+		if err := c.Endpoints.Validate(); err != nil {
+			errs = append(errs, err)
+		} else if err := c.Endpoints.Check(c.Kind, c.BaseURL); err != nil {
+			errs = append(errs, err)
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown provider kind %q (want %s, %s or %s)", c.Kind, KindScripted, KindOpenAI, KindAnthropic))

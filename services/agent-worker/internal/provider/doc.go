@@ -18,4 +18,10 @@
 // A key never appears in a Response body, an error message or a log line:
 // request headers are not captured, and the key string is scrubbed from
 // everything else as a precaution.
+//
+// A key goes only where the caller allows (Config.Endpoints): the
+// provider's official endpoint, and endpoints the operator named. The base
+// URL is checked when the provider is built, every request's URL before it
+// is sent, and every redirect before it is followed; a refusal is
+// ErrEndpointNotAllowed, and nothing is sent.
 package provider

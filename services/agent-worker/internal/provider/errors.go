@@ -19,7 +19,13 @@ type Error struct {
 	Retryable  bool // 429, 5xx and connection failures
 	RetryAfter time.Duration
 	Message    string
+	// cause is a sentinel of this package the failure is, if any.
+	cause error
 }
+
+// Unwrap returns the sentinel the failure is, if any: ErrEndpointNotAllowed
+// for a request or redirect that was not sent.
+func (e *Error) Unwrap() error { return e.cause }
 
 func (e *Error) Error() string {
 	if e.Status == 0 {

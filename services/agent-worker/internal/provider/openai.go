@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -20,13 +21,15 @@ type OpenAI struct {
 	chat  openai.ChatCompletionService
 	model string
 	key   string
+	check func(*url.URL) error // every request's URL, before it is sent
 }
 
 // NewOpenAI returns an OpenAI provider. It reads nothing from the
 // environment: the SDK's client constructor would pick up OPENAI_BASE_URL,
 // OPENAI_ORG_ID, OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS, so the
 // completions service is built directly. The SDK's own retries are off;
-// wrap the provider in WithRetry.
+// wrap the provider in WithRetry. Requests go only to cfg.Endpoints: the
+// base URL is checked here, and each request and redirect before it is sent.
 func NewOpenAI(cfg Config) (*OpenAI, error) {
 	cfg.Kind = KindOpenAI
 	if err := cfg.Validate(); err != nil {
@@ -36,15 +39,16 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 	if base == "" {
 		base = DefaultOpenAIBaseURL
 	}
+	check := func(u *url.URL) error { return cfg.Endpoints.checkRequest(KindOpenAI, u) }
 	opts := []option.RequestOption{
 		option.WithBaseURL(base),
-		option.WithHTTPClient(httpClient(cfg.HTTPClient)),
+		option.WithHTTPClient(guarded(cfg.HTTPClient, check)),
 		option.WithMaxRetries(0),
 	}
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	return &OpenAI{chat: openai.NewChatCompletionService(opts...), model: cfg.Model, key: cfg.APIKey}, nil
+	return &OpenAI{chat: openai.NewChatCompletionService(opts...), model: cfg.Model, key: cfg.APIKey, check: check}, nil
 }
 
 // Name returns "openai".
@@ -56,7 +60,7 @@ func (o *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, &Error{Provider: o.Name(), Message: redact(err.Error(), o.key)}
 	}
-	var x exchange
+	x := exchange{check: o.check}
 	c, err := o.chat.New(ctx, params, option.WithMiddleware(x.middleware))
 	if err != nil {
 		return Response{}, x.failure(ctx, o.Name(), o.key, err)

@@ -140,7 +140,7 @@ func TestOpenAIWithoutKeyOrTools(t *testing.T) {
 	// A local server (Ollama, llama.cpp) with no key: no Authorization
 	// header, and no tools or token limit in the body.
 	s := newWireServer(t, reply{status: 200, body: openAIFinalReply})
-	p, err := New(Config{Kind: KindOpenAI, BaseURL: s.URL + "/v1/", Model: "qwen2.5-coder:7b", HTTPClient: s.Client()})
+	p, err := New(Config{Kind: KindOpenAI, BaseURL: s.URL + "/v1/", Model: "qwen2.5-coder:7b", HTTPClient: s.Client(), Endpoints: local})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,9 @@ func (s *wireServer) Calls() []call {
 	return append([]call(nil), s.calls...)
 }
 
+// local allows the loopback endpoints the tests' servers listen on.
+var local = Endpoints{Loopback: true}
+
 // newWireProvider returns a provider of kind talking to s, with the base
 // URL a local OpenAI-compatible server would have.
 func newWireProvider(t *testing.T, kind Kind, s *wireServer) Provider {
@@ -103,7 +106,7 @@ func newWireProvider(t *testing.T, kind Kind, s *wireServer) Provider {
 	if kind == KindOpenAI {
 		base += "/v1"
 	}
-	p, err := New(Config{Kind: kind, BaseURL: base, APIKey: testKey, Model: defaultModel[kind], HTTPClient: s.Client()})
+	p, err := New(Config{Kind: kind, BaseURL: base, APIKey: testKey, Model: defaultModel[kind], HTTPClient: s.Client(), Endpoints: local})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +147,11 @@ func TestConfigValidate(t *testing.T) {
 		{"scripted", Config{Kind: KindScripted, Scripts: map[string]Script{"a": {}}}, nil},
 		{"scripted without scripts", Config{Kind: KindScripted}, []string{"at least one script"}},
 		{"openai public needs key", Config{Kind: KindOpenAI}, []string{"API key"}},
-		{"openai local without key", Config{Kind: KindOpenAI, BaseURL: "http://localhost:11434/v1"}, nil},
-		{"anthropic bad url", Config{Kind: KindAnthropic, BaseURL: "localhost:8080"}, []string{"not an http(s) URL"}},
+		{"openai local without key", Config{Kind: KindOpenAI, BaseURL: "http://localhost:11434/v1", Endpoints: local}, nil},
+		{"openai local not allowed", Config{Kind: KindOpenAI, BaseURL: "http://localhost:11434/v1"}, []string{"not an endpoint this agent worker allows"}},
+		{"openai official endpoint", Config{Kind: KindOpenAI, BaseURL: "https://api.openai.com/v1", APIKey: testKey}, nil},
+		{"anthropic bad url", Config{Kind: KindAnthropic, BaseURL: "localhost:8080", Endpoints: local}, []string{"not an http or https URL"}},
+		{"bad allowed endpoint", Config{Kind: KindOpenAI, APIKey: testKey, Endpoints: Endpoints{Allowed: []Endpoint{{KindOpenAI, "ftp://x"}}}}, []string{"endpoint openai=ftp://x: not an http or https URL"}},
 		{"unknown kind", Config{Kind: "gemini"}, []string{`unknown provider kind "gemini"`}},
 	}
 	for _, tt := range tests {

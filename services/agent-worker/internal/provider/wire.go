@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -17,7 +19,10 @@ import (
 // bodies, status and response headers are kept: request headers, where the
 // API key lives, are never read.
 type exchange struct {
-	sent         bool // the SDK got as far as sending
+	// check, if set, vets the request's URL before anything is sent.
+	check        func(*url.URL) error
+	refused      error // check's verdict on the request or a redirect
+	sent         bool  // the SDK got as far as sending
 	requestBody  []byte
 	status       int
 	header       http.Header
@@ -26,6 +31,12 @@ type exchange struct {
 
 // middleware has the shape of both SDKs' option.Middleware.
 func (x *exchange) middleware(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	if x.check != nil {
+		if err := x.check(req.URL); err != nil {
+			x.refused = err
+			return nil, err
+		}
+	}
 	x.sent = true
 	if req.Body != nil && req.Body != http.NoBody {
 		b, err := io.ReadAll(req.Body)
@@ -37,6 +48,9 @@ func (x *exchange) middleware(req *http.Request, next func(*http.Request) (*http
 		req.Body = io.NopCloser(bytes.NewReader(b))
 	}
 	res, err := next(req)
+	if errors.Is(err, ErrEndpointNotAllowed) {
+		x.refused = err // a redirect the client did not follow
+	}
 	if err != nil || res == nil {
 		return res, err
 	}
@@ -58,12 +72,16 @@ func (x *exchange) middleware(req *http.Request, next func(*http.Request) (*http
 // up (ctx done) gets its context error, which is never retried. An error
 // status becomes an *Error carrying the provider's message; a request that
 // never got an answer is a retryable connection failure; anything before
-// sending or after a 2xx (building or decoding) is a permanent *Error.
+// sending or after a 2xx (building or decoding) is a permanent *Error, and
+// so is a request or redirect to a URL that is not allowed, which is never
+// sent.
 func (x *exchange) failure(ctx context.Context, provider, key string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%s: %w", provider, ctxErr)
 	}
 	switch {
+	case x.refused != nil:
+		return &Error{Provider: provider, Message: redact("request not sent: "+x.refused.Error(), key), cause: ErrEndpointNotAllowed}
 	case x.status >= 400:
 		return &Error{
 			Provider:   provider,

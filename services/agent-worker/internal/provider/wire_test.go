@@ -207,7 +207,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 				if kind == KindOpenAI {
 					base += "/v1"
 				}
-				p, err := New(Config{Kind: kind, BaseURL: base, APIKey: testKey, Model: defaultModel[kind], HTTPClient: srv.Client()})
+				p, err := New(Config{Kind: kind, BaseURL: base, APIKey: testKey, Model: defaultModel[kind], HTTPClient: srv.Client(), Endpoints: local})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -277,7 +277,7 @@ func TestSDKsIgnoreEnvironment(t *testing.T) {
 
 			// Without a configured key (a local server) none is sent: the
 			// environment's key must not reach a third-party endpoint.
-			p, err := New(Config{Kind: kind, BaseURL: s.URL, Model: "local", HTTPClient: s.Client()})
+			p, err := New(Config{Kind: kind, BaseURL: s.URL, Model: "local", HTTPClient: s.Client(), Endpoints: local})
 			if err != nil {
 				t.Fatal(err)
 			}

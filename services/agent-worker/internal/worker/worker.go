@@ -7,6 +7,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -40,6 +41,11 @@ type Config struct {
 	Keys map[string]string
 	// Retry bounds model call retries.
 	Retry provider.Retry
+	// Endpoints are where live providers' requests, and so Keys, may go
+	// (provider.Endpoints; the zero value: the official endpoints only).
+	// An agent whose base URL, from its workflow or the session's labels,
+	// is not one of them fails its turn without a request.
+	Endpoints provider.Endpoints
 	// Override, if set, replaces every agent's provider (tests, re-execution
 	// replay, and demos pointed at a live model); an Override that returns
 	// a nil Provider and no error leaves the agent its own.
@@ -221,7 +227,8 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 	if p, ok := w.providers[key]; ok {
 		return p, nil
 	}
-	cfg := provider.Config{Kind: provider.Kind(a.Provider), BaseURL: a.BaseURL, APIKey: w.cfg.Keys[a.Provider], Model: a.Model}
+	cfg := provider.Config{Kind: provider.Kind(a.Provider), BaseURL: a.BaseURL, APIKey: w.cfg.Keys[a.Provider], Model: a.Model,
+		Endpoints: w.cfg.Endpoints}
 	if a.Script != "" {
 		s, err := provider.ParseScript(wf.Bundle.Files[a.Script], a.Script)
 		if err != nil {
@@ -230,6 +237,9 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 		cfg.Scripts = map[string]provider.Script{a.Name: s}
 	}
 	p, err := provider.New(cfg)
+	if errors.Is(err, provider.ErrEndpointNotAllowed) {
+		return nil, fmt.Errorf("agent %s: %w; no request was sent (an operator allows an endpoint with the agent worker's --allow-base-url %s=URL, or local servers with --allow-loopback-endpoints)", a.Name, err, a.Provider)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", a.Name, err)
 	}

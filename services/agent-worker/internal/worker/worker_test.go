@@ -617,7 +617,8 @@ func TestAPIKeyIsNeverStored(t *testing.T) {
 	r := setup(t, srv.URL+"/v1/")
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r.run(t, r.newWorker(t, worker.Config{Keys: map[string]string{"openai": key}, Retry: fastRetry}, log), log)
+	// The endpoint is a loopback server, allowed as the operator would.
+	r.run(t, r.newWorker(t, worker.Config{Keys: map[string]string{"openai": key}, Retry: fastRetry, Endpoints: provider.Endpoints{Loopback: true}}, log), log)
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
 	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
