@@ -83,12 +83,15 @@ func (x *exchange) failure(ctx context.Context, provider, key string, err error)
 	case x.refused != nil:
 		return &Error{Provider: provider, Message: redact("request not sent: "+x.refused.Error(), key), cause: ErrEndpointNotAllowed}
 	case x.status >= 400:
+		// Redacted before it is cut (a key across the cut would survive
+		// in part) and after it is decoded (a key written with JSON
+		// escapes shows only then).
 		return &Error{
 			Provider:   provider,
 			Status:     x.status,
 			Retryable:  retryableStatus(x.status),
 			RetryAfter: retryAfter(x.header, time.Now()),
-			Message:    redact(apiMessage(x.responseBody, x.status), key),
+			Message:    redact(apiMessage(redactBytes(x.responseBody, key), x.status), key),
 		}
 	case !x.sent:
 		return &Error{Provider: provider, Message: redact("request not sent: "+err.Error(), key)}

@@ -246,6 +246,32 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 	}
 }
 
+// An error body is cut for the message; a key echoed across the cut must
+// not survive in part.
+func TestAPIKeyAcrossTheCutIsRedacted(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + r.Header.Get("X-Api-Key")
+				w.WriteHeader(http.StatusBadGateway)
+				fmt.Fprint(w, strings.Repeat("x", 290)+key) // the cut is at 300
+			}))
+			defer srv.Close()
+			p, err := New(Config{Kind: kind, BaseURL: srv.URL, APIKey: testKey, Model: defaultModel[kind], HTTPClient: srv.Client(), Endpoints: local})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Complete(context.Background(), conversation())
+			if err == nil || !strings.Contains(err.Error(), "xxxxx") {
+				t.Fatalf("got %v, want the cut body", err)
+			}
+			if part := testKey[:10]; strings.Contains(err.Error(), part) {
+				t.Fatalf("part of the key (%q) survived: %v", part, err)
+			}
+		})
+	}
+}
+
 // TestSDKsIgnoreEnvironment: the SDKs' client constructors read OPENAI_* and
 // ANTHROPIC_* variables; configuration must come from Config alone.
 func TestSDKsIgnoreEnvironment(t *testing.T) {
