@@ -55,6 +55,10 @@ func start(t *testing.T) *runtime {
 	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
 
 	tr := toolrunner.DefaultConfig()
+	// The local backend, whatever this machine offers: these tests are
+	// about the loop (the placement tests of services/tool-runner/service
+	// run the bwrap backend).
+	tr.Backend = "local"
 	tr.Sandbox.Root = t.TempDir()
 	tr.Seeds = "testdata"
 	tr.Sandbox.Path = os.Getenv("PATH")

@@ -91,6 +91,7 @@ func TestForkWorkspacesAreIsolated(t *testing.T) {
 func TestToolRunnersHandCallsOver(t *testing.T) {
 	r := start(t) // one runner already
 	second := toolrunner.DefaultConfig()
+	second.Backend = "local" // as start's
 	second.Sandbox.Root = t.TempDir()
 	second.Seeds = "testdata"
 	second.Sandbox.Path = os.Getenv("PATH")

@@ -181,7 +181,9 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 			var root string
 			if kind == kindRunner {
 				root = t.TempDir()
-				extra = []string{"--workspaces", root, "--seeds", seeds, "--timeout", "30s"}
+				// The local backend: these tests measure the bus, and
+				// count placements by the root they name.
+				extra = []string{"--workspaces", root, "--seeds", seeds, "--timeout", "30s", "--sandbox", "local"}
 			}
 			r.startProc(t, kind, fmt.Sprintf("%s-%d", kind, i), extra...).workspaces = root
 		}
@@ -813,6 +815,7 @@ func startInProcess(t *testing.T) *inProcess {
 	p.run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) })
 	p.run(t, "selector", func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), quiet) })
 	tr := toolrunner.DefaultConfig()
+	tr.Backend = "local" // as the processes'
 	tr.Sandbox.Root, tr.Seeds = t.TempDir(), seeds
 	tr.Sandbox.Path = os.Getenv("PATH")
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
@@ -25,7 +27,16 @@ import (
 
 // Config is the tool runner's configuration.
 type Config struct {
+	// Sandbox configures the backends' workspaces and commands: the local
+	// backend's workspaces are under Sandbox.Root, the bwrap backend's
+	// under Sandbox.Root/.bwrap (BwrapDir).
 	Sandbox sandbox.Config
+	// Backend is the sandbox backend of sessions whose workflow and agent
+	// name none: BackendAuto, or a backend's name (which must then work
+	// here, or Run fails).
+	Backend string
+	// Isolation configures the bwrap backend.
+	Isolation sandbox.Isolation
 	// Seeds is the directory workspace seeds are named under.
 	Seeds string
 	// MCP configures the MCP servers of workflows; an empty MCP.Path is
@@ -37,12 +48,13 @@ type Config struct {
 
 // DefaultConfig returns the defaults; Sandbox.Root must still be set.
 func DefaultConfig() Config {
-	return Config{Sandbox: sandbox.DefaultConfig(), MCP: mcp.DefaultConfig(), States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
+	return Config{Sandbox: sandbox.DefaultConfig(), Backend: BackendAuto, Isolation: sandbox.DefaultIsolation(),
+		MCP: mcp.DefaultConfig(), States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return errors.Join(c.Sandbox.Validate(), c.mcp().Validate(), c.States.Validate())
+	return errors.Join(c.Sandbox.Validate(), checkBackend(c.Backend), c.Isolation.Validate(), c.mcp().Validate(), c.States.Validate())
 }
 
 // mcp is the MCP configuration with its defaults applied.
@@ -68,7 +80,20 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		}
 		return fmt.Errorf("tool runner: %w", err)
 	}
-	backend, err := sandbox.NewLocal(cfg.Sandbox)
+	ready, sandboxes := openBackends(ctx, cfg)
+	if err := sandboxes.Err(); err != nil {
+		return fmt.Errorf("tool runner: %w", err)
+	}
+	for _, b := range sandboxes.Backends {
+		if !b.Works {
+			log.Info("sandbox backend unavailable", "backend", b.Name, "why", b.Why)
+		}
+	}
+	if sandboxes.Warning != "" {
+		log.Warn(sandboxes.Warning)
+	}
+	log.Info("sandbox backends", "default", sandboxes.Default, "asked", sandboxes.Asked, "ready", slices.Sorted(maps.Keys(ready)))
+	backends, err := runner.NewBackends(sandboxes.Default, ready, unavailable(sandboxes))
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}
@@ -81,7 +106,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	defer servers.Close()
-	r := runner.New(c, fold.NewCache(store, cfg.States), store, backend, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
+	r := runner.New(c, fold.NewCache(store, cfg.States), store, backends, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
 	if err := r.Register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
@@ -94,4 +119,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		g.Go(func() error { return consume.Run(gctx, nc, h, r.GaveUp(consume.RecordInSession(c)), log) })
 	}
 	return g.Wait()
+}
+
+// unavailable are the backends that do not work here, with why.
+func unavailable(s Sandboxes) map[string]error {
+	out := map[string]error{}
+	for _, b := range s.Backends {
+		if !b.Works {
+			out[b.Name] = errors.New(b.Why)
+		}
+	}
+	return out
 }

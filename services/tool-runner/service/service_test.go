@@ -38,13 +38,11 @@ type rig struct {
 
 // setup runs the ledger and the tool runner in-process, and stores a
 // workflow whose MCP server "calc" is the test server of the mcp package.
-// The runner must stop cleanly when the test ends.
+// The runner places sessions on the local backend. It must stop cleanly when
+// the test ends.
 func setup(t *testing.T) *rig {
 	t.Helper()
-	dir := t.TempDir()
-	bin := calcServer(t)
-	wfFile := filepath.Join(dir, "calc.yaml")
-	write(t, wfFile, `name: calc
+	return setupWith(t, `name: calc
 agents:
   - name: a
     provider: scripted
@@ -52,14 +50,31 @@ agents:
     tools: [calc.add, calc.write, calc.fail, calc.pid, word_count, nope]
 mcp_servers:
   - name: calc
-    command: [`+bin+`]
+    command: [`+calcServer(t)+`]
     env: {GREETING: hello}
 rules:
   - name: never
     when: "false"
     route: {close: {outcome: done}}
-`)
-	write(t, filepath.Join(dir, "a.yaml"), "- content: hi\n")
+`, func(c *service.Config) { c.Backend = "local" })
+}
+
+// setupWith is setup with another workflow (whose agents' scripts are
+// "- content: hi") and the runner's configuration adjusted by opts.
+func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config)) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	wfFile := filepath.Join(dir, "w.yaml")
+	write(t, wfFile, workflowYAML)
+	wf, err := workflow.Load(wfFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range wf.Agents {
+		if a.Script != "" {
+			write(t, a.ScriptPath, "- content: hi\n")
+		}
+	}
 
 	ns, nc := natstest.Start(t)
 	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
@@ -72,6 +87,9 @@ rules:
 	cfg.Sandbox.Root = filepath.Join(dir, "workspaces")
 	cfg.Sandbox.Path = os.Getenv("PATH")
 	cfg.MCP.Scratch = t.TempDir()
+	for _, o := range opts {
+		o(&cfg)
+	}
 	go func() { rdone <- service.Run(rctx, tnc, cfg, quiet) }()
 	t.Cleanup(func() {
 		rcancel()
@@ -84,11 +102,11 @@ rules:
 		}
 	})
 
-	store, err := eventstore.Open(context.Background(), nc, eventstore.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf, err := workflow.Load(wfFile)
+	// The ledger makes the streams; the test attaches to them once they
+	// exist (making them too would race the ledger).
+	actx, acancel := context.WithTimeout(context.Background(), time.Minute)
+	defer acancel()
+	store, err := eventstore.AttachWait(actx, nc)
 	if err != nil {
 		t.Fatal(err)
 	}

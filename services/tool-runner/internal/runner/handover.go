@@ -64,25 +64,38 @@ func (r *Runner) forward(ctx context.Context, ev events.Stored, away *elsewhere)
 	return nil
 }
 
-// ServeHandovers answers calls handed over by other runners until ctx ends.
+// ServeHandovers answers calls and moves handed over by other runners until
+// ctx ends: on one subject per backend, named after the backend's host and
+// root, since a placement's directory names the root that holds it.
 func (r *Runner) ServeHandovers(ctx context.Context) error {
-	host, root := r.backend.Location()
-	sub, err := r.c.Conn().Subscribe(handoverSubject(host, root), func(m *nats.Msg) {
-		go func() {
-			ev, err := events.ParseStored(m.Data)
-			if err == nil {
-				err = r.Handle(context.WithoutCancel(ctx), ev)
+	var subs []*nats.Subscription
+	for _, b := range r.backends.all() {
+		host, root := b.Location()
+		sub, err := r.c.Conn().Subscribe(handoverSubject(host, root), func(m *nats.Msg) {
+			go func() {
+				ev, err := events.ParseStored(m.Data)
+				if err == nil {
+					err = r.Handle(context.WithoutCancel(ctx), ev)
+				}
+				var out []byte
+				if err != nil {
+					out = []byte(err.Error())
+				}
+				_ = m.Respond(out)
+			}()
+		})
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
 			}
-			var out []byte
-			if err != nil {
-				out = []byte(err.Error())
-			}
-			_ = m.Respond(out)
-		}()
-	})
-	if err != nil {
-		return fmt.Errorf("serve hand-overs: %w", err)
+			return fmt.Errorf("serve hand-overs of %s: %w", root, err)
+		}
+		subs = append(subs, sub)
 	}
 	<-ctx.Done()
-	return sub.Drain()
+	var errs []error
+	for _, s := range subs {
+		errs = append(errs, s.Drain())
+	}
+	return errors.Join(errs...)
 }

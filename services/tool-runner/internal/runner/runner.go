@@ -1,7 +1,8 @@
 // Package runner runs the tool calls sessions request, where the session is
 // placed, and records the evidence of each call in the session: arguments,
 // result, exit code, duration, workspace commit before and after, the diff,
-// the sandbox and the attempt.
+// the sandbox and the attempt. It places sessions on sandbox backends
+// (place.go) and moves them between backends on request (move.go).
 //
 // Who runs a requested tool is decided by one rule (route), in order: a
 // built-in name runs here; a name "<server>.<tool>" whose server is an MCP
@@ -17,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +61,7 @@ type Runner struct {
 	c         *client.Client
 	states    *fold.Cache
 	store     *eventstore.Store
-	backend   *sandbox.Local
+	backends  *Backends
 	workflows *workflow.Library
 	servers   *mcp.Pool
 	seeds     string
@@ -69,11 +69,11 @@ type Runner struct {
 	locks     [64]sync.Mutex // by session
 }
 
-// New returns a runner placing workspaces with backend and running MCP tools
+// New returns a runner placing workspaces on backends and running MCP tools
 // on servers; seeds is the root directory of workspace seeds. It reads
 // sessions' states from states (ADR 0016).
-func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backend *sandbox.Local, workflows *workflow.Library, servers *mcp.Pool, seeds string, log *slog.Logger) *Runner {
-	return &Runner{c: c, states: states, store: store, backend: backend, workflows: workflows, servers: servers, seeds: seeds, log: log}
+func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backends *Backends, workflows *workflow.Library, servers *mcp.Pool, seeds string, log *slog.Logger) *Runner {
+	return &Runner{c: c, states: states, store: store, backends: backends, workflows: workflows, servers: servers, seeds: seeds, log: log}
 }
 
 // Register publishes the built-in tools in the tool registry.
@@ -86,17 +86,18 @@ func (r *Runner) Register(ctx context.Context) error {
 	return nil
 }
 
-// Handler is the runner's consume handler. Calls of one session run one at a
-// time, so each call's diff is its own.
+// Handler is the runner's consume handler: tool calls and moves between
+// sandbox backends. A session's events are handled one at a time, in order,
+// so each call's diff is its own and a move happens between calls.
 func (r *Runner) Handler() consume.Handler {
 	return consume.Handler{
-		Name: Durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
+		Name: Durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested, events.TypeSandboxRequested},
 		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
 	}
 }
 
-// Handle runs one requested tool call: here, or, when another runner holds
-// the session's workspace, on that runner (see forward).
+// Handle runs one requested tool call or move: here, or, when another runner
+// holds the session's workspace, on that runner (see forward).
 func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
 	err := r.handle(ctx, ev, false)
 	var away *elsewhere
@@ -106,12 +107,20 @@ func (r *Runner) Handle(ctx context.Context, ev events.Stored) error {
 	return err
 }
 
-// handle runs a call with the session's lock held, so that a call handed
-// over by another runner and a redelivery never run at once.
+// handle runs a call or a move with the session's lock held, so that an
+// event handed over by another runner and a redelivery never run at once.
 func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) error {
 	mu := &r.locks[fnvHash(ev.Session)%uint32(len(r.locks))]
 	mu.Lock()
 	defer mu.Unlock()
+	if ev.Type == events.TypeSandboxRequested {
+		return r.move(ctx, ev, takeOver)
+	}
+	return r.call(ctx, ev, takeOver)
+}
+
+// call runs one requested tool call.
+func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) error {
 	d, err := ev.Decode()
 	if err != nil {
 		return consume.Permanent(err)
@@ -140,7 +149,11 @@ func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) er
 	if allowed, why := r.allowed(ctx, st, req); !allowed {
 		return e.fail(ctx, nil, why, 0, 0)
 	}
-	ws, err := r.place(ctx, st, ev, takeOver)
+	ws, err := r.place(ctx, st, ev, req, takeOver)
+	var refused *placeError
+	if errors.As(err, &refused) {
+		return e.fail(ctx, nil, refused.why, 0, 0)
+	}
 	if err != nil {
 		return err
 	}
@@ -219,15 +232,21 @@ func tail(s string, n int) string {
 
 // GaveUp wraps the runner's failure record: a tool call the runner gave up
 // on also fails (with its result telling the model why), so the turn can go
-// on instead of waiting for a result that will never come.
+// on instead of waiting for a result that will never come; a move it gave up
+// on is refused, so its requester hears why.
 func (r *Runner) GaveUp(record consume.Failure) consume.Failure {
 	return func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error {
-		if ev.Type == events.TypeToolRequested {
-			if d, err := ev.Decode(); err == nil {
-				e := evidence{r: r, ev: ev, req: d.(*events.ToolRequested), attempt: f.Attempts}
-				if err := e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0); err != nil && !api.Permanent(err) {
-					return err
-				}
+		if d, err := ev.Decode(); err == nil {
+			var answer error
+			switch d := d.(type) {
+			case *events.ToolRequested:
+				e := evidence{r: r, ev: ev, req: d, attempt: f.Attempts}
+				answer = e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0)
+			case *events.SandboxRequested:
+				answer = r.refuse(ctx, ev, d.Backend, "the tool runner gave up: "+f.Error)
+			}
+			if answer != nil && !api.Permanent(answer) {
+				return answer
 			}
 		}
 		return record(ctx, ev, f)
@@ -258,94 +277,6 @@ func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.Too
 		return false, err.Error()
 	}
 	return wf.Workflow.Allows(req.Agent, req.Tool)
-}
-
-// place returns the session's workspace, placing it on first use: a fresh
-// workspace from the session's seed, or, for a fork that inherited its
-// parent's placement, a workspace of its own materialised at the commit the
-// parent's workspace had at the fork point. The placement is an event.
-func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored, takeOver bool) (sandbox.Workspace, error) {
-	lost := ""
-	if st.Sandbox != nil && st.Sandbox.Session == st.ID {
-		if !r.backend.Holds(st.Sandbox.Host, st.Sandbox.Workspace) {
-			if !takeOver {
-				// Placing it again here would lose the workspace's changes:
-				// the runner holding it runs the call.
-				return nil, &elsewhere{host: st.Sandbox.Host, root: filepath.Dir(st.Sandbox.Workspace)}
-			}
-			// That runner is gone. Place again below, and say what was lost.
-			r.log.Warn("taking over a session whose runner is gone", "session", st.ID, "host", st.Sandbox.Host, "workspace", st.Sandbox.Workspace)
-			lost = fmt.Sprintf("; the workspace on %s:%s did not answer, its changes since commit %s are lost", st.Sandbox.Host, st.Sandbox.Workspace, st.Sandbox.Commit)
-		} else if ws, err := r.backend.Open(st.ID); err == nil {
-			return ws, nil
-		} else if !errors.Is(err, sandbox.ErrNotFound) {
-			return nil, err
-		}
-		// Placed by a runner that crashed before the workspace existed:
-		// place again below.
-	}
-	var (
-		seed   *sandbox.Seed
-		reason = "first tool call"
-	)
-	switch {
-	case st.Sandbox != nil && st.Sandbox.Session != st.ID && st.Sandbox.Session != "":
-		parent, err := r.backend.Open(st.Sandbox.Session)
-		if err != nil {
-			return nil, fmt.Errorf("fork %s: parent workspace %s: %w", st.ID, st.Sandbox.Session, err)
-		}
-		commit := forkCommit(st)
-		seed, reason = &sandbox.Seed{Parent: parent, Commit: commit}, fmt.Sprintf("fork of %s at commit %s", st.Sandbox.Session, commit)
-	case st.Labels[LabelWorkspace] != "":
-		dir, err := r.seedDir(st.Labels[LabelWorkspace])
-		if err != nil {
-			return nil, consume.Permanent(err)
-		}
-		seed = &sandbox.Seed{Dir: dir}
-		reason = "seeded from " + st.Labels[LabelWorkspace]
-	}
-	ws, err := r.backend.Place(ctx, st.ID, seed)
-	if errors.Is(err, sandbox.ErrExists) {
-		ws, err = r.backend.Open(st.ID)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("place %s: %w", st.ID, err)
-	}
-	head, err := ws.Head(ctx)
-	if err != nil {
-		return nil, err
-	}
-	placed := &events.SandboxPlaced{Backend: ws.Backend(), SandboxID: ws.ID(), Host: ws.Host(), Workspace: ws.Dir(), Commit: head, Reason: reason + lost}
-	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())),
-		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil {
-		return nil, err
-	}
-	return ws, nil
-}
-
-// forkCommit is the workspace commit a fork inherits: the last commit a tool
-// call of its history left, or the placement's own.
-func forkCommit(st *session.State) string {
-	commit, at := st.Sandbox.Commit, st.Sandbox.Seq
-	for _, t := range st.Tools {
-		if t.CommitAfter != "" && len(t.Seqs) > 0 && t.Seqs[len(t.Seqs)-1] > at {
-			commit, at = t.CommitAfter, t.Seqs[len(t.Seqs)-1]
-		}
-	}
-	return commit
-}
-
-// seedDir resolves a workspace seed name under the seed root, refusing
-// anything outside it.
-func (r *Runner) seedDir(name string) (string, error) {
-	if r.seeds == "" {
-		return "", fmt.Errorf("session asks for workspace seed %q, but the runner has no seed root", name)
-	}
-	dir := filepath.Join(r.seeds, filepath.Clean("/"+name))
-	if rel, err := filepath.Rel(r.seeds, dir); err != nil || rel == ".." || filepath.IsAbs(rel) {
-		return "", fmt.Errorf("workspace seed %q is outside the seed root", name)
-	}
-	return dir, nil
 }
 
 // routeKind says who runs a requested tool.

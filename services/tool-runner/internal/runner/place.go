@@ -1,0 +1,188 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
+)
+
+// A session's placement is state: the last rath.sandbox.placed of its
+// logical log says on which backend, host and directory its workspace is.
+// The backend is chosen once, at the first placement (place): the sandbox of
+// the agent whose tool call it is, else the workflow's, else the runner's
+// default; a fork takes its parent's. After that only a move (move.go)
+// changes it.
+
+// placeError is a placement the runner will not make: the tool call fails
+// with it, naming the backend and why.
+type placeError struct{ why string }
+
+func (e *placeError) Error() string { return e.why }
+
+// place returns the session's workspace, placing it on first use: a fresh
+// workspace from the session's seed, or, for a fork that inherited its
+// parent's placement, a workspace of its own on the parent's backend,
+// materialised at the commit the parent's workspace had at the fork point.
+// The placement is an event.
+func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored, req *events.ToolRequested, takeOver bool) (sandbox.Workspace, error) {
+	lost := ""
+	p := st.Sandbox
+	own := p != nil && p.Session == st.ID
+	if own {
+		b, err := r.backends.Get(p.Backend)
+		switch {
+		case err == nil && b.Holds(p.Host, p.Workspace):
+			ws, err := b.Open(st.ID)
+			if err == nil {
+				return ws, nil
+			}
+			if !errors.Is(err, sandbox.ErrNotFound) {
+				return nil, err
+			}
+			// Placed by a runner that crashed before the workspace existed:
+			// place again below.
+		case !takeOver:
+			// Placing it again here would lose the workspace's changes:
+			// the runner holding it runs the call.
+			return nil, &elsewhere{host: p.Host, root: filepath.Dir(p.Workspace)}
+		case err != nil:
+			return nil, &placeError{fmt.Sprintf("the session's workspace on %s:%s did not answer, and this tool runner cannot place it again: %v", p.Host, p.Workspace, err)}
+		default:
+			// That runner is gone. Place again below, and say what was lost.
+			r.log.Warn("taking over a session whose runner is gone", "session", st.ID, "host", p.Host, "workspace", p.Workspace)
+			lost = fmt.Sprintf("; the workspace on %s:%s did not answer, its changes since commit %s are lost", p.Host, p.Workspace, p.Commit)
+		}
+	}
+	var (
+		name, by string
+		err      error
+	)
+	switch {
+	case own:
+		name, by = p.Backend, "where the session was placed"
+	case p != nil && p.Session != "":
+		name, by = p.Backend, "the parent's"
+	default:
+		if name, by, err = r.choose(ctx, st, req.Agent); err != nil {
+			return nil, err
+		}
+	}
+	b, err := r.backends.Get(name)
+	if err != nil {
+		return nil, &placeError{fmt.Sprintf("cannot place the session on %s (%s): %v", name, by, err)}
+	}
+	var (
+		seed   *sandbox.Seed
+		reason = "first tool call"
+	)
+	switch {
+	case !own && p != nil && p.Session != "":
+		parent, err := b.Open(p.Session)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s: parent workspace %s: %w", st.ID, p.Session, err)
+		}
+		commit := forkCommit(st)
+		seed, reason = &sandbox.Seed{Parent: parent, Commit: commit}, fmt.Sprintf("fork of %s at commit %s", p.Session, commit)
+	case st.Labels[LabelWorkspace] != "":
+		if seed, err = r.labelSeed(st); err != nil {
+			return nil, err
+		}
+		reason = "seeded from " + st.Labels[LabelWorkspace]
+	}
+	ws, err := r.make(ctx, b, st, seed)
+	if err != nil {
+		return nil, err
+	}
+	placed, err := r.placed(ctx, b, st, ws, fmt.Sprintf("%s, on %s (%s)%s", reason, name, by, lost))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())),
+		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil {
+		return nil, err
+	}
+	return ws, nil
+}
+
+// choose is the backend of a session's first placement, and who asked for
+// it: the sandbox of the agent whose tool call places it, else the
+// workflow's, else the runner's default.
+func (r *Runner) choose(ctx context.Context, st *session.State, agent string) (name, by string, err error) {
+	if st.WorkflowRef != "" {
+		wf, err := r.workflows.Get(ctx, st.WorkflowRef)
+		if err != nil {
+			return "", "", err
+		}
+		if name, by := wf.Workflow.SandboxFor(agent); name != "" {
+			return name, "asked by " + by, nil
+		}
+	}
+	return r.backends.Default(), "the tool runner's default", nil
+}
+
+// make places the session's workspace on b, or opens the one an earlier
+// attempt placed there.
+func (r *Runner) make(ctx context.Context, b Backend, st *session.State, seed *sandbox.Seed) (sandbox.Workspace, error) {
+	if seed == nil {
+		seed = &sandbox.Seed{}
+	}
+	seed.Tenant = st.Tenant
+	ws, err := b.Place(ctx, st.ID, seed)
+	if errors.Is(err, sandbox.ErrExists) {
+		ws, err = b.Open(st.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("place %s: %w", st.ID, err)
+	}
+	return ws, nil
+}
+
+// placed is the event that records ws as the session's placement.
+func (r *Runner) placed(ctx context.Context, b Backend, st *session.State, ws sandbox.Workspace, reason string) (*events.SandboxPlaced, error) {
+	head, err := ws.Head(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &events.SandboxPlaced{Backend: ws.Backend(), SandboxID: ws.ID(), Host: ws.Host(), Workspace: ws.Dir(), Commit: head,
+		Reason: reason, Isolation: b.Isolation(events.TenantOrDefault(st.Tenant))}, nil
+}
+
+// labelSeed is the seed directory a session's start labels name.
+func (r *Runner) labelSeed(st *session.State) (*sandbox.Seed, error) {
+	dir, err := r.seedDir(st.Labels[LabelWorkspace])
+	if err != nil {
+		return nil, consume.Permanent(err)
+	}
+	return &sandbox.Seed{Dir: dir}, nil
+}
+
+// forkCommit is the workspace commit a fork inherits: the last commit a tool
+// call of its history left, or the placement's own.
+func forkCommit(st *session.State) string {
+	commit, at := st.Sandbox.Commit, st.Sandbox.Seq
+	for _, t := range st.Tools {
+		if t.CommitAfter != "" && len(t.Seqs) > 0 && t.Seqs[len(t.Seqs)-1] > at {
+			commit, at = t.CommitAfter, t.Seqs[len(t.Seqs)-1]
+		}
+	}
+	return commit
+}
+
+// seedDir resolves a workspace seed name under the seed root, refusing
+// anything outside it.
+func (r *Runner) seedDir(name string) (string, error) {
+	if r.seeds == "" {
+		return "", fmt.Errorf("session asks for workspace seed %q, but the runner has no seed root", name)
+	}
+	dir := filepath.Join(r.seeds, filepath.Clean("/"+name))
+	if rel, err := filepath.Rel(r.seeds, dir); err != nil || rel == ".." || filepath.IsAbs(rel) {
+		return "", fmt.Errorf("workspace seed %q is outside the seed root", name)
+	}
+	return dir, nil
+}

@@ -1,0 +1,223 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/services/tool-runner/internal/runner"
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
+)
+
+// BackendAuto, as Config.Backend, makes bwrap the default backend where it
+// works and local, with a warning saying why, where it does not.
+const BackendAuto = "auto"
+
+// BwrapDir is the directory under Config.Sandbox.Root that holds the bwrap
+// backend's workspaces: each backend has a root of its own.
+const BwrapDir = ".bwrap"
+
+// SandboxStatus is what the tool runner finds about one sandbox backend on
+// this machine.
+type SandboxStatus struct {
+	Name string `json:"name"`
+	// Works tells whether the backend can place a session here; Why says
+	// why not (for bwrap: not installed, or its own error starting a
+	// sandbox).
+	Works bool   `json:"works"`
+	Why   string `json:"why,omitempty"`
+	// Development is true for a backend that isolates nothing (local).
+	Development bool `json:"development"`
+	// Isolation is what a placement on it isolates (for the default
+	// tenant's sessions), as rath.sandbox.placed records it.
+	Isolation string `json:"isolation"`
+	// Program is the program the backend runs commands with, where it was
+	// found and its version; empty for a backend that needs none.
+	Program string `json:"program,omitempty"`
+	// Root is the directory of the backend's workspaces.
+	Root string `json:"root"`
+}
+
+// Sandboxes is the tool runner's sandbox backends on this machine and the
+// default one.
+type Sandboxes struct {
+	Backends []SandboxStatus `json:"backends"`
+	// Asked is Config.Backend: BackendAuto or a backend's name.
+	Asked string `json:"asked"`
+	// Default is the backend of sessions whose workflow names none; empty
+	// when Asked names a backend that does not work here.
+	Default string `json:"default"`
+	// Warning says why the default is a development backend, if it is.
+	Warning string `json:"warning,omitempty"`
+}
+
+// Err says why the runner cannot start with these backends: the backend
+// Asked names does not work here. Nil otherwise.
+func (s Sandboxes) Err() error {
+	if s.Default != "" {
+		return nil
+	}
+	if s.Asked != BackendAuto {
+		return fmt.Errorf("default sandbox backend %s does not work on this machine: %s", s.Asked, s.status(s.Asked).Why)
+	}
+	why := make([]string, len(s.Backends))
+	for i, b := range s.Backends {
+		why[i] = b.Name + ": " + b.Why
+	}
+	return fmt.Errorf("no sandbox backend works on this machine (%s)", strings.Join(why, "; "))
+}
+
+// CheckSandboxes sets up the sandbox backends of cfg as Run does (it makes
+// their root directories) and starts a sandbox of each to tell which work
+// on this machine, and why not. The error is cfg's own problems; a backend
+// that does not work is in the answer (see Sandboxes.Err).
+func CheckSandboxes(ctx context.Context, cfg Config) (Sandboxes, error) {
+	if err := cfg.Validate(); err != nil {
+		return Sandboxes{}, err
+	}
+	_, s := openBackends(ctx, cfg)
+	return s, nil
+}
+
+// probeTimeout bounds the start of a probing sandbox.
+const probeTimeout = 30 * time.Second
+
+// openBackends sets up every backend cfg names and probes each: the ones
+// that work are ready to place sessions, the others are kept with why.
+func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, Sandboxes) {
+	ready := map[string]runner.Backend{}
+	s := Sandboxes{Asked: cfg.Backend}
+	add := func(name string, b *sandbox.Local, err error, isolation func(string) string, program string, root string) {
+		st := SandboxStatus{Name: name, Development: events.Development(name), Isolation: isolation(events.DefaultTenant), Program: program, Root: root}
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			err = b.Probe(pctx)
+			cancel()
+		}
+		if err != nil {
+			st.Why = err.Error()
+		} else {
+			st.Works = true
+			ready[name] = runner.Backend{Local: b, Isolation: isolation}
+		}
+		s.Backends = append(s.Backends, st)
+	}
+	iso := cfg.Isolation
+	bwrapCfg := cfg.Sandbox
+	bwrapCfg.Root = filepath.Join(cfg.Sandbox.Root, BwrapDir)
+	b, err := sandbox.NewIsolated(bwrapCfg, iso)
+	add(events.BackendBwrap, b, err, bwrapIsolation(cfg.Sandbox.Limits, iso, os.Geteuid() == 0), bwrapProgram(ctx, iso), bwrapCfg.Root)
+	l, err := sandbox.NewLocal(cfg.Sandbox)
+	add(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, "", cfg.Sandbox.Root)
+
+	switch {
+	case cfg.Backend != BackendAuto:
+		if _, ok := ready[cfg.Backend]; ok {
+			s.Default = cfg.Backend
+		}
+	case ready[events.BackendBwrap].Local != nil:
+		s.Default = events.BackendBwrap
+	case ready[events.BackendLocal].Local != nil:
+		s.Default = events.BackendLocal
+		s.Warning = fmt.Sprintf("sandbox backend bwrap does not work here (%s): sessions are placed on local, a development backend with no isolation: their commands run as the runner's user on this host", s.status(events.BackendBwrap).Why)
+	}
+	if s.Default == events.BackendLocal && cfg.Backend == events.BackendLocal {
+		s.Warning = "the default sandbox backend is local, a development backend with no isolation: commands run as the runner's user on this host"
+	}
+	return ready, s
+}
+
+func (s Sandboxes) status(name string) SandboxStatus {
+	for _, b := range s.Backends {
+		if b.Name == name {
+			return b
+		}
+	}
+	return SandboxStatus{Name: name}
+}
+
+// bwrapProgram says where bubblewrap is and which version, or that it is
+// not installed.
+func bwrapProgram(ctx context.Context, iso sandbox.Isolation) string {
+	bin := iso.Bwrap
+	if bin == "" {
+		bin = "bwrap"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return "bubblewrap (" + bin + ") not installed"
+	}
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(vctx, path, "--version").Output()
+	if v := strings.TrimSpace(string(out)); err == nil && v != "" {
+		return path + " (" + v + ")"
+	}
+	return path
+}
+
+// bwrapIsolation describes a bwrap placement of a tenant's session, from
+// the configuration the backend runs commands with (sandbox/isolate.go).
+// The host user is the one the backend picks for the tenant when the
+// runner is root: UIDBase + FNV-1a(tenant) % UIDCount.
+func bwrapIsolation(lim sandbox.Limits, iso sandbox.Isolation, root bool) func(tenant string) string {
+	return func(tenant string) string {
+		user := "the runner's user on the host"
+		if root {
+			h := fnv.New32a()
+			h.Write([]byte(tenant))
+			user = fmt.Sprintf("host uid %d (tenant %s)", iso.UIDBase+int(h.Sum32()%uint32(iso.UIDCount)), tenant)
+		}
+		parts := []string{
+			"bwrap: new user, mount, pid, ipc, uts and network namespaces (no network), all capabilities dropped",
+			"read-only system; writable: the workspace (its .git read-only) and a private /tmp",
+			"uid 1000 inside, " + user,
+			fmt.Sprintf("nproc %d, /tmp %s, %s", iso.Processes, size(iso.TmpSize), limits(lim)),
+		}
+		return strings.Join(parts, "; ")
+	}
+}
+
+// limits describes the limits every command runs under.
+func limits(l sandbox.Limits) string {
+	var out []string
+	add := func(name string, v int64, s string) {
+		if v > 0 {
+			out = append(out, name+" "+s)
+		}
+	}
+	out = append(out, "timeout "+l.Timeout.String())
+	add("cpu", int64(l.CPU), l.CPU.String())
+	add("address space", l.Memory, size(l.Memory))
+	add("open files", l.OpenFiles, fmt.Sprint(l.OpenFiles))
+	add("file size", l.FileSize, size(l.FileSize))
+	return strings.Join(out, ", ")
+}
+
+// size prints a byte count in the largest binary unit that divides it.
+func size(n int64) string {
+	for _, u := range []struct {
+		name  string
+		bytes int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.bytes && n%u.bytes == 0 {
+			return fmt.Sprintf("%d %s", n/u.bytes, u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// checkBackend is Config.Validate's check of Backend.
+func checkBackend(name string) error {
+	if name == BackendAuto || slices.Contains(events.Backends(), name) {
+		return nil
+	}
+	return fmt.Errorf("sandbox backend %q: want %s or one of %s", name, BackendAuto, strings.Join(events.Backends(), ", "))
+}
