@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,7 +194,7 @@ type prepared struct {
 
 // prepare makes the workspace and the tenant's cache writable by the
 // sandbox user and builds bwrap's command line.
-func (i *isolation) prepare(dir, tenant string, readOnly ...string) (*prepared, error) {
+func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error) {
 	cache, err := i.tenantCache(tenant)
 	if err != nil {
 		return nil, err
@@ -213,9 +212,14 @@ func (i *isolation) prepare(dir, tenant string, readOnly ...string) (*prepared, 
 		binds = append(binds, bind{src: filepath.Join(dir, ".git"), dst: filepath.Join(dir, ".git"), ro: true})
 	}
 	binds = append(binds, bind{src: cache, dst: insideCache})
-	for _, d := range append(slices.Clone(i.ro), readOnly...) {
+	for _, d := range i.ro {
 		if _, err := os.Stat(d); err == nil && !i.system(d) {
 			binds = append(binds, bind{src: d, dst: d, ro: true})
+		}
+	}
+	for _, b := range extra {
+		if b.src != b.dst || !i.system(b.src) {
+			binds = append(binds, b)
 		}
 	}
 
@@ -285,7 +289,7 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 	if cmd.Dir == "" || !filepath.IsAbs(cmd.Dir) || !filepath.IsAbs(cmd.Path) {
 		return fmt.Errorf("contain %s: needs an absolute executable and working directory", cmd.Path)
 	}
-	p, err := i.prepare(cmd.Dir, events.TenantOrDefault(tenant), cmd.Path)
+	p, err := i.prepare(cmd.Dir, events.TenantOrDefault(tenant), bind{src: cmd.Path, dst: cmd.Path, ro: true})
 	if err != nil {
 		return fmt.Errorf("contain %s: %w", cmd.Path, err)
 	}

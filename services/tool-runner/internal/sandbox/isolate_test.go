@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -342,5 +345,57 @@ func TestIsolatedGoCache(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(host, "00/0011-d")); got != "host entry" {
 		t.Errorf("the sandbox changed the runner's cache: %q", got)
+	}
+}
+
+// TestIsolatedAllowedHosts: a call allowed a host reaches it through the
+// sandbox's proxy, and nothing else; the proxy's decisions are the call's
+// evidence.
+func TestIsolatedAllowedHosts(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from the allowed host, path %s\n", r.URL.Path)
+	}))
+	defer srv.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a refused host was reached: %s", r.URL)
+	}))
+	defer other.Close()
+	allowedHost := strings.TrimPrefix(srv.URL, "http://")
+	otherHost := strings.TrimPrefix(other.URL, "http://")
+
+	ws := place(t, newIsolated(t), "s1", nil)
+	// bash speaks HTTP to the proxy the environment names; curl may not be
+	// installed.
+	get := func(hostport, path string) string {
+		return fmt.Sprintf(`u=${HTTP_PROXY#http://}; exec 3<>/dev/tcp/${u%%:*}/${u##*:} && printf 'GET http://%[1]s%[2]s HTTP/1.1\r\nHost: %[1]s\r\nConnection: close\r\n\r\n' >&3 && cat <&3; exec 3>&-`, hostport, path)
+	}
+	c := sandbox.Cmd{Args: []string{"bash", "-c", get(allowedHost, "/ok") + "; echo ---; " + get(otherHost, "/no") + "; echo ---; echo hi > /dev/tcp/" + strings.ReplaceAll(otherHost, ":", "/") + " || echo direct refused"},
+		Hosts: []string{allowedHost}}
+	res := run(t, ws, c)
+	parts := strings.Split(res.Stdout, "---\n")
+	if len(parts) != 3 {
+		t.Fatalf("got %+v", res)
+	}
+	if !strings.Contains(parts[0], "200 OK") || !strings.Contains(parts[0], "hello from the allowed host, path /ok") {
+		t.Errorf("allowed host: %q", parts[0])
+	}
+	if !strings.Contains(parts[1], "403 Forbidden") || !strings.Contains(parts[1], "is not among the hosts") {
+		t.Errorf("other host: %q", parts[1])
+	}
+	if !strings.Contains(parts[2], "direct refused") {
+		t.Errorf("a direct connection: %q", parts[2])
+	}
+	want := []string{"GET " + allowedHost + " allowed", "GET " + otherHost + " refused"}
+	if !slices.Equal(res.Network, want) {
+		t.Errorf("network evidence %q, want %q", res.Network, want)
+	}
+	// Without hosts, there is no proxy at all.
+	res = run(t, ws, sandbox.Cmd{Args: []string{"bash", "-c", "echo proxy=$HTTP_PROXY"}})
+	if res.Stdout != "proxy=\n" || res.Network != nil {
+		t.Errorf("without hosts: %+v", res)
+	}
+	if _, err := ws.Run(context.Background(), sandbox.Cmd{Args: []string{"true"}, Hosts: []string{"bad/host"}}); err == nil {
+		t.Error("a malformed host was accepted")
 	}
 }

@@ -40,6 +40,9 @@ func init() {
 	if len(os.Args) > 2 && os.Args[0] == helperArg0 {
 		execHelper(os.Args[1], os.Args[2:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == forwardFlag {
+		forwardMain(os.Args[2:])
+	}
 }
 
 // rlimits are the setrlimit values of one run; zero leaves a limit as

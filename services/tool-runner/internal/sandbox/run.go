@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -52,13 +53,40 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	}
 	spec := newRlimits(lim)
 	var info *os.File // bwrap's --info-fd, read for the sandbox's init
+	var proxy *netProxy
 	if iso := w.l.iso; iso != nil {
-		p, err := iso.prepare(w.dir, w.tenant())
+		argv, extra, env := c.Args, []bind(nil), []string{}
+		if len(c.Hosts) > 0 {
+			rules, err := ParseHosts(c.Hosts)
+			if err != nil {
+				statusW.Close()
+				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				statusW.Close()
+				return Result{}, fmt.Errorf("run in %s: the network forwarder: %w", w.id, err)
+			}
+			uid := 0
+			if iso.root {
+				uid = iso.uid(w.tenant())
+			}
+			if proxy, err = startProxy(w.l.runs, rules, uid); err != nil {
+				statusW.Close()
+				return Result{}, fmt.Errorf("run in %s: the network proxy: %w", w.id, err)
+			}
+			defer proxy.close()
+			extra = []bind{{src: proxy.dir, dst: insideNet}, {src: exe, dst: insideForwarder, ro: true}}
+			argv = append([]string{insideForwarder, forwardFlag, insideNet + "/proxy.sock", "--"}, argv...)
+			url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
+			env = []string{"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url}
+		}
+		p, err := iso.prepare(w.dir, w.tenant(), extra...)
 		if err != nil {
 			statusW.Close()
 			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 		}
-		p.env(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...))
+		p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
 		spec.nproc, spec.binds, spec.uid, spec.gid = p.spec.nproc, p.spec.binds, p.spec.uid, p.spec.gid
 		infoR, infoW, err := os.Pipe()
 		if err != nil {
@@ -70,7 +98,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		defer infoR.Close()
 		cmd.ExtraFiles = append(cmd.ExtraFiles, infoW) // fd 4
 		cmd.Args = append(append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...), "--info-fd", "4", "--")
-		cmd.Args = append(cmd.Args, c.Args...)
+		cmd.Args = append(cmd.Args, argv...)
 		cmd.Dir = "/"
 		cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
 		if iso.root {
@@ -141,6 +169,9 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	waitSandbox(info, inner)
 	err = cmd.Wait()
 	res.Duration = time.Since(start)
+	if proxy != nil {
+		res.Network = proxy.close()
+	}
 	if waitErr != nil {
 		return Result{}, fmt.Errorf("run in %s: wait: %w", w.id, waitErr)
 	}

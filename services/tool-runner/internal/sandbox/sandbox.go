@@ -86,6 +86,10 @@ type Cmd struct {
 	// Timeout bounds the run's wall-clock time; zero means the backend's
 	// default, and a timeout above the backend's maximum is lowered to it.
 	Timeout time.Duration
+	// Hosts are the destinations the command may reach on the isolating
+	// backend, through its proxy (see ParseHosts): none means no network.
+	// The local backend does not restrict the network and ignores them.
+	Hosts []string
 }
 
 // Result is the outcome of a command.
@@ -115,6 +119,10 @@ type Result struct {
 	// Limits describes the limits the command ran under, including any that
 	// could not be applied.
 	Limits string
+	// Network is what the sandbox's proxy allowed and refused, one entry a
+	// connection ("CONNECT example.com:443 refused"), on the isolating
+	// backend with Hosts.
+	Network []string
 }
 
 // ErrEscape is wrapped by Resolve's errors (see PathError) for paths file

@@ -74,6 +74,9 @@ func describeRun(res sandbox.Result) string {
 	if res.ExitCode != 0 && res.Limits != "" {
 		b.WriteString("limits: " + res.Limits + "\n")
 	}
+	for _, n := range res.Network {
+		b.WriteString("network: " + n + "\n")
+	}
 	for _, s := range []struct {
 		name  string
 		text  string
