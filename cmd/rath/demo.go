@@ -40,6 +40,10 @@ type demoOptions struct {
 	wait     time.Duration
 	serve    bool
 	live     liveModel
+	// allowBaseURLs and allowLoopback allow the agent worker's model
+	// endpoints besides the official ones (as rath up's flags do).
+	allowBaseURLs []string
+	allowLoopback bool
 }
 
 // liveModel overrides every agent's provider, for a run against a live model.
@@ -62,7 +66,10 @@ arrive, then a summary, and writes the dossier to --out.
 
 The agents use the deterministic scripted provider unless --provider names a
 live one (openai or anthropic, with --model and --base-url; keys from
-OPENAI_API_KEY and ANTHROPIC_API_KEY).`,
+OPENAI_API_KEY and ANTHROPIC_API_KEY). The demo's agent worker sends requests,
+and the key, to the provider's official endpoint, to the --base-url named on
+this command line (naming it allows it), and to what --allow-base-url and
+--allow-loopback-endpoints allow.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.demo(cmd.Context(), o)
@@ -77,7 +84,8 @@ OPENAI_API_KEY and ANTHROPIC_API_KEY).`,
 	f.DurationVar(&o.wait, "wait", 3*time.Minute, "give up if the run has not finished after this long")
 	f.StringVar(&o.live.provider, "provider", "", "run every agent on this provider instead of its script: openai or anthropic")
 	f.StringVar(&o.live.model, "model", "", "model of --provider")
-	f.StringVar(&o.live.baseURL, "base-url", "", "API endpoint of --provider")
+	f.StringVar(&o.live.baseURL, "base-url", "", "API endpoint of --provider (allowed for the demo's agent worker)")
+	allowEndpointFlags(cmd, &o.allowBaseURLs, &o.allowLoopback)
 	return cmd
 }
 
@@ -139,7 +147,13 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	run.cleanup = append(run.cleanup, func() { logFile.Close() })
 	log := slog.New(slog.NewTextHandler(logFile, nil))
 
-	if run.rt, err = startRuntime(ctx, demoConfig(run.data, example), "rath-demo", log); err != nil {
+	cfg := demoConfig(run.data, example)
+	cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback = slices.Clone(o.allowBaseURLs), o.allowLoopback
+	if live := o.live; live.baseURL != "" && (live.provider == workflow.ProviderOpenAI || live.provider == workflow.ProviderAnthropic) {
+		// The operator named it: the demo's own worker takes the turns.
+		cfg.Worker.AllowBaseURLs = append(cfg.Worker.AllowBaseURLs, live.provider+"="+live.baseURL)
+	}
+	if run.rt, err = startRuntime(ctx, cfg, "rath-demo", log); err != nil {
 		return run, err
 	}
 	run.rt.startLoop()

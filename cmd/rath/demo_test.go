@@ -165,7 +165,10 @@ func TestDemo(t *testing.T) {
 
 // runDemoForTest runs the demo as `rath demo` does and keeps its runtime up
 // until the test ends. It skips where the example's tests cannot run.
-func runDemoForTest(t *testing.T) (*demoRun, *syncBuffer) {
+//
+// allow are the model endpoints, besides the official ones, the runtime's
+// agent worker allows (--allow-base-url).
+func runDemoForTest(t *testing.T, allow ...string) (*demoRun, *syncBuffer) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs the whole agent loop with real go test calls")
@@ -175,7 +178,7 @@ func runDemoForTest(t *testing.T) (*demoRun, *syncBuffer) {
 	}
 	stdout := &syncBuffer{}
 	a := &app{env: env{Stdout: stdout, Stderr: stdout}, timeout: 10 * time.Second}
-	run, err := a.runDemo(context.Background(), demoOptions{out: filepath.Join(t.TempDir(), "dossier"), wait: 3 * time.Minute})
+	run, err := a.runDemo(context.Background(), demoOptions{out: filepath.Join(t.TempDir(), "dossier"), wait: 3 * time.Minute, allowBaseURLs: allow})
 	if run != nil {
 		t.Cleanup(run.close)
 	}

@@ -62,7 +62,11 @@ Exit codes: 0 reproduced, 7 diverged, others as for every command.
 With --from N --fork it forks SESSION at N in the original system instead
 and continues the fork live (--provider, --model, --base-url run its agents
 on another model: the fork records them as labels the agent worker honours),
-then prints "rath diff SESSION FORK".`,
+then prints "rath diff SESSION FORK". The fork's turns are taken by that
+system's agent worker, so --base-url must be an endpoint its operator allows
+(rath up --allow-base-url PROVIDER=URL, or --allow-loopback-endpoints): a label
+is something any client can write, so naming an endpoint here does not allow
+it, and the worker fails the turn, saying so, rather than send it the key.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.fork {
@@ -85,7 +89,7 @@ then prints "rath diff SESSION FORK".`,
 	f.BoolVar(&o.fork, "fork", false, "what-if: fork SESSION at --from in the original system and continue it live")
 	f.StringVar(&o.live.provider, "provider", "", "with --fork: run the fork's agents on this provider (openai or anthropic)")
 	f.StringVar(&o.live.model, "model", "", "with --fork: model of --provider")
-	f.StringVar(&o.live.baseURL, "base-url", "", "with --fork: API endpoint of --provider")
+	f.StringVar(&o.live.baseURL, "base-url", "", "with --fork: API endpoint of --provider; the system's agent worker must allow it (rath up --allow-base-url)")
 	return cmd
 }
 

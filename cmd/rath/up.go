@@ -77,7 +77,7 @@ func toolRunnerDefaults() toolrunner.Config {
 
 // Validate reports every problem at once.
 func (c upConfig) Validate() error {
-	errs := []error{c.ledger().Validate(), c.ToolRunner.Validate()}
+	errs := []error{c.ledger().Validate(), c.Worker.Validate(), c.ToolRunner.Validate()}
 	if c.NATSURL == "" {
 		if c.Sync != syncAlways && c.Sync != syncInterval {
 			errs = append(errs, fmt.Errorf("--sync must be %s or %s, got %q", syncAlways, syncInterval, c.Sync))
@@ -117,7 +117,9 @@ func (a *app) upCmd() *cobra.Command {
 listening on --listen, and runs the session ledger, the selector, the agent
 worker and the tool runner on it until SIGINT or SIGTERM. With --nats (or
 RATH_NATS_URL) it starts no server and runs the services against that one.
-API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
+API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY, and
+go only to each provider's official endpoint, or to one --allow-base-url or
+--allow-loopback-endpoints allows: an agent naming another fails its turn.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
@@ -145,7 +147,16 @@ API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY.`,
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
 	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	allowEndpointFlags(cmd, &cfg.Worker.AllowBaseURLs, &cfg.Worker.AllowLoopback)
 	return cmd
+}
+
+// allowEndpointFlags defines the flags that allow the agent worker's model
+// endpoints besides the official ones (rath up, rath demo).
+func allowEndpointFlags(cmd *cobra.Command, urls *[]string, loopback *bool) {
+	f := cmd.Flags()
+	f.StringArrayVar(urls, "allow-base-url", nil, "PROVIDER=URL: an API endpoint that agents of PROVIDER (openai, anthropic) may name as base_url besides the official one; requests to it carry the provider's key (repeatable)")
+	f.BoolVar(loopback, "allow-loopback-endpoints", false, "let agents name any endpoint on a loopback address (localhost, 127.0.0.0/8, ::1): local model servers, which then get the keys")
 }
 
 // up starts NATS (unless cfg names one), prints where clients connect, runs

@@ -146,4 +146,11 @@ func TestUpConfig(t *testing.T) {
 	if code != exitUsage {
 		t.Errorf("up --sync sometimes exited %d (%s), want %d", code, out.String(), exitUsage)
 	}
+	// The agent worker's flags are checked with the rest, before anything starts.
+	out.Reset()
+	code = execute(context.Background(), env{Args: []string{"up", "--allow-loopback-endpoints", "--allow-base-url", "openai=http://127.0.0.1:8080/v1",
+		"--allow-base-url", "openai=https://u@llm.example.com", "--data", t.TempDir()}, Stdout: &out, Stderr: &out})
+	if code != exitUsage || !strings.Contains(out.String(), "--allow-base-url: endpoint openai=https://u@llm.example.com: user information") {
+		t.Errorf("up --allow-base-url with user information exited %d (%s), want %d naming it", code, out.String(), exitUsage)
+	}
 }

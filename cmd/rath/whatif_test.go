@@ -102,11 +102,13 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // first turn and continues it on another model (an OpenAI-compatible local
 // server): the fork runs its agents on that model only, reaches its own
 // verdict, and the comparison with the root names the file both changed.
+// The runtime's agent worker allows the server's endpoint, as its operator
+// would (rath up --allow-base-url): the fork's label alone does not.
 func TestWhatIfForkOnALiveModel(t *testing.T) {
-	run, _ := runDemoForTest(t)
 	fake := &fakeOpenAI{}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
+	run, _ := runDemoForTest(t, "openai="+srv.URL+"/v1")
 
 	ctx := context.Background()
 	c, err := client.New(run.rt.nc)
