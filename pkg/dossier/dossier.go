@@ -286,6 +286,14 @@ type Placement struct {
 	Workspace string `json:"workspace,omitempty"`
 	Commit    string `json:"commit,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// Isolation is what the placement isolated, as recorded
+	// (events.SandboxPlaced.IsolationOf: "none (development)" for local).
+	Isolation string `json:"isolation,omitempty"`
+	// Development is true for a development backend (local): the branch's
+	// commands ran as the tool runner's user on its host, not isolated.
+	Development bool `json:"development,omitempty"`
+	// From is the placement a move left (rath to).
+	From *events.Sandbox `json:"from,omitempty"`
 }
 
 // Memory is one memory event of a branch: a recall (Query, Items), a write

@@ -17,6 +17,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	dt "github.com/openrath/rath/pkg/dossier/dossiertest"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/services/session-ledger/service"
 )
@@ -199,8 +200,19 @@ func TestDossierContents(t *testing.T) {
 	if err := sch.Validate(inst); err != nil {
 		t.Errorf("dossier.json does not match its schema: %v", err)
 	}
+	// The placements say local isolated nothing (they were recorded before
+	// placements said their isolation).
+	if len(d.Sandboxes) != 2 {
+		t.Fatalf("sandboxes %+v", d.Sandboxes)
+	}
+	for _, p := range d.Sandboxes {
+		if p.Backend != "local" || !p.Development || p.Isolation != events.IsolationNone || p.From != nil {
+			t.Errorf("placement %+v", p)
+		}
+	}
 	md, _ := os.ReadFile(filepath.Join(dir, dossier.FileMarkdown))
-	for _, want := range []string{"final answer came from branch **fix-b**", "**fix** was rejected", "TestAdd still fails", "+\treturn a + b", "## The test result", "ok  \texample/calc", "## Who acted", "- fix (tenant default): default/client 19", "fix seq 1: default/client started the session"} {
+	for _, want := range []string{"**Not isolated:** branch fix, fix-b ran tools on a development backend (local)", "isolation: **none**: local is a development backend",
+		"final answer came from branch **fix-b**", "**fix** was rejected", "TestAdd still fails", "+\treturn a + b", "## The test result", "ok  \texample/calc", "## Who acted", "- fix (tenant default): default/client 19", "fix seq 1: default/client started the session"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("dossier.md lacks %q", want)
 		}
@@ -292,6 +304,30 @@ func editJSON(t *testing.T, dir string, edit func(map[string]any)) {
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A move and an isolating backend read as such in dossier.md.
+func TestMarkdownSandboxes(t *testing.T) {
+	d := &dossier.Dossier{Root: "s", Session: "s", Sandboxes: []dossier.Placement{
+		{At: dossier.At{Branch: "s", Seq: 3}, Backend: "local", SandboxID: "local-s", Host: "h", Isolation: events.IsolationNone, Development: true},
+		{At: dossier.At{Branch: "s", Seq: 9}, Backend: "bwrap", SandboxID: "bwrap-s", Host: "h", Isolation: "bwrap: namespaces",
+			From: &events.Sandbox{Backend: "local", SandboxID: "local-s"}},
+	}, Branches: []dossier.Branch{{ID: "s"}}}
+	md := dossier.Markdown(d)
+	for _, want := range []string{
+		"seq 9 · sandbox moved from local local-s: bwrap bwrap-s on h",
+		"isolation: bwrap: namespaces",
+		"| s | 9 | bwrap | bwrap-s | local local-s | bwrap: namespaces |",
+		"**Not isolated:** branch s ran tools on a development backend",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("dossier.md lacks %q:\n%s", want, md)
+		}
+	}
+	d.Sandboxes = d.Sandboxes[1:]
+	if md := dossier.Markdown(d); strings.Contains(md, "Not isolated") {
+		t.Errorf("an isolated tree is said not to be:\n%s", md)
 	}
 }
 

@@ -253,7 +253,8 @@ func (f *fold) event(e events.Stored) {
 		f.placement = &Ref{Branch: e.Session, Seq: e.Seq}
 		if own {
 			f.placements = append(f.placements, Placement{At: at(e), Backend: d.Backend, SandboxID: d.SandboxID,
-				Host: d.Host, Workspace: d.Workspace, Commit: d.Commit, Reason: d.Reason})
+				Host: d.Host, Workspace: d.Workspace, Commit: d.Commit, Reason: d.Reason,
+				Isolation: d.IsolationOf(), Development: events.Development(d.Backend), From: d.From})
 		}
 	case *events.MemoryRecalled:
 		if own {
@@ -457,6 +458,8 @@ func act(data any) (what, detail, by string, ok bool) {
 		return "wrote memory " + d.ItemID, "", "", true
 	case *events.MemoryRetracted:
 		return "retracted memory " + d.ItemID, d.Reason, d.By, true
+	case *events.SandboxRequested:
+		return "asked to move the session to sandbox " + d.Backend, d.Reason, "", true
 	}
 	return "", "", "", false
 }

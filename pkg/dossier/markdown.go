@@ -141,6 +141,9 @@ func Markdown(d *Dossier) string {
 		w("No accepted branch.\n\n")
 	}
 
+	w("## Sandboxes\n\n")
+	sandboxes(w, d)
+
 	w("## Memory\n\n")
 	if len(d.Memory) == 0 {
 		w("No memory events.\n\n")
@@ -261,9 +264,15 @@ func story(d *Dossier, b Branch) []storyLine {
 		add(t.Seqs[len(t.Seqs)-1], "%s", line)
 	}
 	for _, p := range d.Sandboxes {
-		if p.Branch == b.ID {
-			add(p.Seq, "sandbox placed: %s %s on %s, workspace %s at commit %s (%s)", p.Backend, p.SandboxID, orDash(p.Host), orDash(p.Workspace), short(p.Commit), orDash(p.Reason))
+		if p.Branch != b.ID {
+			continue
 		}
+		what := "sandbox placed"
+		if p.From != nil {
+			what = fmt.Sprintf("sandbox moved from %s %s", p.From.Backend, p.From.SandboxID)
+		}
+		add(p.Seq, "%s: %s %s on %s, workspace %s at commit %s (%s); isolation: %s", what, p.Backend, p.SandboxID, orDash(p.Host), orDash(p.Workspace),
+			short(p.Commit), orDash(p.Reason), isolationText(p))
 	}
 	for _, m := range d.Memory {
 		if m.Branch == b.ID {
@@ -405,3 +414,42 @@ func oneLine(s string, n int) string {
 }
 
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// isolationText says what a placement isolated; a development backend is
+// said to be one.
+func isolationText(p Placement) string {
+	switch {
+	case p.Development:
+		return fmt.Sprintf("**none**: %s is a development backend, commands ran as the tool runner's user on %s", p.Backend, orDash(p.Host))
+	case p.Isolation == "":
+		return "not recorded"
+	}
+	return p.Isolation
+}
+
+// sandboxes lists where each branch's tools ran and what that isolated,
+// warning first when any ran on a development backend.
+func sandboxes(w func(string, ...any), d *Dossier) {
+	if len(d.Sandboxes) == 0 {
+		w("No tool ran in a sandbox.\n\n")
+		return
+	}
+	var dev []string
+	for _, p := range d.Sandboxes {
+		if p.Development && !slices.Contains(dev, p.Branch) {
+			dev = append(dev, p.Branch)
+		}
+	}
+	if len(dev) > 0 {
+		w("**Not isolated:** branch %s ran tools on a development backend (local), which isolates nothing: its commands ran as the tool runner's user, with that user's access to the host's files and network.\n\n", strings.Join(dev, ", "))
+	}
+	w("| branch | seq | backend | sandbox | from | isolation |\n|---|---|---|---|---|---|\n")
+	for _, p := range d.Sandboxes {
+		from := "-"
+		if p.From != nil {
+			from = p.From.Backend + " " + p.From.SandboxID
+		}
+		w("| %s | %d | %s | %s | %s | %s |\n", p.Branch, p.Seq, p.Backend, p.SandboxID, from, cell(isolationText(p)))
+	}
+	w("\n")
+}
