@@ -43,6 +43,13 @@ type runtime struct {
 // start runs every service in-process; workers stop before the ledger.
 func start(t *testing.T) *runtime {
 	t.Helper()
+	return startWith(t, worker.DefaultConfig(), quiet)
+}
+
+// startWith is start with the agent worker's configuration, every service
+// logging to log.
+func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *runtime {
+	t.Helper()
 	// Each service connects as its own role, so that the server enforces its
 	// permissions; the test is a client.
 	ns, _ := natstest.Start(t)
@@ -52,7 +59,7 @@ func start(t *testing.T) *runtime {
 	wctx, wcancel := context.WithCancel(context.Background())
 	ldone := make(chan error, 1)
 	lnc := as(auth.RoleLedger)
-	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
+	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), log) }()
 
 	tr := toolrunner.DefaultConfig()
 	// The local backend, whatever this machine offers: these tests are
@@ -65,9 +72,9 @@ func start(t *testing.T) *runtime {
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
 	snc, wnc, tnc := as(auth.RoleSelector), as(auth.RoleAgentWorker), as(auth.RoleToolRunner)
 	workers := []func(context.Context) error{
-		func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), quiet) },
-		func(ctx context.Context) error { return worker.Run(ctx, wnc, worker.DefaultConfig(), quiet) },
-		func(ctx context.Context) error { return toolrunner.Run(ctx, tnc, tr, quiet) },
+		func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), log) },
+		func(ctx context.Context) error { return worker.Run(ctx, wnc, wcfg, log) },
+		func(ctx context.Context) error { return toolrunner.Run(ctx, tnc, tr, log) },
 	}
 	wdone := make(chan error, len(workers))
 	for _, w := range workers {
@@ -97,11 +104,18 @@ func start(t *testing.T) *runtime {
 	return &runtime{url: ns.ClientURL(), nc: nc, c: c, store: store}
 }
 
-// run starts a session of a workflow and waits until it is closed.
+// run starts a session of a workflow in testdata and waits until it is
+// closed.
 func (r *runtime) run(t *testing.T, id, wfFile, workspace string) (*session.State, []events.Stored) {
 	t.Helper()
+	return r.runPath(t, id, filepath.Join("testdata", wfFile), workspace)
+}
+
+// runPath is run with the workflow file's path.
+func (r *runtime) runPath(t *testing.T, id, path, workspace string) (*session.State, []events.Stored) {
+	t.Helper()
 	ctx := context.Background()
-	wf, err := workflow.Load(filepath.Join("testdata", wfFile))
+	wf, err := workflow.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
