@@ -159,6 +159,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	run.rt.startLoop()
 	run.cleanup = append(run.cleanup, run.rt.stop)
 	fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.url, run.data, logFile.Name())
+	printSandboxes(a.Stdout, "rath demo", run.rt.sandboxes)
 
 	c, err := client.New(run.rt.nc, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
 	if err != nil {

@@ -81,7 +81,8 @@ func (e *brokenError) Error() string {
 //	4  refused by the ledger: malformed, unknown_type, schema,
 //	   invalid_session, session_exists, session_closed, stale_sequence,
 //	   bad_transition, use_operation, nothing_to_merge, too_large,
-//	   duplicate_id, invalid_scope, unknown_event
+//	   duplicate_id, invalid_scope, unknown_event; or refused by a service
+//	   and recorded in the session (a sandbox move: rath.sandbox.refused)
 //	5  verify found a broken chain or a forged event, or the ledger refused
 //	   a damaged session (damaged)
 //	6  unavailable: nothing answered (no NATS, no ledger), or the ledger
@@ -97,6 +98,7 @@ func exitCode(err error) int {
 		unreached *unreachableError
 		denied    *deniedError
 		refusal   *api.Error
+		refused   *refusedError
 	)
 	switch {
 	case err == nil:
@@ -111,6 +113,8 @@ func exitCode(err error) int {
 		return exitDenied
 	case errors.As(err, &unreached):
 		return exitUnavailable
+	case errors.As(err, &refused):
+		return exitRefused
 	case errors.As(err, &refusal):
 		switch refusal.Code {
 		case api.CodeNotFound, api.CodeBlobNotFound, api.CodeOutOfRange, memoryapi.CodeItemNotFound, memoryapi.CodeVersionNotFound:

@@ -31,6 +31,7 @@ func TestExitCode(t *testing.T) {
 		{fmt.Errorf("log: %w", nats.ErrNoResponders), exitUnavailable},
 		{&unreachableError{err: nats.ErrNoServers}, exitUnavailable},
 		{api.Errorf("brand_new", "?"), exitError},
+		{fmt.Errorf("to: %w", &refusedError{"the move was refused"}), exitRefused},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)

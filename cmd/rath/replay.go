@@ -189,6 +189,12 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	cfg := demoConfig(data, seeds)
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-replay-%d", os.Getpid())
 	cfg.Worker.Recorded = orig.Stored()
+	if b := firstBackend(orig); b != "" {
+		// Tools run again where they ran: the original's first placement
+		// is on the backend its workflow asked for, or its runner's
+		// default, which the private runner takes for its own.
+		cfg.ToolRunner.Backend = b
+	}
 	rt, err := startRuntime(ctx, cfg, "rath-replay", log)
 	if err != nil {
 		return nil, err
@@ -808,4 +814,18 @@ func seedRecalled(ctx context.Context, orig, rc *client.Client, t *replay.Tree) 
 		out = append(out, seededItem{ItemID: id, Versions: len(versions), From: from})
 	}
 	return out, nil
+}
+
+// firstBackend is the sandbox backend of the tree's first placement, in its
+// root's own events; "" if the root was never placed.
+func firstBackend(t *replay.Tree) string {
+	for _, ev := range t.Root.Events {
+		if ev.Type != events.TypeSandboxPlaced || ev.Session != t.Root.ID {
+			continue
+		}
+		if d, err := ev.Decode(); err == nil {
+			return d.(*events.SandboxPlaced).Backend
+		}
+	}
+	return ""
 }

@@ -103,7 +103,7 @@ Commands connect as the identity of --creds (default
 ./.rath/data/creds/client.creds, which "rath up" writes; env RATH_CREDS).
 
 Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
-ledger, 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
+ledger (or by the tool runner: rath to), 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
 7 a replay diverged from its original, 8 not authorized (no or unknown
 credentials, or a permission the identity lacks).`,
 		SilenceErrors: true,
@@ -139,6 +139,7 @@ credentials, or a permission the identity lacks).`,
 		a.schemaCmd(),
 		a.memoryCmd(),
 		a.demoCmd(),
+		a.toCmd(), a.doctorCmd(),
 	)
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())

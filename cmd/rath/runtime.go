@@ -13,6 +13,7 @@ import (
 
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/embedded"
+	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 // runtime is a private Rath: an embedded NATS server with JetStream and the
@@ -40,6 +41,9 @@ type runtime struct {
 	// while the services stop).
 	dmu    sync.Mutex
 	denied []error
+	// sandboxes is what the tool runner found about its sandbox backends
+	// when the runtime started.
+	sandboxes toolrunner.Sandboxes
 }
 
 // violated records a permission violation of a service.
@@ -66,6 +70,15 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
+	// A default sandbox backend that does not work here stops the runtime
+	// before it starts (auto falls back to local, with a warning).
+	sandboxes, err := toolrunner.CheckSandboxes(ctx, cfg.ToolRunner)
+	if err == nil {
+		err = sandboxes.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tool runner: %w", err)
+	}
 	creds, err := auth.Ensure(cfg.credsDir())
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
@@ -76,7 +89,7 @@ func startRuntime(ctx context.Context, cfg upConfig, name string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	r := &runtime{url: ns.ClientURL(), creds: creds.Path(auth.RoleClient), log: log, ctx: context.WithoutCancel(ctx), loop: func() {}}
+	r := &runtime{url: ns.ClientURL(), creds: creds.Path(auth.RoleClient), log: log, ctx: context.WithoutCancel(ctx), loop: func() {}, sandboxes: sandboxes}
 	r.dial = dialer(ns.ClientURL(), ns, creds, log, r.violated)
 	cred, _, err := auth.Options(creds.Path(auth.RoleClient))
 	if err != nil {

@@ -158,6 +158,7 @@ func writeState(w io.Writer, v *session.Overview) error {
 	}
 	if s := v.Sandbox; s != nil {
 		row("sandbox", "%s/%s at %d%s%s", s.Backend, s.SandboxID, s.Seq, prefixed(" host ", s.Host), prefixed(" workspace ", s.Workspace))
+		row("  isolation", "%s", isolationText(s.Backend, s.Isolation))
 	} else {
 		row("sandbox", "none")
 	}

@@ -144,6 +144,7 @@ go only to each provider's official endpoint, or to one --allow-base-url or
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.ArchiveAfter, "retention-archive-after", 0, "archive closed sessions this long after they closed (0: only on request)")
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.PurgeAfter, "retention-purge-after", 0, "purge archived sessions from the hot stream this long after they were archived (0: never)")
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.Interval, "retention-interval", 0, "how often the ledger's retention pass runs (0: every 10m)")
+	sandboxFlag(cmd, &cfg.ToolRunner.Backend)
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
 	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
@@ -167,6 +168,17 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		ns  *server.Server
 		url = cfg.NATSURL
 	)
+	// Which sandboxes work here, before anything starts: a default backend
+	// that does not work stops rath up, and a development one is a warning
+	// (printed once NATS is up).
+	sandboxes, err := toolrunner.CheckSandboxes(ctx, cfg.ToolRunner)
+	if err != nil {
+		return err
+	}
+	if err := sandboxes.Err(); err != nil {
+		printSandboxes(out, "rath", sandboxes)
+		return fmt.Errorf("tool runner: %w", err)
+	}
 	creds, err := cfg.identities()
 	if err != nil {
 		return err
@@ -214,6 +226,7 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		cfg.Ledger.Ledger.Key = key
 		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", key.Public().ID, keyFile, service.PublicKeyPath(keyFile))
 	}
+	printSandboxes(out, "rath", sandboxes)
 
 	ledger, base, loop := services(cfg, log)
 	err = serve(ctx, dial, ledger, append(base, loop...)...)

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	toolrunner "github.com/openrath/rath/services/tool-runner/service"
+)
+
+// printSandboxes says which sandbox backends work on this machine and why
+// not, and which one sessions get when their workflow names none. A
+// development default is a warning.
+func printSandboxes(w io.Writer, prefix string, s toolrunner.Sandboxes) {
+	for _, b := range s.Backends {
+		switch {
+		case !b.Works:
+			fmt.Fprintf(w, "%s: sandbox backend %s does not work here: %s\n", prefix, b.Name, b.Why)
+		case b.Development:
+			fmt.Fprintf(w, "%s: sandbox backend %s works (development only: no isolation)\n", prefix, b.Name)
+		default:
+			fmt.Fprintf(w, "%s: sandbox backend %s works (%s)\n", prefix, b.Name, b.Program)
+		}
+	}
+	if s.Default != "" {
+		fmt.Fprintf(w, "%s: sessions whose workflow names no sandbox are placed on %s (--sandbox %s)\n", prefix, s.Default, s.Asked)
+	}
+	if s.Warning != "" {
+		fmt.Fprintf(w, "%s: WARNING: %s\n", prefix, s.Warning)
+	}
+}
+
+// sandboxFlag defines --sandbox, the tool runner's default backend.
+func sandboxFlag(cmd *cobra.Command, backend *string) {
+	cmd.Flags().StringVar(backend, "sandbox", *backend, "sandbox backend of sessions whose workflow names none: "+toolrunner.BackendAuto+
+		" (bwrap where it works here, else local with a warning), "+strings.Join(events.Backends(), " or "))
+}
+
+func (a *app) doctorCmd() *cobra.Command {
+	cfg := toolRunnerDefaults()
+	cfg.Sandbox.Root = ""
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Tell which sandbox backends work on this machine, and why not",
+		Long: `doctor sets up the tool runner's sandbox backends as "rath up" would and
+starts a sandbox with each: bwrap (bubblewrap: is it installed, and can it
+start a sandbox here? its own error if not, such as user namespaces being
+off) and local (development only: no isolation). It prints what each
+isolates and which backend sessions get when their workflow names none
+(--sandbox; auto is bwrap where it works, else local with a warning).
+
+It needs no NATS. The sandboxes are set up in a temporary directory unless
+--workspaces names the root to check. Exit status 0 if the default backend
+works, 1 if not.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Sandbox.Root == "" {
+				dir, err := os.MkdirTemp("", "rath-doctor-")
+				if err != nil {
+					return fmt.Errorf("doctor: %w", err)
+				}
+				defer os.RemoveAll(dir)
+				cfg.Sandbox.Root = dir
+			}
+			s, err := toolrunner.CheckSandboxes(cmd.Context(), cfg)
+			if err != nil {
+				return usageError{err}
+			}
+			if a.json {
+				if err := a.printJSON(s); err != nil {
+					return err
+				}
+			} else {
+				writeDoctor(a.Stdout, s)
+			}
+			return s.Err()
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Sandbox.Root, "workspaces", "", "the workspace root to check (default: a temporary directory)")
+	sandboxFlag(cmd, &cfg.Backend)
+	return cmd
+}
+
+// writeDoctor prints what doctor found.
+func writeDoctor(w io.Writer, s toolrunner.Sandboxes) {
+	fmt.Fprintln(w, "sandbox backends on this machine:")
+	for _, b := range s.Backends {
+		state := "works"
+		if !b.Works {
+			state = "FAILS"
+		}
+		fmt.Fprintf(w, "  %-6s %s\n", b.Name, state)
+		if b.Program != "" {
+			fmt.Fprintf(w, "         program: %s\n", b.Program)
+		}
+		if !b.Works {
+			fmt.Fprintf(w, "         why: %s\n", b.Why)
+		}
+		if b.Development {
+			fmt.Fprintf(w, "         isolation: %s: for development only, commands run as the runner's user on this host\n", b.Isolation)
+		} else {
+			fmt.Fprintf(w, "         isolation: %s\n", b.Isolation)
+		}
+	}
+	switch {
+	case s.Default != "":
+		fmt.Fprintf(w, "default backend: %s (--sandbox %s)\n", s.Default, s.Asked)
+	case s.Asked == toolrunner.BackendAuto:
+		fmt.Fprintln(w, "default backend: none works (--sandbox auto)")
+	default:
+		fmt.Fprintf(w, "default backend: %s, which does not work here (--sandbox %s)\n", s.Asked, s.Asked)
+	}
+	if s.Warning != "" {
+		fmt.Fprintf(w, "WARNING: %s\n", s.Warning)
+	}
+}
+
+// refusedError is a request a service refused and recorded in the session:
+// exit status 4, as the ledger's refusals.
+type refusedError struct{ msg string }
+
+func (e *refusedError) Error() string { return e.msg }
+
+func (a *app) toCmd() *cobra.Command {
+	var (
+		reason string
+		wait   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "to SESSION BACKEND",
+		Short: "Move a session to another sandbox backend (bwrap or local) between tool calls",
+		Long: `to asks the tool runner to move SESSION to the sandbox BACKEND (bwrap, or
+local: development only, no isolation) with a rath.sandbox.requested event, and
+waits for its answer. The runner takes the request in the session's order
+with its tool calls: the calls before it finish where the session is, then it
+places a new workspace on BACKEND seeded from the current one at its head
+commit and records rath.sandbox.placed, whose from names the placement it
+left; the calls after it run on BACKEND. A fork moves alone: its parent stays.
+
+A move to the backend the session is on, to a backend the runner cannot run
+here (and why), or back to a backend whose old workspace is behind is refused
+and recorded as rath.sandbox.refused (exit status 4); a closed session takes
+no request (4). If no tool runner answers within --wait the request stays in
+the log and is answered when one runs (exit status 6).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, backend := args[0], args[1]
+			if !slices.Contains(events.Backends(), backend) {
+				return usageError{fmt.Errorf("unknown sandbox backend %q (backends: %s)", backend, strings.Join(events.Backends(), ", "))}
+			}
+			if wait <= 0 {
+				return usageError{fmt.Errorf("--wait must be positive, got %s", wait)}
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			ack, err := c.Emit(ctx, id, &events.SandboxRequested{Backend: backend, Reason: reason})
+			if err != nil {
+				return err
+			}
+			answer, err := a.awaitAnswer(ctx, c, id, ack.ID, ack.Seq, wait)
+			if err != nil {
+				return err
+			}
+			switch d := answer.data.(type) {
+			case *events.SandboxPlaced:
+				if a.json {
+					return a.printJSON(map[string]any{"session": id, "request_seq": ack.Seq, "seq": answer.seq, "placed": d})
+				}
+				writeMoved(a.Stdout, id, answer.seq, d)
+				return nil
+			case *events.SandboxRefused:
+				if a.json {
+					if err := a.printJSON(map[string]any{"session": id, "request_seq": ack.Seq, "seq": answer.seq, "refused": d}); err != nil {
+						return err
+					}
+				}
+				return &refusedError{fmt.Sprintf("the move of %s to %s was refused (seq %d): %s", id, backend, answer.seq, d.Reason)}
+			}
+			return fmt.Errorf("to: unexpected answer %T", answer.data)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the request and the placement)")
+	cmd.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the tool runner's answer")
+	return cmd
+}
+
+// answer is the tool runner's answer to a request.
+type answer struct {
+	seq  uint64
+	data any
+}
+
+// errFound stops a watch.
+var errFound = errors.New("found")
+
+// awaitAnswer waits for the placement or refusal caused by the request.
+func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID string, reqSeq uint64, wait time.Duration) (answer, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var got answer
+	err := c.Watch(wctx, id, reqSeq+1, func(ev events.Stored) error {
+		if ev.Causation != reqID || (ev.Type != events.TypeSandboxPlaced && ev.Type != events.TypeSandboxRefused) {
+			return nil
+		}
+		d, err := ev.Decode()
+		if err != nil {
+			return fmt.Errorf("answer to the move of %s: %w", id, err)
+		}
+		got = answer{seq: ev.Seq, data: d}
+		return errFound
+	}, client.WithWarnings(func(w client.Warning) { fmt.Fprintf(a.Stderr, "rath: %s\n", w) }))
+	switch {
+	case errors.Is(err, errFound):
+		return got, nil
+	case ctx.Err() != nil:
+		return answer{}, ctx.Err()
+	case wctx.Err() != nil:
+		return answer{}, &unreachableError{fmt.Sprintf("no tool runner answered the move of %s within %s: is \"rath up\" running? The request is in the log (seq %d) and is answered when a tool runner takes it", id, wait, reqSeq), wctx.Err()}
+	}
+	return answer{}, err
+}
+
+// writeMoved prints a placement that answered a move.
+func writeMoved(w io.Writer, id string, seq uint64, p *events.SandboxPlaced) {
+	if p.From != nil {
+		fmt.Fprintf(w, "%s moved from %s (%s) to %s (%s) at commit %s, seq %d\n", id, p.From.Backend, p.From.SandboxID, p.Backend, p.SandboxID, short(p.Commit), seq)
+	} else {
+		fmt.Fprintf(w, "%s placed on %s (%s) at commit %s, seq %d\n", id, p.Backend, p.SandboxID, short(p.Commit), seq)
+	}
+	fmt.Fprintf(w, "isolation: %s\n", isolationText(p.Backend, p.IsolationOf()))
+}
+
+// isolationText says what a placement isolates, in words for people: the
+// local backend is said to be for development.
+func isolationText(backend, isolation string) string {
+	if events.Development(backend) {
+		return "none: " + backend + " is a development backend, commands run as the tool runner's user on its host"
+	}
+	if isolation == "" {
+		return "not recorded"
+	}
+	return isolation
+}

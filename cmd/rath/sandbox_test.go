@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	toolrunner "github.com/openrath/rath/services/tool-runner/service"
+)
+
+// needBwrap fails a test that needs the bwrap sandbox backend on a machine
+// without bubblewrap: such tests are never skipped (CI installs it).
+func needBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("this test needs the bwrap sandbox backend, and bubblewrap (bwrap) is not installed: apt-get install bubblewrap: %v", err)
+	}
+}
+
+// withoutBwrap points PATH at a directory holding git alone, as on a
+// machine without bubblewrap.
+func withoutBwrap(t *testing.T) {
+	t.Helper()
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(git, filepath.Join(dir, "git")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+}
+
+// offline runs rath without NATS.
+func offline(args ...string) result {
+	var out, errb bytes.Buffer
+	code := execute(context.Background(), env{Args: args, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// rath doctor says which backends work and which is the default, and exits
+// 0 only if the default works.
+func TestDoctor(t *testing.T) {
+	needBwrap(t)
+	r := offline("doctor")
+	if r.code != exitOK || !strings.Contains(r.stdout, "  bwrap  works\n") || !strings.Contains(r.stdout, "  local  works\n") ||
+		!strings.Contains(r.stdout, "default backend: bwrap (--sandbox auto)") || !strings.Contains(r.stdout, "for development only") {
+		t.Fatalf("doctor: %+v", r)
+	}
+	if r := offline("doctor", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"default": "bwrap"`) {
+		t.Fatalf("doctor --json: %+v", r)
+	}
+	if r := offline("doctor", "--sandbox", "docker"); r.code != exitUsage {
+		t.Fatalf("doctor --sandbox docker: %+v", r)
+	}
+}
+
+func TestDoctorWithoutBubblewrap(t *testing.T) {
+	withoutBwrap(t)
+	r := offline("doctor")
+	if r.code != exitOK || !strings.Contains(r.stdout, "  bwrap  FAILS\n") || !strings.Contains(r.stdout, "bubblewrap (bwrap) not found") ||
+		!strings.Contains(r.stdout, "default backend: local (--sandbox auto)") || !strings.Contains(r.stdout, "WARNING: ") {
+		t.Fatalf("doctor without bwrap: %+v", r)
+	}
+	r = offline("doctor", "--sandbox", "bwrap")
+	if r.code != exitError || !strings.Contains(r.stderr, "default sandbox backend bwrap does not work on this machine") {
+		t.Fatalf("doctor --sandbox bwrap without bwrap: %+v", r)
+	}
+	// rath up stops before it starts anything, saying why.
+	cfg := defaultUpConfig()
+	cfg.Data, cfg.Listen = t.TempDir(), "127.0.0.1:0"
+	cfg.ToolRunner = toolRunnerDefaults()
+	cfg.ToolRunner.Sandbox.Root = t.TempDir()
+	cfg.ToolRunner.Backend = "bwrap"
+	var out bytes.Buffer
+	err := up(context.Background(), cfg, &out, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "default sandbox backend bwrap does not work") || strings.Contains(out.String(), "NATS") ||
+		!strings.Contains(out.String(), "rath: sandbox backend bwrap does not work here: ") {
+		t.Fatalf("up without bwrap: %v\n%s", err, out.String())
+	}
+}
+
+// rath to moves a session between backends and says where it went; rath
+// log, rath state and the refusals say what each placement isolates.
+func TestMoveFromTheCommandLine(t *testing.T) {
+	needBwrap(t)
+	ctx := context.Background()
+	cfg := demoConfig(t.TempDir(), t.TempDir())
+	cfg.ToolRunner.Backend = "local"
+	rt, err := startRuntime(ctx, cfg, "rath-to-test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.stop)
+	rt.startLoop()
+	upCreds.Store(rt.url, rt.creds)
+	waitReady(t, rt.url)
+	c, err := client.New(rt.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ok(t, rt.url, "start", "--id", "s1")
+	ok(t, rt.url, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"w1","tool":"write_file","arguments":{"path":"a.txt","content":"kept\n"}}`)
+	waitCall(t, c, "s1", "w1")
+
+	out := ok(t, rt.url, "to", "s1", "bwrap", "--reason", "isolate it")
+	if !strings.HasPrefix(out, "s1 moved from local (local-s1) to bwrap (bwrap-s1) at commit ") || !strings.Contains(out, "isolation: bwrap: new user") {
+		t.Fatalf("rath to printed %q", out)
+	}
+	ok(t, rt.url, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"r1","tool":"run","arguments":{"command":["cat","a.txt"]}}`)
+	if done := waitCall(t, c, "s1", "r1"); done.Sandbox.Backend != "bwrap" || !strings.Contains(done.Result, "kept") {
+		t.Fatalf("after the move: %+v", done)
+	}
+
+	log := ok(t, rt.url, "log", "s1")
+	for _, want := range []string{"local/local-s1 (development backend: no isolation)", "rath.sandbox.requested            to bwrap reason=isolate it",
+		"bwrap/bwrap-s1 isolation=bwrap: new user", "from local/local-s1"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("rath log lacks %q:\n%s", want, log)
+		}
+	}
+	if state := ok(t, rt.url, "state", "s1"); !strings.Contains(state, "isolation  bwrap: new user") {
+		t.Errorf("rath state:\n%s", state)
+	}
+
+	r := rath(t, rt.url, "to", "s1", "bwrap")
+	if r.code != exitRefused || !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, "on bwrap already") {
+		t.Errorf("a second move to bwrap: %+v", r)
+	}
+	if r := rath(t, rt.url, "to", "s1", "docker"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown sandbox backend "docker"`) {
+		t.Errorf("a move to docker: %+v", r)
+	}
+	ok(t, rt.url, "to", "s1", "local")
+	if state := ok(t, rt.url, "state", "s1"); !strings.Contains(state, "isolation  none: local is a development backend") {
+		t.Errorf("rath state after the move back:\n%s", state)
+	}
+	ok(t, rt.url, "close", "s1")
+	if r := rath(t, rt.url, "to", "s1", "bwrap"); r.code != exitRefused || !strings.Contains(r.stderr, "session_closed") && !strings.Contains(r.stderr, "closed") {
+		t.Errorf("a move of a closed session: %+v", r)
+	}
+}
+
+// Without a tool runner, rath to says so after --wait; the request stays.
+func TestMoveWithoutARunner(t *testing.T) {
+	url := startLedger(t)
+	ok(t, url, "start", "--id", "s1")
+	r := rath(t, url, "to", "s1", "bwrap", "--wait", "300ms")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no tool runner answered the move of s1") {
+		t.Fatalf("%+v", r)
+	}
+	if log := ok(t, url, "log", "s1"); !strings.Contains(log, "rath.sandbox.requested") {
+		t.Fatalf("the request is not in the log:\n%s", log)
+	}
+}
+
+// waitCall waits for a tool call's completion.
+func waitCall(t *testing.T, c *client.Client, id, callID string) *events.ToolCompleted {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var done *events.ToolCompleted
+	found := errors.New("found")
+	err := c.Watch(ctx, id, 1, func(ev events.Stored) error {
+		d, err := ev.Decode()
+		if err != nil {
+			return err
+		}
+		switch d := d.(type) {
+		case *events.ToolCompleted:
+			if d.CallID == callID {
+				done = d
+				return found
+			}
+		case *events.ToolFailed:
+			if d.CallID == callID {
+				return errors.New("call " + callID + " failed: " + d.Error)
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, found) {
+		t.Fatalf("call %s: %v", callID, err)
+	}
+	return done
+}
+
+// What rath up and rath demo print about the sandboxes: a development
+// default is a warning, and a backend that does not work says why.
+func TestPrintSandboxes(t *testing.T) {
+	var b bytes.Buffer
+	printSandboxes(&b, "rath demo", toolrunner.Sandboxes{Asked: "auto", Default: "local", Warning: "sessions are placed on local",
+		Backends: []toolrunner.SandboxStatus{{Name: "bwrap", Why: "bubblewrap (bwrap) not found"}, {Name: "local", Works: true, Development: true}}})
+	want := `rath demo: sandbox backend bwrap does not work here: bubblewrap (bwrap) not found
+rath demo: sandbox backend local works (development only: no isolation)
+rath demo: sessions whose workflow names no sandbox are placed on local (--sandbox auto)
+rath demo: WARNING: sessions are placed on local
+`
+	if b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+}
