@@ -147,13 +147,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	run.cleanup = append(run.cleanup, func() { logFile.Close() })
 	log := slog.New(slog.NewTextHandler(logFile, nil))
 
-	cfg := demoConfig(run.data, example)
-	cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback = slices.Clone(o.allowBaseURLs), o.allowLoopback
-	if live := o.live; live.baseURL != "" && (live.provider == workflow.ProviderOpenAI || live.provider == workflow.ProviderAnthropic) {
-		// The operator named it: the demo's own worker takes the turns.
-		cfg.Worker.AllowBaseURLs = append(cfg.Worker.AllowBaseURLs, live.provider+"="+live.baseURL)
-	}
-	if run.rt, err = startRuntime(ctx, cfg, "rath-demo", log); err != nil {
+	if run.rt, err = startRuntime(ctx, o.config(run.data, example), "rath-demo", log); err != nil {
 		return run, err
 	}
 	run.rt.startLoop()
@@ -264,6 +258,18 @@ func demoConfig(data, example string) upConfig {
 	cfg.ToolRunner.Sandbox.Root = filepath.Join(data, "workspaces")
 	cfg.ToolRunner.Seeds = example
 	cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
+	return cfg
+}
+
+// config is the demo's runtime configuration: demoConfig with the model
+// endpoints the flags allow, and --base-url, which the operator named for
+// the demo's own agent worker.
+func (o demoOptions) config(data, example string) upConfig {
+	cfg := demoConfig(data, example)
+	cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback = slices.Clone(o.allowBaseURLs), o.allowLoopback
+	if live := o.live; live.baseURL != "" && (live.provider == workflow.ProviderOpenAI || live.provider == workflow.ProviderAnthropic) {
+		cfg.Worker.AllowBaseURLs = append(cfg.Worker.AllowBaseURLs, live.provider+"="+live.baseURL)
+	}
 	return cfg
 }
 

@@ -254,3 +254,24 @@ func TestLiveWorkflow(t *testing.T) {
 		}
 	}
 }
+
+// The demo's agent worker allows what its flags allow, and the --base-url
+// its operator named; an unknown provider allows nothing (liveWorkflow
+// refuses it).
+func TestDemoAllowsTheEndpointItIsGiven(t *testing.T) {
+	o := demoOptions{allowBaseURLs: []string{"anthropic=https://llm.example.com"}, allowLoopback: true,
+		live: liveModel{provider: "openai", model: "m-1", baseURL: "http://10.0.0.5:8000/v1"}}
+	cfg := o.config(t.TempDir(), "examples/demo")
+	if want := []string{"anthropic=https://llm.example.com", "openai=http://10.0.0.5:8000/v1"}; !slices.Equal(cfg.Worker.AllowBaseURLs, want) || !cfg.Worker.AllowLoopback {
+		t.Fatalf("allowed %v, loopback %v; want %v and loopback", cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback, want)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg := (demoOptions{}).config(t.TempDir(), "examples/demo"); len(cfg.Worker.AllowBaseURLs) != 0 || cfg.Worker.AllowLoopback {
+		t.Fatalf("without flags the demo allows %v, loopback %v", cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback)
+	}
+	if cfg := (demoOptions{live: liveModel{provider: "gemini", baseURL: "http://10.0.0.5/v1"}}).config(t.TempDir(), "examples/demo"); len(cfg.Worker.AllowBaseURLs) != 0 {
+		t.Fatalf("an unknown provider's endpoint allowed: %v", cfg.Worker.AllowBaseURLs)
+	}
+}
