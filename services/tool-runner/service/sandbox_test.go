@@ -481,3 +481,51 @@ func TestCheckSandboxes(t *testing.T) {
 		t.Fatalf("unknown backend: %v", err)
 	}
 }
+
+// A session's MCP server runs in the session's sandbox, and moves with it:
+// on bwrap it is the first processes of a pid namespace of its own, on
+// local a process of the host.
+func TestMCPServerFollowsTheSession(t *testing.T) {
+	needBwrap(t)
+	r := setupWith(t, `name: calc
+sandbox: bwrap
+agents:
+  - name: a
+    provider: scripted
+    script: a.yaml
+    tools: [calc.pid, calc.write]
+mcp_servers:
+  - name: calc
+    command: [`+calcServer(t)+`]
+rules:
+  - name: never
+    when: "false"
+    route: {close: {outcome: done}}
+`, sandboxUIDs, func(c *service.Config) { c.Backend = "bwrap" })
+	r.start(t, "x1")
+	pid := func(callID string) (int, *events.ToolCompleted) {
+		t.Helper()
+		r.request(t, "x1", callID, "calc.pid", "")
+		log := r.finish(t, "x1", callID)
+		done, ok := decode(t, log[len(log)-1]).(*events.ToolCompleted)
+		if !ok {
+			t.Fatalf("%s: %s", callID, log[len(log)-1].Data)
+		}
+		n, err := strconv.Atoi(done.Result)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, done
+	}
+	n, done := pid("p1")
+	if done.Sandbox.Backend != "bwrap" || n > 10 {
+		t.Fatalf("on bwrap the server is pid %d (%+v): not in a pid namespace of its own", n, done.Sandbox)
+	}
+	if placed, refused := r.move(t, "x1", "local"); refused != nil || placed.Backend != "local" {
+		t.Fatalf("move: %+v %+v", placed, refused)
+	}
+	n, done = pid("p2")
+	if done.Sandbox.Backend != "local" || syscall.Kill(n, 0) != nil {
+		t.Fatalf("on local the server is pid %d (%+v), which is no process of this host", n, done.Sandbox)
+	}
+}

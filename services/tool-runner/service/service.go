@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os/exec"
 	"slices"
 
 	"github.com/nats-io/nats.go"
@@ -101,7 +102,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}
-	servers, err := mcp.NewPool(cfg.mcp(), log)
+	mcfg := cfg.mcp()
+	if mcfg.Contain == nil {
+		// Listing a workflow's servers (at a session's start, before any
+		// placement) runs them in a sandbox of the default backend.
+		def := ready[sandboxes.Default]
+		mcfg.Contain = func(cmd *exec.Cmd) error { return def.Contain(cmd, "") }
+	}
+	servers, err := mcp.NewPool(mcfg, log)
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}

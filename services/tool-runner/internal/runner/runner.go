@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,7 +167,7 @@ func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) erro
 		return fmt.Errorf("tool %s: workspace head: %w", req.CallID, err)
 	}
 	start := time.Now()
-	out, callErr := r.run(ctx, rt, ev.Session, ws, req)
+	out, callErr := r.run(ctx, rt, st, ws, req)
 	dur := time.Since(start)
 	after, err := ws.Commit(ctx, fmt.Sprintf("rath: %s %s (session %s, attempt %d)", req.Tool, req.CallID, ev.Session, attempt))
 	if err != nil {
@@ -336,12 +337,18 @@ func (r *Runner) route(ctx context.Context, st *session.State, name string) (rou
 	return route{kind: routeRefused, why: fmt.Sprintf("tool %s is registered by %s, which no longer serves it", name, Durable)}, nil
 }
 
-// run runs a call routed here, on the session's workspace.
-func (r *Runner) run(ctx context.Context, rt route, sessionID string, ws sandbox.Workspace, req *events.ToolRequested) (tools.Output, error) {
+// run runs a call routed here, on the session's workspace. An MCP server
+// runs in the sandbox of the session's backend, as its tenant's.
+func (r *Runner) run(ctx context.Context, rt route, st *session.State, ws sandbox.Workspace, req *events.ToolRequested) (tools.Output, error) {
 	if rt.kind == routeBuiltin {
 		return tools.Call(ctx, ws, req.Tool, req.Arguments)
 	}
-	res, err := r.servers.Call(ctx, mcp.Target{Workflow: rt.workflow, Server: rt.server, Session: sessionID, Dir: ws.Dir()}, rt.tool, req.Arguments)
+	b, err := r.backends.Get(ws.Backend())
+	if err != nil {
+		return tools.Output{}, err
+	}
+	contain := func(cmd *exec.Cmd) error { return b.Contain(cmd, st.Tenant) }
+	res, err := r.servers.Call(ctx, mcp.Target{Workflow: rt.workflow, Server: rt.server, Session: st.ID, Dir: ws.Dir(), Contain: contain}, rt.tool, req.Arguments)
 	switch {
 	case err != nil:
 		return tools.Output{}, err
