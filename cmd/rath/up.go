@@ -117,6 +117,8 @@ func (a *app) upCmd() *cobra.Command {
 listening on --listen, and runs the session ledger, the selector, the agent
 worker and the tool runner on it until SIGINT or SIGTERM. With --nats (or
 RATH_NATS_URL) it starts no server and runs the services against that one.
+At start it prints which sandbox backends work here (as rath doctor does) and
+the one sessions whose workflow names none are placed on (--sandbox).
 API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY, and
 go only to each provider's official endpoint, or to one --allow-base-url or
 --allow-loopback-endpoints allows: an agent naming another fails its turn.`,
