@@ -47,8 +47,8 @@ func Parse(data []byte, path string) (*Workflow, error) {
 // Fields each mapping of the file may have; anything else is a problem, so a
 // misspelt key never silently means "unset".
 var (
-	workflowFields  = []string{"name", "description", "sandbox", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction", "memory"}
-	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "script", "max_tokens", "recall"}
+	workflowFields  = []string{"name", "description", "sandbox", "network", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction", "memory"}
+	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "network", "script", "max_tokens", "recall"}
 	recallFields    = []string{"query", "scopes", "tags", "k"}
 	memoryFields    = []string{"scope"}
 	memWriteFields  = []string{"content", "tags", "scope", "evidence"}
@@ -160,6 +160,8 @@ func (p *parser) workflow(n *yaml.Node, w *Workflow) {
 			w.Description = p.str(v, f)
 		case "sandbox":
 			w.Sandbox = p.str(v, f)
+		case "network":
+			w.Network = p.hosts(v, f)
 		case "agents":
 			p.list(v, f, func(v *yaml.Node, f string) { w.Agents = append(w.Agents, p.agent(v, f)) })
 		case "mcp_servers":
@@ -200,6 +202,8 @@ func (p *parser) agent(n *yaml.Node, field string) Agent {
 			a.Tools = p.strs(v, f)
 		case "sandbox":
 			a.Sandbox = p.str(v, f)
+		case "network":
+			a.Network = p.hosts(v, f)
 		case "script":
 			a.Script = p.str(v, f)
 		case "max_tokens":
@@ -433,6 +437,15 @@ func (p *parser) str(n *yaml.Node, field string) string {
 		return ""
 	}
 	return n.Value
+}
+
+// hosts reads a network list: a present but empty list is none, never nil.
+func (p *parser) hosts(n *yaml.Node, field string) []string {
+	hs := p.strs(n, field)
+	if hs == nil {
+		hs = []string{}
+	}
+	return hs
 }
 
 func (p *parser) strs(n *yaml.Node, field string) []string {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,9 +200,9 @@ func TestParseProblems(t *testing.T) {
 		{"duplicate rule", base + "  - name: go\n    when: \"false\"\n    route: {agent: coder}\n",
 			[]workflow.Problem{{9, "rules[1].name", `duplicate rule "go" (first at line 6)`}}},
 		{"unknown field", strings.Replace(base, "openai", "openai\n    temperature: 0.2", 1),
-			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, script, max_tokens, recall)"}}},
+			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, network, script, max_tokens, recall)"}}},
 		{"unknown top-level field", base + "budget:\n  max_turns: 3\n",
-			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, sandbox, agents, mcp_servers, rules, budgets, stop, compaction, memory)"}}},
+			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, sandbox, network, agents, mcp_servers, rules, budgets, stop, compaction, memory)"}}},
 		{"field given twice", strings.Replace(base, "openai", "openai\n    provider: anthropic", 1),
 			[]workflow.Problem{{5, "agents[0].provider", "given twice (first at line 4)"}}},
 		{"bad duration", base + "budgets:\n  wall_time: 30 minutes\n",
@@ -322,5 +324,27 @@ func TestCompactionSettings(t *testing.T) {
 	}
 	if w.Compaction.Keep() != workflow.DefaultKeepLast {
 		t.Fatalf("default keep %d", w.Compaction.Keep())
+	}
+}
+
+func TestNetworkFor(t *testing.T) {
+	src := strings.Replace(base, "rules:", "  - name: tester\n    provider: openai\n    network: []\n  - name: fetcher\n    provider: openai\n    network: [api.github.com, \"*.golang.org:443\"]\nrules:", 1)
+	w, err := workflow.Parse([]byte("network: [proxy.golang.org]\n"+src), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for agent, want := range map[string][]string{
+		"coder":   {"proxy.golang.org"},                   // the workflow's
+		"tester":  {},                                     // none of its own
+		"fetcher": {"api.github.com", "*.golang.org:443"}, // its own
+	} {
+		if got := w.NetworkFor(agent); !slices.Equal(got, want) {
+			t.Errorf("%s: %q, want %q", agent, got, want)
+		}
+	}
+	for _, bad := range []string{"http://x.com", "x.com:0", "user@x.com", "*"} {
+		if _, err := workflow.Parse([]byte("network: ["+strconv.Quote(bad)+"]\n"+base), "w.yaml"); err == nil || !strings.Contains(err.Error(), "network[0]") {
+			t.Errorf("network %q: %v, want refused naming network[0]", bad, err)
+		}
 	}
 }

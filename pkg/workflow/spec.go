@@ -50,6 +50,10 @@ type Workflow struct {
 	// workflow is first placed on when the agent of its first tool call
 	// names none; empty: the tool runner's default.
 	Sandbox string
+	// Network are the hosts the commands of an agent without a network of
+	// its own may reach from an isolating sandbox ("host", "host:port",
+	// "*.domain"); empty: none.
+	Network []string
 
 	path   string
 	source []byte
@@ -76,6 +80,9 @@ type Agent struct {
 	// placed on when the agent's tool call is its first; empty: the
 	// workflow's. It does not move a session placed already.
 	Sandbox string
+	// Network are the hosts the agent's commands may reach from an
+	// isolating sandbox; nil: the workflow's. An empty list ([]) is none.
+	Network []string
 	// Script is the scripted provider's script as written in the file;
 	// ScriptPath is the same path resolved against the workflow file's
 	// directory. Both are empty unless Provider is ProviderScripted.
@@ -98,6 +105,15 @@ func (w *Workflow) SandboxFor(agent string) (backend, by string) {
 		return w.Sandbox, "workflow " + w.Name
 	}
 	return "", ""
+}
+
+// NetworkFor is the hosts agent's commands may reach: the agent's own list
+// if it has one, else the workflow's.
+func (w *Workflow) NetworkFor(agent string) []string {
+	if a, ok := w.Agent(agent); ok && a.Network != nil {
+		return a.Network
+	}
+	return w.Network
 }
 
 // Memory is the workflow's memory settings.

@@ -2,11 +2,13 @@ package workflow
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/openrath/rath/pkg/events"
@@ -38,6 +40,7 @@ func (p *parser) validate(w *Workflow) {
 		p.checkScope("memory.scope", w.Memory.Scope)
 	}
 	p.checkSandbox("sandbox", w.Sandbox)
+	p.checkNetwork("network", w.Network)
 	p.validateMCPServers(w)
 	p.validateAgents(w)
 	p.validateRules(w)
@@ -59,6 +62,26 @@ func (p *parser) validate(w *Workflow) {
 func (p *parser) checkSandbox(field, backend string) {
 	if backend != "" && !slices.Contains(events.Backends(), backend) {
 		p.add(p.line(field), field, "%q is not a sandbox backend (backends: %s)", backend, strings.Join(events.Backends(), ", "))
+	}
+}
+
+// checkNetwork admits host names, "*.domain" and either with ":port"; the
+// tool runner's sandbox parses them again (sandbox.ParseHosts).
+func (p *parser) checkNetwork(field string, hosts []string) {
+	for i, h := range hosts {
+		name := h
+		if host, port, err := net.SplitHostPort(h); err == nil {
+			n, err := strconv.Atoi(port)
+			if err != nil || n <= 0 || n > 65535 {
+				p.add(p.line(field), fmt.Sprintf("%s[%d]", field, i), "%q: bad port", h)
+				continue
+			}
+			name = host
+		}
+		name = strings.TrimPrefix(name, "*.")
+		if name == "" || strings.ContainsAny(name, "/@*?#[] ") || strings.HasPrefix(name, "-") {
+			p.add(p.line(field), fmt.Sprintf("%s[%d]", field, i), "%q is not a host name (host, host:port, *.domain)", h)
+		}
 	}
 }
 
@@ -100,6 +123,7 @@ func (p *parser) validateAgents(w *Workflow) {
 			}
 		}
 		p.checkSandbox(f+".sandbox", a.Sandbox)
+		p.checkNetwork(f+".network", a.Network)
 		if a.BaseURL != "" {
 			if u, err := url.Parse(a.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				p.add(p.line(f+".base_url"), f+".base_url", "%q is not an http or https URL", a.BaseURL)

@@ -341,7 +341,16 @@ func (r *Runner) route(ctx context.Context, st *session.State, name string) (rou
 // runs in the sandbox of the session's backend, as its tenant's.
 func (r *Runner) run(ctx context.Context, rt route, st *session.State, ws sandbox.Workspace, req *events.ToolRequested) (tools.Output, error) {
 	if rt.kind == routeBuiltin {
-		return tools.Call(ctx, ws, req.Tool, req.Arguments)
+		// The hosts the workflow allows the agent's commands to reach.
+		var hosts []string
+		if st.WorkflowRef != "" {
+			wf, err := r.workflows.Get(ctx, st.WorkflowRef)
+			if err != nil {
+				return tools.Output{}, err
+			}
+			hosts = wf.Workflow.NetworkFor(req.Agent)
+		}
+		return tools.Call(ctx, sandbox.WithHosts(ws, hosts), req.Tool, req.Arguments)
 	}
 	b, err := r.backends.Get(ws.Backend())
 	if err != nil {

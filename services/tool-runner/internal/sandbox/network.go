@@ -322,3 +322,22 @@ func forwardMain(args []string) {
 		os.Exit(127)
 	}
 }
+
+// WithHosts returns ws whose commands may reach hosts (Cmd.Hosts), for the
+// tools of a call whose agent the workflow allows them.
+func WithHosts(ws Workspace, hosts []string) Workspace {
+	if len(hosts) == 0 {
+		return ws
+	}
+	return hostsWorkspace{ws, hosts}
+}
+
+type hostsWorkspace struct {
+	Workspace
+	hosts []string
+}
+
+func (w hostsWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
+	c.Hosts = append(slices.Clone(c.Hosts), w.hosts...)
+	return w.Workspace.Run(ctx, c)
+}
