@@ -26,8 +26,10 @@ func main() {
 	flag.Int64Var(&cfg.Sandbox.Limits.Memory, "memory", cfg.Sandbox.Limits.Memory, "address-space limit of a command in bytes (0: none)")
 	passEnv := flag.String("pass-env", strings.Join(service.PassEnvDefault, ","), "environment variables passed to sandboxed commands")
 	daemon.Main("tool-runner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		return service.Run(ctx, nc, cfg, log)
+	}, func() error { // after the flags are parsed
 		cfg.Sandbox.Path = os.Getenv("PATH")
 		cfg.Sandbox.Env = service.SandboxEnv(strings.Split(*passEnv, ","), os.Getenv)
-		return service.Run(ctx, nc, cfg, log)
+		return cfg.Validate()
 	})
 }
