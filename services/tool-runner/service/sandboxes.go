@@ -176,7 +176,7 @@ func bwrapIsolation(lim sandbox.Limits, iso sandbox.Isolation, root bool) func(t
 			user = fmt.Sprintf("host uid %d (tenant %s)", iso.UIDBase+int(h.Sum32()%uint32(iso.UIDCount)), tenant)
 		}
 		parts := []string{
-			"bwrap: new user, mount, pid, ipc, uts and network namespaces (no network), all capabilities dropped",
+			"bwrap: new user, mount, pid, ipc, uts and network namespaces (no network but the hosts a workflow allows an agent, through the runner's proxy), all capabilities dropped",
 			"read-only system; writable: the workspace (its .git read-only) and a private /tmp",
 			"uid 1000 inside, " + user,
 			fmt.Sprintf("nproc %d, /tmp %s, %s", iso.Processes, size(iso.TmpSize), limits(lim)),
