@@ -97,6 +97,16 @@ func TestIsolatedHidesHostProcesses(t *testing.T) {
 // marker.
 func processesWith(t *testing.T, marker string) []string {
 	t.Helper()
+	return processes(t, func(_ int, cmdline []byte) bool {
+		return bytes.Contains(cmdline, []byte(marker)) && !bytes.Contains(cmdline, []byte("-test."))
+	})
+}
+
+// processes lists the host's live processes (zombies run nothing: they
+// only wait for the host's init to reap them) for which match, given the
+// process's uid and command line, is true.
+func processes(t *testing.T, match func(uid int, cmdline []byte) bool) []string {
+	t.Helper()
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -106,9 +116,17 @@ func processesWith(t *testing.T, marker string) []string {
 		if _, err := strconv.Atoi(d.Name()); err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(marker)) && !bytes.Contains(b, []byte("-test.")) {
-			found = append(found, d.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		fi, err1 := os.Stat("/proc/" + d.Name())
+		stat, err2 := os.ReadFile("/proc/" + d.Name() + "/stat")
+		cmdline, err3 := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue // gone meanwhile
+		}
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && match(int(st.Uid), cmdline) {
+			found = append(found, d.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
 	return found
@@ -190,34 +208,7 @@ func uidOf(t *testing.T, ws sandbox.Workspace) int {
 
 func processesOfUID(t *testing.T, uid int) []string {
 	t.Helper()
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []string
-	for _, d := range dirs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		fi, err := os.Stat("/proc/" + d.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// A zombie runs nothing: it only waits for its new parent (the
-		// host's init) to reap it.
-		state := ""
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-			state = string(stat[i+2])
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid && state != "Z" {
-			found = append(found, d.Name()+" "+state+" "+string(stat))
-		}
-	}
-	return found
+	return processes(t, func(u int, _ []byte) bool { return u == uid })
 }
 
 func TestIsolatedMemoryHog(t *testing.T) {
