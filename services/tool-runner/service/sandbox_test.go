@@ -24,7 +24,7 @@ import (
 func needBwrap(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("this test needs the bwrap sandbox backend, and bubblewrap (bwrap) is not installed: apt-get install bubblewrap: %v", err)
+		t.Fatalf("this test needs the bwrap sandbox backend, and bubblewrap (bwrap) is not installed: run scripts/install-sandbox.sh (apt-get install bubblewrap): %v", err)
 	}
 }
 
