@@ -250,7 +250,7 @@ func TestIsolatedNoNetwork(t *testing.T) {
 func TestIsolatedFilesystem(t *testing.T) {
 	t.Parallel()
 	b := newIsolated(t)
-	root, _ := b.Location()
+	_, root := b.Location()
 	// A secret beside the workspaces, as the runner's keys are beside its
 	// data; and another session's workspace.
 	secret := filepath.Join(filepath.Dir(root), "ledger.key")
