@@ -3,8 +3,6 @@ package service
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -113,7 +111,7 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 	bwrapCfg := cfg.Sandbox
 	bwrapCfg.Root = filepath.Join(cfg.Sandbox.Root, BwrapDir)
 	b, err := sandbox.NewIsolated(bwrapCfg, iso)
-	add(events.BackendBwrap, b, err, bwrapIsolation(cfg.Sandbox.Limits, iso, os.Geteuid() == 0), bwrapProgram(ctx, iso), bwrapCfg.Root)
+	add(events.BackendBwrap, b, err, bwrapIsolation(cfg.Sandbox.Limits, iso, b), bwrapProgram(ctx, iso), bwrapCfg.Root)
 	l, err := sandbox.NewLocal(cfg.Sandbox)
 	add(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, "", cfg.Sandbox.Root)
 
@@ -164,16 +162,16 @@ func bwrapProgram(ctx context.Context, iso sandbox.Isolation) string {
 }
 
 // bwrapIsolation describes a bwrap placement of a tenant's session, from
-// the configuration the backend runs commands with (sandbox/isolate.go).
-// The host user is the one the backend picks for the tenant when the
-// runner is root: UIDBase + FNV-1a(tenant) % UIDCount.
-func bwrapIsolation(lim sandbox.Limits, iso sandbox.Isolation, root bool) func(tenant string) string {
+// the configuration the backend runs commands with (sandbox/isolate.go);
+// b, when the backend could be made, says which host user the tenant's
+// commands run as.
+func bwrapIsolation(lim sandbox.Limits, iso sandbox.Isolation, b *sandbox.Local) func(tenant string) string {
 	return func(tenant string) string {
 		user := "the runner's user on the host"
-		if root {
-			h := fnv.New32a()
-			h.Write([]byte(tenant))
-			user = fmt.Sprintf("host uid %d (tenant %s)", iso.UIDBase+int(h.Sum32()%uint32(iso.UIDCount)), tenant)
+		if b != nil {
+			if uid, ok := b.HostUID(tenant); ok {
+				user = fmt.Sprintf("host uid %d (tenant %s)", uid, tenant)
+			}
 		}
 		parts := []string{
 			"bwrap: new user, mount, pid, ipc, uts and network namespaces (no network but the hosts a workflow allows an agent, through the runner's proxy), all capabilities dropped",

@@ -559,3 +559,13 @@ func waitSandbox(info *os.File, inner <-chan int) {
 func (l *Local) tenantFile(sessionID string) string {
 	return filepath.Join(l.root, ".tenants", sessionID)
 }
+
+// HostUID is the host user a tenant's commands run as, and false when they
+// run as the runner's own user: on the local backend, or on an isolating
+// one whose runner is not root.
+func (l *Local) HostUID(tenant string) (int, bool) {
+	if l.iso == nil || !l.iso.root {
+		return 0, false
+	}
+	return l.iso.uid(events.TenantOrDefault(tenant)), true
+}
