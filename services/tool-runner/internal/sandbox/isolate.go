@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox/spawn"
 )
 
 // BackendBwrap is the name of the isolating backend: every command runs in a
@@ -187,9 +188,9 @@ type bind struct {
 
 // prepared is what one isolated run needs beyond a local run.
 type prepared struct {
-	args  []string // bwrap and its arguments
-	stage []string // host directories the helper stages, in order
-	spec  rlimits  // additions to the helper's limits
+	args  []string     // bwrap and its arguments
+	stage []string     // host directories the helper stages, in order
+	spec  spawn.Limits // additions to the helper's limits
 }
 
 // prepare makes the workspace and the tenant's cache writable by the
@@ -199,10 +200,10 @@ func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{spec: rlimits{nproc: i.cfg.Processes}}
+	p := &prepared{spec: spawn.Limits{NProc: i.cfg.Processes}}
 	if i.root {
 		uid := i.uid(tenant)
-		p.spec.uid, p.spec.gid = int64(uid), int64(uid)
+		p.spec.UID, p.spec.GID = int64(uid), int64(uid)
 		if err := chownTree(dir, uid, false); err != nil {
 			return nil, fmt.Errorf("hand %s to the sandbox user: %w", dir, err)
 		}
@@ -250,7 +251,7 @@ func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error
 		if i.root {
 			// A sandbox user cannot reach directories under, say, a 0700
 			// /root: the helper mounts them where it can (stage).
-			src = stagePath(len(p.stage))
+			src = spawn.StagePath(len(p.stage))
 			p.stage = append(p.stage, b.src)
 		}
 		op := "--bind"
@@ -259,7 +260,7 @@ func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error
 		}
 		a = append(a, op, src, b.dst)
 	}
-	p.spec.binds = int64(len(p.stage))
+	p.spec.Binds = int64(len(p.stage))
 	p.args = append(a, "--chdir", dir, "--clearenv")
 	return p, nil
 }
@@ -302,8 +303,8 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 	}
 	p.env(append(env, "HOME="+insideTmp, "TMPDIR="+insideTmp))
 	spec := newRlimits(l.cfg.Limits)
-	spec.nproc, spec.binds, spec.uid, spec.gid = p.spec.nproc, p.spec.binds, p.spec.uid, p.spec.gid
-	args := append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...)
+	spec.NProc, spec.Binds, spec.UID, spec.GID = p.spec.NProc, p.spec.Binds, p.spec.UID, p.spec.GID
+	args := append(append([]string{spawn.Arg0, spec.Encode()}, p.stage...), p.args...)
 	cmd.Args = append(append(args, "--", cmd.Path), cmd.Args[1:]...)
 	cmd.Path = "/proc/self/exe"
 	cmd.Dir = "/"
@@ -417,66 +418,6 @@ func chownTree(dir string, uid int, dirsOnly bool) error {
 		}
 		return os.Lchown(path, uid, uid)
 	})
-}
-
-// stageRoot is where the helper, as root in a mount namespace of its own,
-// mounts a tmpfs and binds the directories it was given, so that the
-// unprivileged bwrap can reach them whatever their host path.
-const stageRoot = "/tmp"
-
-func stagePath(i int) string { return stageRoot + "/rath-stage-" + strconv.Itoa(i) }
-
-// stage runs in the helper (rlimit.go): it mounts the directories dirs at
-// stagePath(i) and becomes the sandbox user. The runner started the helper
-// in a mount namespace of its own, so none of this is seen outside the run.
-// The directories are opened before the tmpfs hides stageRoot, which may
-// hold some of them.
-func stage(r rlimits, dirs []string) error {
-	if len(dirs) > 0 {
-		fds := make([]int, len(dirs))
-		for n, d := range dirs {
-			fd, err := unix.Open(d, unix.O_PATH|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("stage: open %s: %w", d, err)
-			}
-			fds[n] = fd
-		}
-		if err := syscall.Mount("tmpfs", stageRoot, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=64k"); err != nil {
-			return fmt.Errorf("stage: mount a tmpfs on %s: %w", stageRoot, err)
-		}
-		for n, fd := range fds {
-			p := stagePath(n)
-			var st unix.Stat_t
-			if err := unix.Fstat(fd, &st); err != nil {
-				return fmt.Errorf("stage: %s: %w", dirs[n], err)
-			}
-			var err error
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				err = os.Mkdir(p, 0o755)
-			} else {
-				err = os.WriteFile(p, nil, 0o644) // a file is mounted on a file
-			}
-			if err != nil {
-				return fmt.Errorf("stage: %w", err)
-			}
-			if err := syscall.Mount("/proc/self/fd/"+strconv.Itoa(fd), p, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-				return fmt.Errorf("stage: bind %s on %s: %w", dirs[n], p, err)
-			}
-			syscall.Close(fd)
-		}
-	}
-	if r.uid > 0 {
-		if err := syscall.Setgroups(nil); err != nil {
-			return fmt.Errorf("stage: drop groups: %w", err)
-		}
-		if err := syscall.Setresgid(int(r.gid), int(r.gid), int(r.gid)); err != nil {
-			return fmt.Errorf("stage: become group %d: %w", r.gid, err)
-		}
-		if err := syscall.Setresuid(int(r.uid), int(r.uid), int(r.uid)); err != nil {
-			return fmt.Errorf("stage: become user %d: %w", r.uid, err)
-		}
-	}
-	return nil
 }
 
 // Probe starts one sandbox and runs true in it, to tell whether the backend

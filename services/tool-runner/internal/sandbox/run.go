@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox/spawn"
 )
 
 // Run implements Workspace. The command runs as the leader of a new process
@@ -87,7 +89,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 		}
 		p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
-		spec.nproc, spec.binds, spec.uid, spec.gid = p.spec.nproc, p.spec.binds, p.spec.uid, p.spec.gid
+		spec.NProc, spec.Binds, spec.UID, spec.GID = p.spec.NProc, p.spec.Binds, p.spec.UID, p.spec.GID
 		infoR, infoW, err := os.Pipe()
 		if err != nil {
 			statusW.Close()
@@ -97,7 +99,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		info = infoR
 		defer infoR.Close()
 		cmd.ExtraFiles = append(cmd.ExtraFiles, infoW) // fd 4
-		cmd.Args = append(append(append([]string{helperArg0, spec.encode()}, p.stage...), p.args...), "--info-fd", "4", "--")
+		cmd.Args = append(append(append([]string{spawn.Arg0, spec.Encode()}, p.stage...), p.args...), "--info-fd", "4", "--")
 		cmd.Args = append(cmd.Args, argv...)
 		cmd.Dir = "/"
 		cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
@@ -118,7 +120,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 			}
 		}
-		cmd.Args = append([]string{helperArg0, spec.encode()}, c.Args...)
+		cmd.Args = append([]string{spawn.Arg0, spec.Encode()}, c.Args...)
 		cmd.Dir = w.dir
 		cmd.Env = append([]string{
 			"PATH=" + w.l.cfg.Path,
