@@ -195,7 +195,7 @@ type prepared struct {
 
 // prepare makes the workspace and the tenant's cache writable by the
 // sandbox user and builds bwrap's command line.
-func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error) {
+func (i *isolation) prepare(dir, tenant string, dirRO bool, extra ...bind) (*prepared, error) {
 	cache, err := i.tenantCache(tenant)
 	if err != nil {
 		return nil, err
@@ -208,8 +208,8 @@ func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error
 			return nil, fmt.Errorf("hand %s to the sandbox user: %w", dir, err)
 		}
 	}
-	binds := []bind{{src: dir, dst: dir}}
-	if fi, err := os.Stat(filepath.Join(dir, ".git")); err == nil && fi.IsDir() {
+	binds := []bind{{src: dir, dst: dir, ro: dirRO}}
+	if fi, err := os.Stat(filepath.Join(dir, ".git")); err == nil && fi.IsDir() && !dirRO {
 		binds = append(binds, bind{src: filepath.Join(dir, ".git"), dst: filepath.Join(dir, ".git"), ro: true})
 	}
 	binds = append(binds, bind{src: cache, dst: insideCache})
@@ -244,8 +244,13 @@ func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error
 			a = append(a, "--ro-bind", s, s)
 		}
 	}
+	// bwrap's root and /dev are tmpfs of their own: both are made read-only
+	// at the end, and /dev/shm is a bounded tmpfs, so that nothing but
+	// /tmp (bounded) and the binds holds what a command writes.
+	size := strconv.FormatInt(i.cfg.TmpSize, 10)
 	a = append(a, "--proc", "/proc", "--dev", "/dev",
-		"--perms", "1777", "--size", strconv.FormatInt(i.cfg.TmpSize, 10), "--tmpfs", insideTmp)
+		"--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+		"--perms", "1777", "--size", size, "--tmpfs", insideTmp)
 	for _, b := range binds {
 		src := b.src
 		if i.root {
@@ -261,7 +266,7 @@ func (i *isolation) prepare(dir, tenant string, extra ...bind) (*prepared, error
 		a = append(a, op, src, b.dst)
 	}
 	p.spec.Binds = int64(len(p.stage))
-	p.args = append(a, "--chdir", dir, "--clearenv")
+	p.args = append(a, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", dir, "--clearenv")
 	return p, nil
 }
 
@@ -276,8 +281,10 @@ func (i *isolation) system(path string) bool {
 }
 
 // Contain rewrites cmd, a long-running process of a session's tenant (an
-// MCP server), to run in a sandbox of this backend: cmd.Dir is its only
-// writable directory, its executable is shown read-only, its environment is
+// MCP server), to run in a sandbox of this backend: cmd.Dir is shown
+// read-only (a process that outlives a call could otherwise race the
+// runner's own work on the workspace), /tmp is its writable directory, its
+// executable is shown read-only, its environment is
 // cmd.Env with HOME and TMPDIR inside the sandbox, and its limits are the
 // backend's but for the wall-time limit, which the caller manages. Stop it by
 // killing its process group: the sandbox dies with bwrap. For the local
@@ -290,7 +297,10 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 	if cmd.Dir == "" || !filepath.IsAbs(cmd.Dir) || !filepath.IsAbs(cmd.Path) {
 		return fmt.Errorf("contain %s: needs an absolute executable and working directory", cmd.Path)
 	}
-	p, err := i.prepare(cmd.Dir, events.TenantOrDefault(tenant), bind{src: cmd.Path, dst: cmd.Path, ro: true})
+	// The directory is read-only: a process that lives across calls must not
+	// be able to change the workspace while the runner, as root, works on it
+	// (hands it to the sandbox user, writes for file tools, commits).
+	p, err := i.prepare(cmd.Dir, events.TenantOrDefault(tenant), true, bind{src: cmd.Path, dst: cmd.Path, ro: true})
 	if err != nil {
 		return fmt.Errorf("contain %s: %w", cmd.Path, err)
 	}
@@ -397,13 +407,19 @@ func linkTree(src, dst string) {
 // chownTree gives dir and everything in it but .git to uid (only its
 // directories if dirsOnly), skipping what it already owns: the runner's file
 // tools and git checkouts create files as root, which the sandbox user could
-// not then change.
+// not then change. It works through an os.Root, so no link, even one swapped
+// in during the walk, takes it outside dir.
 func chownTree(dir string, uid int, dirsOnly bool) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fs.WalkDir(root.FS(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && d.Name() == ".git" && path != dir {
+		if d.IsDir() && d.Name() == ".git" && path != "." {
 			return filepath.SkipDir
 		}
 		if dirsOnly && !d.IsDir() {
@@ -416,7 +432,7 @@ func chownTree(dir string, uid int, dirsOnly bool) error {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid && int(st.Gid) == uid {
 			return nil
 		}
-		return os.Lchown(path, uid, uid)
+		return root.Lchown(path, uid, uid)
 	})
 }
 

@@ -281,6 +281,16 @@ echo ok > inside; echo tmp > /tmp/t && cat /tmp/t`, secret, other.Dir(), root, f
 	if got := readFile(t, filepath.Join(ws.Dir(), "inside")); got != "ok\n" {
 		t.Errorf("inside = %q", got)
 	}
+	// Nothing but /tmp, /dev/shm (both bounded) and the binds is writable:
+	// bwrap's own root and /dev are tmpfs, which are made read-only.
+	res = run(t, ws, sh(`for f in /x /dev/x /etc/x /run/x; do touch $f 2>/dev/null && echo wrote $f; done; touch /dev/shm/ok /tmp/ok && echo bounded ok`))
+	if res.Stdout != "bounded ok\n" {
+		t.Errorf("writable outside the workspace and the bounded tmpfs: %q", res.Stdout)
+	}
+	res = run(t, ws, sh(`head -c 300000000 /dev/zero > /dev/shm/big || echo refused`))
+	if !strings.Contains(res.Stdout, "refused") {
+		t.Errorf("/dev/shm took 300 MB past its 256 MiB bound: %+v", res)
+	}
 	// The toolchain is there, read-only.
 	res = run(t, ws, sh(`go version && go env GOROOT && touch "$(go env GOROOT)/x"`))
 	if !strings.Contains(res.Stdout, "go version go1.") || res.ExitCode == 0 {

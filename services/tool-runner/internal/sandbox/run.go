@@ -83,7 +83,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 			url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
 			env = []string{"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url}
 		}
-		p, err := iso.prepare(w.dir, w.tenant(), extra...)
+		p, err := iso.prepare(w.dir, w.tenant(), false, extra...)
 		if err != nil {
 			statusW.Close()
 			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
