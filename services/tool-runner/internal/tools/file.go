@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
+	"syscall"
 
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
@@ -59,7 +61,9 @@ func readFile(_ context.Context, ws sandbox.Workspace, raw json.RawMessage) (Out
 		return Output{}, err
 	}
 	defer root.Close()
-	f, err := root.Open(rel)
+	// Non-blocking: opening a FIFO a command left would otherwise wait for
+	// a writer forever. A regular file reads the same either way.
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return Output{}, failf("read_file %s: %s", args.Path, describe(err))
 	}
@@ -180,9 +184,27 @@ func writeFile(_ context.Context, ws sandbox.Workspace, raw json.RawMessage) (Ou
 			return Output{}, failf("write_file %s: %s", args.Path, describe(err))
 		}
 	}
-	// WriteFile keeps the mode of an existing file (an executable script
-	// stays executable).
-	if err := root.WriteFile(rel, []byte(args.Content), 0o644); err != nil {
+	// An existing file keeps its mode (an executable script stays
+	// executable). Non-blocking, and regular files only: a FIFO a command
+	// left would otherwise block the open, or the write, forever.
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
+	if errors.Is(err, syscall.ENXIO) { // a FIFO with no reader
+		return Output{}, failf("write_file %s: not a regular file", args.Path)
+	}
+	if err != nil {
+		return Output{}, failf("write_file %s: %s", args.Path, describe(err))
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return Output{}, failf("write_file %s: not a regular file", args.Path)
+	}
+	if err := f.Truncate(0); err != nil {
+		return Output{}, failf("write_file %s: %s", args.Path, describe(err))
+	}
+	if _, err := f.Write([]byte(args.Content)); err != nil {
+		return Output{}, failf("write_file %s: %s", args.Path, describe(err))
+	}
+	if err := f.Close(); err != nil {
 		return Output{}, failf("write_file %s: %s", args.Path, describe(err))
 	}
 	return Output{Result: fmt.Sprintf("wrote %d bytes to %s", len(args.Content), rel)}, nil

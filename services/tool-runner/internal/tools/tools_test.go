@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -446,5 +447,30 @@ func TestValidate(t *testing.T) {
 		if got := tools.CheckName(json.RawMessage(tc.args)); got != tc.check {
 			t.Fatalf("%s: check %q, want %q", tc.args, got, tc.check)
 		}
+	}
+}
+
+// TestFileToolsRefuseFIFOs: a FIFO a command left in the workspace is
+// refused at once; opening it used to block the runner forever.
+func TestFileToolsRefuseFIFOs(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	if err := syscall.Mkfifo(filepath.Join(ws.Dir(), "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ tool, args string }{
+		{"read_file", `{"path": "p"}`},
+		{"write_file", `{"path": "p", "content": "x"}`},
+	} {
+		out := call(t, ws, c.tool, c.args)
+		if out.ExitCode == 0 || !strings.Contains(out.Result, "regular file") {
+			t.Errorf("%s on a FIFO: %+v", c.tool, out)
+		}
+	}
+	// A regular file is still written whole, over a longer one.
+	call(t, ws, "write_file", `{"path": "a.txt", "content": "longer content\n"}`)
+	call(t, ws, "write_file", `{"path": "a.txt", "content": "b\n"}`)
+	if b, err := os.ReadFile(filepath.Join(ws.Dir(), "a.txt")); err != nil || string(b) != "b\n" {
+		t.Errorf("a.txt = %q, %v", b, err)
 	}
 }
