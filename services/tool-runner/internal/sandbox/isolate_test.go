@@ -400,3 +400,40 @@ func TestIsolatedAllowedHosts(t *testing.T) {
 		t.Error("a malformed host was accepted")
 	}
 }
+
+// TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall: an allowed name
+// that resolves to the host's loopback is refused (only a rule naming the
+// address itself reaches it), and a connection to an upstream that never
+// answers ends with the call instead of holding Run.
+func TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			held <- c // accepted, never answered, never closed
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ws := place(t, newIsolated(t), "s1", nil)
+	connect := func(hostport string) string {
+		return `u=${HTTP_PROXY#http://}; exec 3<>/dev/tcp/${u%:*}/${u##*:}; printf 'CONNECT ` + hostport + ` HTTP/1.1\r\nHost: ` + hostport + `\r\n\r\n' >&3; head -c 12 <&3; echo`
+	}
+	res := run(t, ws, sandbox.Cmd{Args: []string{"bash", "-c", connect("localhost:" + port)}, Hosts: []string{"localhost:" + port}})
+	if !strings.Contains(res.Stdout, "403") || len(res.Network) != 1 || !strings.Contains(res.Network[0], "not a public address") {
+		t.Errorf("localhost allowed by name: %+v", res)
+	}
+	c := sandbox.Cmd{Args: []string{"bash", "-c", connect("127.0.0.1:"+port) + "; sleep 100"}, Hosts: []string{"127.0.0.1:" + port}, Timeout: time.Second}
+	res = run(t, ws, c)
+	if !res.TimedOut || !strings.Contains(res.Stdout, "200") {
+		t.Errorf("silent upstream: %+v", res)
+	}
+	// The proxy's connection is in the listener's queue (its 200 came
+	// after the dial): Accept returns it.
+	(<-held).Close()
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,12 @@ func ParseHosts(entries []string) ([]HostRule, error) {
 }
 
 func allowed(rules []HostRule, host string, port int) bool {
+	_, ok := allowedBy(rules, host, port)
+	return ok
+}
+
+// allowedBy returns the rule that allows host:port.
+func allowedBy(rules []HostRule, host string, port int) (HostRule, bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	for _, r := range rules {
 		if r.Port != port {
@@ -90,13 +97,13 @@ func allowed(rules []HostRule, host string, port int) bool {
 		}
 		if d, ok := strings.CutPrefix(r.Host, "*."); ok {
 			if strings.HasSuffix(host, "."+d) {
-				return true
+				return r, true
 			}
 		} else if host == r.Host {
-			return true
+			return r, true
 		}
 	}
-	return false
+	return HostRule{}, false
 }
 
 // netProxy is one call's proxy.
@@ -204,36 +211,82 @@ func (p *netProxy) handle(c net.Conn) {
 		refuse(c, "this is the sandbox's proxy: ask for http://host/... or CONNECT host:port")
 		return
 	}
-	if !allowed(p.rules, host, port) {
+	rule, ok := allowedBy(p.rules, host, port)
+	if !ok {
 		p.record(fmt.Sprintf("%s %s:%d refused", verb, host, port))
 		refuse(c, fmt.Sprintf("%s:%d is not among the hosts this call may reach", host, port))
 		return
 	}
-	up, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), 10*time.Second)
+	// The runner resolves the name, and dials the address it checked: a
+	// name allowed by the workflow must not lead to the host's loopback, a
+	// private network or a cloud's metadata service, unless the rule names
+	// that address itself.
+	addr, err := p.resolve(host, rule)
+	if err != nil {
+		p.record(fmt.Sprintf("%s %s:%d refused: %v", verb, host, port, err))
+		refuse(c, err.Error())
+		return
+	}
+	up, err := net.DialTimeout("tcp", net.JoinHostPort(addr.String(), strconv.Itoa(port)), 10*time.Second)
 	if err != nil {
 		p.record(fmt.Sprintf("%s %s:%d allowed, failed: %v", verb, host, port, err))
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n%v\n", err)
 		return
 	}
+	p.track(up, true)
+	defer p.track(up, false)
 	defer up.Close()
 	p.record(fmt.Sprintf("%s %s:%d allowed", verb, host, port))
-	if req.Method == http.MethodConnect {
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			return
-		}
-	} else {
+	if req.Method != http.MethodConnect {
+		// One request a connection: what follows it on the client's side
+		// (a pipelined request for another host) is never sent.
 		req.RequestURI = ""
 		req.Header.Set("Connection", "close")
 		req.Header.Del("Proxy-Connection")
 		if err := req.Write(up); err != nil {
 			return
 		}
+		closeWrite(up)
+		_, _ = io.Copy(c, up)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
 	}
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, br); closeWrite(up); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
 	<-done
 	<-done
+}
+
+// resolve returns the address to dial for host: itself if it is an IP
+// literal the rule names, else the first address the name resolves to,
+// which must be a public one.
+func (p *netProxy) resolve(host string, rule HostRule) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if rule.Host == a.String() {
+			return a, nil // the workflow named this address
+		}
+		return netip.Addr{}, fmt.Errorf("%s: an address is reached only when the workflow names it", host)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+			a.IsUnspecified() || a.IsMulticast() || !a.IsGlobalUnicast() {
+			return netip.Addr{}, fmt.Errorf("%s resolves to %s, which is not a public address", host, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("resolve %s: no address", host)
+	}
+	return addrs[0].Unmap(), nil
 }
 
 func closeWrite(c net.Conn) {
