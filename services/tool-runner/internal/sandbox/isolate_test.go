@@ -437,3 +437,23 @@ func TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall(t *testing.T) {
 	// after the dial): Accept returns it.
 	(<-held).Close()
 }
+
+// TestNoInheritedDescriptors: a descriptor the runner's process holds
+// without close-on-exec (a socket a supervisor passed, say) reaches no
+// command, isolated or local.
+func TestNoInheritedDescriptors(t *testing.T) {
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil { // no O_CLOEXEC
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	for _, b := range []*sandbox.Local{newLocal(t), newIsolated(t)} {
+		ws := place(t, b, "s1", nil)
+		res := run(t, ws, sh(`cd /proc/self/fd && echo *`))
+		// 0, 1, 2 and the directory echo's shell reads.
+		if f := strings.Fields(res.Stdout); len(f) > 4 {
+			t.Errorf("%s: the command holds descriptors %q", ws.Backend(), f)
+		}
+	}
+}

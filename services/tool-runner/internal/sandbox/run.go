@@ -90,6 +90,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		}
 		p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
 		spec.NProc, spec.Binds, spec.UID, spec.GID = p.spec.NProc, p.spec.Binds, p.spec.UID, p.spec.GID
+		spec.Keep = 4 // bwrap's --info-fd
 		infoR, infoW, err := os.Pipe()
 		if err != nil {
 			statusW.Close()

@@ -57,23 +57,28 @@ type Limits struct {
 	// the user it becomes.
 	Binds    int64
 	UID, GID int64
+	// Keep is the highest file descriptor the command inherits (3 by
+	// default: the status pipe, closed on exec); every one above it that
+	// the runner's process held is closed on exec, so nothing it was
+	// started with (a socket a supervisor passed) reaches a command.
+	Keep int64
 }
 
 // Encode is the helper's argv[1].
 func (l Limits) Encode() string {
 	var parts []string
-	for i, v := range []int64{l.CPU, l.AS, l.NoFile, l.FSize, l.NProc, l.Binds, l.UID, l.GID} {
+	for i, v := range []int64{l.CPU, l.AS, l.NoFile, l.FSize, l.NProc, l.Binds, l.UID, l.GID, l.Keep} {
 		parts = append(parts, names[i]+"="+itoa(v))
 	}
 	return join(parts, ",")
 }
 
-var names = []string{"cpu", "as", "nofile", "fsize", "nproc", "binds", "uid", "gid"}
+var names = []string{"cpu", "as", "nofile", "fsize", "nproc", "binds", "uid", "gid", "keep"}
 
 // Decode reads Encode's form.
 func Decode(s string) (Limits, error) {
 	var l Limits
-	fields := []*int64{&l.CPU, &l.AS, &l.NoFile, &l.FSize, &l.NProc, &l.Binds, &l.UID, &l.GID}
+	fields := []*int64{&l.CPU, &l.AS, &l.NoFile, &l.FSize, &l.NProc, &l.Binds, &l.UID, &l.GID, &l.Keep}
 	for _, kv := range split(s, ',') {
 		k, v, _ := cut(kv, '=')
 		n, ok := atoi(v)
@@ -161,6 +166,7 @@ func run(spec string, argv []string) {
 	if err != nil {
 		fail(err.Error())
 	}
+	closeOnExecAbove(max(r.Keep, StatusFD))
 	if r.Binds >= int64(len(argv)) {
 		fail(itoa(r.Binds) + " directories to stage and no command")
 	}
@@ -261,6 +267,33 @@ func run(spec string, argv []string) {
 	}
 	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(argv0)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
 	fail("exec " + argv[0] + ": " + e.Error())
+}
+
+// closeOnExecAbove marks every file descriptor above keep close-on-exec.
+func closeOnExecAbove(keep int64) {
+	const sysCloseRange, closeRangeCloexec = 436, 1 << 2 // the same on every Linux architecture
+	if _, _, e := syscall.RawSyscall(sysCloseRange, uintptr(keep+1), ^uintptr(0), closeRangeCloexec); e == 0 {
+		return
+	}
+	// Before Linux 5.11: the ones this process has open.
+	fd, err := syscall.Open("/proc/self/fd", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err != nil || n <= 0 {
+			return
+		}
+		_, _, names := syscall.ParseDirent(buf[:n], -1, nil)
+		for _, name := range names {
+			if v, ok := atoi(name); ok && v > keep && v != int64(fd) {
+				syscall.CloseOnExec(int(v))
+			}
+		}
+	}
 }
 
 // lookPath finds a command as a shell would: a name with a slash as it is,
