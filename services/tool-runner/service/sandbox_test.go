@@ -32,6 +32,9 @@ func needBwrap(t *testing.T) {
 // the sandbox package's tests, which count the processes of theirs.
 func sandboxUIDs(c *service.Config) { c.Isolation.UIDBase = 300000 }
 
+// allowLocal lets sessions go to local while the default isolates.
+func allowLocal(c *service.Config) { c.AllowLocal = true }
+
 // noBwrap makes the bwrap backend fail to start: its program is missing.
 func noBwrap(c *service.Config) { c.Isolation.Bwrap = "/nonexistent/bwrap" }
 
@@ -176,7 +179,7 @@ func TestFirstPlacementChoosesTheBackend(t *testing.T) {
 		}
 	})
 	t.Run("agent", func(t *testing.T) {
-		r := setupWith(t, backendWorkflow("bwrap"), sandboxUIDs)
+		r := setupWith(t, backendWorkflow("bwrap"), sandboxUIDs, allowLocal)
 		r.startWith(t, "a1", nil)
 		done := r.ok(t, "a1", "c1", "dev", "list_files", `{}`)
 		if done == nil || done.Sandbox.Backend != "local" {
@@ -188,7 +191,7 @@ func TestFirstPlacementChoosesTheBackend(t *testing.T) {
 		}
 	})
 	t.Run("default", func(t *testing.T) {
-		r := setupWith(t, backendWorkflow(""), sandboxUIDs, func(c *service.Config) { c.Backend = "bwrap" })
+		r := setupWith(t, backendWorkflow(""), sandboxUIDs, allowLocal, func(c *service.Config) { c.Backend = "bwrap" })
 		r.startWith(t, "d1", nil)
 		done := r.ok(t, "d1", "c1", "plain", "list_files", `{}`)
 		if done == nil || done.Sandbox.Backend != "bwrap" {
@@ -230,7 +233,7 @@ func TestWorkflowAskingForAnUnavailableBackend(t *testing.T) {
 // make no sense are refused, and the refusal is in the session's log.
 func TestMoveBetweenBackends(t *testing.T) {
 	needBwrap(t)
-	r := setupWith(t, backendWorkflow("local"), sandboxUIDs)
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal)
 	r.startWith(t, "m1", nil)
 	wrote := r.ok(t, "m1", "w1", "plain", "write_file", `{"path":"notes.txt","content":"before the move\n"}`)
 	if wrote == nil || wrote.Sandbox.Backend != "local" {
@@ -298,7 +301,7 @@ func TestMoveBetweenBackends(t *testing.T) {
 // which runs it as a redelivery would.)
 func TestMoveAnsweredOnce(t *testing.T) {
 	needBwrap(t)
-	r := setupWith(t, backendWorkflow("local"), sandboxUIDs)
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal)
 	r.startWith(t, "o1", nil)
 	r.ok(t, "o1", "c1", "plain", "list_files", `{}`)
 	placed, refused := r.move(t, "o1", "bwrap")
@@ -358,7 +361,7 @@ func TestMoveBeforeTheFirstCall(t *testing.T) {
 // where it is.
 func TestForkKeepsItsOwnPlacement(t *testing.T) {
 	needBwrap(t)
-	r := setupWith(t, backendWorkflow("local"), sandboxUIDs)
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal)
 	r.startWith(t, "p1", nil)
 	r.ok(t, "p1", "w0", "plain", "list_files", `{}`)
 	if _, refused := r.move(t, "p1", "bwrap"); refused != nil {
@@ -402,7 +405,7 @@ func TestForkKeepsItsOwnPlacement(t *testing.T) {
 // fork point's commit.
 func TestUnplacedForkMoves(t *testing.T) {
 	needBwrap(t)
-	r := setupWith(t, backendWorkflow("local"), sandboxUIDs)
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal)
 	r.startWith(t, "q1", nil)
 	wrote := r.ok(t, "q1", "w1", "plain", "write_file", `{"path":"a.txt","content":"shared\n"}`)
 	st, err := r.c.State(context.Background(), "q1", 0)
@@ -429,7 +432,7 @@ func TestIsolationNamesTheHostUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("this test checks the sandbox user the runner picks as root; run it as root (CI does)")
 	}
-	r := setupWith(t, backendWorkflow("bwrap"), sandboxUIDs)
+	r := setupWith(t, backendWorkflow("bwrap"), sandboxUIDs, allowLocal)
 	r.startWith(t, "i1", nil)
 	if done := r.ok(t, "i1", "c1", "plain", "run", `{"command":["sh","-c","echo x > made-inside"]}`); done == nil || done.ExitCode != 0 {
 		t.Fatalf("run %+v", done)
@@ -501,7 +504,7 @@ rules:
   - name: never
     when: "false"
     route: {close: {outcome: done}}
-`, sandboxUIDs, func(c *service.Config) { c.Backend = "bwrap" })
+`, sandboxUIDs, allowLocal, func(c *service.Config) { c.Backend = "bwrap" })
 	r.start(t, "x1")
 	pid := func(callID string) (int, *events.ToolCompleted) {
 		t.Helper()
@@ -527,5 +530,26 @@ rules:
 	n, done = pid("p2")
 	if done.Sandbox.Backend != "local" || syscall.Kill(n, 0) != nil {
 		t.Fatalf("on local the server is pid %d (%+v), which is no process of this host", n, done.Sandbox)
+	}
+}
+
+// Where the default isolates, a client of the bus cannot take a session out
+// of isolation unless the operator allows it: a workflow asking for local
+// fails its calls, and a move to local is refused, both naming the flag.
+func TestLocalOnlyWhereTheOperatorAllowsIt(t *testing.T) {
+	needBwrap(t)
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs)
+	r.start(t, "l1")
+	done, failed := r.call(t, "l1", "c1", "plain", "list_files", `{}`)
+	if done != nil || !strings.Contains(failed.Error, "--sandbox-allow-local") {
+		t.Fatalf("a call on local: %+v %+v, want failed naming --sandbox-allow-local", done, failed)
+	}
+	r2 := setupWith(t, backendWorkflow(""), sandboxUIDs)
+	r2.start(t, "l2")
+	if done := r2.ok(t, "l2", "c1", "plain", "list_files", `{}`); done.Sandbox.Backend != "bwrap" {
+		t.Fatalf("placed on %s", done.Sandbox.Backend)
+	}
+	if _, refused := r2.move(t, "l2", "local"); refused == nil || !strings.Contains(refused.Reason, "--sandbox-allow-local") {
+		t.Errorf("move to local: %+v, want refused naming --sandbox-allow-local", refused)
 	}
 }

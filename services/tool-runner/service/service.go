@@ -38,6 +38,10 @@ type Config struct {
 	Backend string
 	// Isolation configures the bwrap backend.
 	Isolation sandbox.Isolation
+	// AllowLocal lets a workflow or a move request put a session on the
+	// local backend while the default isolates: without it, a session can
+	// leave isolation only where the operator made local the default.
+	AllowLocal bool
 	// Seeds is the directory workspace seeds are named under.
 	Seeds string
 	// MCP configures the MCP servers of workflows; an empty MCP.Path is
@@ -93,8 +97,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if sandboxes.Warning != "" {
 		log.Warn(sandboxes.Warning)
 	}
+	gone := unavailable(sandboxes)
+	if _, ok := ready[events.BackendLocal]; ok && sandboxes.Default != events.BackendLocal && !cfg.AllowLocal {
+		// Any client of the bus could otherwise take its sessions out of
+		// isolation with a workflow or a move request.
+		delete(ready, events.BackendLocal)
+		gone[events.BackendLocal] = fmt.Errorf("the runner's default, %s, isolates, and its operator does not let sessions leave it (--sandbox-allow-local)", sandboxes.Default)
+	}
 	log.Info("sandbox backends", "default", sandboxes.Default, "asked", sandboxes.Asked, "ready", slices.Sorted(maps.Keys(ready)))
-	backends, err := runner.NewBackends(sandboxes.Default, ready, unavailable(sandboxes))
+	backends, err := runner.NewBackends(sandboxes.Default, ready, gone)
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
 	}
@@ -105,9 +116,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	mcfg := cfg.mcp()
 	if mcfg.Contain == nil {
 		// Listing a workflow's servers (at a session's start, before any
-		// placement) runs them in a sandbox of the default backend.
+		// placement) runs them in a sandbox of the default backend, as
+		// tenant "rath", which no real tenant can be: its host user and
+		// cache are no tenant's sessions'.
 		def := ready[sandboxes.Default]
-		mcfg.Contain = func(cmd *exec.Cmd) error { return def.Contain(cmd, "") }
+		mcfg.Contain = func(cmd *exec.Cmd) error { return def.Contain(cmd, events.ServiceTenant) }
 	}
 	servers, err := mcp.NewPool(mcfg, log)
 	if err != nil {
