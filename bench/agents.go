@@ -304,6 +304,9 @@ func agentIDs(prefix string, n int) []string {
 // them (which also reports errors they logged).
 func (h *harness) startAgentsInProcess(dir string) (func(), error) {
 	tr := toolrunner.DefaultConfig()
+	// The agent loop's figures compare with runs before sandboxes isolated
+	// (all on local); what isolation costs a call is BenchmarkRunEcho's.
+	tr.Backend = events.BackendLocal
 	tr.Sandbox.Root = filepath.Join(h.dir, "workspaces-inproc")
 	tr.Seeds = dir
 	tr.Sandbox.Path = os.Getenv("PATH")
@@ -370,7 +373,7 @@ func (h *harness) startAgentProcesses(ctx context.Context, bins map[string]strin
 			name := fmt.Sprintf("%s-%d-of-%d", kind, i, k)
 			args := []string{"--nats", h.ns.ClientURL(), "--creds", h.creds.Path(auth.Role(kind))}
 			if kind == "tool-runner" {
-				args = append(args, "--workspaces", filepath.Join(h.dir, "workspaces-"+name), "--seeds", dir, "--timeout", "30s")
+				args = append(args, "--workspaces", filepath.Join(h.dir, "workspaces-"+name), "--seeds", dir, "--timeout", "30s", "--sandbox", events.BackendLocal)
 			}
 			p, err := startCommand(name, filepath.Join(h.dir, name+".log"), bins[kind], args, []string{"RATH_NATS_URL="})
 			if err != nil {
