@@ -59,7 +59,7 @@ type Options struct {
 // first divergence is the earliest by branch (tree order of the original)
 // and then sequence.
 func Compare(orig, repl *Tree, opt Options) Result {
-	no, nr := Normalise(orig), Normalise(repl)
+	no, nr := Normalise(orig, repl), Normalise(repl, orig)
 	var res Result
 	var divs []Divergence
 	var walk func(o, r *Branch, pos string)

@@ -62,6 +62,35 @@ var tokens = []struct {
 	{"commit", regexp.MustCompile(`\b[0-9a-f]{40}\b`)},
 }
 
+// replaceWhole replaces id in s where it stands as a whole session ID: not
+// inside a longer run of the characters IDs are made of, so that session
+// "fix" leaves the workflow name "fix-calc" alone (it was "<root>-calc",
+// and a replay reported a divergence that was not there).
+func replaceWhole(s, id, with string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, id)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(id)
+		if (i > 0 && idByte(s[i-1])) || (end < len(s) && idByte(s[end])) {
+			b.WriteString(s[:i+1])
+			s = s[i+1:]
+			continue
+		}
+		b.WriteString(s[:i])
+		b.WriteString(with)
+		s = s[end:]
+	}
+}
+
+// idByte reports whether c can be part of a session ID (events.ValidateSessionID).
+func idByte(c byte) bool {
+	return c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
 // durations in tool output (go test's "0.004s", "(cached)") vary by run.
 var durations = regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|us|ms|s|m)\b|\(cached\)`)
 
@@ -69,16 +98,28 @@ var durations = regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|us|ms|s|m)\b|\(cached\)
 const Duration = "<duration>"
 
 // Normalise returns the normalised events of every branch of t, by session
-// ID, in sequence order. Session IDs anywhere in the data become their
+// ID, in sequence order. Session IDs in the data become their
 // branch's position ("<root.1>"); workspace paths "<workspace>"; the
 // fields of Masked "<masked>"; event IDs, turn IDs and git commits are
 // renamed by first appearance, in an order that does not depend on how
 // the producers' events interleaved: branches in tree order, then each
 // producer (source) in turn, then sequence.
-func Normalise(t *Tree) map[string][]Event {
+//
+// Session IDs in text are replaced where they stand whole (session "fix"
+// leaves "fix-calc" alone); sandbox IDs ("<backend>-<session>") are
+// renamed whole. The IDs of the trees in also are replaced too: comparing
+// an original with its replay, each side's text is normalised with both
+// sides' IDs, so that a word that happens to be the original's session ID
+// ("I will fix Add.") reads the same on both sides.
+func Normalise(t *Tree, also ...*Tree) map[string][]Event {
 	n := &normaliser{renames: map[string]string{}, counts: map[string]int{}}
-	for _, b := range t.Branches {
+	for _, b := range slices.Concat(t.Branches, branchesOf(also)) {
 		n.literal = append(n.literal, [2]string{b.ID, "<" + b.Pos + ">"})
+		for _, be := range events.Backends() {
+			n.literal = append(n.literal, [2]string{be + "-" + b.ID, "<sandbox " + be + "-" + b.Pos + ">"})
+		}
+	}
+	for _, b := range t.Branches {
 		for _, e := range b.Events {
 			if e.Type != events.TypeSandboxPlaced {
 				continue
@@ -109,7 +150,17 @@ func Normalise(t *Tree) map[string][]Event {
 	return out
 }
 
+func branchesOf(trees []*Tree) []*Branch {
+	var out []*Branch
+	for _, t := range trees {
+		out = append(out, t.Branches...)
+	}
+	return out
+}
+
 type normaliser struct {
+	// literal are session IDs, replaced where they stand whole, and
+	// workspace paths and sandbox IDs, replaced anywhere.
 	literal [][2]string
 	renames map[string]string
 	counts  map[string]int
@@ -151,7 +202,11 @@ func (n *normaliser) value(v any) any {
 
 func (n *normaliser) text(s string) string {
 	for _, l := range n.literal {
-		s = strings.ReplaceAll(s, l[0], l[1])
+		if strings.HasPrefix(l[1], "<workspace") || strings.HasPrefix(l[1], "<sandbox ") {
+			s = strings.ReplaceAll(s, l[0], l[1])
+		} else {
+			s = replaceWhole(s, l[0], l[1])
+		}
 	}
 	for _, tk := range tokens {
 		s = tk.re.ReplaceAllStringFunc(s, func(m string) string {

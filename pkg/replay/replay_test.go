@@ -145,3 +145,39 @@ func TestExternal(t *testing.T) {
 		t.Errorf("external inputs at %v, want %v", seqs, want)
 	}
 }
+
+// A session ID replaces whole IDs only: session "fix" of workflow
+// "fix-calc" keeps its workflow's name (the README's own replay reported a
+// false divergence), and a fork's ID, which extends its parent's, is its
+// own.
+func TestNormaliseReplacesWholeIDsOnly(t *testing.T) {
+	n := &normaliser{renames: map[string]string{}, counts: map[string]int{}, literal: [][2]string{{"fix-d1e6be3c", "<root.1>"}, {"fix", "<root>"}}}
+	for in, want := range map[string]string{
+		"fix":                         "<root>",
+		"fix-calc":                    "fix-calc",
+		"prefix":                      "prefix",
+		"fix_2":                       "fix_2",
+		"forked to fix-d1e6be3c at 4": "forked to <root.1> at 4",
+		"fork of fix at 22":           "fork of <root> at 22",
+		"fix/fix:fix.":                "<root>/<root>:<root>.",
+		"ffix fix":                    "ffix <root>",
+	} {
+		if got := n.text(in); got != want {
+			t.Errorf("text(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The README's session "fix" replays as reproduced: its ID is a word of its
+// task and of the coder's text, and part of no workflow name it replaces.
+func TestCompareShortWordID(t *testing.T) {
+	orig := run(t, "fix", "turn-c20c2833", strings.Repeat("a", 40), "I will fix Add in fix-calc.", false)
+	repl := run(t, "01a20139-9588-706f-b041-ff486bffc761", "turn-5f2f1f0d", strings.Repeat("b", 40), "I will fix Add in fix-calc.", false)
+	if res := Compare(orig, repl, Options{Finished: true}); res.First != nil {
+		t.Fatalf("diverged: %+v", res.First)
+	}
+	other := run(t, "01a20139-9588-706f-b041-ff486bffc761", "turn-5f2f1f0d", strings.Repeat("b", 40), "I will fix Add in <root>-calc.", false)
+	if res := Compare(orig, other, Options{Finished: true}); res.First == nil || res.First.Seq != 3 {
+		t.Fatalf("a different text compared equal: %+v", res.First)
+	}
+}
