@@ -662,13 +662,32 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	last := fork
 	for {
 		var closed events.SessionClosed
+		var failed *events.TurnFailed
 		err := c.Watch(wctx, last, o.from+1, func(e events.Stored) error {
-			if e.Type != events.TypeSessionClosed {
-				return nil
+			switch e.Type {
+			case events.TypeSessionClosed:
+				_ = json.Unmarshal(e.Data, &closed)
+				return errWatched
+			case events.TypeTurnFailed:
+				// The what-if's own turn failing (its endpoint refused, no
+				// key, the model unreachable) ends it: nothing would run
+				// the fork on, and waiting --wait for a close would leave
+				// it open for good.
+				var f events.TurnFailed
+				if json.Unmarshal(e.Data, &f) == nil && f.TurnID == turnID {
+					failed = &f
+					return errWatched
+				}
 			}
-			_ = json.Unmarshal(e.Data, &closed)
-			return errWatched
+			return nil
 		})
+		if failed != nil {
+			reason := fmt.Sprintf("what-if turn of %s failed: %s", failed.Agent, failed.Error)
+			if _, cerr := c.Close(ctx, last, reason, "failed"); cerr != nil {
+				return fmt.Errorf("what-if fork %s: %s; closing it: %w", last, reason, cerr)
+			}
+			return fmt.Errorf("what-if fork %s: %s (the fork is closed, outcome failed)", last, reason)
+		}
 		if !errors.Is(err, errWatched) {
 			return fmt.Errorf("what-if fork %s: not closed (%w); compare later with: rath diff %s %s", last, err, session, last)
 		}

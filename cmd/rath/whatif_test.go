@@ -191,4 +191,22 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 			t.Fatalf("the root's usage names the what-if model: %+v", root.Usage.ByModel)
 		}
 	}
+
+	// A what-if whose turn fails (an endpoint the runtime does not allow:
+	// no request is sent) ends at once, saying why, and closes its fork,
+	// instead of waiting --wait and leaving the fork open.
+	res = rath(t, run.rt.url, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
+		"--provider", "openai", "--model", "fake-1", "--base-url", "http://127.0.0.1:9/v1", "--wait", "2m")
+	if res.code == exitOK || !strings.Contains(res.stderr, "what-if turn of coder failed") || !strings.Contains(res.stderr, "the fork is closed") {
+		t.Fatalf("failing what-if: exit %d: %s", res.code, res.stderr)
+	}
+	g, err = c.Lineage(ctx, run.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Root.Children {
+		if st, err := c.State(ctx, n.Session, 0); err == nil && st.Labels["rath.base_url"] == "http://127.0.0.1:9/v1" && !st.Status.Ended() {
+			t.Errorf("the failed what-if fork %s is still %s", n.Session, st.Status)
+		}
+	}
 }
