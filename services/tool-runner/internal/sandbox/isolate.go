@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,7 +96,8 @@ type isolation struct {
 	ro  []string
 	// hostCache is the runner's GOCACHE, which seeds a tenant's cache.
 	hostCache string
-	mu        sync.Mutex // serialises making tenants' caches
+	mu        sync.Mutex      // serialises making tenants' caches
+	made      map[string]bool // tenants whose cache exists (no stat a run)
 }
 
 // Paths inside the sandbox.
@@ -126,30 +127,27 @@ func NewIsolated(cfg Config, iso Isolation) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	i := &isolation{cfg: iso, bwrap: path, root: os.Geteuid() == 0, cache: filepath.Join(l.root, ".cache")}
+	i := &isolation{cfg: iso, bwrap: path, root: os.Geteuid() == 0, cache: filepath.Join(l.root, ".cache"), made: map[string]bool{}}
 	if err := os.MkdirAll(i.cache, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox cache: %w", err)
 	}
-	i.env, i.ro = insideEnv(cfg.Env)
-	for _, kv := range cfg.Env {
-		if v, ok := strings.CutPrefix(kv, "GOCACHE="); ok {
-			i.hostCache = v
-		}
-	}
+	i.env, i.ro, i.hostCache = insideEnv(cfg.Env)
 	l.iso = i
 	l.name = BackendBwrap
 	return l, nil
 }
 
 // insideEnv rewrites the commands' environment for the sandbox: GOCACHE
-// becomes the tenant's cache, GOPATH a directory in /tmp, and the module
-// cache and GOROOT, when set, are shown read-only.
-func insideEnv(env []string) (out, ro []string) {
+// becomes the tenant's cache (the runner's, hostCache, seeds it), GOPATH a
+// directory in /tmp, and the module cache and GOROOT, when set, are shown
+// read-only.
+func insideEnv(env []string) (out, ro []string, hostCache string) {
 	var gopath, modcache string
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
 		case "GOCACHE":
+			hostCache = v
 			continue
 		case "GOPATH":
 			gopath = v
@@ -169,7 +167,7 @@ func insideEnv(env []string) (out, ro []string) {
 		ro = append(ro, modcache)
 	}
 	out = append(out, "GOCACHE="+insideCache+"/go-build", "GOPATH="+insideTmp+"/go")
-	return out, ro
+	return out, ro, hostCache
 }
 
 // uid is the host user a tenant's commands run as (when the runner is
@@ -190,17 +188,24 @@ type bind struct {
 type prepared struct {
 	args  []string     // bwrap and its arguments
 	stage []string     // host directories the helper stages, in order
-	spec  spawn.Limits // additions to the helper's limits
+	spec  spawn.Limits // the helper's limits
+}
+
+// helper is the spawn helper's argv: its limits, the directories it stages,
+// then bwrap's command line and tail (the command).
+func (p *prepared) helper(tail ...string) []string {
+	return slices.Concat([]string{spawn.Arg0, p.spec.Encode()}, p.stage, p.args, tail)
 }
 
 // prepare makes the workspace and the tenant's cache writable by the
-// sandbox user and builds bwrap's command line.
-func (i *isolation) prepare(dir, tenant string, dirRO bool, extra ...bind) (*prepared, error) {
+// sandbox user and builds the helper's limits and bwrap's command line.
+func (i *isolation) prepare(lim Limits, dir, tenant string, dirRO bool, extra ...bind) (*prepared, error) {
 	cache, err := i.tenantCache(tenant)
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{spec: spawn.Limits{NProc: i.cfg.Processes}}
+	p := &prepared{spec: newRlimits(lim)}
+	p.spec.NProc = i.cfg.Processes
 	if i.root {
 		uid := i.uid(tenant)
 		p.spec.UID, p.spec.GID = int64(uid), int64(uid)
@@ -300,7 +305,7 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 	// The directory is read-only: a process that lives across calls must not
 	// be able to change the workspace while the runner, as root, works on it
 	// (hands it to the sandbox user, writes for file tools, commits).
-	p, err := i.prepare(cmd.Dir, events.TenantOrDefault(tenant), true, bind{src: cmd.Path, dst: cmd.Path, ro: true})
+	p, err := i.prepare(l.cfg.Limits, cmd.Dir, events.TenantOrDefault(tenant), true, bind{src: cmd.Path, dst: cmd.Path, ro: true})
 	if err != nil {
 		return fmt.Errorf("contain %s: %w", cmd.Path, err)
 	}
@@ -312,10 +317,7 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 		}
 	}
 	p.env(append(env, "HOME="+insideTmp, "TMPDIR="+insideTmp))
-	spec := newRlimits(l.cfg.Limits)
-	spec.NProc, spec.Binds, spec.UID, spec.GID = p.spec.NProc, p.spec.Binds, p.spec.UID, p.spec.GID
-	args := append(append([]string{spawn.Arg0, spec.Encode()}, p.stage...), p.args...)
-	cmd.Args = append(append(args, "--", cmd.Path), cmd.Args[1:]...)
+	cmd.Args = p.helper(slices.Concat([]string{"--", cmd.Path}, cmd.Args[1:])...)
 	cmd.Path = "/proc/self/exe"
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + l.cfg.Path}
@@ -349,8 +351,11 @@ func (i *isolation) tenantCache(tenant string) (string, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	dir := filepath.Join(i.cache, tenant)
-	build := filepath.Join(dir, "go-build")
-	if _, err := os.Stat(build); err == nil {
+	if i.made[tenant] {
+		return dir, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go-build")); err == nil {
+		i.made[tenant] = true
 		return dir, nil
 	}
 	stage, err := os.MkdirTemp(i.cache, ".new-")
@@ -375,6 +380,7 @@ func (i *isolation) tenantCache(tenant string) (string, error) {
 	if err := os.Rename(stage, dir); err != nil {
 		return "", fmt.Errorf("tenant cache: %w", err)
 	}
+	i.made[tenant] = true
 	return dir, nil
 }
 
@@ -448,7 +454,7 @@ func (l *Local) Probe(ctx context.Context) error {
 		return fmt.Errorf("probe %s: %w", l.name, err)
 	}
 	defer removeAll(dir)
-	w := &localWorkspace{l: l, id: "probe", dir: dir}
+	w := &localWorkspace{l: l, id: "probe", dir: dir, tenant: events.TenantOrDefault("")}
 	if err := os.Mkdir(filepath.Join(dir, ".git"), 0o755); err != nil {
 		return fmt.Errorf("probe %s: %w", l.name, err)
 	}
@@ -457,7 +463,7 @@ func (l *Local) Probe(ctx context.Context) error {
 		return fmt.Errorf("probe %s: %w", l.name, err)
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("probe %s: a sandbox running true exited %d: %s", l.name, res.ExitCode, strings.TrimSpace(string(bytes.TrimSpace([]byte(res.Stderr)))))
+		return fmt.Errorf("probe %s: a sandbox running true exited %d: %s", l.name, res.ExitCode, strings.TrimSpace(res.Stderr))
 	}
 	return nil
 }

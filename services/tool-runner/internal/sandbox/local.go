@@ -228,7 +228,7 @@ func (l *Local) Open(sessionID string) (Workspace, error) {
 }
 
 func (l *Local) workspace(sessionID, dir string) *localWorkspace {
-	return &localWorkspace{l: l, id: l.name + "-" + sessionID, dir: dir, session: sessionID}
+	return &localWorkspace{l: l, id: l.name + "-" + sessionID, dir: dir, tenant: l.tenantOf(sessionID)}
 }
 
 // branch is the one branch of every workspace.
@@ -346,19 +346,19 @@ func (l *Local) runGit(ctx context.Context, dir string, args ...string) (string,
 
 // localWorkspace is a workspace of the local backend.
 type localWorkspace struct {
-	l       *Local
-	id      string
-	dir     string
-	session string
-	mu      sync.Mutex // serialises git commands that take the index lock
+	l      *Local
+	id     string
+	dir    string
+	tenant string     // the tenant Place recorded for the session
+	mu     sync.Mutex // serialises git commands that take the index lock
 }
 
 func (w *localWorkspace) ID() string      { return w.id }
 func (w *localWorkspace) Backend() string { return w.l.name }
 
-// tenant is the tenant Place recorded for the workspace's session.
-func (w *localWorkspace) tenant() string {
-	b, err := os.ReadFile(w.l.tenantFile(w.session))
+// tenantOf is the tenant Place recorded for a session's workspace.
+func (l *Local) tenantOf(sessionID string) string {
+	b, err := os.ReadFile(l.tenantFile(sessionID))
 	if err != nil || events.ValidateTenant(string(b)) != nil {
 		return events.TenantOrDefault("")
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -53,7 +54,6 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		// the group, and so survived the group kill.
 		WaitDelay: 2 * time.Second,
 	}
-	spec := newRlimits(lim)
 	var info *os.File // bwrap's --info-fd, read for the sandbox's init
 	var proxy *netProxy
 	if iso := w.l.iso; iso != nil {
@@ -71,7 +71,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 			}
 			uid := 0
 			if iso.root {
-				uid = iso.uid(w.tenant())
+				uid = iso.uid(w.tenant)
 			}
 			if proxy, err = startProxy(w.l.runs, rules, uid); err != nil {
 				statusW.Close()
@@ -83,14 +83,13 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 			url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
 			env = []string{"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url}
 		}
-		p, err := iso.prepare(w.dir, w.tenant(), false, extra...)
+		p, err := iso.prepare(lim, w.dir, w.tenant, false, extra...)
 		if err != nil {
 			statusW.Close()
 			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 		}
 		p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
-		spec.NProc, spec.Binds, spec.UID, spec.GID = p.spec.NProc, p.spec.Binds, p.spec.UID, p.spec.GID
-		spec.Keep = 4 // bwrap's --info-fd
+		p.spec.Keep = 4 // bwrap's --info-fd
 		infoR, infoW, err := os.Pipe()
 		if err != nil {
 			statusW.Close()
@@ -100,8 +99,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		info = infoR
 		defer infoR.Close()
 		cmd.ExtraFiles = append(cmd.ExtraFiles, infoW) // fd 4
-		cmd.Args = append(append(append([]string{spawn.Arg0, spec.Encode()}, p.stage...), p.args...), "--info-fd", "4", "--")
-		cmd.Args = append(cmd.Args, argv...)
+		cmd.Args = p.helper(slices.Concat([]string{"--info-fd", "4", "--"}, argv)...)
 		cmd.Dir = "/"
 		cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
 		if iso.root {
@@ -121,7 +119,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 			}
 		}
-		cmd.Args = append([]string{spawn.Arg0, spec.Encode()}, c.Args...)
+		cmd.Args = append([]string{spawn.Arg0, newRlimits(lim).Encode()}, c.Args...)
 		cmd.Dir = w.dir
 		cmd.Env = append([]string{
 			"PATH=" + w.l.cfg.Path,
