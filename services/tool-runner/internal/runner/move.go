@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -75,9 +73,6 @@ func (r *Runner) refuse(ctx context.Context, ev events.Stored, backend, why stri
 // carry moves the session as req asks and records the new placement, or
 // returns why it does not.
 func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored, req *events.SandboxRequested, takeOver bool) (string, error) {
-	if !slices.Contains(events.Backends(), req.Backend) {
-		return fmt.Sprintf("unknown sandbox backend %q (backends: %s)", req.Backend, strings.Join(events.Backends(), ", ")), nil
-	}
 	p := st.Sandbox
 	if p != nil && p.Backend == req.Backend {
 		return fmt.Sprintf("the session is on %s already (%s)", p.Backend, p.SandboxID), nil
