@@ -258,7 +258,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		}
 		a, err := l.stored(ctx, e, &ev, kind, sealed{seq: seq, prev: prev, hash: hash, body: body}, res.StreamSeq)
 		if err == nil {
-			l.recordHead(a)
+			l.heads.record(a, seq == 1)
 		}
 		return a, err
 	}

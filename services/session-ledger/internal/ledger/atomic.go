@@ -158,7 +158,7 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 			e.remember(acks[i])
 		}
 		l.afterAtomic(ctx, e, evs, first)
-		l.recordHead(acks[len(acks)-1])
+		l.heads.record(acks[len(acks)-1], acks[0].Seq == 1)
 		return acks, nil
 	}
 }

@@ -66,6 +66,7 @@ func (l *Ledger) AppendBatch(ctx context.Context, evs []event.Event) []BatchResu
 		l.appendRound(ctx, evs, expect, heads, res)
 	}
 	last := map[string]api.Ack{} // each session's new head
+	created := map[string]bool{} // sessions the batch started
 	for i := range res {
 		if a := res[i].Ack; res[i].Err == nil && a.Duplicate && a.Session != evs[i].Subject() && !assigned[i] {
 			res[i] = BatchResult{Err: duplicateID(a)}
@@ -73,9 +74,12 @@ func (l *Ledger) AppendBatch(ctx context.Context, evs []event.Event) []BatchResu
 		if a := res[i].Ack; res[i].Err == nil && !a.Duplicate && a.Seq > last[a.Session].Seq {
 			last[a.Session] = a
 		}
+		if a := res[i].Ack; res[i].Err == nil && !a.Duplicate && a.Seq == 1 {
+			created[a.Session] = true
+		}
 	}
-	for _, a := range last {
-		l.recordHead(a)
+	for id, a := range last {
+		l.heads.record(a, created[id])
 	}
 	return res
 }

@@ -104,7 +104,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	e.state, e.loaded = nil, false
 	a := api.Ack{ID: ev.ID(), Session: req.ID, Seq: at + 1, Hash: hash, Sig: events.Sig(ev), StreamSeq: res.StreamSeq}
 	e.remember(a)
-	l.recordHead(a)
+	l.heads.record(a, true)
 	labels := map[string]string{}
 	for k, v := range parent.Labels {
 		labels[k] = v

@@ -2,23 +2,28 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/internal/ledger"
 )
 
-// headsRecorded waits until every head record the ledger published without
-// waiting has been acknowledged.
+// headsRecorded writes the heads the ledger holds back (it coalesces them
+// for up to HeadEvery) and waits until JetStream has acknowledged them.
 func headsRecorded(t *testing.T, r *rig) {
 	t.Helper()
-	<-r.store.JetStream().PublishAsyncComplete()
+	if err := r.l.FlushHeads(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // wantFault checks a verify report names a fault at seq whose reason says
@@ -171,5 +176,44 @@ func TestCutTailAndHeadRecordSeenByTheLedger(t *testing.T) {
 	}
 	if got, err := r.c.Log(ctx, "s", 1, 0, 0); err != nil || len(got) != 1 {
 		t.Fatalf("nothing may be stored at the cut sequence: %d events, %v", len(got), err)
+	}
+}
+
+// Heads are coalesced: a session's first head is recorded at once (its ID
+// can never start again), later ones wait and only the latest is written,
+// and a ledger that stops writes what it held back.
+func TestHeadsCoalescedFirstAtOnceLatestOnStop(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := serveWith(t, nc, "ledger-a", func(c *ledger.Config) { c.HeadEvery = time.Hour })
+	ctx := context.Background()
+	js := r.store.JetStream()
+	r.start(t, "s")
+	<-js.PublishAsyncComplete()
+	if h, err := r.store.GetHead(ctx, "s"); err != nil || h.Seq != 1 {
+		t.Fatalf("first head: %+v, %v; want it recorded at once at 1", h, err)
+	}
+	var last api.Ack
+	for i := range 5 {
+		last = r.emit(t, "s", chunk(fmt.Sprint("turn ", i)))
+	}
+	<-js.PublishAsyncComplete()
+	if h, err := r.store.GetHead(ctx, "s"); err != nil || h.Seq != 1 {
+		t.Fatalf("head before the interval: %+v, %v; want still 1", h, err)
+	}
+	r.stop()
+	h, err := r.store.GetHead(ctx, "s")
+	if err != nil || h.Seq != last.Seq || h.Hash != last.Hash || h.Sig != last.Sig {
+		t.Fatalf("head after stop: %+v, %v; want the last ack %+v", h, err, last)
+	}
+	bucket, err := js.Stream(ctx, "KV_"+events.BucketHeads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := bucket.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != 2 {
+		t.Fatalf("%d head records written for 6 appends; want 2 (the first, the latest)", info.State.LastSeq)
 	}
 }

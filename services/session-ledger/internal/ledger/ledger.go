@@ -36,11 +36,15 @@ type Config struct {
 	// stored events: the keys of earlier rotations, or of other ledgers of
 	// the deployment that sign with keys of their own. Key is always trusted.
 	Trusted []events.PublicKey
+	// HeadEvery is how long a session's new signed head may wait before it
+	// is recorded in the heads bucket (only the latest is written); zero
+	// records every head at once. A session's first head never waits.
+	HeadEvery time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger"}
+	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger", HeadEvery: 100 * time.Millisecond}
 }
 
 // Validate reports every problem at once.
@@ -51,6 +55,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheSessions < 1 {
 		errs = append(errs, fmt.Errorf("session cache size must be positive, got %d", c.CacheSessions))
+	}
+	if c.HeadEvery < 0 {
+		errs = append(errs, fmt.Errorf("head record interval must not be negative, got %s", c.HeadEvery))
 	}
 	errs = append(errs, c.Retention.Validate())
 	return errors.Join(errs...)
@@ -66,6 +73,7 @@ type Ledger struct {
 	now   func() time.Time
 	keys  events.Keyring
 	sign  *signer
+	heads *headBook
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *entry, most recently used first
@@ -126,6 +134,7 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		now:     func() time.Time { return time.Now().UTC() },
 		keys:    events.NewKeyring(append([]events.PublicKey{cfg.Key.Public()}, cfg.Trusted...)...),
 		sign:    &signer{key: cfg.Key},
+		heads:   newHeadBook(store, cfg.HeadEvery, log),
 		entries: map[string]*list.Element{},
 		lru:     list.New(),
 		reader:  fold.NewReader(store, cfg.SnapshotEvery),
@@ -273,15 +282,6 @@ func checkHead(rec eventstore.Head, last events.Stored) error {
 		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d has hash %s, the ledger signed %s there", last.Session, last.Seq, short(last.Hash), short(rec.Hash))
 	}
 	return nil
-}
-
-// recordHead records a session's new head apart from its log, without
-// waiting: a lagging record is harmless (every event is signed itself), a
-// missing one only weakens the detection of a cut log until the next append.
-func (l *Ledger) recordHead(a api.Ack) {
-	if err := l.store.PutHeadAsync(eventstore.Head{Session: a.Session, Seq: a.Seq, Hash: a.Hash, Sig: a.Sig}); err != nil {
-		l.log.Warn("head not recorded", "session", a.Session, "seq", a.Seq, "err", err)
-	}
 }
 
 // lastSeq is the rathseq a stored body claims (0 if it has none readable).

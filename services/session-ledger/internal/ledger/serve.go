@@ -104,6 +104,8 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	}
 	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", events.LedgerPrefix+"<tenant>.<user>.<op>", "inbox", events.StreamInbox)
 	defer l.startRetention(ctx)()
+	heads := make(chan struct{})
+	go func() { l.heads.run(ctx); close(heads) }()
 	<-ctx.Done()
 	// Drain: stop taking requests, answer the ones queued, then wait until
 	// every handler has replied.
@@ -120,6 +122,12 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	}
 	inbox.stop()
 	wg.Wait()
+	<-heads
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.FlushHeads(fctx); err != nil {
+		l.log.Warn("heads not all recorded at shutdown", "err", err)
+	}
 	return nil
 }
 
