@@ -132,6 +132,13 @@ type externalInput struct {
 }
 
 func (a *app) replay(ctx context.Context, session string, o replayOptions) error {
+	// A workflow that does not load fails here, before any runtime starts
+	// or the original is read.
+	if o.workflow != "" {
+		if _, err := loadWorkflow(o.workflow); err != nil {
+			return usageError{fmt.Errorf("--workflow: %w", err)}
+		}
+	}
 	c, err := a.client()
 	if err != nil {
 		return err

@@ -120,3 +120,20 @@ func TestReplayDemo(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// rath replay --workflow checks the file before it reads the original or
+// starts a runtime: nothing listens at the URL, so an attempt would exit 6.
+func TestReplayChecksTheWorkflowFirst(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "my.yaml")
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte("name: [unclosed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{missing, broken} {
+		r := rath(t, "nats://127.0.0.1:1", "replay", "fix", "--workflow", file)
+		if r.code != exitUsage || !strings.Contains(r.stderr, file) {
+			t.Errorf("replay --workflow %s: exit %d, stderr %q; want %d naming the file", file, r.code, r.stderr, exitUsage)
+		}
+	}
+}

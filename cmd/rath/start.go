@@ -175,14 +175,24 @@ func (a *app) printAck(ack api.Ack) error {
 	return err
 }
 
+// loadWorkflow parses a workflow file and checks that its scripts can be
+// read. Its errors name the file.
+func loadWorkflow(path string) (*workflow.Workflow, error) {
+	wf, err := workflow.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := wf.CheckScripts(); err != nil {
+		return nil, err
+	}
+	return wf, nil
+}
+
 // uploadWorkflow parses a workflow file, stores it with its scripts as one
 // bundle and names it in the session start.
 func uploadWorkflow(ctx context.Context, c *client.Client, path string, data *events.SessionStarted) error {
-	wf, err := workflow.Load(path)
+	wf, err := loadWorkflow(path)
 	if err != nil {
-		return usageError{err}
-	}
-	if err := wf.CheckScripts(); err != nil {
 		return usageError{err}
 	}
 	b, err := workflow.NewBundle(wf)
