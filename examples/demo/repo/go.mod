@@ -1,3 +1,0 @@
-module example.com/slug
-
-go 1.22
