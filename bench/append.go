@@ -27,6 +27,9 @@ func (h *harness) runAppend(ctx context.Context) error {
 	if err := h.measureQuietly(ctx, "1c", h.appendInbox); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
+	if err := h.runTrustCost(ctx); err != nil {
+		return fmt.Errorf("trust cost: %w", err)
+	}
 	return nil
 }
 
@@ -87,42 +90,11 @@ func (h *harness) appendSequential(ctx context.Context, try int) (attempt, error
 func (h *harness) appendPipelined(ctx context.Context, try int) (attempt, error) {
 	var a attempt
 	n, s := h.cfg.pipeAppends(), h.cfg.sessions
-	ids, err := h.startSessions(ctx, fmt.Sprintf("pipe%d", try), s)
+	ids, rath, lats, use, err := h.pipelined(ctx, fmt.Sprintf("pipe%d", try), n, s)
 	if err != nil {
 		return a, err
 	}
-	per := make([][]event.Event, s)
-	for i, id := range ids {
-		if per[i], err = h.pay.chunks(id, share(n, s, i)); err != nil {
-			return a, err
-		}
-	}
-	h.logf("1b: %d appends over %d sessions, one in flight per session", n, s)
-	var (
-		mu   sync.Mutex
-		lats = make(latencies, 0, n)
-	)
-	cpu := h.cpuStart()
-	start := time.Now()
-	err = parallel(ctx, s, s, func(ctx context.Context, i int) error {
-		own := make(latencies, 0, len(per[i]))
-		for _, ev := range per[i] {
-			t := time.Now()
-			if _, err := h.cli.Append(ctx, ev); err != nil {
-				return err
-			}
-			own = append(own, time.Since(t))
-		}
-		mu.Lock()
-		lats = append(lats, own...)
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		return a, err
-	}
-	rath := rate{n: n, d: time.Since(start)}
-	use := a.timed(cpu.stop())
+	a.timed(use)
 	h.logf("1b: Rath %s (%s; %s)", rath, lats, use.perEvent(n))
 
 	h.logf("1b raw: %d async publishes, window %d", n, asyncWindow)
@@ -135,7 +107,7 @@ func (h *harness) appendPipelined(ctx context.Context, try int) (attempt, error)
 		return a, err
 	}
 	h.logf("1b raw: %d conditional publishes, %d sessions in flight", n, s)
-	cpu = h.cpuStart()
+	cpu := h.cpuStart()
 	rawCond, err := rawCondConcurrent(ctx, h.js, cond, filters)
 	if err != nil {
 		return a, err
@@ -162,6 +134,47 @@ func (h *harness) appendPipelined(ctx context.Context, try int) (attempt, error)
 	return a, nil
 }
 
+// pipelined appends n events over s new sessions (named after tag), one
+// goroutine per session with one request in flight: the Rath part of 1b.
+func (h *harness) pipelined(ctx context.Context, tag string, n, s int) ([]string, rate, latencies, cpuUse, error) {
+	ids, err := h.startSessions(ctx, tag, s)
+	if err != nil {
+		return nil, rate{}, nil, cpuUse{}, err
+	}
+	per := make([][]event.Event, s)
+	for i, id := range ids {
+		if per[i], err = h.pay.chunks(id, share(n, s, i)); err != nil {
+			return nil, rate{}, nil, cpuUse{}, err
+		}
+	}
+	h.logf("%s: %d appends over %d sessions, one in flight per session", tag, n, s)
+	var (
+		mu   sync.Mutex
+		lats = make(latencies, 0, n)
+	)
+	cpu := h.cpuStart()
+	start := time.Now()
+	err = parallel(ctx, s, s, func(ctx context.Context, i int) error {
+		own := make(latencies, 0, len(per[i]))
+		for _, ev := range per[i] {
+			t := time.Now()
+			if _, err := h.cli.Append(ctx, ev); err != nil {
+				return err
+			}
+			own = append(own, time.Since(t))
+		}
+		mu.Lock()
+		lats = append(lats, own...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, rate{}, nil, cpuUse{}, err
+	}
+	d := time.Since(start)
+	return ids, rate{n: n, d: d}, lats, cpu.stop(), nil
+}
+
 // appendBatched is 1d: the same work as 1b, sent with client.AppendBatch:
 // batchInflight requests in flight, each for its own share of the sessions,
 // each carrying up to batch events taken from its sessions in turn; against
@@ -169,71 +182,11 @@ func (h *harness) appendPipelined(ctx context.Context, try int) (attempt, error)
 func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
 	var a attempt
 	n, s, g := h.cfg.pipeAppends(), h.cfg.sessions, h.cfg.batchInflight
-	ids, err := h.startSessions(ctx, fmt.Sprintf("batch%d", try), s)
+	ids, rath, lats, use, err := h.batched(ctx, fmt.Sprintf("batch%d", try), n, s, g)
 	if err != nil {
 		return a, err
 	}
-	// Client k sends the events of sessions k, k+g, k+2g, … interleaved,
-	// cut into batches.
-	work := make([][][]event.Event, g)
-	for k := range g {
-		var mine [][]event.Event
-		for i := k; i < s; i += g {
-			evs, err := h.pay.chunks(ids[i], share(n, s, i))
-			if err != nil {
-				return a, err
-			}
-			mine = append(mine, evs)
-		}
-		var all []event.Event
-		for j := 0; ; j++ {
-			added := false
-			for _, evs := range mine {
-				if j < len(evs) {
-					all = append(all, evs[j])
-					added = true
-				}
-			}
-			if !added {
-				break
-			}
-		}
-		for len(all) > 0 {
-			m := min(h.cfg.batch, len(all))
-			work[k] = append(work[k], all[:m])
-			all = all[m:]
-		}
-	}
-	h.logf("1d: %d appends over %d sessions, batches of %d, %d in flight", n, s, h.cfg.batch, g)
-	var (
-		mu   sync.Mutex
-		lats = make(latencies, 0, n/h.cfg.batch+g)
-	)
-	cpu := h.cpuStart()
-	start := time.Now()
-	err = parallel(ctx, g, g, func(ctx context.Context, k int) error {
-		for _, b := range work[k] {
-			t := time.Now()
-			res, err := h.cli.AppendBatch(ctx, b)
-			if err != nil {
-				return err
-			}
-			for i, r := range res {
-				if r.Err != nil {
-					return fmt.Errorf("event %s: %w", b[i].ID(), r.Err)
-				}
-			}
-			mu.Lock()
-			lats = append(lats, time.Since(t))
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err != nil {
-		return a, err
-	}
-	rath := rate{n: n, d: time.Since(start)}
-	use := a.timed(cpu.stop())
+	a.timed(use)
 	h.logf("1d: Rath %s (per batch %s; %s)", rath, lats, use.perEvent(n))
 
 	raw, err := h.timedRawAsync(ctx, &a, ids, n)
@@ -244,7 +197,7 @@ func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
 	if err != nil {
 		return a, err
 	}
-	cpu = h.cpuStart()
+	cpu := h.cpuStart()
 	rounds, err := rawCondRounds(ctx, h.ncRaw, cond, filters)
 	if err != nil {
 		return a, err
@@ -295,6 +248,78 @@ func (h *harness) appendBatched(ctx context.Context, try int) (attempt, error) {
 	})
 	a.rows = append(a.rows, atomicRows...)
 	return a, nil
+}
+
+// batched appends n events over s new sessions (named after tag) with
+// client.AppendBatch: g requests in flight, each for its own share of the
+// sessions, each carrying up to --batch events taken from its sessions in
+// turn: the Rath part of 1d.
+func (h *harness) batched(ctx context.Context, tag string, n, s, g int) ([]string, rate, latencies, cpuUse, error) {
+	ids, err := h.startSessions(ctx, tag, s)
+	if err != nil {
+		return nil, rate{}, nil, cpuUse{}, err
+	}
+	// Client k sends the events of sessions k, k+g, k+2g, … interleaved,
+	// cut into batches.
+	work := make([][][]event.Event, g)
+	for k := range g {
+		var mine [][]event.Event
+		for i := k; i < s; i += g {
+			evs, err := h.pay.chunks(ids[i], share(n, s, i))
+			if err != nil {
+				return nil, rate{}, nil, cpuUse{}, err
+			}
+			mine = append(mine, evs)
+		}
+		var all []event.Event
+		for j := 0; ; j++ {
+			added := false
+			for _, evs := range mine {
+				if j < len(evs) {
+					all = append(all, evs[j])
+					added = true
+				}
+			}
+			if !added {
+				break
+			}
+		}
+		for len(all) > 0 {
+			m := min(h.cfg.batch, len(all))
+			work[k] = append(work[k], all[:m])
+			all = all[m:]
+		}
+	}
+	h.logf("%s: %d appends over %d sessions, batches of %d, %d in flight", tag, n, s, h.cfg.batch, g)
+	var (
+		mu   sync.Mutex
+		lats = make(latencies, 0, n/h.cfg.batch+g)
+	)
+	cpu := h.cpuStart()
+	start := time.Now()
+	err = parallel(ctx, g, g, func(ctx context.Context, k int) error {
+		for _, b := range work[k] {
+			t := time.Now()
+			res, err := h.cli.AppendBatch(ctx, b)
+			if err != nil {
+				return err
+			}
+			for i, r := range res {
+				if r.Err != nil {
+					return fmt.Errorf("event %s: %w", b[i].ID(), r.Err)
+				}
+			}
+			mu.Lock()
+			lats = append(lats, time.Since(t))
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rate{}, nil, cpuUse{}, err
+	}
+	d := time.Since(start)
+	return ids, rate{n: n, d: d}, lats, cpu.stop(), nil
 }
 
 // appendInbox is 1c: client.Propose of every event (the proposer waits only

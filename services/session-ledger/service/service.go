@@ -47,7 +47,7 @@ func KeyFileIn(dir string) string { return filepath.Join(dir, "keys", "ledger.ke
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Ledger.Key == nil && c.KeyFile == "" {
+	if c.Ledger.Key == nil && c.KeyFile == "" && !c.Ledger.Unsigned {
 		errs = append(errs, errors.New("session ledger: a signing key file is required (--key): every stored event is signed"))
 	}
 	return errors.Join(append(errs, c.Store.Validate(), c.Ledger.Validate())...)
@@ -59,7 +59,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("session ledger config: %w", err)
 	}
-	if cfg.Ledger.Key == nil {
+	if cfg.Ledger.Unsigned {
+		log.Warn("unsigned ledger: events are stored without signatures and no heads are recorded (the bench's baseline only)")
+	}
+	if cfg.Ledger.Key == nil && !cfg.Ledger.Unsigned {
 		key, created, err := LoadOrCreateKey(cfg.KeyFile)
 		if err != nil {
 			return fmt.Errorf("session ledger: %w", err)

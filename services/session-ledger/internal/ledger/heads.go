@@ -40,6 +40,9 @@ func newHeadBook(store *eventstore.Store, every time.Duration, log *slog.Logger)
 // record takes a session's new head. first says the append created the
 // session (its first event, or a fork's): that head is written at once.
 func (b *headBook) record(a api.Ack, first bool) {
+	if b == nil { // an unsigned ledger (the bench's baseline) records none
+		return
+	}
 	h := eventstore.Head{Session: a.Session, Seq: a.Seq, Hash: a.Hash, Sig: a.Sig}
 	if first || b.every <= 0 {
 		b.put(h)
@@ -54,6 +57,9 @@ func (b *headBook) record(a api.Ack, first bool) {
 
 // flush writes every pending head without waiting for the acks.
 func (b *headBook) flush() {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	pending := b.pending
 	if len(pending) == 0 {
@@ -76,7 +82,7 @@ func (b *headBook) put(h eventstore.Head) {
 // run flushes the pending heads every interval until ctx ends, then once
 // more.
 func (b *headBook) run(ctx context.Context) {
-	if b.every <= 0 {
+	if b == nil || b.every <= 0 {
 		return
 	}
 	t := time.NewTicker(b.every)

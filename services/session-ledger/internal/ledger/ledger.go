@@ -40,6 +40,12 @@ type Config struct {
 	// is recorded in the heads bucket (only the latest is written); zero
 	// records every head at once. A session's first head never waits.
 	HeadEvery time.Duration
+	// Unsigned stores events with no signature and records no heads. It
+	// exists for one purpose: the bench's baseline, which measures what
+	// signing costs in the same run (issue 10). Such a ledger trusts what it
+	// reads, and verify reports every event it stored as unsigned. No
+	// command or flag of Rath's sets it.
+	Unsigned bool
 }
 
 // DefaultConfig returns the defaults.
@@ -121,20 +127,28 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ledger config: %w", err)
 	}
-	if cfg.Key == nil {
+	if cfg.Key == nil && !cfg.Unsigned {
 		return nil, errors.New("ledger config: a signing key is required: every stored event is signed")
 	}
 	if log == nil {
 		log = slog.Default()
+	}
+	trusted := cfg.Trusted
+	if cfg.Key != nil {
+		trusted = append([]events.PublicKey{cfg.Key.Public()}, trusted...)
+	}
+	heads := newHeadBook(store, cfg.HeadEvery, log)
+	if cfg.Unsigned {
+		cfg.Key, heads = nil, nil
 	}
 	return &Ledger{
 		store:   store,
 		cfg:     cfg,
 		log:     log,
 		now:     func() time.Time { return time.Now().UTC() },
-		keys:    events.NewKeyring(append([]events.PublicKey{cfg.Key.Public()}, cfg.Trusted...)...),
+		keys:    events.NewKeyring(trusted...),
 		sign:    &signer{key: cfg.Key},
-		heads:   newHeadBook(store, cfg.HeadEvery, log),
+		heads:   heads,
 		entries: map[string]*list.Element{},
 		lru:     list.New(),
 		reader:  fold.NewReader(store, cfg.SnapshotEvery),
@@ -256,6 +270,9 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 // appended it). The ledger never chains onto an event that fails: a later
 // signature would vouch for it.
 func (l *Ledger) trust(ev events.Stored) error {
+	if l.cfg.Unsigned {
+		return nil
+	}
 	if _, same, err := events.StoredHash(ev.Raw, ev.Hash); err != nil || !same {
 		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) does not hash to the rathhash it carries (altered); nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID)
 	}

@@ -332,3 +332,23 @@ func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
 		}
 	}
 }
+
+// The bench's unsigned baseline is no way around signing: verify, by any
+// ledger, reports the first event it stored.
+func TestUnsignedLedgerEventsFailVerify(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := serveWith(t, nc, "baseline", func(c *ledger.Config) { c.Unsigned, c.Key = true, nil })
+	r.start(t, "u")
+	r.emit(t, "u", chunk("unsigned"))
+	signed := serveOn(t, natstest.Connect(t, nc.ConnectedUrl()), "signed")
+	for _, c := range []*rig{r, signed} {
+		rep, err := c.c.Verify(context.Background(), "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK || rep.Fault == nil || rep.Fault.Seq != 1 {
+			t.Fatalf("verify of an unsigned session: %+v %+v, want a fault at 1", rep, rep.Fault)
+		}
+		t.Logf("fault: %s", rep.Fault.Reason)
+	}
+}
