@@ -49,48 +49,65 @@ type Leaf struct {
 }
 
 func (l Leaf) hash(nonce []byte) [32]byte {
-	h := sha256.New()
-	h.Write([]byte{0})
-	h.Write(nonce)
-	h.Write(signedMessage(l.Session, l.Seq, l.Hash))
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	msg := signedMessage(l.Session, l.Seq, l.Hash)
+	b := make([]byte, 0, 1+len(nonce)+len(msg))
+	b = append(b, 0)
+	b = append(b, nonce...)
+	return sha256.Sum256(append(b, msg...))
 }
 
 func node(a, b [32]byte) [32]byte {
-	h := sha256.New()
-	h.Write([]byte{1})
-	h.Write(a[:])
-	h.Write(b[:])
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	var in [65]byte
+	in[0] = 1
+	copy(in[1:], a[:])
+	copy(in[33:], b[:])
+	return sha256.Sum256(in[:])
+}
+
+// merkle is the Merkle tree of a group's leaves (RFC 9162, section 2.1),
+// with every subtree hash computed once: the root and all inclusion paths
+// cost 2n-1 hashes together, where RFC 9162's recursive MTH and PATH
+// recompute the same subtrees for every leaf.
+type merkle struct {
+	leaves [][32]byte
+	memo   map[[2]int][32]byte // subtree [lo, hi) → its hash
+}
+
+func newMerkle(leaves [][32]byte) *merkle {
+	return &merkle{leaves: leaves, memo: make(map[[2]int][32]byte, len(leaves))}
+}
+
+// hash is MTH(leaves[lo:hi]), hi > lo.
+func (t *merkle) hash(lo, hi int) [32]byte {
+	if hi-lo == 1 {
+		return t.leaves[lo]
+	}
+	if h, ok := t.memo[[2]int{lo, hi}]; ok {
+		return h
+	}
+	k := split(hi - lo)
+	h := node(t.hash(lo, lo+k), t.hash(lo+k, hi))
+	t.memo[[2]int{lo, hi}] = h
+	return h
+}
+
+// path is PATH(m, leaves[lo:hi]): the inclusion path of leaf lo+m.
+func (t *merkle) path(m, lo, hi int) [][32]byte {
+	if hi-lo == 1 {
+		return nil
+	}
+	k := split(hi - lo)
+	if m < k {
+		return append(t.path(m, lo, lo+k), t.hash(lo+k, hi))
+	}
+	return append(t.path(m-k, lo+k, hi), t.hash(lo, lo+k))
 }
 
 // mth is the Merkle tree hash of leaves (RFC 9162 MTH), n >= 1.
-func mth(leaves [][32]byte) [32]byte {
-	if len(leaves) == 1 {
-		return leaves[0]
-	}
-	k := split(len(leaves))
-	return node(mth(leaves[:k]), mth(leaves[k:]))
-}
+func mth(leaves [][32]byte) [32]byte { return newMerkle(leaves).hash(0, len(leaves)) }
 
 // split is the largest power of two smaller than n (n >= 2).
 func split(n int) int { return 1 << (bits.Len(uint(n-1)) - 1) }
-
-// path is the inclusion path of leaf m in leaves (RFC 9162 PATH).
-func path(m int, leaves [][32]byte) [][32]byte {
-	if len(leaves) == 1 {
-		return nil
-	}
-	k := split(len(leaves))
-	if m < k {
-		return append(path(m, leaves[:k]), mth(leaves[k:]))
-	}
-	return append(path(m-k, leaves[k:]), mth(leaves[:k]))
-}
 
 // rootFromPath recomputes the root from a leaf, its index, the tree's size
 // and its inclusion path (RFC 9162 section 2.1.3.2); false if the path does
@@ -150,12 +167,13 @@ func (k *SigningKey) SignGroup(leaves []Leaf) []string {
 	for i, l := range leaves {
 		hs[i] = l.hash(nonces[nonceSize*i : nonceSize*(i+1)])
 	}
-	root := mth(hs)
+	tree := newMerkle(hs)
+	root := tree.hash(0, len(hs))
 	sig := base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(len(leaves)), root)))
 	prefix := k.pub.ID + ":" + sig + ":"
 	size := ":" + strconv.Itoa(len(leaves)) + ":"
 	for i := range leaves {
-		p := path(i, hs)
+		p := tree.path(i, 0, len(hs))
 		raw := make([]byte, 0, 32*len(p))
 		for _, c := range p {
 			raw = append(raw, c[:]...)
