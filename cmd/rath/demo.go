@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	demoex "github.com/openrath/rath/examples/demo"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
@@ -28,7 +29,8 @@ import (
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
 
-// demoExample is where the demo's example lives, relative to the module root.
+// demoExample is where the demo's example lives in the repository; the
+// rath binary embeds it.
 const demoExample = "examples/demo"
 
 // demoOptions are the flags of rath demo.
@@ -57,12 +59,14 @@ func (a *app) demoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the software-task example end to end and export its evidence dossier",
 		Long: `demo starts an embedded NATS server and every Rath service in this process and
-runs examples/demo: a researcher reads an issue and recalls notes from memory,
-a coder patches a real Go repository in the session's sandbox, a validator runs
-go test through the tool runner and rejects the first patch, the workflow
-records the failure pattern in memory and forks from before the patch, and the
-coder's second attempt on the new branch passes. It prints the events as they
-arrive, then a summary, and writes the dossier to --out.
+runs the example built into this binary (examples/demo of the repository;
+--example DIR runs a directory laid out the same way): a researcher reads an
+issue and recalls notes from memory, a coder patches a real Go repository in
+the session's sandbox, a validator runs go test through the tool runner and
+rejects the first patch, the workflow records the failure pattern in memory
+and forks from before the patch, and the coder's second attempt on the new
+branch passes. It prints the events as they arrive, then a summary, and writes
+the dossier to --out (default ./rath-demo).
 
 The agents use the deterministic scripted provider unless --provider names a
 live one (openai or anthropic, with --model and --base-url; keys from
@@ -76,7 +80,7 @@ this command line (naming it allows it), and to what --allow-base-url and
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.example, "example", "", "the example directory (default: "+demoExample+" of the module this runs in)")
+	f.StringVar(&o.example, "example", "", "the example directory: workflow.yaml, its scripts and the repository repo/ (default: "+demoExample+", built into this binary)")
 	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces (default: a fresh temporary directory)")
 	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
 	f.StringVar(&o.out, "out", "rath-demo", "directory the dossier is written to")
@@ -95,11 +99,17 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		defer run.close()
 	}
 	if err != nil {
+		if run != nil && run.temporary {
+			// A failed run keeps what explains it.
+			run.temporary = false
+			fmt.Fprintf(a.Stderr, "rath demo: the run's data and services' log are kept in %s\n", run.data)
+		}
 		return err
 	}
 	if o.serve {
-		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  rath --nats %s --creds %s graph %s\n  rath --nats %s --creds %s audit final %s\n",
-			run.rt.url, run.rt.url, run.rt.creds, run.root, run.rt.url, run.rt.creds, run.root)
+		rath := fmt.Sprintf("%s --nats %s --creds %s", a.self(), run.rt.url, run.rt.creds)
+		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  %s graph %s\n  %s audit final %s\n",
+			run.rt.url, rath, run.root, rath, run.root)
 		<-ctx.Done()
 	}
 	return nil
@@ -112,6 +122,8 @@ type demoRun struct {
 	data    string
 	out     string // the dossier's directory
 	cleanup []func()
+	// temporary says that close removes data.
+	temporary bool
 }
 
 // close stops the runtime and removes what the run does not keep.
@@ -125,7 +137,7 @@ func (r *demoRun) close() {
 // dossier. The runtime stays up until the returned run is closed, which the
 // caller must do even when the error is not nil.
 func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
-	example, err := findExample(o.example)
+	example, err := checkExample(o.example)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -134,11 +146,20 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 		if run.data, err = os.MkdirTemp("", "rath-demo-"); err != nil {
 			return nil, fmt.Errorf("demo data directory: %w", err)
 		}
-		if !o.keepData {
-			run.cleanup = append(run.cleanup, func() { os.RemoveAll(run.data) })
-		}
+		run.temporary = !o.keepData
+		run.cleanup = append(run.cleanup, func() {
+			if run.temporary {
+				os.RemoveAll(run.data)
+			}
+		})
 	} else if err := os.MkdirAll(run.data, 0o755); err != nil {
 		return run, fmt.Errorf("demo data directory: %w", err)
+	}
+	if example == "" {
+		example = filepath.Join(run.data, "example")
+		if err := demoex.Write(example); err != nil {
+			return run, err
+		}
 	}
 	logFile, err := os.Create(filepath.Join(run.data, "rath.log"))
 	if err != nil {
@@ -152,7 +173,11 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	}
 	run.rt.startLoop()
 	run.cleanup = append(run.cleanup, run.rt.stop)
-	fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.url, run.data, logFile.Name())
+	if run.temporary {
+		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s; data and services' log in %s, removed at the end unless the run fails or --keep-data)\n", run.rt.url, run.data)
+	} else {
+		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.url, run.data, logFile.Name())
+	}
 	printSandboxes(a.Stdout, "rath demo", run.rt.sandboxes)
 
 	c, err := client.New(run.rt.nc, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
@@ -191,7 +216,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	select {
 	case <-progress.finished:
 	case <-wctx.Done():
-		return run, fmt.Errorf("demo: not finished after %s (%d sessions still open; see %s)", o.wait, progress.open(), logFile.Name())
+		return run, fmt.Errorf("demo: not finished after %s (%s still open; see %s)", o.wait, plural(progress.open(), "session", "sessions"), logFile.Name())
 	}
 	fmt.Fprintf(a.Stdout, "\nrath demo: finished in %s\n", time.Since(start).Round(10*time.Millisecond))
 	return run, a.demoReport(ctx, c, run.root, o.out, progress)
@@ -222,30 +247,16 @@ func startDemo(ctx context.Context, c *client.Client, nc *nats.Conn, wfPath, iss
 	return ack.Session, nil
 }
 
-// findExample returns the example directory: the flag's, or examples/demo
-// of the module found from the working directory upwards.
-func findExample(flag string) (string, error) {
-	if flag != "" {
-		if _, err := os.Stat(filepath.Join(flag, "workflow.yaml")); err != nil {
-			return "", fmt.Errorf("--example %s: no workflow.yaml: %w", flag, err)
-		}
-		return filepath.Abs(flag)
+// checkExample returns the absolute path of the --example directory, or ""
+// for the embedded example, which the run writes into its data directory.
+func checkExample(flag string) (string, error) {
+	if flag == "" {
+		return "", nil
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
+	if _, err := os.Stat(filepath.Join(flag, "workflow.yaml")); err != nil {
+		return "", fmt.Errorf("--example %s: no workflow.yaml: %w", flag, err)
 	}
-	for {
-		candidate := filepath.Join(dir, demoExample)
-		if _, err := os.Stat(filepath.Join(candidate, "workflow.yaml")); err == nil {
-			return candidate, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no " + demoExample + " in the working directory or above it: run from the Rath repository or pass --example DIR")
-		}
-		dir = parent
-	}
+	return filepath.Abs(flag)
 }
 
 // demoConfig is `rath up`'s configuration for a private runtime: a free
@@ -379,7 +390,7 @@ func describeEvent(ev events.Stored) string {
 	case *events.ValidationFailed:
 		return "validation FAILED: " + x.Validator + ": " + clip(x.Reason, 70)
 	case *events.MemoryRecalled:
-		return fmt.Sprintf("memory recalled for %s: %d items", x.Agent, len(x.Items))
+		return fmt.Sprintf("memory recalled for %s: %s", x.Agent, plural(len(x.Items), "item", "items"))
 	case *events.MemoryWritten:
 		return fmt.Sprintf("memory written: %s v%d (%s): %s", x.ItemID, x.Version, x.Provenance.Evidence, clip(x.Content, 50))
 	case *events.SelectorDecided:
@@ -495,7 +506,7 @@ func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string
 	order := slices.Clone(p.order)
 	outcomes := maps.Clone(p.sessions)
 	p.mu.Unlock()
-	fmt.Fprintf(a.Stdout, "%d branches:\n", len(order))
+	fmt.Fprintf(a.Stdout, "%s:\n", plural(len(order), "branch", "branches"))
 	broken := 0
 	for _, id := range order {
 		st, err := c.Overview(ctx, api.StateRequest{Session: id, Tail: 1})
@@ -533,10 +544,10 @@ func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string
 	if err := d.Write(out); err != nil {
 		return fmt.Errorf("demo: write dossier: %w", err)
 	}
-	fmt.Fprintf(a.Stdout, "  dossier: %s (dossier.json, dossier.md, graph.html; check it with: rath verify --dossier %s)\n",
-		filepath.Join(out, "dossier.md"), out)
+	fmt.Fprintf(a.Stdout, "  dossier: %s (dossier.json, dossier.md, graph.html; check it with: %s verify --dossier %s)\n",
+		filepath.Join(out, "dossier.md"), a.self(), out)
 	if broken > 0 {
-		return fmt.Errorf("demo: %d branches do not verify", broken)
+		return fmt.Errorf("demo: %s not verify", plural(broken, "branch does", "branches do"))
 	}
 	if p.accepted == "" {
 		return errors.New("demo: no branch was accepted")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	demoex "github.com/openrath/rath/examples/demo"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
@@ -224,8 +225,8 @@ func decisionSeq(st *session.State, rule string) uint64 {
 // `rath demo --provider` runs the same workflow with every agent on the
 // live model: the rewritten file parses, keeps the rules, and has no script.
 func TestLiveWorkflow(t *testing.T) {
-	example, err := findExample("")
-	if err != nil {
+	example := t.TempDir()
+	if err := demoex.Write(example); err != nil {
 		t.Fatal(err)
 	}
 	path, err := liveWorkflow(filepath.Join(example, "workflow.yaml"), t.TempDir(), liveModel{provider: "openai", model: "m-1", baseURL: "http://127.0.0.1:1/v1"})
@@ -273,5 +274,42 @@ func TestDemoAllowsTheEndpointItIsGiven(t *testing.T) {
 	}
 	if cfg := (demoOptions{live: liveModel{provider: "gemini", baseURL: "http://10.0.0.5/v1"}}).config(t.TempDir(), "examples/demo"); len(cfg.Worker.AllowBaseURLs) != 0 {
 		t.Fatalf("an unknown provider's endpoint allowed: %v", cfg.Worker.AllowBaseURLs)
+	}
+}
+
+// TestDemoFromTheBinary builds rath and runs `rath demo` in a directory
+// outside the repository, as a user who ran go install does: the example
+// comes from the binary. The command the demo prints to check its dossier
+// runs as printed.
+func TestDemoFromTheBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds rath and runs the whole demo")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to build rath")
+	}
+	bin := filepath.Join(t.TempDir(), "rath")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "demo")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("rath demo in %s: %v\n%s", dir, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rath-demo", "dossier.json")); err != nil {
+		t.Fatalf("no dossier in ./rath-demo: %v\n%s", err, out)
+	}
+	_, check, found := strings.Cut(string(out), "check it with: ")
+	check, _, _ = strings.Cut(check, ")")
+	if !found || !strings.HasPrefix(check, bin+" verify --dossier ") {
+		t.Fatalf("the demo printed no check command of %s:\n%s", bin, out)
+	}
+	verify := exec.Command("sh", "-c", check)
+	verify.Dir = dir
+	if got, err := verify.CombinedOutput(); err != nil || !strings.HasPrefix(string(got), "OK") {
+		t.Fatalf("%s: %v\n%s", check, err, got)
 	}
 }

@@ -127,7 +127,7 @@ func printContrast(w io.Writer, d replay.Contrast) {
 	fmt.Fprintf(w, "\nusage after the common ancestry (tokens in+out, calls)\n")
 	printUsage(w, d.A.Usage, d.B.Usage)
 
-	fmt.Fprintf(w, "\nevents after the common ancestry (%d of %d aligned pairs the same)\n", d.SameEvents, len(d.Events))
+	fmt.Fprintf(w, "\nevents after the common ancestry (%d of %s the same)\n", d.SameEvents, plural(len(d.Events), "aligned pair", "aligned pairs"))
 	for _, p := range d.Events {
 		mark := "≠"
 		if p.Same {

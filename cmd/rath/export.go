@@ -79,7 +79,7 @@ refused unless --force. See docs/dossier.md.`,
 					Final    string `json:"final,omitempty"`
 				}{out, d.Session, d.Root, rep.Branches, rep.Events, final})
 			}
-			_, err = fmt.Fprintf(a.Stdout, "wrote %s: %d branches, %d events, final answer %s\n  %s\n", out, rep.Branches, rep.Events,
+			_, err = fmt.Fprintf(a.Stdout, "wrote %s: %s, %s, final answer %s\n  %s\n", out, plural(rep.Branches, "branch", "branches"), plural(rep.Events, "event", "events"),
 				orNone(final), filepath.Join(out, dossier.FileMarkdown))
 			return err
 		},
@@ -134,7 +134,7 @@ func (a *app) verifyDossier(dir string, pinned events.Keyring) error {
 		if rep.Pinned {
 			trust = "pinned keys"
 		}
-		_, err = fmt.Fprintf(a.Stdout, "OK dossier %s: root %s, %d branches, %d events, every event signed by %s (%s)\n", dir, rep.Root, rep.Branches, rep.Events, strings.Join(rep.Keys, ", "), trust)
+		_, err = fmt.Fprintf(a.Stdout, "OK dossier %s: root %s, %s, %s, every event signed by %s (%s)\n", dir, rep.Root, plural(rep.Branches, "branch", "branches"), plural(rep.Events, "event", "events"), strings.Join(rep.Keys, ", "), trust)
 		for _, h := range rep.Heads {
 			if err == nil {
 				_, err = fmt.Fprintf(a.Stdout, "  %s head %d %s\n", h.Session, h.Seq, h.Hash)

@@ -128,7 +128,7 @@ func TestAuditQuestions(t *testing.T) {
 		{"final", []string{"final"}, []string{"final answer: branch fix-b\n", "outcome:    succeeded", "closed:     fix-b seq 25 (event " + ids["close"],
 			"validation: tests passed at fix-b seq 23 (event " + ids["validation-passed"]}},
 		{"recalled at a step", []string{"recalled", "--branch", "fix-b", "--step", "11"}, []string{
-			"fix-b step 11 (rath.memory.recalled), turn 2 (coder, turn-3, seq 10 to 14): 1 recall(s)",
+			"fix-b step 11 (rath.memory.recalled), turn 2 (coder, turn-3, seq 10 to 14): 1 recall",
 			"routed at seq 9 by rule retry → agent:coder",
 			`query "how not to fix Add"`,
 			"fail-1 v1 score 0.8: written at fix seq 17, provenance session fix: failed_attempt",

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
 )
 
 func TestExitCode(t *testing.T) {
@@ -87,5 +89,28 @@ func TestWriteGraph(t *testing.T) {
 `
 	if b.String() != want {
 		t.Errorf("writeGraph =\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// Counts in the CLI's text agree with their noun, and a closed session's
+// outcome and reason are told apart.
+func TestPluralsAndOutcome(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{plural(1, "branch", "branches"), "1 branch"},
+		{plural(0, "branch", "branches"), "0 branches"},
+		{plural(uint64(2), "event", "events"), "2 events"},
+		{summary(events.Stored{Type: events.TypeMemoryRecalled, Data: json.RawMessage(`{"agent":"coder","items":[{"item_id":"m1"}]}`)}), "1 item"},
+		{describeEvent(events.Stored{Type: events.TypeMemoryRecalled, Data: json.RawMessage(`{"agent":"coder","items":[{"item_id":"m1"}]}`)}), "memory recalled for coder: 1 item"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+	var b bytes.Buffer
+	if err := writeState(&b, &session.Overview{ID: "fix", Status: session.StatusClosed, Outcome: "succeeded", CloseReason: "the coder reports the tests pass"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "closed (succeeded: the coder reports the tests pass)"; !strings.Contains(b.String(), want) {
+		t.Errorf("state:\n%s\nwant %q", b.String(), want)
 	}
 }

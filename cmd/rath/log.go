@@ -157,7 +157,7 @@ func summary(ev events.Stored) string {
 		for _, s := range d.Segments {
 			n += s.To - s.From + 1
 		}
-		add("(%d events)", n)
+		add("(%s)", plural(n, "event", "events"))
 		opt("reason", d.Reason)
 	case *events.SessionPaused:
 		opt("reason", d.Reason)
@@ -214,7 +214,7 @@ func summary(ev events.Stored) string {
 	case *events.SandboxRefused:
 		add("to %s refused: %s", d.Backend, clip(d.Reason, 60))
 	case *events.MemoryRecalled:
-		add("%d items", len(d.Items))
+		add("%s", plural(len(d.Items), "item", "items"))
 		opt("query", d.Query)
 	case *events.MemoryWritten:
 		add("%s v%d scope=%s: %s", d.ItemID, d.Version, d.Scope, clip(d.Content, 60))
@@ -258,7 +258,7 @@ func summary(ev events.Stored) string {
 	case *events.ModelCallFailed:
 		add("%s %s/%s attempt %d status %d: %s", d.Agent, d.Provider, d.Model, d.Attempt, d.Status, clip(d.Error, 60))
 	case *events.HandlerFailed:
-		add("%s gave up on %s (%s) after %d attempts: %s", d.Handler, d.EventID, d.EventType, d.Attempts, clip(d.Error, 60))
+		add("%s gave up on %s (%s) after %s: %s", d.Handler, d.EventID, d.EventType, plural(d.Attempts, "attempt", "attempts"), clip(d.Error, 60))
 	default:
 		return clip(string(ev.Data), 60)
 	}
@@ -273,4 +273,13 @@ func clip(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// plural is n with the noun's singular or plural form: "1 branch",
+// "2 branches".
+func plural[N int | int64 | uint64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprint(n) + " " + many
 }

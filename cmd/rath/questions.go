@@ -191,7 +191,7 @@ func writeRecalls(w io.Writer, ans dossier.RecallAnswer) error {
 		}
 		fmt.Fprintf(&b, ", turn %d (%s, %s, seq %d %s)", t.Number, t.Agent, t.TurnID, t.From, end)
 	}
-	fmt.Fprintf(&b, ": %d recall(s)\n", len(ans.Recalls))
+	fmt.Fprintf(&b, ": %s\n", plural(len(ans.Recalls), "recall", "recalls"))
 	if dec := ans.Decision; dec != nil {
 		fmt.Fprintf(&b, "  the turn was routed at seq %d by rule %s → %s: %s\n", dec.Seq, dec.Rule, dec.Route, orNone(dec.Reason))
 	}

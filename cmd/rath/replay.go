@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	demoex "github.com/openrath/rath/examples/demo"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -173,10 +174,6 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 		return nil, fmt.Errorf("replay: start of %s: %w", orig.Root.ID, err)
 	}
 	start := *d.(*events.SessionStarted)
-	seeds, err := replaySeeds(o.seeds, start.Labels)
-	if err != nil {
-		return nil, usageError{err}
-	}
 	data := o.data
 	if data == "" {
 		if data, err = os.MkdirTemp("", "rath-replay-"); err != nil {
@@ -185,6 +182,10 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 		if !o.keepData {
 			defer os.RemoveAll(data)
 		}
+	}
+	seeds, err := replaySeeds(o.seeds, start.Labels, data)
+	if err != nil {
+		return nil, usageError{err}
 	}
 	logFile, err := os.Create(filepath.Join(data, "rath.log"))
 	if err != nil {
@@ -274,35 +275,37 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	return rep, nil
 }
 
-// replaySeeds is the directory the workspace label is relative to: the
-// flag's, or the first of the module's examples/<example label>, the
-// module's root and its examples directory that holds the label's path.
-func replaySeeds(flag string, labels map[string]string) (string, error) {
+// replaySeeds is the directory the session's workspace label is relative
+// to: the flag's; for a session of rath demo, the example built into this
+// binary, written under data; otherwise the working directory or the
+// nearest of its parents that holds the label's path (rath up seeds from
+// its working directory).
+func replaySeeds(flag string, labels map[string]string, data string) (string, error) {
 	if flag != "" {
 		return filepath.Abs(flag)
 	}
+	if labels["example"] == "demo" {
+		dir := filepath.Join(data, "example")
+		return dir, demoex.Write(dir)
+	}
 	ws := labels["workspace"]
-	demo, err := findExample("")
-	if err != nil {
-		if ws == "" {
-			return ".", nil // no workspace to seed
-		}
-		return "", fmt.Errorf("session seeds its workspace from %q: pass --seeds DIR (%v)", ws, err)
-	}
-	examples := filepath.Dir(demo)
-	candidates := []string{filepath.Dir(examples), examples}
-	if ex := labels["example"]; ex != "" {
-		candidates = append([]string{filepath.Join(examples, ex)}, candidates...)
-	}
 	if ws == "" {
-		return candidates[0], nil
+		return ".", nil // no workspace to seed
 	}
-	for _, dir := range candidates {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("replay seeds: %w", err)
+	}
+	for {
 		if _, err := os.Stat(filepath.Join(dir, ws)); err == nil {
 			return dir, nil
 		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("the session seeds its workspace from %q, which is not in the working directory or above it: pass --seeds DIR", ws)
+		}
+		dir = parent
 	}
-	return "", fmt.Errorf("no seed directory holds the session's workspace %q (tried %s): pass --seeds DIR", ws, strings.Join(candidates, ", "))
 }
 
 // copyBlob copies a workflow bundle from the original's runtime.
@@ -536,9 +539,9 @@ func (r *replayRun) report() []externalInput {
 
 // printReplay prints a replay's verdict for people.
 func printReplay(w io.Writer, rep *replayReport) {
-	fmt.Fprintf(w, "original %s, replay %s (%d branches)\n", rep.Original, rep.Replay, len(rep.Pairs))
+	fmt.Fprintf(w, "original %s, replay %s (%s)\n", rep.Original, rep.Replay, plural(len(rep.Pairs), "branch", "branches"))
 	for _, it := range rep.Seeded {
-		fmt.Fprintf(w, "  memory item %s: %d versions seeded from the original's %s\n", it.ItemID, it.Versions, it.From)
+		fmt.Fprintf(w, "  memory item %s: %s seeded from the original's %s\n", it.ItemID, plural(it.Versions, "version", "versions"), it.From)
 	}
 	for _, in := range rep.External {
 		state := "re-applied"
@@ -551,7 +554,7 @@ func printReplay(w io.Writer, rep *replayReport) {
 		fmt.Fprintf(w, "  external input %s seq %d %s: %s\n", in.Branch, in.Seq, in.Type, state)
 	}
 	if rep.First == nil {
-		fmt.Fprintf(w, "reproduced: %d events in %d branches identical\n", rep.Identical, len(rep.Pairs))
+		fmt.Fprintf(w, "reproduced: %s in %s identical\n", plural(rep.Identical, "event", "events"), plural(len(rep.Pairs), "branch", "branches"))
 		return
 	}
 	d := rep.First
@@ -568,7 +571,7 @@ func printReplay(w io.Writer, rep *replayReport) {
 	if d.Diff != "" {
 		fmt.Fprint(w, indent(d.Diff, "  "))
 	}
-	fmt.Fprintf(w, "%d events identical before and around it\n", rep.Identical)
+	fmt.Fprintf(w, "%s identical before and around it\n", plural(rep.Identical, "event", "events"))
 }
 
 func indent(s, by string) string {

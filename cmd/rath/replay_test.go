@@ -42,7 +42,7 @@ func TestReplayDemo(t *testing.T) {
 		}
 		// The demo's notes were in memory before its session: the replay
 		// seeds them from the original's memory history.
-		if !strings.Contains(r.stdout, "1 versions seeded from the original's history") {
+		if !strings.Contains(r.stdout, "1 version seeded from the original's history") {
 			t.Errorf("replay printed:\n%s\nwant the recalled notes seeded", r.stdout)
 		}
 	})

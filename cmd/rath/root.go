@@ -41,6 +41,17 @@ type env struct {
 	NATSURL string
 	// Creds is $RATH_CREDS ("" when unset).
 	Creds string
+	// Self is the command that runs this rath again (selfCommand), for
+	// the commands it prints; "" means rath.
+	Self string
+}
+
+// self is the command that runs this rath again, for printed commands.
+func (e env) self() string {
+	if e.Self == "" {
+		return "rath"
+	}
+	return e.Self
 }
 
 // app holds the global flags and the connection the commands share.

@@ -92,7 +92,7 @@ func writeState(w io.Writer, v *session.Overview) error {
 	row("session", "%s", v.ID)
 	status := string(v.Status)
 	if v.Outcome != "" || v.CloseReason != "" {
-		status += " (" + strings.TrimSpace(v.Outcome+" "+v.CloseReason) + ")"
+		status += " (" + strings.Join(nonEmpty(v.Outcome, v.CloseReason), ": ") + ")"
 	}
 	row("status", "%s", status)
 	opt("workflow", strings.TrimSpace(v.Workflow+" "+v.WorkflowHash))
@@ -106,7 +106,7 @@ func writeState(w io.Writer, v *session.Overview) error {
 		row("lineage", "root")
 	}
 	if n := v.Lineage.Merges.Count - len(v.Lineage.Merges.Last); n > 0 {
-		row("merged", "%d earlier merges", n)
+		row("merged", "%s", plural(n, "earlier merge", "earlier merges"))
 	}
 	for _, m := range v.Lineage.Merges.Last {
 		row("merged", "%s@%d at %d (%d events, ancestor %s@%d)", m.Source, m.SourceSeq, m.Seq, m.Events, orNone(m.Ancestor), m.AncestorSeq)
@@ -150,7 +150,7 @@ func writeState(w io.Writer, v *session.Overview) error {
 			continue
 		}
 		shown[e.CallID] = true
-		line := fmt.Sprintf("%s %s, %d attempts", e.Tool, e.Status, e.Attempts)
+		line := fmt.Sprintf("%s %s, %s", e.Tool, e.Status, plural(e.Attempts, "attempt", "attempts"))
 		if e.Status == session.ToolCompleted || e.Status == session.ToolFailed {
 			line += fmt.Sprintf(", exit %d", e.ExitCode)
 		}
@@ -162,9 +162,9 @@ func writeState(w io.Writer, v *session.Overview) error {
 	} else {
 		row("sandbox", "none")
 	}
-	row("memory", "%d events", v.Memory.Count)
+	row("memory", "%s", plural(v.Memory.Count, "event", "events"))
 	if v.Decisions.Count > 0 || v.Validations.Count > 0 {
-		row("control", "%d routing decisions, %d validations (%d passed)", v.Decisions.Count, v.Validations.Count, n.ValidationsPassed)
+		row("control", "%s, %s (%d passed)", plural(v.Decisions.Count, "routing decision", "routing decisions"), plural(v.Validations.Count, "validation", "validations"), n.ValidationsPassed)
 	}
 	return tw.Flush()
 }
@@ -210,4 +210,15 @@ func fmtSize(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// nonEmpty is the strings that are not empty, in order.
+func nonEmpty(s ...string) []string {
+	var out []string
+	for _, v := range s {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

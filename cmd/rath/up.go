@@ -205,7 +205,7 @@ func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) erro
 		fmt.Fprintf(out, "rath: credentials in %s (%s for clients, %s for operators)\n",
 			creds.Dir, auth.FileName(auth.RoleClient), auth.FileName(auth.RoleAdmin))
 		if n := len(creds.Users()); n > 0 {
-			fmt.Fprintf(out, "rath: %d tenant users in %s\n", n, filepath.Join(creds.Dir, auth.TenantsDir))
+			fmt.Fprintf(out, "rath: %s in %s\n", plural(n, "tenant user", "tenant users"), filepath.Join(creds.Dir, auth.TenantsDir))
 		}
 		defer reloadUsersOnHangup(ctx, ns, ecfg, creds.Dir, log)()
 	}
