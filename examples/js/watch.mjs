@@ -302,13 +302,13 @@ async function run(nc, me) {
   const forkID = `${id}-b`;
 
   // The workflow bundle: the workflow file's bytes and each script it names,
-  // as one JSON document stored with putblob.
+  // as one JSON document stored with putblob (written as rath start writes
+  // it, scripts sorted by name, so the same files give the same reference).
   const specBytes = readFileSync(opt.workflow);
   const spec = YAML.parse(specBytes.toString("utf8"));
   const files = {};
-  for (const a of spec.agents ?? []) {
-    if (a.script) files[a.script] = readFileSync(resolve(dirname(opt.workflow), a.script)).toString("base64");
-  }
+  const scripts = [...new Set((spec.agents ?? []).map((a) => a.script).filter(Boolean))].sort();
+  for (const name of scripts) files[name] = readFileSync(resolve(dirname(opt.workflow), name)).toString("base64");
   const bundle = { path: relative(process.cwd(), opt.workflow), spec: specBytes.toString("base64"), files };
   const { ref } = await ask(nc, me, "putblob", enc.encode(JSON.stringify(bundle)));
   const workflowHash = `sha256:${createHash("sha256").update(specBytes).digest("hex")}`;
