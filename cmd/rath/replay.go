@@ -21,6 +21,7 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/replay"
+	"github.com/openrath/rath/pkg/session"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
 
@@ -38,6 +39,7 @@ type replayOptions struct {
 	// What-if: fork the original at from and continue it live.
 	from uint64
 	fork bool
+	id   string // the fork's session ID ("": the ledger's choice)
 	live liveModel
 }
 
@@ -61,9 +63,11 @@ the two trees branch by branch and event by event, on a normalised form
 Exit codes: 0 reproduced, 7 diverged, others as for every command.
 
 With --from N --fork it forks SESSION at N in the original system instead
-and continues the fork live (--provider, --model, --base-url run its agents
-on another model: the fork records them as labels the agent worker honours),
-then prints "rath diff SESSION FORK". The fork's turns are taken by that
+(N must be between turns: the error names the nearest sequences that are;
+--id names the fork) and continues the fork live (--provider, --model,
+--base-url run its agents on another model: the fork records them as labels
+the agent worker honours), waits for it to close, then prints what
+"rath diff SESSION FORK" prints, and that command. The fork's turns are taken by that
 system's agent worker, so --base-url must be an endpoint its operator allows
 (rath up --allow-base-url PROVIDER=URL, or --allow-loopback-endpoints): a label
 is something any client can write, so naming an endpoint here does not allow
@@ -75,6 +79,9 @@ it, and the worker fails the turn, saying so, rather than send it the key.`,
 			}
 			if cmd.Flags().Changed("from") {
 				return usageError{errors.New("--from N needs --fork (a what-if); a replay always runs the whole tree")}
+			}
+			if cmd.Flags().Changed("id") {
+				return usageError{errors.New("--id names a what-if fork: it needs --fork")}
 			}
 			return a.replay(cmd.Context(), args[0], o)
 		},
@@ -88,6 +95,7 @@ it, and the worker fails the turn, saying so, rather than send it the key.`,
 	f.DurationVar(&o.idle, "idle", 30*time.Second, "stop the replay when no event arrived for this long")
 	f.Uint64Var(&o.from, "from", 0, "with --fork: the last sequence the what-if fork shares with SESSION")
 	f.BoolVar(&o.fork, "fork", false, "what-if: fork SESSION at --from in the original system and continue it live")
+	f.StringVar(&o.id, "id", "", "with --fork: the fork's session ID (default: the ledger's choice, printed)")
 	f.StringVar(&o.live.provider, "provider", "", "with --fork: run the fork's agents on this provider (openai or anthropic)")
 	f.StringVar(&o.live.model, "model", "", "with --fork: model of --provider")
 	f.StringVar(&o.live.baseURL, "base-url", "", "with --fork: API endpoint of --provider; the system's agent worker must allow it (rath up --allow-base-url)")
@@ -620,16 +628,24 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	if err != nil {
 		return err
 	}
-	if st.Turn != nil {
-		return usageError{fmt.Errorf("sequence %d of %s is inside the turn of %s (requested at %d): fork between turns, e.g. just before a selector decision", o.from, session, st.Turn.Agent, st.Turn.Seq)}
-	}
-	if len(st.Tools.Open) > 0 {
-		t := st.Tools.Open[0]
-		return usageError{fmt.Errorf("sequence %d of %s has tool call %s still %s: fork between turns", o.from, session, t.CallID, t.Status)}
-	}
 	tree, err := replay.Read(ctx, c, session)
 	if err != nil {
 		return err
+	}
+	if st.Turn != nil || len(st.Tools.Open) > 0 {
+		log := tree.Logical(tree.Branch(session))
+		where := ""
+		if st.Turn != nil {
+			end := "its head"
+			if after := nextBoundary(log, o.from, false); after != 0 {
+				end = fmt.Sprint(after)
+			}
+			where = fmt.Sprintf("is inside the turn of %s (events %d..%s)", st.Turn.Agent, st.Turn.Seq, end)
+		} else {
+			t := st.Tools.Open[0]
+			where = fmt.Sprintf("has tool call %s still %s", t.CallID, t.Status)
+		}
+		return usageError{fmt.Errorf("sequence %d of %s %s: fork between turns%s", o.from, session, where, suggestFrom(log, o.from))}
 	}
 	agent := ""
 	for _, e := range tree.Logical(tree.Branch(session)) {
@@ -649,7 +665,7 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	if o.live.provider != "" {
 		model = o.live.provider + "/" + o.live.model
 	}
-	ack, err := c.Fork(ctx, api.ForkRequest{Parent: session, At: o.from, Labels: labels, Source: replaySource,
+	ack, err := c.Fork(ctx, api.ForkRequest{Parent: session, At: o.from, ID: o.id, Labels: labels, Source: replaySource,
 		Reason: fmt.Sprintf("what-if: %s continues on %s", agent, model)})
 	if err != nil {
 		return err
@@ -699,7 +715,7 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 			return fmt.Errorf("what-if fork %s: %s (the fork is closed, outcome failed)", last, reason)
 		}
 		if !errors.Is(err, errWatched) {
-			return fmt.Errorf("what-if fork %s: not closed (%w); compare later with: rath diff %s %s", last, err, session, last)
+			return fmt.Errorf("what-if fork %s: not closed (%w); compare later with: %s diff %s %s", last, err, a.self(), session, last)
 		}
 		if closed.Outcome != "superseded" {
 			break
@@ -722,7 +738,67 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 		return a.printJSON(d)
 	}
 	printContrast(a.Stdout, d)
+	fmt.Fprintf(a.Stdout, "\ncompare again with: %s diff %s %s\n", a.self(), session, last)
 	return nil
+}
+
+// betweenTurns reports whether st is between turns: no turn in flight and
+// no tool call open, where a what-if can fork.
+func betweenTurns(st *session.State) bool {
+	if st.Turn != nil {
+		return false
+	}
+	for _, t := range st.Tools {
+		if t.Open() {
+			return false
+		}
+	}
+	return true
+}
+
+// nextBoundary is the first sequence after from (the last before it when
+// before is set) of a session's logical log at which the session is between
+// turns and an agent's turn follows, or 0. Merged events are not folded
+// in: they move neither turns nor tool calls of the session.
+func nextBoundary(log []events.Stored, from uint64, before bool) uint64 {
+	st := &session.State{}
+	var found []uint64 // boundaries so far, waiting for an agent's turn
+	best := uint64(0)
+	for _, e := range log {
+		if e.Type == events.TypeSelectorDecided {
+			var d events.SelectorDecided
+			if json.Unmarshal(e.Data, &d) == nil && d.Agent != "" {
+				for _, b := range found {
+					if before && b < from {
+						best = b
+					} else if !before && b > from {
+						return b
+					}
+				}
+				found = found[:0]
+			}
+		}
+		session.Apply(st, e)
+		if betweenTurns(st) {
+			found = append(found, e.Seq)
+		}
+	}
+	return best
+}
+
+// suggestFrom names the nearest sequences around from that a what-if can
+// fork at.
+func suggestFrom(log []events.Stored, from uint64) string {
+	var opts []string
+	for _, b := range []uint64{nextBoundary(log, from, true), nextBoundary(log, from, false)} {
+		if b != 0 {
+			opts = append(opts, fmt.Sprintf("--from %d", b))
+		}
+	}
+	if len(opts) == 0 {
+		return ""
+	}
+	return ": use " + strings.Join(opts, " or ")
 }
 
 // newestChild is the last fork of session in a lineage graph.
