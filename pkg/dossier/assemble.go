@@ -82,6 +82,10 @@ func assemble(session string, t *tree, blobs map[string][]byte) (*Dossier, error
 			p.Children = append(p.Children, b.ID)
 		}
 	}
+	names := BranchNames(d.Branches)
+	for i := range d.Branches {
+		d.Branches[i].Name = names[d.Branches[i].ID]
+	}
 	d.Final = decideFinal(candidates)
 	if d.Final != nil {
 		d.Usage.AcceptedPath = paths[d.Final.Branch]

@@ -121,7 +121,10 @@ type Head struct {
 
 // Branch is one session of the tree and its lineage.
 type Branch struct {
-	ID          string            `json:"id"`
+	ID string `json:"id"`
+	// Name is the branch's short name for people (BranchNames): "root",
+	// "fork-1@22"…
+	Name        string            `json:"name,omitempty"`
 	Tenant      string            `json:"tenant,omitempty"`
 	Parent      string            `json:"parent,omitempty"`
 	ForkSeq     uint64            `json:"fork_seq,omitempty"`

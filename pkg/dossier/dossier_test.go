@@ -211,8 +211,8 @@ func TestDossierContents(t *testing.T) {
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, dossier.FileMarkdown))
-	for _, want := range []string{"**Not isolated:** branch fix, fix-b ran tools on a development backend (local)", "isolation: **none**: local is a development backend",
-		"final answer came from branch **fix-b**", "**fix** was rejected", "TestAdd still fails", "+\treturn a + b", "## The test result", "ok  \texample/calc", "## Who acted", "- fix (tenant default): default/client 19", "fix seq 1: default/client started the session"} {
+	for _, want := range []string{"**Not isolated:** branch root, fork-1@7 ran tools on a development backend (local)", "isolation: **none**: local is a development backend",
+		"final answer came from branch **fork-1@7**", "**root** was rejected", "TestAdd still fails", "+\treturn a + b", "## The test result", "ok  \texample/calc", "## Who acted", "- root (tenant default): default/client 19", "root seq 1: default/client started the session"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("dossier.md lacks %q", want)
 		}

@@ -29,6 +29,19 @@ const (
 	GoodDiff = "diff --git a/calc.go b/calc.go\nindex 1111111..3333333 100644\n--- a/calc.go\n+++ b/calc.go\n@@ -3,3 +3,3 @@\n func Add(a, b int) int {\n-\treturn a - b\n+\treturn a + b\n }\n"
 )
 
+// FailedOutput is the reason of the root's failed validation: go test's
+// output, on several lines, with the characters that break a Markdown
+// table or open emphasis and code (|, *, _, `, <).
+const FailedOutput = "TestAdd still fails: got 6, want 5\n" +
+	"--- FAIL: TestAdd (0.00s)\n" +
+	"    calc_test.go:9: Add(2, 3) = 6 | want 5: `a * b` is *not* a sum <calc> __init__\n" +
+	"FAIL\n" +
+	"FAIL\texample/calc\t0.01s\n" +
+	"FAIL"
+
+// NoteText is the text of the memory item note-1 (written before the tree).
+const NoteText = "Add must be commutative | see ADR-3\nRun `go test ./...` before handing over."
+
 // Seqs of notable events (in the logical log of the session named).
 const (
 	RootRecallSeq     = 4  // Root: researcher's recall, turn 1
@@ -85,7 +98,7 @@ func Tree(t testing.TB, c *client.Client) map[string]string {
 	emit("", Root, &events.ToolStarted{CallID: "c1", Tool: "write_file", Attempt: 1, Sandbox: sandbox})
 	emit("", Root, &events.ToolCompleted{CallID: "c1", Tool: "write_file", Attempt: 1, Result: "wrote calc.go", ExitCode: 0, DurationMS: 4,
 		Diff: BadDiff, CommitBefore: "aaaa111", CommitAfter: "bbbb222", Sandbox: sandbox})
-	failed := emit("validation-failed", Root, &events.ValidationFailed{Validator: "tests", Target: "go test ./...", Reason: "TestAdd still fails: got 6, want 5",
+	failed := emit("validation-failed", Root, &events.ValidationFailed{Validator: "tests", Target: "go test ./...", Reason: FailedOutput,
 		Details: raw(`{"exit_code":1,"output":"--- FAIL: TestAdd"}`)})
 	emit("memory-written", Root, &events.MemoryWritten{ItemID: "fail-1", Version: 1, Content: "a * b does not fix Add", Scope: "project:calc",
 		Provenance: events.Provenance{Session: Root, EventIDs: []string{failed.ID}, Evidence: "failed_attempt"}})
@@ -108,7 +121,7 @@ func Tree(t testing.TB, c *client.Client) map[string]string {
 		events.WithCausation(failed.ID))
 	emit("", Accepted, &events.TurnRequested{TurnID: "turn-3", Agent: "coder", Rule: "retry"})
 	emit("recall-3", Accepted, &events.MemoryRecalled{Query: "how not to fix Add", Agent: "coder", TurnID: "turn-3",
-		Items: []events.MemoryItemRef{{ItemID: "fail-1", Version: 1, Score: 0.8}, {ItemID: "note-1", Version: 2, Score: 0.5}}})
+		Items: []events.MemoryItemRef{{ItemID: "fail-1", Version: 1, Score: 0.8, Content: "a * b does not fix Add"}, {ItemID: "note-1", Version: 2, Score: 0.5, Content: NoteText}}})
 	emit("", Accepted, &events.ToolRequested{CallID: "c2", Tool: "write_file", Agent: "coder", Arguments: raw(`{"path":"calc.go","content":"…a + b…"}`)})
 	emit("", Accepted, &events.ModelCalled{Agent: "coder", Provider: "scripted", Model: "m1", TokensIn: 300, TokensOut: 30, LatencyMS: 3})
 	emit("", Accepted, &events.TurnCompleted{TurnID: "turn-3", Agent: "coder", ToolCalls: 1})
