@@ -382,7 +382,7 @@ took into the branch is not part of its logical log; it is shown apart.`,
 			if src.branch != "" {
 				what = "logical log"
 			}
-			fmt.Fprintf(&b, "token usage on the %s of %s: in %d, out %d, %d calls\n", what, p.Branch, p.Usage.Total.In, p.Usage.Total.Out, p.Usage.Total.Calls)
+			fmt.Fprintf(&b, "token usage on the %s of %s: in %d, out %d, %s\n", what, p.Branch, p.Usage.Total.In, p.Usage.Total.Out, plural(p.Usage.Total.Calls, "call", "calls"))
 			for _, k := range sortedTokenKeys(p.Usage.ByAgent) {
 				t := p.Usage.ByAgent[k]
 				fmt.Fprintf(&b, "  agent %-16s in %8d  out %8d  calls %d\n", k, t.In, t.Out, t.Calls)
@@ -393,10 +393,10 @@ took into the branch is not part of its logical log; it is shown apart.`,
 			}
 			for _, s := range p.Segments {
 				to := fmt.Sprint(s.To)
-				fmt.Fprintf(&b, "  segment %s %d..%s: in %d, out %d, %d calls\n", s.Session, s.From, to, s.Usage.Total.In, s.Usage.Total.Out, s.Usage.Total.Calls)
+				fmt.Fprintf(&b, "  segment %s %d..%s: in %d, out %d, %s\n", s.Session, s.From, to, s.Usage.Total.In, s.Usage.Total.Out, plural(s.Usage.Total.Calls, "call", "calls"))
 			}
 			if m := p.MergedIn.Total; m.Calls > 0 || m.In > 0 || m.Out > 0 {
-				fmt.Fprintf(&b, "  taken in by merges (not counted above): in %d, out %d, %d calls\n", m.In, m.Out, m.Calls)
+				fmt.Fprintf(&b, "  taken in by merges (not counted above): in %d, out %d, %s\n", m.In, m.Out, plural(m.Calls, "call", "calls"))
 			}
 			_, err = io.WriteString(a.Stdout, b.String())
 			return err
