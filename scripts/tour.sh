@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# The README's five-minute tour as a script. Needs a running `rath up`
-# (or RATH_NATS_URL pointing at a NATS server with a session ledger).
-set -euo pipefail
+# Runs the README's five-minute tour as written, read from README.md, command
+# by command, in the repository root: a command whose comment says
+# "refused" must exit 4, every other 0. It needs a fresh `rath up` running
+# in the repository root (the tour's session IDs, demo and demo-b, are fixed;
+# `rm -rf .rath` before starting it again), or RATH_NATS_URL and RATH_CREDS
+# naming another. TestREADMECommands (cmd/rath) runs the same commands, and
+# those of "Agents at work", in the tests.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-go build -o ./bin/rath ./cmd/rath
-rath=./bin/rath
-id="tour-$(date +%s)"
+go build -o rath ./cmd/rath || exit 1
 
-$rath start --id "$id" --task "fix the failing test"
-$rath emit "$id" rath.conversation.chunk.appended --data '{"role":"user","content":"TestParse fails on empty input"}'
-$rath emit "$id" rath.model.called --data '{"agent":"coder","provider":"scripted","model":"m1","tokens_in":812,"tokens_out":64,"latency_ms":20}'
-$rath log "$id"
-$rath state "$id"
-$rath fork "$id" --at 2 --id "$id-b" --reason "try another strategy"
-$rath emit "$id-b" rath.conversation.chunk.appended --data '{"role":"assistant","content":"plan B"}'
-$rath merge "$id" "$id-b"
-$rath graph "$id"
-$rath verify "$id"
-$rath verify "$id-b"
-if $rath emit "$id" rath.conversation.chunk.appended --data '{"role":"robot"}'; then
-  echo "expected a refusal" >&2; exit 1
-fi
-$rath rejects "$id"
+# The tour's shell blocks, continuation lines joined.
+commands=$(awk '/^## A five-minute tour/{t=1; next} /^### /{t=0} t' README.md |
+  awk '/^```sh/{b=1; next} /^```/{b=0} b' |
+  sed -e ':a' -e '/\\$/N; s/\\\n//; ta')
+
+failed=0
+while IFS= read -r line <&3; do
+  [[ $line == ./rath* ]] || continue
+  want=0
+  [[ $line == *"# refused"* ]] && want=4
+  echo "\$ $line"
+  eval "$line" </dev/null
+  rc=$?
+  if [[ $rc != "$want" ]]; then
+    echo "tour.sh: exit $rc, want $want" >&2
+    failed=1
+  fi
+done 3<<<"$commands"
+
+# The tour's `./rath watch demo &`.
+jobs -p | xargs -r kill 2>/dev/null
+exit $failed
