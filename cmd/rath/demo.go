@@ -209,7 +209,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	if run.root, err = startDemo(ctx, c, run.rt.nc, wfPath, string(issue)); err != nil {
 		return run, err
 	}
-	fmt.Fprintf(a.Stdout, "rath demo: session %s started\n", run.root)
+	fmt.Fprintf(a.Stdout, "rath demo: session %s started (root below; a fork is fork-N@SEQ: the Nth created, at sequence SEQ)\n", run.root)
 
 	wctx, cancel := context.WithTimeout(ctx, o.wait)
 	defer cancel()
@@ -295,10 +295,85 @@ type demoProgress struct {
 	accepted string
 	finished chan struct{}
 	done     bool
+	// branches are the run's sessions as they started or forked, and names
+	// their names for people (dossier.BranchNames: root, fork-1@22…), the
+	// names the dossier uses; notes is the session of the seeded notes.
+	branches []dossier.Branch
+	names    map[string]string
+	notes    string
+	// writes says where each memory item version was written in the run
+	// ("root at 50"), for the lines of the recalls that bring it back.
+	writes map[string]string
 }
 
 func newDemoProgress(out io.Writer) *demoProgress {
-	return &demoProgress{out: out, sessions: map[string]string{}, finished: make(chan struct{})}
+	return &demoProgress{out: out, sessions: map[string]string{}, finished: make(chan struct{}), names: map[string]string{}, writes: map[string]string{}}
+}
+
+// name is a session's name in the progress lines.
+func (p *demoProgress) name(id string) string {
+	switch {
+	case p.names[id] != "":
+		return p.names[id]
+	case id == p.notes:
+		return "notes"
+	}
+	return id
+}
+
+// memory follows the memory an item's recall brings back to where the run
+// wrote it: for a recall, it says where its items were written ("" for a
+// recall of nothing written in the run, and for any other event).
+func (p *demoProgress) memory(ev events.Stored) string {
+	switch ev.Type {
+	case events.TypeMemoryWritten:
+		var w events.MemoryWritten
+		if json.Unmarshal(ev.Data, &w) == nil && ev.Session != p.notes {
+			p.writes[fmt.Sprintf("%s@%d", w.ItemID, w.Version)] = fmt.Sprintf("%s at %d", p.name(ev.Session), ev.Seq)
+		}
+	case events.TypeMemoryRecalled:
+		var r events.MemoryRecalled
+		if json.Unmarshal(ev.Data, &r) != nil {
+			return ""
+		}
+		var from []string
+		for _, it := range r.Items {
+			if at, ok := p.writes[fmt.Sprintf("%s@%d", it.ItemID, it.Version)]; ok {
+				from = append(from, fmt.Sprintf("%s, written on %s", it.ItemID, at))
+			}
+		}
+		if len(from) > 0 {
+			return " (" + strings.Join(from, "; ") + ")"
+		}
+	}
+	return ""
+}
+
+// named learns a session of the run from its first event, before that
+// event's line prints: its name comes from its lineage and the order the
+// sessions were created in, as in the dossier.
+func (p *demoProgress) named(ev events.Stored) {
+	b := dossier.Branch{ID: ev.Session, Created: ev.Time}
+	switch ev.Type {
+	case events.TypeSessionStarted:
+		var st events.SessionStarted
+		if json.Unmarshal(ev.Data, &st) != nil || st.Workflow == "" {
+			p.notes = ev.Session
+			return
+		}
+	case events.TypeSessionForked:
+		var fk events.SessionForked
+		if json.Unmarshal(ev.Data, &fk) != nil {
+			return
+		}
+		b.Parent, b.ForkSeq = fk.Parent, fk.AtSeq
+	default:
+		return
+	}
+	if !slices.ContainsFunc(p.branches, func(x dossier.Branch) bool { return x.ID == b.ID }) {
+		p.branches = append(p.branches, b)
+		p.names = dossier.BranchNames(p.branches)
+	}
 }
 
 func (p *demoProgress) open() int {
@@ -322,8 +397,9 @@ func (p *demoProgress) onMsg(m *nats.Msg) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.named(ev)
 	if line := describeEvent(ev); line != "" {
-		fmt.Fprintf(p.out, "  %-14s %4d  %s\n", branchName(ev.Session), ev.Seq, line)
+		fmt.Fprintf(p.out, "  %-10s %4d  %s%s\n", p.name(ev.Session), ev.Seq, dossier.ReplaceIDs(line, p.names), p.memory(ev))
 	}
 	switch ev.Type {
 	case events.TypeSessionStarted, events.TypeSessionForked:
@@ -356,14 +432,6 @@ func (p *demoProgress) onMsg(m *nats.Msg) {
 			close(p.finished)
 		}
 	}
-}
-
-// branchName shortens a session ID for the progress lines.
-func branchName(id string) string {
-	if i := strings.LastIndexByte(id, '-'); i > 0 && len(id) > 24 {
-		return "…" + id[len(id)-12:]
-	}
-	return id
 }
 
 // describeEvent is one progress line, or "" for events not worth a line.
@@ -505,6 +573,7 @@ func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string
 	p.mu.Lock()
 	order := slices.Clone(p.order)
 	outcomes := maps.Clone(p.sessions)
+	names := maps.Clone(p.names)
 	p.mu.Unlock()
 	fmt.Fprintf(a.Stdout, "%s:\n", plural(len(order), "branch", "branches"))
 	broken := 0
@@ -530,12 +599,12 @@ func (a *app) demoReport(ctx context.Context, c *client.Client, root, out string
 			broken++
 			chain = "chain BROKEN"
 		}
-		from := "root"
+		from := "started"
 		if st.Lineage.Parent != "" {
-			from = fmt.Sprintf("fork of %s at %d", branchName(st.Lineage.Parent), st.Lineage.ForkSeq)
+			from = fmt.Sprintf("fork of %s at %d", names[st.Lineage.Parent], st.Lineage.ForkSeq)
 		}
-		fmt.Fprintf(a.Stdout, "  %-14s %-24s %-11s %-30s %5d tokens  %s\n", branchName(id), from, outcomes[id], verdict,
-			st.Usage.Total.In+st.Usage.Total.Out, chain)
+		fmt.Fprintf(a.Stdout, "  %-10s %-18s %-11s %-28s %5d tokens  %-8s  %s\n", names[id], from, outcomes[id], verdict,
+			st.Usage.Total.In+st.Usage.Total.Out, chain, id)
 	}
 	d, err := dossier.Build(ctx, c, root, dossier.Options{Blobs: c.GetBlob})
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	demoex "github.com/openrath/rath/examples/demo"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
+	dt "github.com/openrath/rath/pkg/dossier/dossiertest"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -126,6 +128,49 @@ func TestDemo(t *testing.T) {
 	}
 	if got := ok(t, "nats://127.0.0.1:1", "verify", "--dossier", out); !strings.HasPrefix(got, "OK") {
 		t.Fatalf("verify --dossier: %q", got)
+	}
+
+	// What a person reads: the branches by the same names in the printed
+	// run and in dossier.md, whose tables a GFM renderer reads whole, and
+	// the failure pattern's text, written on the root, recalled on the fork.
+	forkName := fmt.Sprintf("fork-1@%d", accepted.Lineage.ForkSeq)
+	var writtenAt uint64
+	for _, m := range root.Memory {
+		if m.Kind == "written" && slices.Contains(m.ItemIDs, pattern.ItemID) {
+			writtenAt = m.Seq
+		}
+	}
+	printed := stdout.String()
+	for _, s := range []string{
+		fmt.Sprintf("  %-10s %4d  fork of root at %d: ", forkName, accepted.Lineage.ForkSeq+1, accepted.Lineage.ForkSeq),
+		fmt.Sprintf("memory recalled for coder: 1 item (%s, written on root at %d)", pattern.ItemID, writtenAt),
+		fmt.Sprintf("  %-10s %-18s accepted", forkName, fmt.Sprintf("fork of root at %d", accepted.Lineage.ForkSeq)),
+	} {
+		if !strings.Contains(printed, s) {
+			t.Errorf("the demo did not print %q:\n%s", s, printed)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, dossier.FileMarkdown))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var branches *dt.Table
+	for _, tb := range dt.Tables(t, md) {
+		if tb.Column("session ID") == 1 {
+			branches = &tb
+		}
+	}
+	if branches == nil || len(branches.Rows) != 2 || len(branches.Rows[0]) != len(branches.Header) ||
+		strings.Join(branches.Rows[0][:4], " | ") != "root | "+run.root+" | - | closed (superseded)" || !strings.HasPrefix(branches.Rows[0][4], "rejected: validation go test failed") ||
+		strings.Join(branches.Rows[1][:5], " | ") != forkName+" | "+fork+" | root @ "+strconv.FormatUint(accepted.Lineage.ForkSeq, 10)+" | closed (accepted) | accepted: closed accepted after go test passed (seq "+
+			strconv.FormatUint(lastValidation(accepted).Seq, 10)+")" {
+		t.Errorf("dossier.md's branch table, as a GFM renderer reads it: %+v", branches)
+	}
+	if text := dt.Text(t, md); !strings.Contains(text, fmt.Sprintf("%s v%d, written on root at seq %d (scope %s); recalled on %s at seq ", pattern.ItemID, pattern.Version, writtenAt, pattern.Scope, forkName)) {
+		t.Errorf("dossier.md does not say the fork recalled the root's failure pattern:\n%s", text)
+	}
+	if !slices.Contains(dt.CodeBlocks(t, md), pattern.Content+"\n") {
+		t.Errorf("dossier.md does not show the failure pattern's text %q", pattern.Content)
 	}
 
 	// The audit questions, against the live ledger.
