@@ -79,7 +79,7 @@ func Markdown(d *Dossier) string {
 		} else {
 			w("Session `%s`, a root. ", b.ID)
 		}
-		w("Verdict: %s.\n\n", verdictLine(b, n, 160))
+		w("Verdict: %s\n\n", sentence(verdictLine(b, n, 160)))
 		for _, l := range story(d, b, n) {
 			w("- %s\n", l.text)
 		}
@@ -257,6 +257,14 @@ func verdictLine(b Branch, nm namer, n int) string {
 		return "**" + b.Verdict + "**"
 	}
 	return "**" + b.Verdict + "**: " + inline(nm.text(b.VerdictReason), n)
+}
+
+// sentence ends s with a full stop, unless it ends cut short (…).
+func sentence(s string) string {
+	if strings.HasSuffix(s, "…") || strings.HasSuffix(s, ".") {
+		return s
+	}
+	return s + "."
 }
 
 // lastValidation is the last validation a branch stored (nil: none).
