@@ -200,6 +200,11 @@ func TestHeadsCoalescedFirstAtOnceLatestOnStop(t *testing.T) {
 	if h, err := r.store.GetHead(ctx, "s"); err != nil || h.Seq != 1 {
 		t.Fatalf("head before the interval: %+v, %v; want still 1", h, err)
 	}
+	// rath ls shows the head at once all the same: the ledger knows it.
+	recs, err := r.c.List(ctx, api.ListRequest{})
+	if err != nil || len(recs) != 1 || recs[0].Seq != last.Seq {
+		t.Fatalf("list: %+v, %v; want s at %d", recs, err, last.Seq)
+	}
 	r.stop()
 	h, err := r.store.GetHead(ctx, "s")
 	if err != nil || h.Seq != last.Seq || h.Hash != last.Hash || h.Sig != last.Sig {

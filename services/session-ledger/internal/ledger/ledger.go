@@ -50,7 +50,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger", HeadEvery: 100 * time.Millisecond}
+	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger", HeadEvery: time.Second}
 }
 
 // Validate reports every problem at once.

@@ -112,12 +112,16 @@ next:
 				continue next
 			}
 		}
-		// The index is written on lifecycle events; the head record on
-		// every append: the listed sequence is the recorded head's.
+		// The index is written on lifecycle events, the head record at
+		// most a second after an append, and this ledger knows its own
+		// appends at once: the listed sequence is the latest of the three.
 		if h, err := l.store.GetHead(ctx, r.ID); err == nil && h.Seq > r.Seq {
 			r.Seq = h.Seq
 		} else if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
 			return nil, unavailable(err)
+		}
+		if seq, ok := l.heads.pending(r.ID); ok && seq > r.Seq {
+			r.Seq = seq
 		}
 		out = append(out, r)
 	}
