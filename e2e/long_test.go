@@ -27,6 +27,9 @@ const (
 // when a rule sees the 300th turn's tool result. Every turn is a whole answer: text, tool
 // request, model call and turn end stored together.
 func TestLongSessionOfLargeToolResultsCloses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 300-turn session: run without -short")
+	}
 	dir := t.TempDir()
 	write := func(name, text string) {
 		t.Helper()

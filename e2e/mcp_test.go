@@ -24,6 +24,9 @@ import (
 // server the second, the selector waits for both, and the agent's next turn
 // ends the session.
 func TestMCPAndCustomToolsInTheLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts an MCP server program: run without -short")
+	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "calc")
 	if out, err := exec.Command("go", "build", "-o", bin, "../services/tool-runner/internal/mcp/testdata/server").CombinedOutput(); err != nil {
