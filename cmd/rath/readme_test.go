@@ -258,7 +258,7 @@ func TestREADMECommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Outcome != "succeeded" || st.Usage.ByModel == nil {
-		t.Fatalf("the what-if fork %s: outcome %q, usage %+v", forked, st.Outcome, st.Usage.ByModel)
+		t.Fatalf("the what-if fork %s: outcome %q, usage %+v\n%s", forked, st.Outcome, st.Usage.ByModel, ok(t, rt.url, "log", forked))
 	}
 }
 
