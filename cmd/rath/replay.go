@@ -665,7 +665,7 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	if o.live.provider != "" {
 		model = o.live.provider + "/" + o.live.model
 	}
-	ack, err := c.Fork(ctx, api.ForkRequest{Parent: session, At: o.from, ID: o.id, Labels: labels, Source: replaySource,
+	ack, err := c.Fork(ctx, api.ForkRequest{Parent: session, At: o.from, ID: o.id, Labels: labels, EventSource: replaySource,
 		Reason: fmt.Sprintf("what-if: %s continues on %s", agent, model)})
 	if err != nil {
 		return err

@@ -257,8 +257,8 @@ func (c *Client) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	if req.EventID == "" {
 		req.EventID = events.NewID() // chosen once, so retries fork once
 	}
-	if req.Source == "" {
-		req.Source = c.source
+	if req.EventSource == "" {
+		req.EventSource = c.source
 	}
 	var a api.Ack
 	if err := c.request(ctx, c.as.Ledger(events.OpFork), req, &a); err != nil {

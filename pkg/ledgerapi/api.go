@@ -40,7 +40,12 @@ const (
 	CodeUnavailable    Code = "unavailable"       // JetStream or the ledger failed; retry
 )
 
-// Error is a refusal with a code and a message naming the problem.
+// Error is a refusal with a code and a message naming the problem. Match a
+// code with errors.Is and the Err sentinel of that code:
+//
+//	if errors.Is(err, ledgerapi.ErrStale) { /* read the head again and retry */ }
+//
+// and read the message with errors.As.
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
@@ -48,12 +53,51 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
 
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, ErrNotFound) holds for every session_not_found refusal
+// whatever its message (nats.go's APIError.Is matches the same way).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && e != nil && t != nil && e.Code == t.Code
+}
+
+// Sentinels, one per code: errors.Is(err, ErrX) reports whether err (from
+// the Go client, the ledger or the memory service, wrapped or not) is a
+// refusal with code X. They are for matching only; the errors returned
+// carry the message that names the problem.
+var (
+	ErrMalformed      = &Error{Code: CodeMalformed, Message: "malformed event or request"}
+	ErrUnknownType    = &Error{Code: CodeUnknownType, Message: "event type not in the catalog"}
+	ErrSchema         = &Error{Code: CodeSchema, Message: "event data fails its schema"}
+	ErrInvalidSession = &Error{Code: CodeInvalidSession, Message: "unusable session ID"}
+	ErrNotFound       = &Error{Code: CodeNotFound, Message: "no such session"}
+	ErrBlobNotFound   = &Error{Code: CodeBlobNotFound, Message: "no such blob"}
+	ErrExists         = &Error{Code: CodeExists, Message: "session exists"}
+	ErrClosed         = &Error{Code: CodeClosed, Message: "session is closed"}
+	ErrStale          = &Error{Code: CodeStale, Message: "expected sequence is not the head"}
+	ErrTransition     = &Error{Code: CodeTransition, Message: "lifecycle event not allowed now"}
+	ErrUseOperation   = &Error{Code: CodeUseOperation, Message: "use the fork or merge operation"}
+	ErrOutOfRange     = &Error{Code: CodeOutOfRange, Message: "sequence beyond the head"}
+	ErrNothingToMerge = &Error{Code: CodeNothingToMerge, Message: "nothing to merge"}
+	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "too large"}
+	ErrDuplicateID    = &Error{Code: CodeDuplicateID, Message: "event ID stored in another session"}
+	ErrConflict       = &Error{Code: CodeConflict, Message: "concurrent appenders kept winning"}
+	ErrDamaged        = &Error{Code: CodeDamaged, Message: "session's stored events are damaged"}
+	// ErrUnavailable also matches the Go client's failures to reach the
+	// ledger at all (no responders, timeouts), which CodeOf reports as
+	// CodeUnavailable too.
+	ErrUnavailable = &Error{Code: CodeUnavailable, Message: "ledger unavailable"}
+)
+
 // Errorf builds an Error.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// CodeOf returns the code of an *Error in err's chain, or CodeUnavailable.
+// CodeOf returns the code of an *Error in err's chain, or CodeUnavailable:
+// for mapping a refusal to another transport's codes (an exit status, an
+// HTTP status) in one switch. To branch on one outcome, errors.Is with the
+// code's sentinel reads better.
 func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
@@ -247,6 +291,8 @@ type SchemaList struct {
 }
 
 // ForkRequest asks for a new session branching from Parent after sequence At.
+// Its Go field names match MergeRequest's: EventSource, not Source, is the
+// CloudEvents source (on the wire the field is still "source").
 type ForkRequest struct {
 	Parent string `json:"parent"`
 	// At is the last parent sequence the fork shares; 0 means the parent's head.
@@ -257,11 +303,13 @@ type ForkRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// EventID makes a retried fork idempotent; empty lets the ledger choose.
 	EventID string `json:"event_id,omitempty"`
-	// Source is the CloudEvents source of the fork event.
-	Source string `json:"source,omitempty"`
+	// EventSource is the CloudEvents source of the fork event.
+	EventSource string `json:"source,omitempty"`
 }
 
-// MergeRequest asks to join Source into Target.
+// MergeRequest asks to join session Source into session Target (Source
+// names a session, as in rath.session.merged; EventSource is the merge
+// event's CloudEvents source).
 type MergeRequest struct {
 	Target  string `json:"target"`
 	Source  string `json:"source"`

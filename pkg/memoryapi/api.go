@@ -83,6 +83,16 @@ const (
 // Error is a refusal with a code; it is the ledger's error type.
 type Error = api.Error
 
+// Sentinels of the memory service's own codes, for errors.Is (the codes it
+// shares with the ledger match the ledger's: ledgerapi.ErrNotFound for
+// CodeSessionNotFound, ledgerapi.ErrExists for CodeItemExists, …).
+var (
+	ErrInvalidScope    = &Error{Code: CodeInvalidScope, Message: "scope is not <kind>:<name>"}
+	ErrItemNotFound    = &Error{Code: CodeItemNotFound, Message: "no such memory item"}
+	ErrVersionNotFound = &Error{Code: CodeVersionNotFound, Message: "no such version"}
+	ErrUnknownEvent    = &Error{Code: CodeUnknownEvent, Message: "event not in the session's log"}
+)
+
 // Errorf builds an Error.
 func Errorf(code api.Code, format string, args ...any) *Error {
 	return api.Errorf(code, format, args...)

@@ -295,7 +295,7 @@ func (s *Selector) fork(ctx context.Context, st *session.State, ev events.Stored
 	// emitted into it: the selector acts for every tenant, and the ID derives
 	// from what the trigger's proposer chose.
 	if _, err := s.c.Fork(ctx, api.ForkRequest{Parent: st.ID, At: p.at, ID: childID, Reason: reason,
-		EventID: events.DerivedID(ev.ID, "fork-event"), Source: Source}); err != nil {
+		EventID: events.DerivedID(ev.ID, "fork-event"), EventSource: Source}); err != nil {
 		return fmt.Errorf("fork %s at %d onto %s: %w", st.ID, p.at, childID, err)
 	}
 	if p.agent != "" {

@@ -50,7 +50,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		}
 		parentHash = atEv.Hash
 	}
-	opts := []events.Option{events.WithSource(sourceOr(req.Source))}
+	opts := []events.Option{events.WithSource(sourceOr(req.EventSource))}
 	if req.EventID != "" {
 		opts = append(opts, events.WithID(req.EventID))
 	}
