@@ -24,12 +24,13 @@ import (
 type Run func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error
 
 // Main parses the command line (the service's own flags are already defined
-// on flag.CommandLine), runs the service and exits. Each check runs on the
+// on flag.CommandLine), runs the service and exits. role is the identity the
+// service connects as, which names its credentials file in --help. Each check runs on the
 // parsed flags before anything connects: a bad flag is reported as such
 // (exit 2), not as whatever the first connection attempt says.
-func Main(name string, run Run, checks ...func() error) {
+func Main(name string, role auth.Role, run Run, checks ...func() error) {
 	url := flag.String("nats", EnvOr("RATH_NATS_URL", nats.DefaultURL), "NATS server URL (env RATH_NATS_URL)")
-	creds := flag.String("creds", EnvOr("RATH_CREDS", ""), "credentials file of the service's identity, e.g. <data>/creds/"+name+".creds (env RATH_CREDS; empty: none, for a server without authentication)")
+	creds := flag.String("creds", EnvOr("RATH_CREDS", ""), credsUsage(role))
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("process", name)
 	for _, check := range checks {
@@ -44,6 +45,12 @@ func Main(name string, run Run, checks ...func() error) {
 		log.Error(name+" stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// credsUsage is the --creds flag's usage, naming the file rath up writes for
+// role (the session ledger's is ledger.creds, not session-ledger.creds).
+func credsUsage(role auth.Role) string {
+	return "credentials file of the service's identity, e.g. <data>/creds/" + auth.FileName(role) + " (env RATH_CREDS; empty: none, for a server without authentication)"
 }
 
 func serve(ctx context.Context, name, url, creds string, run Run, log *slog.Logger) error {

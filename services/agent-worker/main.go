@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/daemon"
 	"github.com/openrath/rath/services/agent-worker/service"
 )
@@ -25,7 +26,7 @@ func main() {
 		return nil
 	})
 	flag.BoolVar(&cfg.AllowLoopback, "allow-loopback-endpoints", false, "let agents name any endpoint on a loopback address (localhost, 127.0.0.0/8, ::1): local model servers, which then get the keys")
-	daemon.Main("agent-worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	daemon.Main("agent-worker", auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)
 		return service.Run(ctx, nc, cfg, log)
 	}, func() error { return cfg.Validate() }) // after the flags are parsed

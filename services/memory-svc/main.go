@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/daemon"
 	"github.com/openrath/rath/services/memory-svc/service"
 )
@@ -19,7 +20,7 @@ func main() {
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the RATH_MEMORY stream (3 on a cluster)")
 	flag.IntVar(&cfg.Inflight, "inflight", cfg.Inflight, "requests handled at once")
 	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
-	daemon.Main("memory-svc", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	daemon.Main("memory-svc", auth.RoleMemory, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		return service.Run(ctx, nc, cfg, log)
 	})
 }

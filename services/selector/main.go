@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/daemon"
 	"github.com/openrath/rath/services/selector/service"
 )
@@ -17,7 +18,7 @@ import (
 func main() {
 	cfg := service.DefaultConfig()
 	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
-	daemon.Main("selector", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	daemon.Main("selector", auth.RoleSelector, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		return service.Run(ctx, nc, cfg, log)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -400,4 +402,17 @@ func firstN(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))
 	}
 	return s
+}
+
+// TestHelpNamesTheLedgersCredsFile: --help's --creds example is the file
+// rath up writes for the ledger (ledger.creds; it said session-ledger.creds).
+func TestHelpNamesTheLedgersCredsFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the session-ledger binary")
+	}
+	out, _ := exec.Command(ledgerBinary(t), "--help").CombinedOutput()
+	want := "<data>/creds/" + auth.FileName(auth.RoleLedger) + " "
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("--help does not name %q:\n%s", want, out)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/daemon"
 	"github.com/openrath/rath/services/tool-runner/service"
 )
@@ -26,7 +27,7 @@ func main() {
 	flag.DurationVar(&cfg.Sandbox.Limits.Timeout, "timeout", cfg.Sandbox.Limits.Timeout, "default wall-clock limit of a command")
 	flag.Int64Var(&cfg.Sandbox.Limits.Memory, "memory", cfg.Sandbox.Limits.Memory, "address-space limit of a command in bytes (0: none)")
 	passEnv := flag.String("pass-env", strings.Join(service.PassEnvDefault, ","), "environment variables passed to sandboxed commands")
-	daemon.Main("tool-runner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	daemon.Main("tool-runner", auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		return service.Run(ctx, nc, cfg, log)
 	}, func() error { // after the flags are parsed
 		cfg.Sandbox.Path = os.Getenv("PATH")
