@@ -1,5 +1,5 @@
 // Command rath runs and inspects a Rath runtime: `rath up` starts NATS with
-// JetStream and the session ledger in one process; the other commands start,
+// JetStream and Rath's five services in one process; the other commands start,
 // append to, read, fork, merge and verify sessions through the ledger.
 package main
 

@@ -107,8 +107,9 @@ func (a *app) root() *cobra.Command {
 		Short: "Run and inspect Rath sessions: event-sourced agent sessions on NATS JetStream",
 		Long: `rath runs a Rath runtime and talks to its session ledger.
 
-"rath up" starts NATS with JetStream and the session ledger in one process;
-every other command is a client of the ledger at --nats.
+"rath up" starts NATS with JetStream and Rath's five services in one process
+(the session ledger, the memory service, the selector, the agent worker and
+the tool runner); every other command is a client of the ledger at --nats.
 
 Commands connect as the identity of --creds (default
 ./.rath/data/creds/client.creds, which "rath up" writes; env RATH_CREDS).

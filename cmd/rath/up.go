@@ -114,8 +114,8 @@ func (a *app) upCmd() *cobra.Command {
 		Use:   "up",
 		Short: "Run NATS with JetStream and every Rath service until interrupted",
 		Long: `up starts an embedded NATS server with JetStream file storage under --data,
-listening on --listen, and runs the session ledger, the selector, the agent
-worker and the tool runner on it until SIGINT or SIGTERM. With --nats (or
+listening on --listen, and runs the session ledger, the memory service, the
+selector, the agent worker and the tool runner on it until SIGINT or SIGTERM. With --nats (or
 RATH_NATS_URL) it starts no server and runs the services against that one.
 At start it prints which sandbox backends work here (as rath doctor does) and
 the one sessions whose workflow names none are placed on (--sandbox).
@@ -147,7 +147,7 @@ go only to each provider's official endpoint, or to one --allow-base-url or
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.PurgeAfter, "retention-purge-after", 0, "purge archived sessions from the hot stream this long after they were archived (0: never)")
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.Interval, "retention-interval", 0, "how often the ledger's retention pass runs (0: every 10m)")
 	sandboxFlag(cmd, &cfg.ToolRunner.Backend)
-	f.BoolVar(&cfg.ToolRunner.AllowLocal, "sandbox-allow-local", false, "let workflows and `rath to` put sessions on the local backend (no isolation) while the default isolates")
+	f.BoolVar(&cfg.ToolRunner.AllowLocal, "sandbox-allow-local", false, "let workflows and the rath to command put sessions on the local backend (no isolation) while the default isolates")
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
 	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
