@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -118,9 +119,10 @@ type Local struct {
 	root    string // cfg.Root, absolute and free of symbolic links
 	host    string
 	git     string
-	gitHome string // empty HOME of the backend's own git commands
-	runs    string // parent of per-run temporary directories
-	staging string // where Place builds a workspace before renaming it in
+	gitHome string       // empty HOME of the backend's own git commands
+	runs    string       // parent of per-run temporary directories
+	staging string       // where Place builds a workspace before renaming it in
+	gitRuns atomic.Int64 // git processes run, for tests
 }
 
 // Location is where this backend keeps workspaces: its host and root.
@@ -319,6 +321,7 @@ var gitConfig = []string{
 // environment is built from nothing: no global or system configuration, a
 // HOME without dotfiles, no prompts.
 func (l *Local) runGit(ctx context.Context, dir string, args ...string) (string, error) {
+	l.gitRuns.Add(1)
 	cmd := exec.CommandContext(ctx, l.git, append(append([]string{}, gitConfig...), args...)...)
 	cmd.Dir = dir
 	cmd.Env = []string{
@@ -351,6 +354,10 @@ type localWorkspace struct {
 	dir    string
 	tenant string     // the tenant Place recorded for the session
 	mu     sync.Mutex // serialises git commands that take the index lock
+	// seen is what Head last saw: the commit and the tree's fingerprint.
+	// A Commit that finds the same fingerprint knows nothing changed and
+	// runs no git (see tree.go).
+	seen struct{ commit, tree string }
 }
 
 func (w *localWorkspace) ID() string      { return w.id }
@@ -367,7 +374,29 @@ func (l *Local) tenantOf(sessionID string) string {
 func (w *localWorkspace) Host() string { return w.l.host }
 func (w *localWorkspace) Dir() string  { return w.dir }
 
+// Head returns the commit the workspace is at, and remembers it with the
+// tree's fingerprint for the next Commit.
 func (w *localWorkspace) Head(ctx context.Context) (string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	head, err := w.head(ctx)
+	if err != nil {
+		return "", err
+	}
+	tree, err := fingerprint(w.dir)
+	if err != nil {
+		tree = "" // Commit asks git
+	}
+	w.seen.commit, w.seen.tree = head, tree
+	return head, nil
+}
+
+// head reads HEAD from .git, or asks git when the files cannot tell. The
+// caller holds w.mu.
+func (w *localWorkspace) head(ctx context.Context) (string, error) {
+	if commit, ok := readHead(filepath.Join(w.dir, ".git")); ok {
+		return commit, nil
+	}
 	out, err := w.l.runGit(ctx, w.dir, "rev-parse", "--verify", "HEAD")
 	if err != nil {
 		return "", fmt.Errorf("head of %s: %w", w.id, err)
@@ -381,6 +410,16 @@ func (w *localWorkspace) Commit(ctx context.Context, message string) (string, er
 	if strings.TrimSpace(message) == "" {
 		message = "checkpoint"
 	}
+	if w.seen.tree != "" {
+		// Nothing changed since Head (same files, same times, same HEAD):
+		// nothing to stage, nothing to commit.
+		tree, err := fingerprint(w.dir)
+		head, ok := readHead(filepath.Join(w.dir, ".git"))
+		if err == nil && ok && tree == w.seen.tree && head == w.seen.commit {
+			return head, nil
+		}
+	}
+	w.seen.commit, w.seen.tree = "", ""
 	if _, err := w.l.runGit(ctx, w.dir, "add", "--all"); err != nil {
 		return "", fmt.Errorf("commit %s: %w", w.id, err)
 	}
@@ -395,7 +434,7 @@ func (w *localWorkspace) Commit(ctx context.Context, message string) (string, er
 			return "", fmt.Errorf("commit %s: %w", w.id, err)
 		}
 	}
-	return w.Head(ctx)
+	return w.head(ctx)
 }
 
 func (w *localWorkspace) Diff(ctx context.Context, from, to string) (string, error) {
