@@ -19,6 +19,11 @@ func TestLifecycleCommands(t *testing.T) {
 	if out := ok(t, url, "compact", "lc", "--keep-last", "2"); !strings.Contains(out, "compacted 2..5") {
 		t.Fatalf("compact: %q", out)
 	}
+	ok(t, url, "start", "--id", "one", "--task", "t")
+	ok(t, url, "emit", "one", "rath.conversation.chunk.appended", "--data", `{"role":"user","content":"hi"}`)
+	if out := ok(t, url, "compact", "one", "--keep-last", "2"); !strings.Contains(out, "nothing to compact: 1 chunk, keeping the last 2") {
+		t.Fatalf("compact of one chunk: %q", out) // it said "1 chunks"
+	}
 	if r := rath(t, url, "compact", "nope"); r.code != exitNotFound {
 		t.Fatalf("compact missing: exit %d %q", r.code, r.stderr)
 	}

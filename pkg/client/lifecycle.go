@@ -53,7 +53,11 @@ func (c *Client) Compact(ctx context.Context, id string, keepLast int) (api.Ack,
 		}
 		plan, ok := session.PlanCompaction(st, keepLast)
 		if !ok {
-			return api.Ack{}, events.TranscriptCompacted{}, fmt.Errorf("compact %s: %w: %d chunks, keeping the last %d", id, ErrNothingToCompact, len(st.Chunks), keepLast)
+			chunks := "chunks"
+			if len(st.Chunks) == 1 {
+				chunks = "chunk"
+			}
+			return api.Ack{}, events.TranscriptCompacted{}, fmt.Errorf("compact %s: %w: %d %s, keeping the last %d", id, ErrNothingToCompact, len(st.Chunks), chunks, keepLast)
 		}
 		a, err := c.Emit(ctx, id, &plan, events.WithExpectedSeq(st.Seq))
 		if api.CodeOf(err) == api.CodeStale && attempt < 3 {
