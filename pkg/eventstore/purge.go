@@ -11,7 +11,7 @@ import (
 
 // PurgeSession removes from the sessions stream every stored event of one
 // session with a stream sequence below before, and nothing else: a JetStream
-// purge with the subject filter rath.log.<session>.> and a sequence, which
+// purge with the subject filter rath.log.*.<session>.> and a sequence, which
 // the server reads as "matching the filter, up to but not including this
 // sequence" (a wildcard filter is matched per subject; sequence and keep
 // cannot be combined). Purging again is a no-op, so two ledgers doing the

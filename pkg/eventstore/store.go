@@ -97,7 +97,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	if s.sessions, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamSessions,
-		Description: "Rath: every accepted session event, on rath.log.<session>.<kind>; republished on rath.session.<session>.<kind>",
+		Description: "Rath: every accepted session event, on " + events.SessionSubject("<tenant>", "<session>", "<kind>") + "; republished on " + events.LiveSubject("<tenant>", "<session>", "<kind>"),
 		Subjects:    []string{events.SessionsWildcard},
 		Retention:   jetstream.LimitsPolicy,
 		MaxMsgSize:  cfg.MaxEventSize,
