@@ -505,3 +505,42 @@ func TestMemoryConcurrentWritersTwoInstances(t *testing.T) {
 		t.Fatalf("session recorded %d writes, want %d", written, writers+1)
 	}
 }
+
+// A write to a session that has ended is refused (session_closed, exit 4 in
+// rath memory add) and stores nothing: RATH_MEMORY holds no record of it. It
+// stored the version, then retracted it when the ledger refused the event.
+func TestMemoryWriteToClosedSessionStoresNothing(t *testing.T) {
+	r := setup(t, 1)
+	ctx := context.Background()
+	r.start(t, "s")
+	r.emit(t, "s", &events.SessionClosed{Reason: "done", Outcome: "succeeded"})
+	for name, write := range map[string]func() error{
+		"add": func() error {
+			_, err := r.mem.Add(ctx, memoryapi.AddRequest{Session: "s", Content: "too late", Scope: "project:rath", Evidence: memoryapi.EvidenceToolResult})
+			return err
+		},
+		"add a version": func() error {
+			_, err := r.mem.Add(ctx, memoryapi.AddRequest{Session: "s", ItemID: "mem-late", Content: "too late", Scope: "project:rath", Evidence: memoryapi.EvidenceToolResult})
+			return err
+		},
+	} {
+		if err := write(); api.CodeOf(err) != api.CodeClosed {
+			t.Fatalf("%s in a closed session: %v, want %s", name, err, api.CodeClosed)
+		}
+	}
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, memoryapi.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Fatalf("RATH_MEMORY holds %d records after refused writes", info.State.Msgs)
+	}
+}

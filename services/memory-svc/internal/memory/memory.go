@@ -178,13 +178,18 @@ func validSession(id string) error {
 // writeVersion resolves the provenance, stores the version, then records
 // it in the session, on behalf of whoever asked. The caller admitted the
 // session and set the record's tenant (the session's). The version is
-// stored first because only the store can number it; a session that
-// refuses the event gets the version retracted again (by the service,
-// saying why), so recall never serves a version its session does not
-// record.
+// stored first because only the store can number it, and RATH_MEMORY
+// denies deletes: so a session that has ended, which the ledger would
+// refuse the event, is refused here before anything is stored. A session
+// that ends between that check and the event (or refuses it otherwise)
+// gets the version retracted again (by the service, saying why), so
+// recall never serves a version its session does not record.
 func (m *Memory) writeVersion(ctx context.Context, rec memoryapi.Record, mustExist bool) (memoryapi.WriteReply, error) {
 	if rec.RequestID == "" {
 		rec.RequestID = events.NewID()
+	}
+	if err := m.checkOpen(ctx, rec.Session); err != nil {
+		return memoryapi.WriteReply{}, err
 	}
 	seqs, err := m.resolve(ctx, rec.Session, rec.Provenance.EventIDs)
 	if err != nil {
@@ -207,6 +212,20 @@ func (m *Memory) writeVersion(ctx context.Context, rec memoryapi.Record, mustExi
 		return memoryapi.WriteReply{}, fmt.Errorf("record version %d of %s in session %s: %w", stored.Version, stored.ItemID, stored.Session, err)
 	}
 	return memoryapi.WriteReply{Record: stored, Ack: ack}, nil
+}
+
+// checkOpen refuses a write to a session that has ended, with the code the
+// ledger would refuse its event with (session_closed), before the write
+// stores anything.
+func (m *Memory) checkOpen(ctx context.Context, session string) error {
+	st, err := m.state(ctx, session, 0)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", session, err)
+	}
+	if st.Status.Ended() {
+		return api.Errorf(api.CodeClosed, "session %s is %s (at %d): it records no memory write; fork it to continue", session, st.Status, st.Seq)
+	}
+	return nil
 }
 
 // void retracts a version its session refused to record. If even that
