@@ -148,31 +148,43 @@ func (h *harness) pipelined(ctx context.Context, tag string, n, s int) ([]string
 		}
 	}
 	h.logf("%s: %d appends over %d sessions, one in flight per session", tag, n, s)
-	var (
-		mu   sync.Mutex
-		lats = make(latencies, 0, n)
-	)
-	cpu := h.cpuStart()
-	start := time.Now()
-	err = parallel(ctx, s, s, func(ctx context.Context, i int) error {
+	r, lats, use, err := h.timedParallel(ctx, s, n, func(ctx context.Context, i int) (latencies, error) {
 		own := make(latencies, 0, len(per[i]))
 		for _, ev := range per[i] {
 			t := time.Now()
 			if _, err := h.cli.Append(ctx, ev); err != nil {
-				return err
+				return own, err
 			}
 			own = append(own, time.Since(t))
 		}
+		return own, nil
+	})
+	return ids, r, lats, use, err
+}
+
+// timedParallel runs work(i) for every i below k at once and returns the rate
+// of n events over the time they took together, the latencies each reported
+// and the CPU used.
+func (h *harness) timedParallel(ctx context.Context, k, n int, work func(ctx context.Context, i int) (latencies, error)) (rate, latencies, cpuUse, error) {
+	var (
+		mu   sync.Mutex
+		lats latencies
+	)
+	cpu := h.cpuStart()
+	start := time.Now()
+	err := parallel(ctx, k, k, func(ctx context.Context, i int) error {
+		own, err := work(ctx, i)
 		mu.Lock()
 		lats = append(lats, own...)
 		mu.Unlock()
-		return nil
+		return err
 	})
-	if err != nil {
-		return nil, rate{}, nil, cpuUse{}, err
-	}
 	d := time.Since(start)
-	return ids, rate{n: n, d: d}, lats, cpu.stop(), nil
+	use := cpu.stop()
+	if err != nil {
+		return rate{}, nil, cpuUse{}, err
+	}
+	return rate{n: n, d: d}, lats, use, nil
 }
 
 // appendBatched is 1d: the same work as 1b, sent with client.AppendBatch:
@@ -291,35 +303,24 @@ func (h *harness) batched(ctx context.Context, tag string, n, s, g int) ([]strin
 		}
 	}
 	h.logf("%s: %d appends over %d sessions, batches of %d, %d in flight", tag, n, s, h.cfg.batch, g)
-	var (
-		mu   sync.Mutex
-		lats = make(latencies, 0, n/h.cfg.batch+g)
-	)
-	cpu := h.cpuStart()
-	start := time.Now()
-	err = parallel(ctx, g, g, func(ctx context.Context, k int) error {
+	r, lats, use, err := h.timedParallel(ctx, g, n, func(ctx context.Context, k int) (latencies, error) {
+		own := make(latencies, 0, len(work[k]))
 		for _, b := range work[k] {
 			t := time.Now()
 			res, err := h.cli.AppendBatch(ctx, b)
 			if err != nil {
-				return err
+				return own, err
 			}
 			for i, r := range res {
 				if r.Err != nil {
-					return fmt.Errorf("event %s: %w", b[i].ID(), r.Err)
+					return own, fmt.Errorf("event %s: %w", b[i].ID(), r.Err)
 				}
 			}
-			mu.Lock()
-			lats = append(lats, time.Since(t))
-			mu.Unlock()
+			own = append(own, time.Since(t))
 		}
-		return nil
+		return own, nil
 	})
-	if err != nil {
-		return nil, rate{}, nil, cpuUse{}, err
-	}
-	d := time.Since(start)
-	return ids, rate{n: n, d: d}, lats, cpu.stop(), nil
+	return ids, r, lats, use, err
 }
 
 // appendInbox is 1c: client.Propose of every event (the proposer waits only
