@@ -117,7 +117,7 @@ func TestSessionLifecycle(t *testing.T) {
 	ok(t, url, "emit", "s1", events.TypeModelCalled, "--data", "@"+dataFile, "--expect-seq", "2")
 
 	log := ok(t, url, "log", "s1")
-	for _, want := range []string{"1  ", events.TypeSessionStarted, "task=fix the parser", "user: please fix TestParse", "coder anthropic/m1 in=100 out=20"} {
+	for _, want := range []string{"1  ", events.TypeSessionStarted, "task “fix the parser”", "user: please fix TestParse", "coder on anthropic/m1: 100 tokens in, 20 out"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}

@@ -398,8 +398,8 @@ func (p *demoProgress) onMsg(m *nats.Msg) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.named(ev)
-	if line := describeEvent(ev); line != "" {
-		fmt.Fprintf(p.out, "  %-10s %4d  %s%s\n", p.name(ev.Session), ev.Seq, dossier.ReplaceIDs(line, p.names), p.memory(ev))
+	if line := describeEvent(ev, p.names); line != "" {
+		fmt.Fprintf(p.out, "  %-10s %4d  %s%s\n", p.name(ev.Session), ev.Seq, line, p.memory(ev))
 	}
 	switch ev.Type {
 	case events.TypeSessionStarted, events.TypeSessionForked:
@@ -434,37 +434,24 @@ func (p *demoProgress) onMsg(m *nats.Msg) {
 	}
 }
 
-// describeEvent is one progress line, or "" for events not worth a line.
-func describeEvent(ev events.Stored) string {
-	d, err := ev.Decode()
-	if err != nil {
+// demoLines are the kinds of event the demo prints a line for: the run's
+// story without its chatter (chunks, model calls, tool starts).
+var demoLines = map[string]bool{
+	events.TypeSessionStarted: true, events.TypeSessionForked: true, events.TypeSessionClosed: true,
+	events.TypeTurnRequested: true, events.TypeToolRequested: true, events.TypeToolCompleted: true,
+	events.TypeValidationPassed: true, events.TypeValidationFailed: true,
+	events.TypeMemoryRecalled: true, events.TypeMemoryWritten: true, events.TypeSelectorDecided: true,
+}
+
+// describeEvent is one progress line (events.Summary), or "" for events not
+// worth a line. Session IDs in the event's data are replaced by their names
+// first, so a summary clips the text people read, not an ID.
+func describeEvent(ev events.Stored, names map[string]string) string {
+	if !demoLines[ev.Type] {
 		return ""
 	}
-	switch x := d.(type) {
-	case *events.SessionStarted:
-		return "session started: " + x.Workflow
-	case *events.SessionForked:
-		return fmt.Sprintf("fork of %s at %d: %s", x.Parent, x.AtSeq, x.Reason)
-	case *events.SessionClosed:
-		return fmt.Sprintf("closed: %s (%s)", x.Outcome, x.Reason)
-	case *events.TurnRequested:
-		return "turn of " + x.Agent
-	case *events.ToolRequested:
-		return fmt.Sprintf("%s calls %s %s", x.Agent, x.Tool, clip(string(x.Arguments), 60))
-	case *events.ToolCompleted:
-		return fmt.Sprintf("%s exit %d, %d ms", x.Tool, x.ExitCode, x.DurationMS)
-	case *events.ValidationPassed:
-		return "validation passed: " + x.Validator
-	case *events.ValidationFailed:
-		return "validation FAILED: " + x.Validator + ": " + clip(x.Reason, 70)
-	case *events.MemoryRecalled:
-		return fmt.Sprintf("memory recalled for %s: %s", x.Agent, plural(len(x.Items), "item", "items"))
-	case *events.MemoryWritten:
-		return fmt.Sprintf("memory written: %s v%d (%s): %s", x.ItemID, x.Version, x.Provenance.Evidence, clip(x.Content, 50))
-	case *events.SelectorDecided:
-		return fmt.Sprintf("selector: %s → %s", x.Rule, x.Route)
-	}
-	return ""
+	ev.Data = json.RawMessage(dossier.ReplaceIDs(string(ev.Data), names))
+	return events.Summary(ev)
 }
 
 // seedNotes records the project notes the researcher recalls: what a team

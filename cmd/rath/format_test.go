@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -41,31 +42,21 @@ func TestExitCode(t *testing.T) {
 	}
 }
 
-func TestSummary(t *testing.T) {
-	for _, tc := range []struct {
-		data any
-		want string
-	}{
-		{&events.ChunkAppended{Role: "assistant", Agent: "coder", Content: "line one\nline two"}, "assistant/coder: line one line two"},
-		{&events.ChunkAppended{Role: "user", Content: string(bytes.Repeat([]byte("é"), 70))}, "user: " + string(bytes.Repeat([]byte("é"), 59)) + "…"},
-		{&events.ModelCalled{Agent: "coder", Provider: "p", Model: "m", TokensIn: 3, TokensOut: 4, LatencyMS: 5}, "coder p/m in=3 out=4 5ms"},
-		{&events.ToolCompleted{CallID: "c1", Tool: "shell", ExitCode: 1, DurationMS: 9}, "shell c1 exit 1 9ms"},
-		{&events.SessionClosed{Outcome: "succeeded"}, "outcome=succeeded"},
-		{&events.SessionPaused{}, ""},
-		{&events.SandboxPlaced{Backend: "local", SandboxID: "local-s", Host: "h"}, "local/local-s (development backend: no isolation) host=h"},
-		{&events.SandboxPlaced{Backend: "bwrap", SandboxID: "bwrap-s", Isolation: "bwrap: namespaces", From: &events.Sandbox{Backend: "local", SandboxID: "local-s"}},
-			"bwrap/bwrap-s isolation=bwrap: namespaces from local/local-s"},
-		{&events.SandboxRequested{Backend: "bwrap", Reason: "isolate"}, "to bwrap reason=isolate"},
-		{&events.SandboxRefused{Backend: "docker", Reason: "unknown backend"}, "to docker refused: unknown backend"},
-	} {
-		k, _ := events.KindOf(tc.data)
-		raw, _ := json.Marshal(tc.data)
-		if got := summary(events.Stored{Type: k.Type, Data: raw}); got != tc.want {
-			t.Errorf("summary(%s) = %q, want %q", k.Type, got, tc.want)
-		}
+// rath log's and rath watch's line: sequence, time and type in columns,
+// then the event's summary (events.Summary, tested there).
+func TestWriteEvent(t *testing.T) {
+	raw, _ := json.Marshal(events.ToolCompleted{CallID: "c1", Tool: "shell", ExitCode: 1, DurationMS: 9})
+	var b bytes.Buffer
+	ev := events.Stored{Seq: 12, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Type: events.TypeToolCompleted, Data: raw}
+	if err := writeEvent(&b, ev); err != nil {
+		t.Fatal(err)
 	}
-	if got := summary(events.Stored{Type: "rath.unknown", Data: json.RawMessage(`{"a":1}`)}); got != `{"a":1}` {
-		t.Errorf("summary of an unknown type = %q", got)
+	if want := "   12  2026-01-02T03:04:05Z  rath.tool.call.completed          shell c1 exit 1, 9 ms\n"; b.String() != want {
+		t.Errorf("writeEvent = %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	if err := writeEvent(&b, events.Stored{Seq: 1, Type: "rath.unknown", Data: json.RawMessage(`{"a":1}`)}); err != nil || !strings.HasSuffix(b.String(), `  {"a":1}`+"\n") {
+		t.Errorf("writeEvent of an unknown type = %q, %v", b.String(), err)
 	}
 }
 
@@ -99,8 +90,10 @@ func TestPluralsAndOutcome(t *testing.T) {
 		{plural(1, "branch", "branches"), "1 branch"},
 		{plural(0, "branch", "branches"), "0 branches"},
 		{plural(uint64(2), "event", "events"), "2 events"},
-		{summary(events.Stored{Type: events.TypeMemoryRecalled, Data: json.RawMessage(`{"agent":"coder","items":[{"item_id":"m1"}]}`)}), "1 item"},
-		{describeEvent(events.Stored{Type: events.TypeMemoryRecalled, Data: json.RawMessage(`{"agent":"coder","items":[{"item_id":"m1"}]}`)}), "memory recalled for coder: 1 item"},
+		{describeEvent(events.Stored{Type: events.TypeChunkAppended, Data: json.RawMessage(`{"role":"user","content":"hi"}`)}, nil), ""},
+		{describeEvent(events.Stored{Type: events.TypeMemoryRecalled, Data: json.RawMessage(`{"agent":"coder","items":[{"item_id":"m1"}]}`)}, nil), "memory recalled for coder: 1 item"},
+		{describeEvent(events.Stored{Type: events.TypeSessionClosed, Data: json.RawMessage(`{"outcome":"superseded","reason":"forked to 01a21c17-576e-7df7-bd67-bf660ec4d7e7-94f47468 at 22"}`)},
+			map[string]string{"01a21c17-576e-7df7-bd67-bf660ec4d7e7-94f47468": "fork-1@22"}), "closed: superseded (forked to fork-1@22 at 22)"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)

@@ -124,8 +124,8 @@ func TestMoveFromTheCommandLine(t *testing.T) {
 	}
 
 	log := ok(t, rt.url, "log", "s1")
-	for _, want := range []string{"local/local-s1 (development backend: no isolation)", "rath.sandbox.requested            to bwrap reason=isolate it",
-		"bwrap/bwrap-s1 isolation=bwrap: new user", "from local/local-s1"} {
+	for _, want := range []string{"local/local-s1 (development backend: no isolation)", "rath.sandbox.requested            move to sandbox bwrap requested: isolate it",
+		"bwrap/bwrap-s1 (isolation: bwrap: new user", "moved from local/local-s1"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("rath log lacks %q:\n%s", want, log)
 		}

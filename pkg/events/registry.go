@@ -43,8 +43,13 @@ var (
 )
 
 // register adds a kind to the catalog. A name or Go type registered twice is a
-// programming error caught at init, before any event is read or written.
-func register[T any](typ, token string) {
+// programming error caught at init, before any event is read or written. A
+// kind's data must say what it holds in a line (Summarizer): a kind without
+// one does not compile.
+func register[T any, P interface {
+	*T
+	Summarizer
+}](typ, token string) {
 	t := reflect.TypeFor[T]()
 	if _, dup := byType[typ]; dup {
 		panic("events: type registered twice: " + typ)

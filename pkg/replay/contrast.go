@@ -2,10 +2,8 @@ package replay
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
@@ -228,49 +226,7 @@ func fileDiffs(evs []events.Stored) map[string]string {
 	return out
 }
 
-// brief summarises an event in a line.
+// brief is an event in a line, its summary the one every printer shows.
 func brief(e events.Stored) *Brief {
-	b := &Brief{Type: e.Type, Source: e.Source}
-	d, err := e.Decode()
-	if err != nil {
-		return b
-	}
-	switch x := d.(type) {
-	case *events.SessionForked:
-		b.Summary = fmt.Sprintf("fork of %s at %d", x.Parent, x.AtSeq)
-	case *events.SessionClosed:
-		b.Summary = x.Outcome + ": " + x.Reason
-	case *events.SelectorDecided:
-		b.Summary = x.Rule + " → " + x.Route
-	case *events.TurnRequested:
-		b.Summary = x.Agent
-	case *events.ChunkAppended:
-		b.Summary = x.Role + ": " + oneLine(x.Content)
-	case *events.ToolRequested:
-		b.Summary = x.Tool + " " + oneLine(string(x.Arguments))
-	case *events.ToolCompleted:
-		b.Summary = fmt.Sprintf("%s exit %d", x.Tool, x.ExitCode)
-		if fs := dossier.DiffFiles(x.Diff); len(fs) > 0 {
-			b.Summary += ", changed " + strings.Join(fs, ", ")
-		}
-	case *events.ModelCalled:
-		b.Summary = fmt.Sprintf("%s on %s/%s: %d+%d tokens", x.Agent, x.Provider, x.Model, x.TokensIn, x.TokensOut)
-	case *events.ValidationPassed:
-		b.Summary = "passed: " + x.Validator
-	case *events.ValidationFailed:
-		b.Summary = "failed: " + x.Validator + ": " + oneLine(x.Reason)
-	case *events.MemoryWritten:
-		b.Summary = oneLine(x.Content)
-	case *events.MemoryRecalled:
-		b.Summary = fmt.Sprintf("%d items for %s", len(x.Items), x.Agent)
-	}
-	return b
-}
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > 60 {
-		return string(r[:59]) + "…"
-	}
-	return s
+	return &Brief{Type: e.Type, Source: e.Source, Summary: events.Summary(e)}
 }
