@@ -12,6 +12,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/replay"
+	"github.com/openrath/rath/pkg/session"
 )
 
 func (a *app) diffCmd() *cobra.Command {
@@ -148,8 +149,8 @@ func briefLine(b *replay.Brief) string {
 	return b.Type + ": " + b.Summary
 }
 
-func printUsage(w io.Writer, a, b replay.Usage) {
-	row := func(name string, x, y replay.Tokens) {
+func printUsage(w io.Writer, a, b session.Usage) {
+	row := func(name string, x, y session.Tokens) {
 		fmt.Fprintf(w, "  %-28s A %7d (%d)   B %7d (%d)\n", name, x.In+x.Out, x.Calls, y.In+y.Out, y.Calls)
 	}
 	row("total", a.Total, b.Total)
@@ -161,7 +162,7 @@ func printUsage(w io.Writer, a, b replay.Usage) {
 	}
 }
 
-func unionKeys(a, b map[string]replay.Tokens) []string {
+func unionKeys(a, b map[string]session.Tokens) []string {
 	var out []string
 	for k := range a {
 		out = append(out, k)

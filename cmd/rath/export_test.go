@@ -13,6 +13,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // exportTree appends the dossier test tree and returns the NATS URL.
@@ -170,7 +171,7 @@ func TestAuditQuestions(t *testing.T) {
 	}
 	var use dossier.PathUsage
 	decode(t, ok(t, url, "audit", "usage", dt.Accepted, "--json"), &use)
-	if use.Usage.ByAgent["coder"] != (dossier.Tokens{In: 307, Out: 30, Calls: 1}) || use.Usage.ByAgent["researcher"] != (dossier.Tokens{In: 100, Out: 10, Calls: 1}) {
+	if use.Usage.ByAgent["coder"] != (session.Tokens{In: 307, Out: 30, Calls: 1}) || use.Usage.ByAgent["researcher"] != (session.Tokens{In: 100, Out: 10, Calls: 1}) {
 		t.Errorf("usage --json %+v", use.Usage)
 	}
 	var rec dossier.RecallAnswer

@@ -11,6 +11,7 @@ import (
 
 	"github.com/openrath/rath/pkg/dossier"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // auditSource is where an audit question reads the session graph: the
@@ -404,7 +405,7 @@ took into the branch is not part of its logical log; it is shown apart.`,
 	}
 }
 
-func sortedTokenKeys(m map[string]dossier.Tokens) []string {
+func sortedTokenKeys(m map[string]session.Tokens) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -3,11 +3,11 @@ package dossier
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // SuccessOutcomes are the close outcomes (compared without case) that count
@@ -31,15 +31,15 @@ func Assemble(session string, own map[string][]events.Stored, blobs map[string][
 	return assemble(session, t, blobs)
 }
 
-func assemble(session string, t *tree, blobs map[string][]byte) (*Dossier, error) {
-	if _, ok := t.info[session]; !ok {
-		return nil, fmt.Errorf("the dossier holds no branch %s", session)
+func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
+	if _, ok := t.info[id]; !ok {
+		return nil, fmt.Errorf("the dossier holds no branch %s", id)
 	}
 	d := &Dossier{
-		Schema: FileSchema, Format: Format, Session: session, Root: t.rootOf(session),
+		Schema: FileSchema, Format: Format, Session: id, Root: t.rootOf(id),
 		Branches: []Branch{}, Turns: []Turn{}, ToolCalls: []ToolCall{}, Sandboxes: []Placement{},
 		Memory: []Memory{}, Validations: []Validation{}, Decisions: []Decision{}, Acts: []Act{},
-		Usage: UsageReport{ByBranch: map[string]Usage{}},
+		Usage: UsageReport{ByBranch: map[string]session.Usage{}},
 		tree:  t,
 	}
 	if st := t.info[d.Root].start; st != nil {
@@ -64,7 +64,7 @@ func assemble(session string, t *tree, blobs map[string][]byte) (*Dossier, error
 		d.Decisions = append(d.Decisions, f.decisions...)
 		d.Acts = append(d.Acts, f.acts...)
 		d.Usage.ByBranch[id] = f.branch.Usage
-		addUsage(&d.Usage.Total, f.branch.Usage)
+		d.Usage.Total.Merge(f.branch.Usage)
 		candidates = append(candidates, f.candidates...)
 		paths[id] = f.pathUsage()
 	}
@@ -173,49 +173,6 @@ func setVerdict(b *Branch, final *Final, vs []Validation) {
 		}
 	default:
 		b.Verdict = VerdictOpen
-	}
-}
-
-func addTokens(t *Tokens, in, out int64, call bool) {
-	t.In += in
-	t.Out += out
-	if call {
-		t.Calls++
-	}
-}
-
-func addUse(u *Usage, agent, provider, model string, in, out int64, call bool) {
-	addTokens(&u.Total, in, out, call)
-	if u.ByAgent == nil {
-		u.ByAgent, u.ByModel = map[string]Tokens{}, map[string]Tokens{}
-	}
-	a := u.ByAgent[agent]
-	addTokens(&a, in, out, call)
-	u.ByAgent[agent] = a
-	key := model
-	if provider != "" {
-		key = provider + "/" + model
-	}
-	m := u.ByModel[key]
-	addTokens(&m, in, out, call)
-	u.ByModel[key] = m
-}
-
-// addUsage adds v to u.
-func addUsage(u *Usage, v Usage) {
-	u.Total.In += v.Total.In
-	u.Total.Out += v.Total.Out
-	u.Total.Calls += v.Total.Calls
-	if len(v.ByAgent) > 0 && u.ByAgent == nil {
-		u.ByAgent, u.ByModel = map[string]Tokens{}, map[string]Tokens{}
-	}
-	for _, pair := range []struct{ into, from map[string]Tokens }{{u.ByAgent, v.ByAgent}, {u.ByModel, v.ByModel}} {
-		for _, k := range slices.Sorted(maps.Keys(pair.from)) {
-			t := pair.into[k]
-			f := pair.from[k]
-			t.In, t.Out, t.Calls = t.In+f.In, t.Out+f.Out, t.Calls+f.Calls
-			pair.into[k] = t
-		}
 	}
 }
 

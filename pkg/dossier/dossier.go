@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // Format is the value of Dossier.Format this package writes and reads.
@@ -147,14 +148,14 @@ type Branch struct {
 	// FirstSeq is the branch's first own sequence (1, or fork_seq + 1);
 	// Head its last. Events is the number of own events, stored in
 	// EventsFile (relative to the dossier directory), one a line.
-	FirstSeq   uint64     `json:"first_seq"`
-	Head       Head       `json:"head"`
-	Events     int        `json:"events"`
-	EventsFile string     `json:"events_file"`
-	Merges     []MergeIn  `json:"merges,omitempty"`
-	MergedInto []MergeOut `json:"merged_into,omitempty"`
-	Usage      Usage      `json:"usage"`
-	Counts     Counts     `json:"counts"`
+	FirstSeq   uint64        `json:"first_seq"`
+	Head       Head          `json:"head"`
+	Events     int           `json:"events"`
+	EventsFile string        `json:"events_file"`
+	Merges     []MergeIn     `json:"merges,omitempty"`
+	MergedInto []MergeOut    `json:"merged_into,omitempty"`
+	Usage      session.Usage `json:"usage"`
+	Counts     Counts        `json:"counts"`
 	// Actors counts the branch's own events by who proposed them, as the
 	// ledger authenticated it (tenant/user), most events first.
 	Actors []ActorCount `json:"actors,omitempty"`
@@ -330,14 +331,12 @@ const (
 	MemoryRetracted = "retracted"
 )
 
-// Validation is one validation result.
+// Validation is one validation result, where it was recorded and its
+// details.
 type Validation struct {
 	At
-	Passed    bool            `json:"passed"`
-	Validator string          `json:"validator"`
-	Target    string          `json:"target,omitempty"`
-	Reason    string          `json:"reason,omitempty"`
-	Details   json.RawMessage `json:"details,omitempty"`
+	session.Check
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Decision is one routing decision of the selector.
@@ -362,26 +361,12 @@ type Cause struct {
 	Type    string `json:"type,omitempty"`
 }
 
-// Tokens counts model usage.
-type Tokens struct {
-	In    int64 `json:"in"`
-	Out   int64 `json:"out"`
-	Calls int64 `json:"calls"`
-}
-
-// Usage is token usage in total, by agent and by provider/model.
-type Usage struct {
-	Total   Tokens            `json:"total"`
-	ByAgent map[string]Tokens `json:"by_agent,omitempty"`
-	ByModel map[string]Tokens `json:"by_model,omitempty"`
-}
-
 // UsageReport is the tree's token usage. Each model call counts once, in the
 // branch that stored it: a fork's inherited prefix belongs to its parent,
 // and events a merge takes in belong to their source.
 type UsageReport struct {
-	Total    Usage            `json:"total"`
-	ByBranch map[string]Usage `json:"by_branch"`
+	Total    session.Usage            `json:"total"`
+	ByBranch map[string]session.Usage `json:"by_branch"`
 	// AcceptedPath is the usage of the final branch's logical log (nil when
 	// no branch produced a final answer).
 	AcceptedPath *PathUsage `json:"accepted_path"`
@@ -392,15 +377,15 @@ type UsageReport struct {
 // merges took into it (not part of the logical log, reported apart).
 type PathUsage struct {
 	Branch   string         `json:"branch"`
-	Usage    Usage          `json:"usage"`
+	Usage    session.Usage  `json:"usage"`
 	Segments []SegmentUsage `json:"segments"`
-	MergedIn Usage          `json:"merged_in"`
+	MergedIn session.Usage  `json:"merged_in"`
 }
 
 // SegmentUsage is the usage of one run of a session's own events.
 type SegmentUsage struct {
 	events.Segment
-	Usage Usage `json:"usage"`
+	Usage session.Usage `json:"usage"`
 }
 
 // Blob is a content-addressed result or diff stored beside the dossier.

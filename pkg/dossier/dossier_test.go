@@ -19,6 +19,7 @@ import (
 	dt "github.com/openrath/rath/pkg/dossier/dossiertest"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/session-ledger/service"
 )
 
@@ -115,26 +116,26 @@ func TestDossierContents(t *testing.T) {
 
 	// Usage: each model call once, in the branch that stored it.
 	tot := d.Usage.Total
-	if tot.Total != (dossier.Tokens{In: 657, Out: 65, Calls: 4}) {
+	if tot.Total != (session.Tokens{In: 657, Out: 65, Calls: 4}) {
 		t.Errorf("tree total %+v, want in 657 out 65 calls 4", tot.Total)
 	}
-	want := map[string]dossier.Tokens{"researcher": {In: 100, Out: 10, Calls: 1}, "coder": {In: 507, Out: 50, Calls: 2}, "explorer": {In: 50, Out: 5, Calls: 1}}
+	want := map[string]session.Tokens{"researcher": {In: 100, Out: 10, Calls: 1}, "coder": {In: 507, Out: 50, Calls: 2}, "explorer": {In: 50, Out: 5, Calls: 1}}
 	for agent, w := range want {
 		if tot.ByAgent[agent] != w {
 			t.Errorf("tree usage of %s %+v, want %+v", agent, tot.ByAgent[agent], w)
 		}
 	}
-	if m := tot.ByModel["scripted/m1"]; m != (dossier.Tokens{In: 600, Out: 60, Calls: 3}) {
+	if m := tot.ByModel["scripted/m1"]; m != (session.Tokens{In: 600, Out: 60, Calls: 3}) {
 		t.Errorf("usage of scripted/m1 %+v", m)
 	}
-	if b := d.Usage.ByBranch[dt.Accepted].Total; b != (dossier.Tokens{In: 307, Out: 30, Calls: 1}) {
+	if b := d.Usage.ByBranch[dt.Accepted].Total; b != (session.Tokens{In: 307, Out: 30, Calls: 1}) {
 		t.Errorf("fork's own usage %+v, want only its own events (the inherited research turn belongs to the root)", b)
 	}
 	p := d.Usage.AcceptedPath
-	if p == nil || p.Usage.Total != (dossier.Tokens{In: 407, Out: 40, Calls: 2}) ||
-		p.Usage.ByAgent["researcher"] != (dossier.Tokens{In: 100, Out: 10, Calls: 1}) ||
-		p.Usage.ByAgent["coder"] != (dossier.Tokens{In: 307, Out: 30, Calls: 1}) ||
-		p.MergedIn.Total != (dossier.Tokens{In: 50, Out: 5, Calls: 1}) {
+	if p == nil || p.Usage.Total != (session.Tokens{In: 407, Out: 40, Calls: 2}) ||
+		p.Usage.ByAgent["researcher"] != (session.Tokens{In: 100, Out: 10, Calls: 1}) ||
+		p.Usage.ByAgent["coder"] != (session.Tokens{In: 307, Out: 30, Calls: 1}) ||
+		p.MergedIn.Total != (session.Tokens{In: 50, Out: 5, Calls: 1}) {
 		t.Errorf("accepted path usage %+v", p)
 	}
 	if len(p.Segments) != 2 || p.Segments[0].Session != dt.Root || p.Segments[0].To != dt.ForkSeq || p.Segments[0].Usage.Total.In != 100 {
@@ -490,7 +491,7 @@ func TestDossierQuestions(t *testing.T) {
 	if err != nil || p.Branch != dt.Accepted || p.Usage.ByAgent["coder"].In != 307 || p.Usage.ByAgent["researcher"].In != 100 || p.Usage.Total.Calls != 2 {
 		t.Errorf("accepted path usage %+v %v", p, err)
 	}
-	if p, err := d.PathUsage(dt.Sibling); err != nil || p.Usage.Total != (dossier.Tokens{In: 150, Out: 15, Calls: 2}) {
+	if p, err := d.PathUsage(dt.Sibling); err != nil || p.Usage.Total != (session.Tokens{In: 150, Out: 15, Calls: 2}) {
 		t.Errorf("sibling path usage %+v %v", p, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // fold walks one branch's logical log (and the events its merges take in)
@@ -31,9 +32,9 @@ type fold struct {
 	ids       map[string]events.Stored
 	covered   map[events.Position]bool // merged-in (session, seq); Hash unused
 	lastVal   *Validation              // last validation of the content so far
-	logical   Usage                    // usage of the logical log
+	logical   session.Usage            // usage of the logical log
 	segments  map[string]*SegmentUsage
-	mergedIn  Usage
+	mergedIn  session.Usage
 
 	placements  []Placement
 	memory      []Memory
@@ -115,23 +116,23 @@ func (f *fold) expand(d *events.SessionMerged) {
 			case *events.ValidationPassed, *events.ValidationFailed:
 				v := validation(e, m)
 				f.lastVal = &v
-			case *events.ModelCalled:
-				addUse(&f.mergedIn, m.Agent, m.Provider, m.Model, m.TokensIn, m.TokensOut, true)
-			case *events.UsageRecorded:
-				addUse(&f.mergedIn, m.Agent, m.Provider, m.Model, m.TokensIn, m.TokensOut, false)
+			case *events.ModelCalled, *events.UsageRecorded:
+				f.mergedIn.AddEvent(m)
 			}
 		}
 	}
 }
 
 func validation(e events.Stored, data any) Validation {
+	c, _ := session.CheckOf(data)
+	v := Validation{At: at(e), Check: c}
 	switch d := data.(type) {
 	case *events.ValidationPassed:
-		return Validation{At: at(e), Passed: true, Validator: d.Validator, Target: d.Target, Details: d.Details}
+		v.Details = d.Details
 	case *events.ValidationFailed:
-		return Validation{At: at(e), Validator: d.Validator, Target: d.Target, Reason: d.Reason, Details: d.Details}
+		v.Details = d.Details
 	}
-	return Validation{At: at(e)}
+	return v
 }
 
 func (f *fold) event(e events.Stored) {
@@ -212,12 +213,12 @@ func (f *fold) event(e events.Stored) {
 	case *events.TurnFailed:
 		f.endTurn(e, own, d.TurnID, TurnFailed, "", 0, d.Error)
 	case *events.ModelCalled:
-		f.use(e, own, d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, true)
+		f.use(e, own, d)
 		if own {
 			b.Counts.ModelCalls++
 		}
 	case *events.UsageRecorded:
-		f.use(e, own, d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, false)
+		f.use(e, own, d)
 	case *events.ToolRequested:
 		c := f.call(e, own, d.CallID, d.Tool)
 		c.request = &e
@@ -306,13 +307,15 @@ func (f *fold) event(e events.Stored) {
 	}
 }
 
-func (f *fold) use(e events.Stored, own bool, agent, provider, model string, in, out int64, call bool) {
-	addUse(&f.logical, agent, provider, model, in, out, call)
+// use counts the usage an event records (data: its decoded data) in the
+// logical log, its segment and, for the branch's own events, the branch.
+func (f *fold) use(e events.Stored, own bool, data any) {
+	f.logical.AddEvent(data)
 	if seg, ok := f.segments[e.Session]; ok {
-		addUse(&seg.Usage, agent, provider, model, in, out, call)
+		seg.Usage.AddEvent(data)
 	}
 	if own {
-		addUse(&f.branch.Usage, agent, provider, model, in, out, call)
+		f.branch.Usage.AddEvent(data)
 	}
 }
 

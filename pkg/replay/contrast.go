@@ -7,6 +7,7 @@ import (
 
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // Contrast compares two branches (`rath diff A B`): their events after their
@@ -25,37 +26,16 @@ type Contrast struct {
 
 // Side is one branch of a Contrast: what it did after the common prefix.
 type Side struct {
-	Session     string             `json:"session"`
-	Head        uint64             `json:"head"`
-	Status      string             `json:"status"`
-	Outcome     string             `json:"outcome,omitempty"`
-	Reason      string             `json:"reason,omitempty"`
-	Validations []ValidationResult `json:"validations"`
-	Usage       Usage              `json:"usage"`
-	Files       []string           `json:"files_changed"`
-}
-
-// ValidationResult is one validation after the common prefix.
-type ValidationResult struct {
-	Seq       uint64 `json:"seq"`
-	Passed    bool   `json:"passed"`
-	Validator string `json:"validator"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-// Tokens is token usage.
-type Tokens struct {
-	In    int64 `json:"in"`
-	Out   int64 `json:"out"`
-	Calls int   `json:"calls"`
-}
-
-// Usage is token usage of the model calls after the common prefix, in
-// total, by agent and by "provider/model".
-type Usage struct {
-	Total   Tokens            `json:"total"`
-	ByAgent map[string]Tokens `json:"by_agent"`
-	ByModel map[string]Tokens `json:"by_model"`
+	Session     string               `json:"session"`
+	Head        uint64               `json:"head"`
+	Status      string               `json:"status"`
+	Outcome     string               `json:"outcome,omitempty"`
+	Reason      string               `json:"reason,omitempty"`
+	Validations []session.Validation `json:"validations"`
+	// Usage is the token usage of the model calls (and usage records) after
+	// the common prefix.
+	Usage session.Usage `json:"usage"`
+	Files []string      `json:"files_changed"`
 }
 
 // EventPair is the two branches' events at one sequence after the common
@@ -158,7 +138,7 @@ func NewContrast(a string, la []events.Stored, b string, lb []events.Stored) Con
 }
 
 func side(id string, all, rest []events.Stored) Side {
-	s := Side{Session: id, Status: "active", Usage: Usage{ByAgent: map[string]Tokens{}, ByModel: map[string]Tokens{}}, Validations: []ValidationResult{}}
+	s := Side{Session: id, Status: "active", Validations: []session.Validation{}}
 	if len(all) > 0 {
 		s.Head = all[len(all)-1].Seq
 	}
@@ -181,23 +161,10 @@ func side(id string, all, rest []events.Stored) Side {
 		if err != nil {
 			continue
 		}
-		switch d := d.(type) {
-		case *events.ValidationPassed:
-			s.Validations = append(s.Validations, ValidationResult{Seq: e.Seq, Passed: true, Validator: d.Validator})
-		case *events.ValidationFailed:
-			s.Validations = append(s.Validations, ValidationResult{Seq: e.Seq, Validator: d.Validator, Reason: d.Reason})
-		case *events.ModelCalled:
-			add := func(m map[string]Tokens, k string) {
-				t := m[k]
-				t.In, t.Out, t.Calls = t.In+d.TokensIn, t.Out+d.TokensOut, t.Calls+1
-				m[k] = t
-			}
-			s.Usage.Total.In += d.TokensIn
-			s.Usage.Total.Out += d.TokensOut
-			s.Usage.Total.Calls++
-			add(s.Usage.ByAgent, d.Agent)
-			add(s.Usage.ByModel, d.Provider+"/"+d.Model)
+		if c, ok := session.CheckOf(d); ok {
+			s.Validations = append(s.Validations, session.Validation{Seq: e.Seq, Check: c})
 		}
+		s.Usage.AddEvent(d)
 	}
 	s.Files = slices.Sorted(maps.Keys(fileDiffs(rest)))
 	if s.Files == nil {

@@ -115,10 +115,10 @@ func apply(s *State, e events.Stored, merged bool) {
 	case *events.TranscriptCompacted:
 		s.Compactions = append(s.Compactions, Compaction{Seq: e.Seq, FromSeq: d.FromSeq, ToSeq: d.ToSeq, Summary: d.Summary, TokensBefore: d.TokensBefore, TokensAfter: d.TokensAfter})
 	case *events.ModelCalled:
-		s.addUsage(d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, true)
+		s.Usage.AddEvent(d)
 		s.Counts.ModelCalls++
 	case *events.UsageRecorded:
-		s.addUsage(d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, false)
+		s.Usage.AddEvent(d)
 	case *events.ToolRequested:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
 		t.Agent, t.Arguments, t.Origin = d.Agent, d.Arguments, origin
@@ -164,12 +164,14 @@ func apply(s *State, e events.Stored, merged bool) {
 		s.Pending[d.WorkID] = Work{Seq: e.Seq, Kind: d.Kind, Description: d.Description, Assignee: d.Assignee}
 	case *events.WorkDone:
 		delete(s.Pending, d.WorkID)
-	case *events.ValidationPassed:
-		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Passed: true, Validator: d.Validator})
-		s.Counts.ValidationsPassed++
-	case *events.ValidationFailed:
-		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Validator: d.Validator, Reason: d.Reason})
-		s.Counts.ValidationsFailed++
+	case *events.ValidationPassed, *events.ValidationFailed:
+		c, _ := CheckOf(d)
+		s.Validations = append(s.Validations, Validation{Seq: e.Seq, Check: c})
+		if c.Passed {
+			s.Counts.ValidationsPassed++
+		} else {
+			s.Counts.ValidationsFailed++
+		}
 	case *events.ApprovalRequested:
 		if s.Approvals == nil {
 			s.Approvals = map[string]Approval{}
@@ -198,24 +200,6 @@ func apply(s *State, e events.Stored, merged bool) {
 	case *events.ApprovalRejected:
 		s.settleApproval(d.ApprovalID, "rejected", d.By, e.Actor)
 	}
-}
-
-func (s *State) addUsage(agent, provider, model string, in, out int64, call bool) {
-	s.Usage.Total.add(in, out, call)
-	if s.Usage.ByAgent == nil {
-		s.Usage.ByAgent = map[string]Tokens{}
-		s.Usage.ByModel = map[string]Tokens{}
-	}
-	a := s.Usage.ByAgent[agent]
-	a.add(in, out, call)
-	s.Usage.ByAgent[agent] = a
-	key := model
-	if provider != "" {
-		key = provider + "/" + model
-	}
-	m := s.Usage.ByModel[key]
-	m.add(in, out, call)
-	s.Usage.ByModel[key] = m
 }
 
 func (s *State) tool(callID, name string, seq uint64) *Tool {

@@ -32,7 +32,7 @@ func worstState(n, content int) *State {
 		st.Chunks = append(st.Chunks, Chunk{Seq: seq, Role: long, Agent: long, Content: huge, ToolCallID: long, Origin: long})
 		st.Compactions = append(st.Compactions, Compaction{Seq: seq, Summary: huge})
 		st.Decisions = append(st.Decisions, Decision{Seq: seq, Rule: long, Route: long, Reason: long, Cause: long, TurnID: long})
-		st.Validations = append(st.Validations, Validation{Seq: seq, Validator: long, Reason: long})
+		st.Validations = append(st.Validations, Validation{Seq: seq, Check: Check{Validator: long, Reason: long}})
 		st.Memory = append(st.Memory, MemoryEvent{Seq: seq, Kind: long, ItemIDs: []string{long, long, long, long, long, long, long, long, long, long},
 			Query: long, EventID: long, Agent: long, TurnID: long, Actor: long, Items: []events.MemoryItemRef{{ItemID: long, Content: long}}})
 		st.Lineage.Merges = append(st.Lineage.Merges, Merge{Seq: seq, Source: long, SourceHash: long, Ancestor: long})

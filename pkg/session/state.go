@@ -166,14 +166,17 @@ type Archive struct {
 	PurgedSeq uint64 `json:"purged_seq,omitempty"`
 }
 
-// Tokens counts model usage.
+// Tokens counts model usage. The state, the dossier and rath diff count
+// with it.
 type Tokens struct {
 	In    int64 `json:"in"`
 	Out   int64 `json:"out"`
 	Calls int64 `json:"calls"`
 }
 
-func (t *Tokens) add(in, out int64, call bool) {
+// Add counts in and out tokens, and a model call when call is set (usage
+// recorded apart from a call counts tokens only).
+func (t *Tokens) Add(in, out int64, call bool) {
 	t.In += in
 	t.Out += out
 	if call {
@@ -186,6 +189,64 @@ type Usage struct {
 	Total   Tokens            `json:"total"`
 	ByAgent map[string]Tokens `json:"by_agent,omitempty"`
 	ByModel map[string]Tokens `json:"by_model,omitempty"`
+}
+
+// Add counts one model call's (call set) or one usage record's tokens, in
+// total, for the agent and for "provider/model" (the model alone when no
+// provider is named).
+func (u *Usage) Add(agent, provider, model string, in, out int64, call bool) {
+	u.Total.Add(in, out, call)
+	if u.ByAgent == nil {
+		u.ByAgent = map[string]Tokens{}
+	}
+	if u.ByModel == nil {
+		u.ByModel = map[string]Tokens{}
+	}
+	a := u.ByAgent[agent]
+	a.Add(in, out, call)
+	u.ByAgent[agent] = a
+	key := model
+	if provider != "" {
+		key = provider + "/" + model
+	}
+	m := u.ByModel[key]
+	m.Add(in, out, call)
+	u.ByModel[key] = m
+}
+
+// AddEvent counts the usage an event records (rath.model.called,
+// rath.usage.recorded; data is the event's decoded data) and reports whether
+// it recorded any.
+func (u *Usage) AddEvent(data any) bool {
+	switch d := data.(type) {
+	case *events.ModelCalled:
+		u.Add(d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, true)
+	case *events.UsageRecorded:
+		u.Add(d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, false)
+	default:
+		return false
+	}
+	return true
+}
+
+// Merge adds v to u.
+func (u *Usage) Merge(v Usage) {
+	u.Total.In += v.Total.In
+	u.Total.Out += v.Total.Out
+	u.Total.Calls += v.Total.Calls
+	for _, pair := range []struct {
+		into *map[string]Tokens
+		from map[string]Tokens
+	}{{&u.ByAgent, v.ByAgent}, {&u.ByModel, v.ByModel}} {
+		for k, t := range pair.from {
+			if *pair.into == nil {
+				*pair.into = map[string]Tokens{}
+			}
+			x := (*pair.into)[k]
+			x.In, x.Out, x.Calls = x.In+t.In, x.Out+t.Out, x.Calls+t.Calls
+			(*pair.into)[k] = x
+		}
+	}
 }
 
 // Work is pending work the session owes.
@@ -280,12 +341,32 @@ type Decision struct {
 	TurnID string `json:"turn_id,omitempty"`
 }
 
-// Validation is one validation outcome.
+// Validation is one validation outcome of the session.
 type Validation struct {
-	Seq       uint64 `json:"seq"`
+	Seq uint64 `json:"seq"`
+	Check
+}
+
+// Check is what a validation found: whether it passed, the validator, what
+// it checked (a commit, say) and why it failed. The state, the dossier and
+// rath diff share it.
+type Check struct {
 	Passed    bool   `json:"passed"`
 	Validator string `json:"validator"`
+	Target    string `json:"target,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+}
+
+// CheckOf reads a validation event's decoded data (rath.validation.passed
+// or rath.validation.failed); false for any other.
+func CheckOf(data any) (Check, bool) {
+	switch d := data.(type) {
+	case *events.ValidationPassed:
+		return Check{Passed: true, Validator: d.Validator, Target: d.Target}, true
+	case *events.ValidationFailed:
+		return Check{Validator: d.Validator, Target: d.Target, Reason: d.Reason}, true
+	}
+	return Check{}, false
 }
 
 // Turn is an agent turn in flight.
