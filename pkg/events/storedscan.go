@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -13,7 +14,8 @@ import (
 // of it, so the caller must not modify body afterwards. Replaying a long session parses
 // every event, so this is most of a replay's CPU after the read itself. It
 // reports false for anything it does not expect (whitespace, an escaped
-// string, a number where a string belongs); ParseStored then decodes the
+// string, a number where a string belongs, a member name that is not
+// lowercase ASCII); ParseStored then decodes the
 // body with the general decoder, which also names what is wrong.
 // TestScanStoredMatchesDecoder holds the two together.
 func scanStored(body []byte) (Stored, bool) {
@@ -34,6 +36,11 @@ func scanStored(body []byte) (Stored, bool) {
 		}
 		k := i + 1
 		for k < n && body[k] != '"' && body[k] != '\\' {
+			if c := body[k]; c >= 'A' && c <= 'Z' || c >= utf8.RuneSelf {
+				// The decoder matches member names without regard to
+				// case ("ID" sets the ID): let it.
+				return s, false
+			}
 			k++
 		}
 		if k >= n || body[k] != '"' || k+1 >= n || body[k+1] != ':' {
@@ -47,6 +54,9 @@ func scanStored(body []byte) (Stored, bool) {
 		}
 		if key == "data" {
 			s.Data = json.RawMessage(body[v:end:end])
+			if string(s.Data) == "null" {
+				s.Data = nil // as the decoder reads it
+			}
 		} else if !setAttribute(&s, key, body, text, v, end) {
 			return s, false
 		}

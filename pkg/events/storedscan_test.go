@@ -100,7 +100,7 @@ func TestScanStoredMatchesDecoder(t *testing.T) {
 	// What it does not expect goes to the decoder, which decides.
 	for _, odd := range []string{
 		`{ "id":"a","rathseq":1}`, `{"id":"a","rathseq":"1"}`, `{"id":"a\"b","rathseq":1}`, `{"i\"d":"a"}`,
-		`{"id":"a","rathseq":-1}`, `{"id":"a"`, `["id"]`, `{"id":"a",}`, `{"id":"a","time":"yesterday"}`, `{"id":"a","data":{"x":[1,2}}`,
+		`{"id":"a","rathseq":-1}`, `{"id":"a"`, `["id"]`, `{"id":"a",}`, `{"id":"a","time":"yesterday"}`, `{"id":"a","data":{"x":[1,2}}`, `{"ID":"a"}`, `{"id":"a","Rathseq":1}`,
 	} {
 		if s, ok := scanStored([]byte(odd)); ok {
 			t.Fatalf("scanned %q as %+v", odd, s)
