@@ -14,7 +14,7 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // history builds the stored events of session "s", numbered from 1.
-func history(t *testing.T, data ...any) []events.Stored {
+func history(t testing.TB, data ...any) []events.Stored {
 	t.Helper()
 	out := make([]events.Stored, len(data))
 	for i, d := range data {
