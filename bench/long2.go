@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
@@ -92,7 +93,7 @@ func (h *harness) runL2(ctx context.Context) error {
 	}
 	var log []events.Stored
 	for from := uint64(1); from <= ov.Seq; {
-		page, err := h.cli.Log(ctx, id, from, ov.Seq, api.MaxLogPage)
+		page, err := h.cli.Log(ctx, id, client.Range{From: from, To: ov.Seq, Limit: api.MaxLogPage})
 		if err != nil {
 			return fmt.Errorf("L2: log of %s: %w", id, err)
 		}

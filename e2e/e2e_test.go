@@ -139,7 +139,7 @@ func (r *runtime) runPath(t *testing.T, id, path, workspace string) (*session.St
 	defer cancel()
 	var log []events.Stored
 	closed := errors.New("closed")
-	if err := r.c.Watch(wctx, id, 1, func(ev events.Stored) error {
+	if err := r.c.Watch(wctx, id, func(ev events.Stored) error {
 		log = append(log, ev)
 		if ev.Type == events.TypeSessionClosed {
 			return closed
@@ -152,7 +152,7 @@ func (r *runtime) runPath(t *testing.T, id, path, workspace string) (*session.St
 		}
 		t.Fatalf("session %s did not close: %v; log: %v", id, err, types)
 	}
-	st, err := r.c.State(ctx, id, 0)
+	st, err := r.c.State(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -31,7 +32,7 @@ func (r *runtime) call(t *testing.T, id, callID, tool string, args any) *events.
 	defer cancel()
 	var done *events.ToolCompleted
 	found := errors.New("found")
-	err = r.c.Watch(wctx, id, req.Seq, func(ev events.Stored) error {
+	err = r.c.Watch(wctx, id, func(ev events.Stored) error {
 		switch ev.Type {
 		case events.TypeToolCompleted:
 			if d := data[events.ToolCompleted](t, ev); d.CallID == callID {
@@ -44,7 +45,7 @@ func (r *runtime) call(t *testing.T, id, callID, tool string, args any) *events.
 			}
 		}
 		return nil
-	})
+	}, client.From(req.Seq))
 	if !errors.Is(err, found) {
 		t.Fatalf("waiting for %s: %v", callID, err)
 	}
@@ -60,7 +61,7 @@ func TestForkWorkspacesAreIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := r.call(t, "parent", "w1", "write_file", map[string]string{"path": "notes.txt", "content": "shared\n"})
-	st, _ := r.c.State(ctx, "parent", 0)
+	st, _ := r.c.State(ctx, "parent")
 	fork, err := r.c.Fork(ctx, api.ForkRequest{Parent: "parent", At: st.Seq, ID: "branch"})
 	if err != nil {
 		t.Fatal(err)
@@ -75,11 +76,11 @@ func TestForkWorkspacesAreIsolated(t *testing.T) {
 	if strings.Contains(list.Result, "branch.txt") {
 		t.Fatalf("the parent sees the fork's file: %q", list.Result)
 	}
-	bst, _ := r.c.State(ctx, "branch", 0)
+	bst, _ := r.c.State(ctx, "branch")
 	if bst.Sandbox == nil || bst.Sandbox.Session != "branch" || bst.Sandbox.Commit != first.CommitAfter || bst.Sandbox.Seq <= fork.Seq {
 		t.Fatalf("fork placement %+v, want its own at commit %s", bst.Sandbox, first.CommitAfter)
 	}
-	log, _ := r.c.Log(ctx, "branch", bst.Sandbox.Seq, bst.Sandbox.Seq, 0)
+	log, _ := r.c.Log(ctx, "branch", client.Range{From: bst.Sandbox.Seq, To: bst.Sandbox.Seq})
 	if p := data[events.SandboxPlaced](t, log[0]); !strings.Contains(p.Reason, "fork of parent at commit "+first.CommitAfter) {
 		t.Fatalf("placement reason %q", p.Reason)
 	}
@@ -120,7 +121,7 @@ func TestToolRunnersHandCallsOver(t *testing.T) {
 			}
 		}
 	}
-	log, err := r.c.Log(context.Background(), "shared", 1, 0, 0)
+	log, err := r.c.Log(context.Background(), "shared", client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -594,7 +594,7 @@ func (r *scaleRig) readLog(t *testing.T, id string) []events.Stored {
 	defer cancel()
 	var out []events.Stored
 	for from := uint64(1); ; {
-		evs, err := r.c.Log(ctx, id, from, 0, api.MaxLogPage)
+		evs, err := r.c.Log(ctx, id, client.Range{From: from, Limit: api.MaxLogPage})
 		if err != nil {
 			t.Fatalf("log of %s from %d: %v", id, from, err)
 		}

@@ -121,11 +121,11 @@ func TestJavaScriptClient(t *testing.T) {
 
 	// What the example saw is what the ledger holds: check it with the Go
 	// client.
-	st, err := r.c.State(ctx, id, 0)
+	st, err := r.c.State(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fst, err := r.c.State(ctx, fork, 0)
+	fst, err := r.c.State(ctx, fork)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ budgets:
 	defer cancel()
 	var log []events.Stored
 	closed := errors.New("closed")
-	if err := r.c.Watch(wctx, "tools", 1, func(ev events.Stored) error {
+	if err := r.c.Watch(wctx, "tools", func(ev events.Stored) error {
 		log = append(log, ev)
 		if ev.Type == events.TypeSessionClosed {
 			return closed
@@ -122,7 +122,7 @@ budgets:
 		t.Fatalf("session did not close: %v (%d events)", err, len(log))
 	}
 
-	st, err := r.c.State(ctx, "tools", 0)
+	st, err := r.c.State(ctx, "tools")
 	if err != nil {
 		t.Fatal(err)
 	}

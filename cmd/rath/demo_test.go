@@ -46,11 +46,11 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("lineage %+v, want a root with one fork:\n%s", g.Root, stdout.String())
 	}
 	fork := g.Root.Children[0].Session
-	root, err := c.State(ctx, run.root, 0)
+	root, err := c.State(ctx, run.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted, err := c.State(ctx, fork, 0)
+	accepted, err := c.State(ctx, fork)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestDemo(t *testing.T) {
 	// the failed validation.
 	var pattern *events.MemoryWritten
 	var failed string
-	log, err := c.Log(ctx, run.root, 1, 0, 0)
+	log, err := c.Log(ctx, run.root, client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
@@ -48,7 +49,7 @@ func (a *app) lifecycleCmds() []*cobra.Command {
 		}, false)
 	closeCmd := event("close", "Close a session: afterwards it takes only its archive (fork it to continue)",
 		func(ctx context.Context, c *client.Client, id, reason, outcome string) (api.Ack, error) {
-			return c.Close(ctx, id, reason, outcome)
+			return c.Close(ctx, id, events.SessionClosed{Outcome: outcome, Reason: reason})
 		}, true)
 	return []*cobra.Command{pause, resume, closeCmd, a.archiveCmd()}
 }

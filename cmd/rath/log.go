@@ -11,6 +11,7 @@ import (
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 func (a *app) logCmd() *cobra.Command {
@@ -31,8 +32,12 @@ line is the stored CloudEvent.`,
 			if err != nil {
 				return err
 			}
+			r := client.Range{From: from, To: to, Limit: limit}
+			if limit <= 0 {
+				r.Limit = api.MaxLogPage
+			}
 			if a.json {
-				page, err := c.LogRaw(cmd.Context(), args[0], from, to, limit)
+				page, err := c.LogRaw(cmd.Context(), args[0], r)
 				if err != nil {
 					return err
 				}
@@ -48,7 +53,7 @@ line is the stored CloudEvent.`,
 				}
 				return nil
 			}
-			page, err := c.Log(cmd.Context(), args[0], from, to, limit)
+			page, err := c.Log(cmd.Context(), args[0], r)
 			if err != nil {
 				return err
 			}
@@ -103,12 +108,12 @@ not the ledger's event is skipped with a warning on stderr.`,
 			warn := client.WithWarnings(func(w client.Warning) {
 				fmt.Fprintf(a.Stderr, "rath: %s\n", w)
 			})
-			err = c.Watch(ctx, args[0], from, func(ev events.Stored) error {
+			err = c.Watch(ctx, args[0], func(ev events.Stored) error {
 				if a.json {
 					return a.printLine(ev)
 				}
 				return writeEvent(a.Stdout, ev)
-			}, warn, client.WithSignatures(ring))
+			}, warn, client.WithSignatures(ring), client.From(from))
 			if ctx.Err() != nil {
 				return nil // interrupted: the normal way to stop watching
 			}

@@ -303,7 +303,7 @@ func (a *app) memJustifyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := m.Justify(cmd.Context(), args[0], version)
+			rep, err := m.Justify(cmd.Context(), memoryapi.JustifyRequest{ItemID: args[0], Version: version})
 			if err != nil {
 				return err
 			}
@@ -345,7 +345,7 @@ func (a *app) memPresentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := m.Present(cmd.Context(), args[0], at)
+			rep, err := m.Present(cmd.Context(), memoryapi.PresentRequest{Session: args[0], At: at})
 			if err != nil {
 				return err
 			}

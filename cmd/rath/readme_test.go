@@ -253,7 +253,7 @@ func TestREADMECommands(t *testing.T) {
 	if want := "sequence 12 of fix is inside the turn of researcher (events 12..16): fork between turns: use --from 11 or --from 16"; r.code != exitUsage || !strings.Contains(r.stderr, want) {
 		t.Errorf("a what-if inside a turn: exit %d, %q; want %d and %q", r.code, r.stderr, exitUsage, want)
 	}
-	st, err := c.State(ctx, forked, 0)
+	st, err := c.State(ctx, forked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func waitClosed(t *testing.T, c *client.Client, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := c.Watch(ctx, id, 1, func(e events.Stored) error {
+	err := c.Watch(ctx, id, func(e events.Stored) error {
 		if e.Type == events.TypeSessionClosed {
 			return errWatched
 		}

@@ -520,7 +520,7 @@ func (r *replayRun) apply(ctx context.Context, session string, e events.Stored) 
 	case *events.SessionResumed:
 		_, err = r.rc.Resume(ctx, session, d.Reason)
 	case *events.SessionClosed:
-		_, err = r.rc.Close(ctx, session, d.Reason, d.Outcome)
+		_, err = r.rc.Close(ctx, session, *d)
 	default:
 		ev, nerr := events.NewRaw(session, e.Type, e.Data, events.WithID(req), events.WithSource(e.Source))
 		if err = nerr; err == nil {
@@ -689,7 +689,7 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	for {
 		var closed events.SessionClosed
 		var failed *events.TurnFailed
-		err := c.Watch(wctx, last, o.from+1, func(e events.Stored) error {
+		err := c.Watch(wctx, last, func(e events.Stored) error {
 			switch e.Type {
 			case events.TypeSessionClosed:
 				_ = json.Unmarshal(e.Data, &closed)
@@ -706,10 +706,10 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 				}
 			}
 			return nil
-		})
+		}, client.From(o.from+1))
 		if failed != nil {
 			reason := fmt.Sprintf("what-if turn of %s failed: %s", failed.Agent, failed.Error)
-			if _, cerr := c.Close(ctx, last, reason, "failed"); cerr != nil {
+			if _, cerr := c.Close(ctx, last, events.SessionClosed{Outcome: "failed", Reason: reason}); cerr != nil {
 				return fmt.Errorf("what-if fork %s: %s; closing it: %w", last, reason, cerr)
 			}
 			return fmt.Errorf("what-if fork %s: %s (the fork is closed, outcome failed)", last, reason)

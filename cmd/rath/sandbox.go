@@ -210,7 +210,7 @@ func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID strin
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var got answer
-	err := c.Watch(wctx, id, reqSeq+1, func(ev events.Stored) error {
+	err := c.Watch(wctx, id, func(ev events.Stored) error {
 		if ev.Causation != reqID || (ev.Type != events.TypeSandboxPlaced && ev.Type != events.TypeSandboxRefused) {
 			return nil
 		}
@@ -220,7 +220,7 @@ func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID strin
 		}
 		got = answer{seq: ev.Seq, data: d}
 		return errFound
-	}, client.WithWarnings(func(w client.Warning) { fmt.Fprintf(a.Stderr, "rath: %s\n", w) }))
+	}, client.From(reqSeq+1), client.WithWarnings(func(w client.Warning) { fmt.Fprintf(a.Stderr, "rath: %s\n", w) }))
 	switch {
 	case errors.Is(err, errFound):
 		return got, nil

@@ -171,7 +171,7 @@ func waitCall(t *testing.T, c *client.Client, id, callID string) *events.ToolCom
 	defer cancel()
 	var done *events.ToolCompleted
 	found := errors.New("found")
-	err := c.Watch(ctx, id, 1, func(ev events.Stored) error {
+	err := c.Watch(ctx, id, func(ev events.Stored) error {
 		d, err := ev.Decode()
 		if err != nil {
 			return err

@@ -50,7 +50,7 @@ it: slow for a long session); with --json it prints the whole state.`,
 			opts := session.OverviewOptions{Tail: tail, Clip: clip}
 			var v *session.Overview
 			if full {
-				st, err := c.State(cmd.Context(), args[0], at)
+				st, err := c.StateAt(cmd.Context(), args[0], at)
 				if err != nil {
 					return err
 				}

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-
+	"errors"
 	"fmt"
 	"os"
 
@@ -202,12 +202,12 @@ func checkReceipt(ctx context.Context, c *client.Client, ack api.Ack, pinned eve
 		rep.Reason = fmt.Sprintf("the receipt's signature: %v", err)
 		return rep, nil
 	}
-	evs, err := c.Log(ctx, ack.Session, ack.Seq, ack.Seq, 1)
-	if api.CodeOf(err) == api.CodeOutOfRange || api.CodeOf(err) == api.CodeNotFound || (err == nil && len(evs) == 0) {
+	evs, err := c.Log(ctx, ack.Session, client.Range{From: ack.Seq, To: ack.Seq})
+	if errors.Is(err, api.ErrOutOfRange) || errors.Is(err, api.ErrNotFound) || (err == nil && len(evs) == 0) {
 		rep.Reason = fmt.Sprintf("the log of %s does not hold sequence %d, which the ledger signed", ack.Session, ack.Seq)
 		return rep, nil
 	}
-	if api.CodeOf(err) == api.CodeDamaged {
+	if errors.Is(err, api.ErrDamaged) {
 		rep.Reason = err.Error()
 		return rep, nil
 	}
@@ -219,7 +219,7 @@ func checkReceipt(ctx context.Context, c *client.Client, ack api.Ack, pinned eve
 		return rep, nil
 	}
 	chain, err := c.Verify(ctx, ack.Session)
-	if api.CodeOf(err) == api.CodeDamaged {
+	if errors.Is(err, api.ErrDamaged) {
 		rep.Reason = err.Error()
 		return rep, nil
 	}

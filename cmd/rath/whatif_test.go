@@ -115,7 +115,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := c.State(ctx, run.root, 0)
+	root, err := c.State(ctx, run.root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 	var whatIf string
 	for _, n := range g.Root.Children {
 		if n.ForkSeq == at && n.Session != run.root {
-			st, err := c.State(ctx, n.Session, 0)
+			st, err := c.State(ctx, n.Session)
 			if err == nil && st.Labels["rath.provider"] == "openai" {
 				whatIf = n.Session
 			}
@@ -154,7 +154,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 	if whatIf == "" {
 		t.Fatalf("no what-if fork at %d among %+v", at, g.Root.Children)
 	}
-	st, err := c.State(ctx, whatIf, 0)
+	st, err := c.State(ctx, whatIf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 		t.Fatalf("what-if fork: outcome %q, validations %+v; want accepted", st.Outcome, st.Validations)
 	}
 	// Its own turns ran on the fake model; the root's stayed scripted.
-	log, err := c.Log(ctx, whatIf, at+1, 0, 0)
+	log, err := c.Log(ctx, whatIf, client.Range{From: at + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range g.Root.Children {
-		if st, err := c.State(ctx, n.Session, 0); err == nil && st.Labels["rath.base_url"] == "http://127.0.0.1:9/v1" && !st.Status.Ended() {
+		if st, err := c.State(ctx, n.Session); err == nil && st.Labels["rath.base_url"] == "http://127.0.0.1:9/v1" && !st.Status.Ended() {
 			t.Errorf("the failed what-if fork %s is still %s", n.Session, st.Status)
 		}
 	}

@@ -134,22 +134,28 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	return nil
 }
 
-// State returns the whole state of a session at sequence at (0: the head),
-// folded here from the session's log (fold.FromLog), so it costs the whole
-// log: the ledger's state operation answers only a bounded view (see
-// Overview), which is what most callers need. It asks for the overview
-// first, so the ledger's refusals hold as they do for the state operation
-// (a damaged session is not presented as a state; a sequence beyond the
-// head is out of range) and the fold stops at the head the ledger named,
-// whatever is appended meanwhile.
-func (c *Client) State(ctx context.Context, id string, at uint64) (*session.State, error) {
-	ov, err := c.Overview(ctx, api.StateRequest{Session: id, At: at, Tail: 1, Clip: 1})
+// State returns the whole state of a session at its head, folded here from
+// the session's log (fold.FromLog), so it costs the whole log: the ledger's
+// state operation answers only a bounded view (see Overview), which is
+// what most callers need. It asks for the overview first, so the ledger's
+// refusals hold as they do for the state operation (a damaged session is
+// not presented as a state) and the fold stops at the head the ledger
+// named, whatever is appended meanwhile.
+func (c *Client) State(ctx context.Context, id string) (*session.State, error) {
+	return c.StateAt(ctx, id, 0)
+}
+
+// StateAt is State at sequence seq: the state after the session's event
+// seq, or an error matching api.ErrOutOfRange if the session has no event
+// seq yet. StateAt(ctx, id, 0) is State(ctx, id).
+func (c *Client) StateAt(ctx context.Context, id string, seq uint64) (*session.State, error) {
+	ov, err := c.Overview(ctx, api.StateRequest{Session: id, At: seq, Tail: 1, Clip: 1})
 	if err != nil {
 		return nil, err
 	}
-	st, err := fold.FromLog(ctx, c, id, ov.Seq)
+	st, err := fold.FromLog(ctx, foldLog{c}, id, ov.Seq)
 	if err != nil {
-		return nil, fmt.Errorf("state of %s at %d: %w", id, at, err)
+		return nil, fmt.Errorf("state of %s at %d: %w", id, seq, err)
 	}
 	return st, nil
 }
@@ -165,73 +171,6 @@ func (c *Client) Overview(ctx context.Context, req api.StateRequest) (*session.O
 		return nil, fmt.Errorf("state of %s at %d: %w", req.Session, req.At, err)
 	}
 	return &v, nil
-}
-
-// Log returns the events of a session's logical log with from <= seq <= to
-// (to 0: the head), at most limit (0: one ledger page). It asks for as many
-// pages as that takes: a page is bounded in bytes too.
-func (c *Client) Log(ctx context.Context, id string, from, to uint64, limit int) ([]events.Stored, error) {
-	raws, err := c.LogRaw(ctx, id, from, to, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]events.Stored, 0, len(raws))
-	for _, raw := range raws {
-		ev, err := events.ParseStored(raw)
-		if err != nil {
-			return nil, fmt.Errorf("log of %s: %w", id, err)
-		}
-		out = append(out, ev)
-	}
-	return out, nil
-}
-
-// Events calls fn for every event of a session's logical log with
-// from <= seq <= to (to 0: the head), in order, however many pages that
-// takes; an error from fn stops it and is returned.
-func (c *Client) Events(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error {
-	for to == 0 || from <= to {
-		page, err := c.Log(ctx, id, from, to, 0)
-		if err != nil {
-			return err
-		}
-		for _, ev := range page {
-			if err := fn(ev); err != nil {
-				return err
-			}
-		}
-		// Log reads pages until it has a full one or the range ends.
-		if len(page) < api.MaxLogPage {
-			return nil
-		}
-		from = page[len(page)-1].Seq + 1
-	}
-	return nil
-}
-
-// LogRaw is Log returning each event as stored JSON.
-func (c *Client) LogRaw(ctx context.Context, id string, from, to uint64, limit int) ([]json.RawMessage, error) {
-	if limit <= 0 || limit > api.MaxLogPage {
-		limit = api.MaxLogPage
-	}
-	var out []json.RawMessage
-	for {
-		var r api.LogReply
-		if err := c.request(ctx, c.as.Ledger(events.OpLog), api.LogRequest{Session: id, From: from, To: to, Limit: limit - len(out)}, &r); err != nil {
-			return nil, fmt.Errorf("log of %s: %w", id, err)
-		}
-		out = append(out, r.Events...)
-		if !r.More || len(r.Events) == 0 || len(out) >= limit {
-			return out, nil
-		}
-		var last struct {
-			Seq uint64 `json:"rathseq"`
-		}
-		if err := json.Unmarshal(r.Events[len(r.Events)-1], &last); err != nil {
-			return nil, fmt.Errorf("log of %s: %w", id, err)
-		}
-		from = last.Seq + 1
-	}
 }
 
 // List lists sessions.
@@ -440,6 +379,10 @@ type transportError struct{ err error }
 
 func (e *transportError) Error() string { return e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, api.ErrUnavailable) hold for a ledger that did
+// not answer, as api.CodeOf reports CodeUnavailable for it.
+func (e *transportError) Is(target error) bool { return target == api.ErrUnavailable }
 
 func isTransport(err error) bool {
 	var t *transportError

@@ -54,7 +54,7 @@ func TestEventsReadsEveryPage(t *testing.T) {
 		}
 	}
 	var seqs []uint64
-	if err := c.Events(ctx, "long", 1, 0, func(ev events.Stored) error {
+	if err := c.Events(ctx, "long", client.Range{}, func(ev events.Stored) error {
 		seqs = append(seqs, ev.Seq)
 		return nil
 	}); err != nil {
@@ -69,7 +69,7 @@ func TestEventsReadsEveryPage(t *testing.T) {
 		}
 	}
 	seqs = seqs[:0]
-	if err := c.Events(ctx, "long", 990, 1010, func(ev events.Stored) error {
+	if err := c.Events(ctx, "long", client.Range{From: 990, To: 1010}, func(ev events.Stored) error {
 		seqs = append(seqs, ev.Seq)
 		return nil
 	}); err != nil || len(seqs) != 21 || seqs[0] != 990 {
@@ -77,7 +77,7 @@ func TestEventsReadsEveryPage(t *testing.T) {
 	}
 	stopHere := errors.New("enough")
 	count := 0
-	err = c.Events(ctx, "long", 1, 0, func(events.Stored) error {
+	err = c.Events(ctx, "long", client.Range{From: 1}, func(events.Stored) error {
 		if count++; count == 5 {
 			return stopHere
 		}
@@ -85,5 +85,33 @@ func TestEventsReadsEveryPage(t *testing.T) {
 	})
 	if !errors.Is(err, stopHere) || count != 5 {
 		t.Fatalf("stopped after %d with %v", count, err)
+	}
+	count = 0
+	if err := c.Events(ctx, "long", client.Range{From: 200, Limit: api.MaxLogPage + 5}, func(events.Stored) error { count++; return nil }); err != nil || count != api.MaxLogPage+5 {
+		t.Fatalf("a limit beyond one page: %d events, %v", count, err)
+	}
+
+	// Log returns the whole range whatever the ledger's page size; a limit
+	// takes the first events of the range.
+	for _, tc := range []struct {
+		r           client.Range
+		first, last uint64
+	}{
+		{client.Range{}, 1, n},
+		{client.Range{From: 1100}, 1100, n},
+		{client.Range{From: 7, To: 7}, 7, 7},
+		{client.Range{Limit: 3}, 1, 3},
+		{client.Range{From: 995, Limit: 10}, 995, 1004},
+		{client.Range{From: 10, To: 1200, Limit: api.MaxLogPage + 1}, 10, 10 + api.MaxLogPage},
+	} {
+		got, err := c.Log(ctx, "long", tc.r)
+		want := int(tc.last - tc.first + 1)
+		if err != nil || len(got) != want || got[0].Seq != tc.first || got[len(got)-1].Seq != tc.last {
+			t.Errorf("Log(%+v): %d events, want %d..%d (%v)", tc.r, len(got), tc.first, tc.last, err)
+		}
+		raw, err := c.LogRaw(ctx, "long", tc.r)
+		if err != nil || len(raw) != want {
+			t.Errorf("LogRaw(%+v): %d events, want %d (%v)", tc.r, len(raw), want, err)
+		}
 	}
 }

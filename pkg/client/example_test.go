@@ -42,7 +42,7 @@ func Example() {
 	c.Emit(ctx, fork.Session, &events.ChunkAppended{Role: events.RoleAssistant, Agent: "coder", Content: "plan B"})
 
 	for _, id := range []string{"example", "example-b"} {
-		st, _ := c.State(ctx, id, 0)
+		st, _ := c.State(ctx, id)
 		rep, _ := c.Verify(ctx, id)
 		fmt.Printf("%s: head %d, %d chunks, %d tokens in, parent %q at %d, chain ok %v\n",
 			id, st.Seq, len(st.Chunks), st.Usage.Total.In, st.Lineage.Parent, st.Lineage.ForkSeq, rep.OK)

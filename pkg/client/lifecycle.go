@@ -21,10 +21,13 @@ func (c *Client) Resume(ctx context.Context, id, reason string) (api.Ack, error)
 	return c.Emit(ctx, id, &events.SessionResumed{Reason: reason})
 }
 
-// Close ends a session (rath.session.closed); after it the ledger takes only
-// the session's archive.
-func (c *Client) Close(ctx context.Context, id, reason, outcome string) (api.Ack, error) {
-	return c.Emit(ctx, id, &events.SessionClosed{Reason: reason, Outcome: outcome})
+// Close ends a session with how it ended (rath.session.closed):
+//
+//	c.Close(ctx, id, events.SessionClosed{Outcome: "succeeded", Reason: "the tests pass"})
+//
+// After it the ledger takes only the session's archive.
+func (c *Client) Close(ctx context.Context, id string, closed events.SessionClosed) (api.Ack, error) {
+	return c.Emit(ctx, id, &closed)
 }
 
 // Archive asks the ledger to archive a closed session now, and with
@@ -47,7 +50,7 @@ var ErrNothingToCompact = errors.New("nothing to compact")
 // head it was planned on, and planned again if the session moved on.
 func (c *Client) Compact(ctx context.Context, id string, keepLast int) (api.Ack, events.TranscriptCompacted, error) {
 	for attempt := 0; ; attempt++ {
-		st, err := c.State(ctx, id, 0)
+		st, err := c.State(ctx, id)
 		if err != nil {
 			return api.Ack{}, events.TranscriptCompacted{}, fmt.Errorf("compact: %w", err)
 		}
@@ -60,7 +63,7 @@ func (c *Client) Compact(ctx context.Context, id string, keepLast int) (api.Ack,
 			return api.Ack{}, events.TranscriptCompacted{}, fmt.Errorf("compact %s: %w: %d %s, keeping the last %d", id, ErrNothingToCompact, len(st.Chunks), chunks, keepLast)
 		}
 		a, err := c.Emit(ctx, id, &plan, events.WithExpectedSeq(st.Seq))
-		if api.CodeOf(err) == api.CodeStale && attempt < 3 {
+		if errors.Is(err, api.ErrStale) && attempt < 3 {
 			continue
 		}
 		return a, plan, err

@@ -106,21 +106,22 @@ func (m *Memory) Readers(ctx context.Context, itemID string) (memoryapi.ReadersR
 	return r, nil
 }
 
-// Justify returns what justified an item's versions (version 0: all).
-func (m *Memory) Justify(ctx context.Context, itemID string, version int) (memoryapi.JustifyReply, error) {
+// Justify returns what justified item req.ItemID's version req.Version, or
+// all its versions (Version 0).
+func (m *Memory) Justify(ctx context.Context, req memoryapi.JustifyRequest) (memoryapi.JustifyReply, error) {
 	var r memoryapi.JustifyReply
-	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqJustify), memoryapi.JustifyRequest{ItemID: itemID, Version: version}, &r); err != nil {
-		return r, fmt.Errorf("memory justify %s: %w", itemID, err)
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqJustify), req, &r); err != nil {
+		return r, fmt.Errorf("memory justify %s: %w", req.ItemID, err)
 	}
 	return r, nil
 }
 
-// Present returns the items present in a session at sequence at (0: its
-// head), and why.
-func (m *Memory) Present(ctx context.Context, sessionID string, at uint64) (memoryapi.PresentReply, error) {
+// Present returns the items present in session req.Session at sequence
+// req.At (0: its head), and why.
+func (m *Memory) Present(ctx context.Context, req memoryapi.PresentRequest) (memoryapi.PresentReply, error) {
 	var r memoryapi.PresentReply
-	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqPresent), memoryapi.PresentRequest{Session: sessionID, At: at}, &r); err != nil {
-		return r, fmt.Errorf("memory present in %s at %d: %w", sessionID, at, err)
+	if err := m.c.request(ctx, m.c.as.Memory(memoryapi.ReqPresent), req, &r); err != nil {
+		return r, fmt.Errorf("memory present in %s at %d: %w", req.Session, req.At, err)
 	}
 	return r, nil
 }

@@ -44,10 +44,16 @@ func (w Warning) String() string {
 type WatchOption func(*watchConfig)
 
 type watchConfig struct {
+	from   uint64
 	warn   func(Warning)
 	verify func(events.Stored) error
 	// drop, in tests only, loses live messages as a slow subscription does.
 	drop func(*nats.Msg) bool
+}
+
+// From starts Watch at the session's event seq instead of its first.
+func From(seq uint64) WatchOption {
+	return func(c *watchConfig) { c.from = seq }
 }
 
 // WithWarnings has Watch call fn for each live message it skips (default:
@@ -78,9 +84,10 @@ func WithSignatures(ring events.Keyring) WatchOption {
 	})
 }
 
-// Watch calls fn for each event of a session's logical log from sequence from
-// (0 or 1: the start, through its fork ancestry) in order, then for each new
-// event as it is stored, until ctx ends or fn returns an error. No event is
+// Watch calls fn for each event of a session's logical log (through its
+// fork ancestry) in order, from the first or from the one an option
+// From(seq) names, then for each new event as it is stored, until ctx ends
+// or fn returns an error. No event is
 // skipped or repeated: live events that arrive while the history is read are
 // held back, and a gap in the live feed is filled from the log. A session
 // that does not exist yet is waited for: its events arrive once it starts.
@@ -96,7 +103,7 @@ func WithSignatures(ring events.Keyring) WatchOption {
 // WithVerify hook is shown without asking the log. So a forged event is
 // never shown as event N, garbage does not end the watch, and a forged
 // far-future sequence does not make Watch wait for it.
-func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(events.Stored) error, opts ...WatchOption) error {
+func (c *Client) Watch(ctx context.Context, id string, fn func(events.Stored) error, opts ...WatchOption) error {
 	var cfg watchConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -121,7 +128,7 @@ func (c *Client) Watch(ctx context.Context, id string, from uint64, fn func(even
 	if err := c.nc.FlushTimeout(c.timeout); err != nil {
 		return fmt.Errorf("watch %s: %w", id, err)
 	}
-	w := &watcher{c: c, id: id, fn: fn, cfg: cfg, next: max(from, 1)}
+	w := &watcher{c: c, id: id, fn: fn, cfg: cfg, next: max(cfg.from, 1)}
 	// Event 1 has no predecessor; after any other start the first event
 	// shown comes from the log, which then makes the link known.
 	w.linked = w.next == 1
@@ -225,7 +232,7 @@ func (w *watcher) confirm(ctx context.Context, subject string, ev events.Stored)
 // fill shows the log's events from the next sequence to the head. seen, if
 // set, is called with each before it is shown.
 func (w *watcher) fill(ctx context.Context, seen func(events.Stored)) error {
-	err := w.c.Events(ctx, w.id, w.next, 0, func(ev events.Stored) error {
+	err := w.c.Events(ctx, w.id, Range{From: w.next}, func(ev events.Stored) error {
 		if ev.Seq < w.next {
 			return nil
 		}
@@ -240,7 +247,7 @@ func (w *watcher) fill(ctx context.Context, seen func(events.Stored)) error {
 	switch {
 	case w.fnErr != nil:
 		return w.fnErr
-	case api.CodeOf(err) == api.CodeNotFound:
+	case errors.Is(err, api.ErrNotFound):
 		return nil // not started yet: the live feed brings its events
 	case err != nil:
 		return fmt.Errorf("watch %s: %w", w.id, err)

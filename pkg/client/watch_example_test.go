@@ -37,7 +37,7 @@ func ExampleClient_Watch() {
 	c, _ := client.New(nc)
 	c.Start(ctx, "watched", events.SessionStarted{Task: "fix the failing test"})
 	enough := errors.New("enough")
-	err := c.Watch(ctx, "watched", 1, func(ev events.Stored) error {
+	err := c.Watch(ctx, "watched", func(ev events.Stored) error {
 		fmt.Println(ev.Seq, ev.Type)
 		switch ev.Seq {
 		case 1: // the history is read once the live subscription is in place

@@ -48,7 +48,7 @@ func (r *watchRig) watch(t *testing.T, id string, from uint64, opts ...client.Wa
 	ctx, cancel := context.WithCancel(context.Background())
 	opts = append(opts, client.WithWarnings(func(w client.Warning) { r.warns <- w }))
 	go func() {
-		r.done <- r.c.Watch(ctx, id, from, func(ev events.Stored) error { r.got <- ev; return nil }, opts...)
+		r.done <- r.c.Watch(ctx, id, func(ev events.Stored) error { r.got <- ev; return nil }, append(opts, client.From(from))...)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -55,7 +55,7 @@ func waitFor(t *testing.T, c *client.Client, id, typ string) events.Stored {
 	defer cancel()
 	var got events.Stored
 	errFound := errors.New("found")
-	if err := c.Watch(ctx, id, 1, func(ev events.Stored) error {
+	if err := c.Watch(ctx, id, func(ev events.Stored) error {
 		if ev.Type == typ {
 			got = ev
 			return errFound
@@ -157,7 +157,7 @@ func TestGivingUpDeadLettersAndRecordsInTheSession(t *testing.T) {
 	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	errFound := errors.New("found")
-	err = c.Watch(ctx2, "p", failed.Seq+1, func(ev events.Stored) error {
+	err = c.Watch(ctx2, "p", func(ev events.Stored) error {
 		if ev.Type != events.TypeHandlerFailed {
 			return nil
 		}
@@ -166,7 +166,7 @@ func TestGivingUpDeadLettersAndRecordsInTheSession(t *testing.T) {
 			return errFound
 		}
 		return nil
-	})
+	}, client.From(failed.Seq+1))
 	if !errors.Is(err, errFound) {
 		t.Fatalf("permanent failure not recorded after one attempt: %v", err)
 	}

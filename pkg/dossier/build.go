@@ -103,7 +103,7 @@ func Build(ctx context.Context, c *client.Client, session string, opts Options) 
 // since the lineage reported to as the head.
 func ownEvents(ctx context.Context, c *client.Client, id string, from, to uint64) ([]events.Stored, error) {
 	var out []events.Stored
-	if err := c.Events(ctx, id, from, to, func(ev events.Stored) error {
+	if err := c.Events(ctx, id, client.Range{From: from, To: to}, func(ev events.Stored) error {
 		out = append(out, ev)
 		return nil
 	}); err != nil {

@@ -112,7 +112,7 @@ func (r *rig) same(t *testing.T, c *fold.Cache, id string, at uint64) {
 
 func (r *rig) equal(t *testing.T, got *session.State, id string, at uint64) {
 	t.Helper()
-	want, err := r.c.State(r.ctx, id, at)
+	want, err := r.c.StateAt(r.ctx, id, at)
 	if err != nil {
 		t.Fatalf("ledger state of %s at %d: %v", id, at, err)
 	}
@@ -132,7 +132,7 @@ func js(t *testing.T, st *session.State) string {
 
 func (r *rig) head(t *testing.T, id string) uint64 {
 	t.Helper()
-	st, err := r.c.State(r.ctx, id, 0)
+	st, err := r.c.State(r.ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // Log is a session's logical log as the ledger's log operation pages it:
-// client.Client.Events is one.
+// the Go client reads one (client.Client.Events, through an adapter).
 type Log interface {
 	// Events calls fn for each event of session id's logical log with
 	// from <= seq <= to (to 0: the head), in order.

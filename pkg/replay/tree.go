@@ -209,7 +209,7 @@ func Read(ctx context.Context, c *client.Client, session string) (*Tree, error) 
 // page.
 func OwnEvents(ctx context.Context, c *client.Client, id string, from, to uint64) ([]events.Stored, error) {
 	var out []events.Stored
-	err := c.Events(ctx, id, from, to, func(ev events.Stored) error {
+	err := c.Events(ctx, id, client.Range{From: from, To: to}, func(ev events.Stored) error {
 		out = append(out, ev)
 		return nil
 	})

@@ -148,7 +148,7 @@ func TestProtocolByHand(t *testing.T) {
 	if done, ok := last.(*events.ToolCompleted); !ok || done.Result != "HELLO" || chunk.Content != "HELLO" {
 		t.Fatalf("%#v %+v", last, chunk)
 	}
-	st, err := r.c.State(ctx, "hand", 0)
+	st, err := r.c.State(ctx, "hand")
 	if err != nil || st.Seq != 5 {
 		t.Fatalf("head %d (%v): want start, request, started, chunk, completed", st.Seq, err)
 	}

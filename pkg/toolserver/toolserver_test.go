@@ -107,7 +107,7 @@ func (r *rig) request(t *testing.T, session, callID, tool, args string) events.S
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := r.c.Log(context.Background(), session, ack.Seq, ack.Seq, 1)
+	log, err := r.c.Log(context.Background(), session, client.Range{From: ack.Seq, To: ack.Seq})
 	if err != nil || len(log) != 1 {
 		t.Fatalf("read back request: %v", err)
 	}
@@ -123,7 +123,7 @@ func (r *rig) finish(t *testing.T, session, callID string) (*events.ChunkAppende
 	var chunk *events.ChunkAppended
 	var last any
 	found := errors.New("found")
-	err := r.c.Watch(ctx, session, 1, func(ev events.Stored) error {
+	err := r.c.Watch(ctx, session, func(ev events.Stored) error {
 		d, err := ev.Decode()
 		if err != nil {
 			return err
@@ -193,14 +193,14 @@ func TestServeRunsRequestedCalls(t *testing.T) {
 	if chunk.Role != events.RoleTool || chunk.Content != "3" || chunk.Agent != "a" {
 		t.Fatalf("chunk %+v", chunk)
 	}
-	st, err := r.c.State(context.Background(), "s1", 0)
+	st, err := r.c.State(context.Background(), "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if call := st.Tools["other"]; call.Status != "requested" || len(call.Seqs) != 1 {
 		t.Fatalf("another tool's call was touched: %+v", call)
 	}
-	log, err := r.c.Log(context.Background(), "s1", 1, 0, 100)
+	log, err := r.c.Log(context.Background(), "s1", client.Range{From: 1, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestRedeliveryRecordsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, _ := r.c.State(ctx, "s4", 0)
+	st, _ := r.c.State(ctx, "s4")
 	if calls.Load() != 1 || st.Seq != 5 || st.Tools["c"].Status != "completed" {
 		t.Fatalf("after a redelivery: %d runs, head %d, call %+v", calls.Load(), st.Seq, st.Tools["c"])
 	}
@@ -325,7 +325,7 @@ func TestRedeliveryRecordsOnce(t *testing.T) {
 	if err := s.handle(ctx, req2); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = r.c.State(ctx, "s4", 0)
+	st, _ = r.c.State(ctx, "s4")
 	if call := st.Tools["c2"]; call.Status != "completed" || call.Attempts != 2 || len(st.Chunks) == 0 || st.Chunks[len(st.Chunks)-1].Content != "attempt 2" {
 		t.Fatalf("after a crash: %+v", call)
 	}

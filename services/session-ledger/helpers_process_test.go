@@ -291,7 +291,7 @@ func (b *bus) readLog(t *testing.T, id string) []events.Stored {
 	const page = 16 // small pages, so paging itself is exercised
 	var out []events.Stored
 	for from := uint64(1); ; {
-		evs, err := b.c.Log(ctx, id, from, 0, page)
+		evs, err := b.c.Log(ctx, id, client.Range{From: from, Limit: page})
 		if err != nil {
 			t.Fatalf("log of %s from %d: %v", id, from, err)
 		}

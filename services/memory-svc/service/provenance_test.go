@@ -76,7 +76,7 @@ func TestMemoryProvenanceAcrossForkAndMerge(t *testing.T) {
 
 	present := func(session string, at uint64) []string {
 		t.Helper()
-		pr, err := r.mem.Present(ctx, session, at)
+		pr, err := r.mem.Present(ctx, memoryapi.PresentRequest{Session: session, At: at})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestMemoryProvenanceAcrossForkAndMerge(t *testing.T) {
 	check("p", 5, "X v[1] [written@2 recalled@3 recalled@5] retracted=true")
 
 	// Justify names the session and evidence of each version.
-	j, err := r.mem.Justify(ctx, y.ItemID, 1)
+	j, err := r.mem.Justify(ctx, memoryapi.JustifyRequest{ItemID: y.ItemID, Version: 1})
 	if err != nil || len(j.Versions) != 1 || j.Versions[0].Provenance.Session != "g" || j.Versions[0].Provenance.Evidence != memoryapi.EvidenceValidationSignal {
 		t.Fatalf("justify Y = %+v, %v", j, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
@@ -72,13 +73,13 @@ func (r *rig) call(t *testing.T, id, callID, agent, args string) (req, end event
 	}
 	req, _ = r.decodeAt(t, id, a.Seq)
 	found := errors.New("found")
-	err = r.c.Watch(ctx, id, a.Seq, func(ev events.Stored) error {
+	err = r.c.Watch(ctx, id, func(ev events.Stored) error {
 		if ev.Causation == req.ID && (ev.Type == events.TypeToolCompleted || ev.Type == events.TypeToolFailed) {
 			end = ev
 			return found
 		}
 		return nil
-	})
+	}, client.From(a.Seq))
 	if !errors.Is(err, found) {
 		t.Fatalf("call %s did not end: %v", callID, err)
 	}
@@ -107,7 +108,7 @@ func TestRememberTool(t *testing.T) {
 		t.Fatalf("registered %+v, %v", spec, err)
 	}
 
-	log, err := r.c.Log(ctx, "s1", 1, 0, 1000)
+	log, err := r.c.Log(ctx, "s1", client.Range{From: 1, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestRememberTool(t *testing.T) {
 	}
 
 	// What justified the item: the tool call.
-	just, err := r.mem.Justify(ctx, w.ItemID, 0)
+	just, err := r.mem.Justify(ctx, memoryapi.JustifyRequest{ItemID: w.ItemID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func ids(hs []memoryapi.Hit) []string {
 // decodeAt reads event seq of a session's logical log.
 func (r *rig) decodeAt(t *testing.T, id string, seq uint64) (events.Stored, any) {
 	t.Helper()
-	evs, err := r.c.Log(context.Background(), id, seq, seq, 1)
+	evs, err := r.c.Log(context.Background(), id, client.Range{From: seq, To: seq})
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("log of %s at %d: %v (%d events)", id, seq, err, len(evs))
 	}
@@ -248,12 +248,12 @@ func TestMemoryRecallRanksAndFilters(t *testing.T) {
 		t.Fatalf("unrelated query found %v", ids(got.Hits))
 	}
 	// Search is the same ranking, recorded nowhere.
-	before, _ := r.c.State(context.Background(), "s", 0)
+	before, _ := r.c.State(context.Background(), "s")
 	sr, err := r.mem.Search(context.Background(), memoryapi.SearchRequest{Query: "config defaults flag parsing"})
 	if err != nil || len(sr.Hits) != 3 || sr.Hits[0].ItemID != cfg.ItemID || sr.Ack != nil {
 		t.Fatalf("search = %+v, %v", sr, err)
 	}
-	after, _ := r.c.State(context.Background(), "s", 0)
+	after, _ := r.c.State(context.Background(), "s")
 	if after.Seq != before.Seq {
 		t.Fatalf("search appended to the session: head %d → %d", before.Seq, after.Seq)
 	}
@@ -300,7 +300,7 @@ func TestMemoryEventsRecordedInSession(t *testing.T) {
 		t.Fatalf("retried recall acked %+v then %+v", a.Ack, b.Ack)
 	}
 	// Justify resolves the provenance to the stored evidence events.
-	j, err := r.mem.Justify(context.Background(), w.ItemID, 0)
+	j, err := r.mem.Justify(context.Background(), memoryapi.JustifyRequest{ItemID: w.ItemID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func TestMemoryBadInput(t *testing.T) {
 			return err
 		}, memoryapi.CodeInvalidScope},
 		{"empty query", func() error { _, err := r.mem.Search(ctx, memoryapi.SearchRequest{Query: ""}); return err }, memoryapi.CodeMalformed},
-		{"present in missing session", func() error { _, err := r.mem.Present(ctx, "nope", 0); return err }, api.CodeNotFound},
+		{"present in missing session", func() error { _, err := r.mem.Present(ctx, memoryapi.PresentRequest{Session: "nope"}); return err }, api.CodeNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
@@ -494,7 +494,7 @@ func TestMemoryConcurrentWritersTwoInstances(t *testing.T) {
 	if err != nil || len(h.Records) != writers+1 {
 		t.Fatalf("history has %d records, %v", len(h.Records), err)
 	}
-	st, _ := r.c.State(ctx, "s", 0)
+	st, _ := r.c.State(ctx, "s")
 	written := 0
 	for _, m := range st.Memory {
 		if m.Kind == "written" {

@@ -200,7 +200,7 @@ func TestTenantsMemoryIsIsolated(t *testing.T) {
 		wantCodeOf(t, phase+": bob's history of alice's item", err, memoryapi.CodeItemNotFound)
 		_, err = bm.Readers(ctx, a1.ItemID)
 		wantCodeOf(t, phase+": bob's readers of alice's item", err, memoryapi.CodeItemNotFound)
-		_, err = bm.Justify(ctx, a1.ItemID, 0)
+		_, err = bm.Justify(ctx, memoryapi.JustifyRequest{ItemID: a1.ItemID})
 		wantCodeOf(t, phase+": bob justifies alice's item", err, memoryapi.CodeItemNotFound)
 		_, err = bm.Retract(ctx, memoryapi.RetractRequest{ItemID: a1.ItemID, Session: "b1", By: "bob", Reason: "mine"})
 		wantCodeOf(t, phase+": bob retracts alice's item", err, memoryapi.CodeItemNotFound)
@@ -214,7 +214,7 @@ func TestTenantsMemoryIsIsolated(t *testing.T) {
 		refused(t, phase+": bob adds in alice's session", err, memoryapi.CodeSessionNotFound, noSession, "a1", "nothing")
 		_, err = bm.Recall(ctx, memoryapi.RecallRequest{Session: "a1", Query: secret})
 		wantCodeOf(t, phase+": bob recalls in alice's session", err, memoryapi.CodeSessionNotFound)
-		_, err = bm.Present(ctx, "a1", 0)
+		_, err = bm.Present(ctx, memoryapi.PresentRequest{Session: "a1"})
 		wantCodeOf(t, phase+": bob asks what alice's session held", err, memoryapi.CodeSessionNotFound)
 		_, err = bm.Retract(ctx, memoryapi.RetractRequest{ItemID: b1.ItemID, Session: "a1", By: "bob", Reason: "x"})
 		wantCodeOf(t, phase+": bob retracts in alice's session", err, memoryapi.CodeSessionNotFound)
@@ -250,11 +250,11 @@ func TestTenantsMemoryIsIsolated(t *testing.T) {
 
 	// The memory event names alice as whom it was for, the service as its
 	// proposer.
-	st, err := r.alice.State(ctx, "a1", 0)
+	st, err := r.alice.State(ctx, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := r.alice.Log(ctx, "a1", 1, 0, 0)
+	log, err := r.alice.Log(ctx, "a1", client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,13 +83,13 @@ func (r *rig) next(t *testing.T, id string, from uint64, types ...string) events
 	defer cancel()
 	var got events.Stored
 	found := errors.New("found")
-	if err := r.c.Watch(ctx, id, from, func(ev events.Stored) error {
+	if err := r.c.Watch(ctx, id, func(ev events.Stored) error {
 		if slices.Contains(types, ev.Type) {
 			got = ev
 			return found
 		}
 		return nil
-	}); !errors.Is(err, found) {
+	}, client.From(from)); !errors.Is(err, found) {
 		t.Fatalf("waiting for %v in %s from %d: %v", types, id, from, err)
 	}
 	return got
@@ -125,7 +125,7 @@ func TestSelectorRoutesByTheWorkflow(t *testing.T) {
 	if tr := turnOf(t, req); tr.Agent != "researcher" || tr.Rule != "start" {
 		t.Fatalf("first turn %+v", tr)
 	}
-	st, _ := r.c.State(ctx, "w1", 0)
+	st, _ := r.c.State(ctx, "w1")
 	d := st.Decisions[0]
 	if d.Rule != "start" || d.Route != "agent:researcher" || d.Cause == "" || st.Turn == nil {
 		t.Fatalf("decision %+v turn %+v", d, st.Turn)
@@ -161,7 +161,7 @@ func TestSelectorRoutesByTheWorkflow(t *testing.T) {
 	if tr := turnOf(t, creq); tr.Agent != "coder" {
 		t.Fatalf("fork's first turn %+v", tr)
 	}
-	cst, _ := r.c.State(ctx, child, 0)
+	cst, _ := r.c.State(ctx, child)
 	if cst.Lineage.Parent != "w1" || cst.Lineage.ForkSeq != failed.Seq-1 {
 		t.Fatalf("fork lineage %+v", cst.Lineage)
 	}
@@ -219,7 +219,7 @@ func TestSelectorEnforcesBudgets(t *testing.T) {
 	if c.Outcome != workflow.OutcomeBudget || !strings.Contains(c.Reason, "max_turns") || turns != 6 {
 		t.Fatalf("closed after %d turns: %+v", turns, c)
 	}
-	st, _ := r.c.State(ctx, "b1", 0)
+	st, _ := r.c.State(ctx, "b1")
 	last := st.Decisions[len(st.Decisions)-1]
 	if last.Rule != "budget" {
 		t.Fatalf("last decision %+v", last)

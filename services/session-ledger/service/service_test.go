@@ -41,12 +41,12 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithCancel(ctx)
-	err = c.Watch(wctx, "svc", 2, func(got events.Stored) error {
+	err = c.Watch(wctx, "svc", func(got events.Stored) error {
 		if got.ID == ev.ID() {
 			wcancel()
 		}
 		return nil
-	})
+	}, client.From(2))
 	if err != context.Canceled {
 		t.Fatalf("watch: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	if err != nil || !rep.OK || rep.Head != 2 {
 		t.Fatalf("after restart: %+v %v", rep, err)
 	}
-	if _, err := c.State(restart, "nope", 0); api.CodeOf(err) != api.CodeNotFound {
+	if _, err := c.State(restart, "nope"); api.CodeOf(err) != api.CodeNotFound {
 		t.Fatalf("missing session: %v", err)
 	}
 	stop()

@@ -119,13 +119,13 @@ func TestTenantsAreIsolated(t *testing.T) {
 	// A refusal of alice's, recorded under acme.
 	_, err := r.alice.Emit(ctx, "a1", &events.SessionResumed{Reason: "not paused"})
 	wantCode(t, "alice resumes an active session", err, api.CodeTransition)
-	before, err := r.alice.State(ctx, "a1", 0)
+	before, err := r.alice.State(ctx, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// Carol, of the same tenant, sees and works alice's session.
-	if st, err := r.carol.State(ctx, "a1", 0); err != nil || st.Seq != before.Seq || st.Tenant != "acme" {
+	if st, err := r.carol.State(ctx, "a1"); err != nil || st.Seq != before.Seq || st.Tenant != "acme" {
 		t.Fatalf("carol reads a1: %+v %v", st, err)
 	}
 	if _, err := r.carol.Fork(ctx, api.ForkRequest{Parent: "a1", ID: "a1-fork"}); err != nil {
@@ -133,9 +133,9 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 
 	// Bob, of another tenant: every operation on a1 answers not_found.
-	_, err = r.bob.State(ctx, "a1", 0)
+	_, err = r.bob.State(ctx, "a1")
 	wantCode(t, "bob reads a1's state", err, api.CodeNotFound)
-	_, err = r.bob.Log(ctx, "a1", 1, 0, 0)
+	_, err = r.bob.Log(ctx, "a1", client.Range{From: 1})
 	wantCode(t, "bob reads a1's log", err, api.CodeNotFound)
 	_, err = r.bob.Verify(ctx, "a1")
 	wantCode(t, "bob verifies a1", err, api.CodeNotFound)
@@ -152,9 +152,9 @@ func TestTenantsAreIsolated(t *testing.T) {
 		t.Errorf("another tenant's session is refused %q, a missing one %q: a tenant tells them apart", le, lm)
 	}
 	for name, do := range map[string]func(string) error{
-		"state": func(id string) error { _, err := r.bob.State(ctx, id, 0); return err },
+		"state": func(id string) error { _, err := r.bob.State(ctx, id); return err },
 		"fork":  func(id string) error { _, err := r.bob.Fork(ctx, api.ForkRequest{Parent: id}); return err },
-		"log":   func(id string) error { _, err := r.bob.Log(ctx, id, 1, 0, 0); return err },
+		"log":   func(id string) error { _, err := r.bob.Log(ctx, id, client.Range{From: 1}); return err },
 	} {
 		theirs, none := do("a1"), do("zz")
 		if !errors.As(theirs, &le) || !errors.As(none, &lm) || strings.ReplaceAll(le.Message, "a1", "zz") != lm.Message || le.Code != lm.Code {
@@ -167,7 +167,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	wantCode(t, "bob merges a1 into b1", err, api.CodeNotFound)
 	_, err = r.bob.Merge(ctx, api.MergeRequest{Target: "a1", Source: "b1"})
 	wantCode(t, "bob merges b1 into a1", err, api.CodeNotFound)
-	_, err = r.bob.Close(ctx, "a1", "mine now", "")
+	_, err = r.bob.Close(ctx, "a1", events.SessionClosed{Reason: "mine now"})
 	wantCode(t, "bob closes a1", err, api.CodeNotFound)
 	_, err = r.bob.Archive(ctx, api.ArchiveRequest{Session: "a1"})
 	wantCode(t, "bob archives a1", err, api.CodeNotFound)
@@ -231,7 +231,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 
 	// Nothing of bob's reached a1.
-	after, err := r.alice.State(ctx, "a1", 0)
+	after, err := r.alice.State(ctx, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestActorIsStampedNotClaimed(t *testing.T) {
 	if _, err := r.carol.Pause(ctx, "s", "lunch"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.alice.State(ctx, "s", 0)
+	st, err := r.alice.State(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestActorIsStampedNotClaimed(t *testing.T) {
 	if st.StatusBy != "acme/carol" {
 		t.Errorf("paused by %q, want acme/carol", st.StatusBy)
 	}
-	log, err := r.alice.Log(ctx, "s", 1, 0, 0)
+	log, err := r.alice.Log(ctx, "s", client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,11 +384,11 @@ func TestOnBehalfOnlyFromServices(t *testing.T) {
 			t.Fatalf("%s: %v", s.item, err)
 		}
 	}
-	log, err := r.alice.Log(ctx, "s", 2, 0, 0)
+	log, err := r.alice.Log(ctx, "s", client.Range{From: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.alice.State(ctx, "s", 0)
+	st, err := r.alice.State(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +561,7 @@ func TestInboxWildcardDoesNotDecideOthersProposals(t *testing.T) {
 		}
 		waitForLedger(t, admin)
 	}
-	st, err := a.State(ctx, "a1", 0)
+	st, err := a.State(ctx, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/services/tool-runner/service"
@@ -104,13 +105,13 @@ func (r *rig) move(t *testing.T, id, backend string) (*events.SandboxPlaced, *ev
 	defer cancel()
 	var answer any
 	found := errors.New("found")
-	err = r.c.Watch(ctx, id, ack.Seq+1, func(ev events.Stored) error {
+	err = r.c.Watch(ctx, id, func(ev events.Stored) error {
 		if ev.Causation == ack.ID && (ev.Type == events.TypeSandboxPlaced || ev.Type == events.TypeSandboxRefused) {
 			answer = decode(t, ev)
 			return found
 		}
 		return nil
-	})
+	}, client.From(ack.Seq+1))
 	if !errors.Is(err, found) {
 		t.Fatalf("no answer to the move of %s to %s: %v", id, backend, err)
 	}
@@ -122,7 +123,7 @@ func (r *rig) move(t *testing.T, id, backend string) (*events.SandboxPlaced, *ev
 // placements returns the session's own placements, in order.
 func (r *rig) placements(t *testing.T, id string) []*events.SandboxPlaced {
 	t.Helper()
-	log, err := r.c.Log(context.Background(), id, 1, 0, 0)
+	log, err := r.c.Log(context.Background(), id, client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestMoveBetweenBackends(t *testing.T) {
 	if read == nil || read.Sandbox.Backend != "bwrap" || !strings.Contains(read.Result, "before the move") || read.CommitBefore != wrote.CommitAfter {
 		t.Fatalf("after the move %+v", read)
 	}
-	st, err := r.c.State(context.Background(), "m1", 0)
+	st, err := r.c.State(context.Background(), "m1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestMoveAnsweredOnce(t *testing.T) {
 	if refused != nil {
 		t.Fatalf("refused: %s", refused.Reason)
 	}
-	log, err := r.c.Log(context.Background(), "o1", 1, 0, 0)
+	log, err := r.c.Log(context.Background(), "o1", client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestMoveAnsweredOnce(t *testing.T) {
 	if err != nil || len(reply.Data) != 0 {
 		t.Fatalf("hand-over: %v %q", err, reply.Data)
 	}
-	log, err = r.c.Log(context.Background(), "o1", req.Seq+1, 0, 0)
+	log, err = r.c.Log(context.Background(), "o1", client.Range{From: req.Seq + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +372,7 @@ func TestForkKeepsItsOwnPlacement(t *testing.T) {
 	if wrote.Sandbox.Backend != "bwrap" {
 		t.Fatalf("parent's write %+v", wrote)
 	}
-	st, err := r.c.State(context.Background(), "p1", 0)
+	st, err := r.c.State(context.Background(), "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestUnplacedForkMoves(t *testing.T) {
 	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal)
 	r.startWith(t, "q1", nil)
 	wrote := r.ok(t, "q1", "w1", "plain", "write_file", `{"path":"a.txt","content":"shared\n"}`)
-	st, err := r.c.State(context.Background(), "q1", 0)
+	st, err := r.c.State(context.Background(), "q1")
 	if err != nil {
 		t.Fatal(err)
 	}

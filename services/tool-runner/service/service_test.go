@@ -190,7 +190,7 @@ func (r *rig) finish(t *testing.T, id, callID string) []events.Stored {
 	defer cancel()
 	var log []events.Stored
 	found := errors.New("found")
-	err := r.c.Watch(ctx, id, 1, func(ev events.Stored) error {
+	err := r.c.Watch(ctx, id, func(ev events.Stored) error {
 		log = append(log, ev)
 		if ev.Type != events.TypeToolCompleted && ev.Type != events.TypeToolFailed {
 			return nil
@@ -317,7 +317,7 @@ func TestRoutingLeavesCustomToolsAndFailsUnknownOnes(t *testing.T) {
 	}
 	// Events of a session are handled in order: the custom call was seen
 	// first, and left alone.
-	st, err := r.c.State(context.Background(), "s2", 0)
+	st, err := r.c.State(context.Background(), "s2")
 	if err != nil {
 		t.Fatal(err)
 	}

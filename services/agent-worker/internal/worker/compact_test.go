@@ -106,7 +106,7 @@ func TestWorkerCompactsAboveTheThreshold(t *testing.T) {
 		}
 		t.Fatalf("model saw %v", roles)
 	}
-	st, err := r.c.State(context.Background(), "big", 7)
+	st, err := r.c.StateAt(context.Background(), "big", 7)
 	if err != nil || len(st.Chunks) != 6 || len(st.Compactions) != 0 {
 		t.Fatalf("state before the compaction: %+v %v", st, err)
 	}

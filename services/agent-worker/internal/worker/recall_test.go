@@ -89,7 +89,7 @@ func TestWorkerRecallsBeforeTheModelCall(t *testing.T) {
 
 	// The fold keeps what was recalled, content included, and the context
 	// of the agent's next turn still holds it, as a user message.
-	st, err := r.c.State(ctx, "s1", 0)
+	st, err := r.c.State(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

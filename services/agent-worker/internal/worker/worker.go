@@ -440,7 +440,7 @@ func (t *turn) completed(resp provider.Response) *events.TurnCompleted {
 // from before answers were atomic could leave.
 func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Response, found, part bool, err error) {
 	for {
-		page, err := t.w.c.Log(ctx, t.ev.Session, from, 0, api.MaxLogPage)
+		page, err := t.w.c.Log(ctx, t.ev.Session, client.Range{From: from, Limit: api.MaxLogPage})
 		if err != nil {
 			return provider.Response{}, false, false, err
 		}

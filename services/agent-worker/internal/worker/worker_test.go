@@ -164,7 +164,7 @@ func (r *rig) emit(t *testing.T, id string, data any, opts ...events.Option) eve
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := r.c.Log(context.Background(), id, a.Seq, a.Seq, 1)
+	page, err := r.c.Log(context.Background(), id, client.Range{From: a.Seq, To: a.Seq})
 	if err != nil || len(page) != 1 {
 		t.Fatalf("read back %d of %s: %v", a.Seq, id, err)
 	}
@@ -196,13 +196,13 @@ func (r *rig) end(t *testing.T, req events.Stored) events.Stored {
 	defer cancel()
 	var got events.Stored
 	found := errors.New("found")
-	err := r.c.Watch(ctx, req.Session, req.Seq, func(ev events.Stored) error {
+	err := r.c.Watch(ctx, req.Session, func(ev events.Stored) error {
 		if ev.Causation == req.ID && (ev.Type == events.TypeTurnCompleted || ev.Type == events.TypeTurnFailed) {
 			got = ev
 			return found
 		}
 		return nil
-	})
+	}, client.From(req.Seq))
 	if !errors.Is(err, found) {
 		t.Fatalf("turn of request %s did not end: %v; log: %s", req.ID, err, r.types(t, req.Session))
 	}
@@ -211,7 +211,7 @@ func (r *rig) end(t *testing.T, req events.Stored) events.Stored {
 
 func (r *rig) log(t *testing.T, id string) []events.Stored {
 	t.Helper()
-	page, err := r.c.Log(context.Background(), id, 1, 0, api.MaxLogPage)
+	page, err := r.c.Log(context.Background(), id, client.Range{From: 1, Limit: api.MaxLogPage})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestWorkerTakesATurn(t *testing.T) {
 		t.Errorf("tools %+v", asked.Tools)
 	}
 
-	st, err := r.c.State(ctx, "s1", 0)
+	st, err := r.c.State(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestWorkerRecordsRetriedModelAttempts(t *testing.T) {
 	if m.calls() != 3 {
 		t.Errorf("%d model calls, want 3", m.calls())
 	}
-	st, _ := r.c.State(context.Background(), "s1", 0)
+	st, _ := r.c.State(context.Background(), "s1")
 	if st.Counts.ModelFailures != 2 || st.Counts.ModelCalls != 1 || st.Counts.Turns != 1 {
 		t.Errorf("counts %+v", st.Counts)
 	}
@@ -540,7 +540,7 @@ func TestWorkerFailsTheTurnWhenTheModelCannotAnswer(t *testing.T) {
 			if m.calls() != len(tt.statuses) {
 				t.Errorf("%d model calls, want %d", m.calls(), len(tt.statuses))
 			}
-			st, _ := r.c.State(context.Background(), "s1", 0)
+			st, _ := r.c.State(context.Background(), "s1")
 			if st.Turn != nil || st.Counts.TurnsFailed != 1 || st.Counts.ModelFailures != len(tt.statuses) || st.Counts.HandlerFailures != 0 {
 				t.Errorf("turn %+v counts %+v", st.Turn, st.Counts)
 			}
@@ -726,7 +726,7 @@ func TestWorkerResumesATurnFromTheLog(t *testing.T) {
 	if after := len(r.log(t, "s1")); after != before || m.calls() != 0 {
 		t.Fatalf("a redelivered request appended %d events, %d model calls", after-before, m.calls())
 	}
-	st, _ := r.c.State(context.Background(), "s1", 0)
+	st, _ := r.c.State(context.Background(), "s1")
 	if st.Usage.Total.Calls != 1 || st.Counts.Turns != 1 {
 		t.Fatalf("usage %+v counts %+v", st.Usage.Total, st.Counts)
 	}

@@ -309,7 +309,7 @@ func (m *Memory) resolve(ctx context.Context, session string, ids []string) ([]u
 	}
 	found := map[string]uint64{}
 	errFound := errors.New("found")
-	err := m.ledger.Events(ctx, session, 1, 0, func(ev events.Stored) error {
+	err := m.ledger.Events(ctx, session, client.Range{}, func(ev events.Stored) error {
 		if slices.Contains(ids, ev.ID) {
 			found[ev.ID] = ev.Seq
 		}

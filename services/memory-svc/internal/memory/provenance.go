@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
@@ -164,7 +165,7 @@ func (m *Memory) Justify(ctx context.Context, req memoryapi.JustifyRequest) (mem
 			WrittenIn: memoryapi.EventRef{Session: r.Session, EventID: r.EventID},
 		}
 		for i, seq := range r.EventSeqs {
-			evs, err := m.ledger.LogRaw(ctx, r.Provenance.Session, seq, seq, 1)
+			evs, err := m.ledger.LogRaw(ctx, r.Provenance.Session, client.Range{From: seq, To: seq})
 			if err != nil {
 				return memoryapi.JustifyReply{}, fmt.Errorf("evidence of %s version %d: %w", req.ItemID, r.Version, err)
 			}

@@ -17,5 +17,5 @@ func (m *Memory) state(ctx context.Context, id string, at uint64) (*session.Stat
 	if m.states != nil {
 		return m.states.State(ctx, id, at)
 	}
-	return m.ledger.State(ctx, id, at)
+	return m.ledger.StateAt(ctx, id, at)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -108,7 +109,7 @@ func TestDecisionDoesNotDependOnWhenTheTriggerIsDelivered(t *testing.T) {
 						r.emit(t, id, ev)
 						d.catchUp(t)
 					}
-					st, err := r.c.State(ctx, id, 0)
+					st, err := r.c.State(ctx, id)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -175,7 +176,7 @@ func (d *deliverer) catchUp(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	for {
-		page, err := d.r.c.Log(ctx, d.id, d.next, 0, api.MaxLogPage)
+		page, err := d.r.c.Log(ctx, d.id, client.Range{From: d.next, Limit: api.MaxLogPage})
 		if err != nil {
 			t.Fatal(err)
 		}

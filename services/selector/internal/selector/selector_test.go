@@ -265,7 +265,7 @@ func (r *rig) emit(t *testing.T, id string, data any) events.Stored {
 
 func (r *rig) at(t *testing.T, id string, seq uint64) events.Stored {
 	t.Helper()
-	page, err := r.c.Log(context.Background(), id, seq, seq, 1)
+	page, err := r.c.Log(context.Background(), id, client.Range{From: seq, To: seq})
 	if err != nil || len(page) != 1 {
 		t.Fatalf("read %s at %d: %v", id, seq, err)
 	}
@@ -274,7 +274,7 @@ func (r *rig) at(t *testing.T, id string, seq uint64) events.Stored {
 
 func (r *rig) log(t *testing.T, id string) []events.Stored {
 	t.Helper()
-	page, err := r.c.Log(context.Background(), id, 1, 0, api.MaxLogPage)
+	page, err := r.c.Log(context.Background(), id, client.Range{From: 1, Limit: api.MaxLogPage})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestRedeliveredTriggerDecidesOnce(t *testing.T) {
 					t.Fatalf("%s: causation %s source %s", ev.Type, ev.Causation, ev.Source)
 				}
 			}
-			st, err := r.c.State(ctx, "s1", 0)
+			st, err := r.c.State(ctx, "s1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -377,7 +377,7 @@ func TestLateRedeliveryDoesNotRequestAnEndedTurnAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := r.log(t, "s1")
-	st, err := r.c.State(ctx, "s1", 0)
+	st, err := r.c.State(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestConcurrentTriggersNeverOverlapTurns(t *testing.T) {
 			watched := make(chan error, 1)
 			if turnsEnd {
 				go func() {
-					watched <- r.c.Watch(wctx, "s1", 1, func(ev events.Stored) error {
+					watched <- r.c.Watch(wctx, "s1", func(ev events.Stored) error {
 						if ev.Type != events.TypeTurnRequested {
 							return nil
 						}

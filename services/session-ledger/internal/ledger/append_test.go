@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -19,21 +20,21 @@ func TestAppendAssignsSequenceAndChain(t *testing.T) {
 		last = r.emit(t, "s1", chunk("step"))
 	}
 	r.emit(t, "s1", usage(100, 20))
-	st, err := r.c.State(ctx, "s1", 0)
+	st, err := r.c.State(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Seq != 12 || len(st.Chunks) != 10 || st.Usage.Total.In != 100 || st.Usage.ByAgent["coder"].Out != 20 {
 		t.Fatalf("state: seq %d chunks %d usage %+v", st.Seq, len(st.Chunks), st.Usage)
 	}
-	mid, err := r.c.State(ctx, "s1", 11)
+	mid, err := r.c.StateAt(ctx, "s1", 11)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mid.Seq != 11 || mid.Hash != last.Hash || mid.Usage.Total.In != 0 {
 		t.Fatalf("state at 11: seq %d hash %s usage %+v", mid.Seq, mid.Hash, mid.Usage)
 	}
-	log, err := r.c.Log(ctx, "s1", 1, 0, 0)
+	log, err := r.c.Log(ctx, "s1", client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestReproposedEventIDReturnsOriginalAck(t *testing.T) {
 	if !again.Duplicate || again.Seq != first.Seq || again.Hash != first.Hash {
 		t.Fatalf("re-proposal: first %+v, again %+v", first, again)
 	}
-	st, _ := r.c.State(ctx, "s1", 0)
+	st, _ := r.c.State(ctx, "s1")
 	if st.Seq != 3 {
 		t.Fatalf("head %d, want 3: the re-proposal was stored again", st.Seq)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/archive"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -110,11 +111,11 @@ func TestLifecycleRefusalsAreRecordedAndLoseNothing(t *testing.T) {
 		HeadHash: strings.Repeat("0", 64), HeadStreamSeq: 1, Events: 1})
 	check("forged archive", err, api.CodeUseOperation, "archive")
 
-	before, err := r.c.State(ctx, "life", 0)
+	before, err := r.c.State(ctx, "life")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.c.Close(ctx, "life", "done", "succeeded"); err != nil {
+	if _, err := r.c.Close(ctx, "life", events.SessionClosed{Outcome: "succeeded", Reason: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.c.Pause(ctx, "life", "late")
@@ -128,7 +129,7 @@ func TestLifecycleRefusalsAreRecordedAndLoseNothing(t *testing.T) {
 	_, err = r.c.Resume(ctx, "life", "late")
 	check("resume archived", err, api.CodeClosed, "is archived")
 
-	st, err := r.c.State(ctx, "life", 0)
+	st, err := r.c.State(ctx, "life")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,24 +154,24 @@ func TestArchiveAndPurgeKeepEveryReadExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.emit(t, "kid", chunk("kid's own"))
-	if _, err := r.c.Close(ctx, "old", "done", "succeeded"); err != nil {
+	if _, err := r.c.Close(ctx, "old", events.SessionClosed{Outcome: "succeeded", Reason: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	head := uint64(11)
 	wantStates := map[uint64]string{}
 	for at := uint64(1); at <= head; at++ {
-		st, err := r.c.State(ctx, "old", at)
+		st, err := r.c.StateAt(ctx, "old", at)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := json.Marshal(st)
 		wantStates[at] = string(b)
 	}
-	wantLog, err := r.c.LogRaw(ctx, "old", 1, head, 0)
+	wantLog, err := r.c.LogRaw(ctx, "old", client.Range{From: 1, To: head})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantKid, _ := r.c.State(ctx, "kid", 0)
+	wantKid, _ := r.c.State(ctx, "kid")
 
 	rep, err := r.c.Archive(ctx, api.ArchiveRequest{Session: "old", Purge: true})
 	wantCode(t, err, api.CodeTransition)
@@ -189,7 +190,7 @@ func TestArchiveAndPurgeKeepEveryReadExact(t *testing.T) {
 	if err != nil || !again.Archived.Duplicate {
 		t.Fatalf("archive again: %+v %v", again, err)
 	}
-	if _, err := r.c.Close(ctx, "kid", "explored", "abandoned"); err != nil {
+	if _, err := r.c.Close(ctx, "kid", events.SessionClosed{Outcome: "abandoned", Reason: "explored"}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = r.c.Archive(ctx, api.ArchiveRequest{Session: "old", Purge: true})
@@ -218,7 +219,7 @@ func TestArchiveAndPurgeKeepEveryReadExact(t *testing.T) {
 	cold := newLedger(t, nc, "ledger-cold", ledger.Retention{}, nil)
 	for at := uint64(1); at <= head; at++ {
 		for name, get := range map[string]func() (*session.State, error){
-			"served": func() (*session.State, error) { return r.c.State(ctx, "old", at) },
+			"served": func() (*session.State, error) { return r.c.StateAt(ctx, "old", at) },
 			"cold":   func() (*session.State, error) { return cold.State(ctx, "old", at) },
 		} {
 			st, err := get()
@@ -230,7 +231,7 @@ func TestArchiveAndPurgeKeepEveryReadExact(t *testing.T) {
 			}
 		}
 	}
-	gotLog, err := r.c.LogRaw(ctx, "old", 1, head, 0)
+	gotLog, err := r.c.LogRaw(ctx, "old", client.Range{From: 1, To: head})
 	if err != nil || len(gotLog) != len(wantLog) {
 		t.Fatalf("log after purge: %d events, %v", len(gotLog), err)
 	}
@@ -255,7 +256,7 @@ func TestArchiveAndPurgeKeepEveryReadExact(t *testing.T) {
 	if len(kid.Chunks) != len(wantKid.Chunks) || kid.Chunks[3].Content != "step d" {
 		t.Fatalf("fork's state through the purged parent: %+v", kid.Chunks)
 	}
-	st, _ := r.c.State(ctx, "old", 0)
+	st, _ := r.c.State(ctx, "old")
 	if st.Archive == nil || st.Archive.PurgedSeq != head+2 || st.Archive.BundleRef != rep.BundleRef {
 		t.Fatalf("archive in state: %+v", st.Archive)
 	}
@@ -308,12 +309,12 @@ func TestRetentionPassArchivesAndPurgesOnceAcrossLedgers(t *testing.T) {
 	if rec, err := r.store.GetRecord(ctx, "s1"); err != nil || !rec.Purged {
 		t.Fatalf("index record of s1: %+v %v, want purged", rec, err)
 	}
-	st, err := r.c.State(ctx, "s2", 0)
+	st, err := r.c.State(ctx, "s2")
 	if err != nil || st.Status != session.StatusActive {
 		t.Fatalf("active session touched: %+v %v", st, err)
 	}
 	r.verifyOK(t, "s1")
-	if st, err := r.c.State(ctx, "s1", 2); err != nil || st.Chunks[0].Content != "work" {
+	if st, err := r.c.StateAt(ctx, "s1", 2); err != nil || st.Chunks[0].Content != "work" {
 		t.Fatalf("purged s1 at 2: %+v %v", st, err)
 	}
 }
@@ -327,7 +328,7 @@ func TestCompactionLeavesReplayAndVerifyExact(t *testing.T) {
 	}
 	var before []string
 	for at := uint64(1); at <= 9; at++ {
-		st, _ := r.c.State(ctx, "talk", at)
+		st, _ := r.c.StateAt(ctx, "talk", at)
 		b, _ := json.Marshal(st)
 		before = append(before, string(b))
 	}
@@ -339,12 +340,12 @@ func TestCompactionLeavesReplayAndVerifyExact(t *testing.T) {
 		t.Fatalf("plan %+v", plan)
 	}
 	for at := uint64(1); at <= 9; at++ {
-		st, _ := r.c.State(ctx, "talk", at)
+		st, _ := r.c.StateAt(ctx, "talk", at)
 		if b, _ := json.Marshal(st); string(b) != before[at-1] {
 			t.Fatalf("state at %d changed by the compaction", at)
 		}
 	}
-	st, _ := r.c.State(ctx, "talk", 0)
+	st, _ := r.c.State(ctx, "talk")
 	if st.Seq != ack.Seq || len(st.Chunks) != 8 || len(st.Compactions) != 1 {
 		t.Fatalf("after compaction: seq %d chunks %d compactions %d", st.Seq, len(st.Chunks), len(st.Compactions))
 	}
@@ -352,12 +353,12 @@ func TestCompactionLeavesReplayAndVerifyExact(t *testing.T) {
 
 	_, _, err = r.c.Compact(ctx, "missing", 3)
 	wantCode(t, err, api.CodeNotFound)
-	if _, err := r.c.Close(ctx, "talk", "done", ""); err != nil {
+	if _, err := r.c.Close(ctx, "talk", events.SessionClosed{Reason: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = r.c.Compact(ctx, "talk", 1)
 	wantCode(t, err, api.CodeClosed)
-	if st2, _ := r.c.State(ctx, "talk", 0); len(st2.Chunks) != 8 || len(st2.Compactions) != 1 {
+	if st2, _ := r.c.State(ctx, "talk"); len(st2.Chunks) != 8 || len(st2.Compactions) != 1 {
 		t.Fatalf("refused compaction changed the state")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -56,7 +57,7 @@ func TestAtomicAppendStoresAnAnswerInOneBatch(t *testing.T) {
 	}
 	// The acks name what is stored: each event's own sequence, hash and
 	// stream sequence.
-	log, err := r.c.Log(ctx, "at-1", 2, 0, 0)
+	log, err := r.c.Log(ctx, "at-1", client.Range{From: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestTwoLedgersRaceAtomicAppends(t *testing.T) {
 	}
 	for s := range sessions {
 		id := fmt.Sprintf("ar-%d", s)
-		log, err := a.c.Log(ctx, id, 2, 0, 0)
+		log, err := a.c.Log(ctx, id, client.Range{From: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

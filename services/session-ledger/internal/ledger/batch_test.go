@@ -11,6 +11,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -55,7 +56,7 @@ func TestBatchAppendsInOrderPerSession(t *testing.T) {
 	}
 	for s := range sessions {
 		id := fmt.Sprintf("batch-%d", s)
-		log, err := r.c.Log(ctx, id, 1, 0, 0)
+		log, err := r.c.Log(ctx, id, client.Range{From: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func TestBatchRefusesBadProposalsOneByOne(t *testing.T) {
 	r.start(t, "good")
 	r.start(t, "shut")
 	r.emit(t, "shut", &events.SessionClosed{Reason: "done"})
-	before, _ := r.c.State(ctx, "good", 0)
+	before, _ := r.c.State(ctx, "good")
 
 	unknown := mustEvent(t, "good", chunk("x"))
 	unknown.SetType("rath.no.such.kind")
@@ -130,7 +131,7 @@ func TestBatchRefusesBadProposalsOneByOne(t *testing.T) {
 		}
 		wantCode(t, x.Err, want[i])
 	}
-	after, _ := r.c.State(ctx, "good", 0)
+	after, _ := r.c.State(ctx, "good")
 	if after.Seq != before.Seq+2 || res[7].Ack.Seq != before.Seq+2 {
 		t.Fatalf("good: head %d, last ack %d; want %d", after.Seq, res[7].Ack.Seq, before.Seq+2)
 	}
@@ -193,7 +194,7 @@ func TestMalformedBatch(t *testing.T) {
 	if n := len(r.rejections(t, "unknown")); n != 4 {
 		t.Fatalf("%d rejections recorded without a session, want 4 (three bodies, one member)", n)
 	}
-	if st, _ := r.c.State(context.Background(), "m", 0); st.Seq != 2 {
+	if st, _ := r.c.State(context.Background(), "m"); st.Seq != 2 {
 		t.Fatalf("head of m %d after the refused batch, want 2", st.Seq)
 	}
 	if _, err := r.c.AppendBatch(context.Background(), make([]event.Event, api.MaxBatch+1)); api.CodeOf(err) != api.CodeTooLarge {
@@ -245,7 +246,7 @@ func TestTwoLedgersRaceBatches(t *testing.T) {
 	}
 	for s := range sessions {
 		id := fmt.Sprintf("rb-%d", s)
-		log, err := a.c.Log(ctx, id, 1, 0, 0)
+		log, err := a.c.Log(ctx, id, client.Range{From: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +268,7 @@ func TestLogCarriesStoredBytes(t *testing.T) {
 	r := newRig(t)
 	r.start(t, "html")
 	ack := r.emit(t, "html", chunk("a <b>bold</b> & \u2028 line"))
-	raws, err := r.c.LogRaw(context.Background(), "html", ack.Seq, ack.Seq, 1)
+	raws, err := r.c.LogRaw(context.Background(), "html", client.Range{From: ack.Seq, To: ack.Seq})
 	if err != nil || len(raws) != 1 {
 		t.Fatalf("log: %d events, %v", len(raws), err)
 	}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -16,7 +17,7 @@ import (
 // client replaying the stitched logs would (sessions without merges).
 func foldLog(t *testing.T, r *rig, id string) *session.State {
 	t.Helper()
-	log, err := r.c.Log(context.Background(), id, 1, 0, 0)
+	log, err := r.c.Log(context.Background(), id, client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,23 +70,23 @@ func TestForkOfForkAndMerge(t *testing.T) {
 
 	// The fork's state is the fold of the stitched logs s[1..5] f1[6..8] f2[9..11].
 	for _, id := range []string{"f1", "f2"} {
-		st, err := r.c.State(ctx, id, 0)
+		st, err := r.c.State(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sameState(t, id+" state vs fold of its stitched log", st, foldLog(t, r, id))
 	}
-	st2, _ := r.c.State(ctx, "f2", 0)
+	st2, _ := r.c.State(ctx, "f2")
 	if st2.Usage.Total.In != 10+20+5+7 || len(st2.Chunks) != 4 || st2.Lineage.Parent != "f1" || st2.Lineage.ForkSeq != 8 {
 		t.Fatalf("f2: usage %+v chunks %d lineage %+v", st2.Usage.Total, len(st2.Chunks), st2.Lineage)
 	}
 	// State of a fork at a sequence inside its own range, across a snapshot.
-	at10, err := r.c.State(ctx, "f2", 10)
+	at10, err := r.c.StateAt(ctx, "f2", 10)
 	if err != nil || at10.Seq != 10 || at10.Usage.Total.In != 42 || at10.ID != "f2" {
 		t.Fatalf("f2 at 10: %+v %v", at10, err)
 	}
 	// The parent is untouched by its forks.
-	s, _ := r.c.State(ctx, "s", 0)
+	s, _ := r.c.State(ctx, "s")
 	if s.Seq != 6 || s.Usage.Total.In != 30 {
 		t.Fatalf("parent changed: seq %d usage %+v", s.Seq, s.Usage.Total)
 	}
@@ -98,14 +99,14 @@ func TestForkOfForkAndMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, _ := r.c.Log(ctx, "s", m.Seq, m.Seq, 0)
+	log, _ := r.c.Log(ctx, "s", client.Range{From: m.Seq, To: m.Seq})
 	d, _ := log[0].Decode()
 	md := d.(*events.SessionMerged)
 	wantSegs := []events.Segment{{Session: "f1", From: 6, To: 8}, {Session: "f2", From: 9, To: 11}}
 	if !reflect.DeepEqual(md.Segments, wantSegs) || md.Ancestor == nil || md.Ancestor.Session != "s" || md.Ancestor.Seq != 5 || md.SourceHead.Seq != 11 {
 		t.Fatalf("merge record: %+v ancestor %+v", md.Segments, md.Ancestor)
 	}
-	s, _ = r.c.State(ctx, "s", 0)
+	s, _ = r.c.State(ctx, "s")
 	if s.Usage.Total.In != 10+20+5+7 || s.Usage.ByAgent["coder"].Calls != 4 {
 		t.Fatalf("merged usage %+v: shared prefix counted twice or merge missing", s.Usage)
 	}
@@ -116,7 +117,7 @@ func TestForkOfForkAndMerge(t *testing.T) {
 		t.Fatalf("merge lineage %+v status %s", s.Lineage.Merges, s.Status)
 	}
 	// Re-read from the stream (not the cache): same state.
-	s7, err := r.c.State(ctx, "s", m.Seq-1)
+	s7, err := r.c.StateAt(ctx, "s", m.Seq-1)
 	if err != nil || s7.Usage.Total.In != 30 {
 		t.Fatalf("state before merge: %+v %v", s7, err)
 	}
@@ -128,7 +129,7 @@ func TestForkOfForkAndMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ = r.c.State(ctx, "s", 0)
+	s, _ = r.c.State(ctx, "s")
 	if s.Usage.Total.In != 43 || s.Seq != m2.Seq {
 		t.Fatalf("second merge usage %+v", s.Usage.Total)
 	}
@@ -136,7 +137,7 @@ func TestForkOfForkAndMerge(t *testing.T) {
 	if _, err := r.c.Merge(ctx, api.MergeRequest{Target: "f2", Source: "f1"}); err != nil {
 		t.Fatal(err)
 	}
-	f2s, _ := r.c.State(ctx, "f2", 0)
+	f2s, _ := r.c.State(ctx, "f2")
 	if f2s.Usage.Total.In != 43 || len(f2s.Chunks) != 4+2 {
 		t.Fatalf("f2 after merging f1: usage %+v chunks %d", f2s.Usage.Total, len(f2s.Chunks))
 	}
@@ -173,7 +174,7 @@ func TestForkErrors(t *testing.T) {
 	if err != nil || a.Seq != 3 {
 		t.Fatalf("fork of closed: %+v %v", a, err)
 	}
-	st, _ := r.c.State(ctx, "retry", 0)
+	st, _ := r.c.State(ctx, "retry")
 	if st.Status != session.StatusActive {
 		t.Fatalf("fork status %s", st.Status)
 	}
@@ -192,7 +193,7 @@ func TestMergesNeverApplyAnEventTwice(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	total := func(id string) int64 {
-		st, err := r.c.State(ctx, id, 0)
+		st, err := r.c.State(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}

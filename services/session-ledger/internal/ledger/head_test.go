@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -67,7 +68,7 @@ func TestCutTailIsReportedAndNeverReused(t *testing.T) {
 	fresh := serveOn(t, natstest.Connect(t, r.nc.ConnectedUrl()), "fresh")
 	_, err = fresh.l.Append(context.Background(), mustEvent(t, "s", chunk("after a restart"))) // not cached there
 	wantCode(t, err, api.CodeDamaged)
-	if got, err := r.c.Log(context.Background(), "s", 1, 0, 0); err != nil || len(got) != 2 {
+	if got, err := r.c.Log(context.Background(), "s", client.Range{From: 1}); err != nil || len(got) != 2 {
 		t.Fatalf("nothing may be stored at the cut sequence: %d events, %v", len(got), err)
 	}
 }
@@ -138,7 +139,7 @@ func TestLastRecordDamagedOnDisk(t *testing.T) {
 	ns2 := natstest.StartServer(t, dir)
 	nc := natstest.Connect(t, ns2.ClientURL())
 	after := serveOn(t, nc, "after")
-	if got, err := after.c.Log(context.Background(), "s", 1, 0, 0); err != nil || len(got) != 2 {
+	if got, err := after.c.Log(context.Background(), "s", client.Range{From: 1}); err != nil || len(got) != 2 {
 		t.Fatalf("JetStream should have dropped the damaged record: %d events, %v", len(got), err)
 	}
 	_, err = after.c.Append(context.Background(), mustEvent(t, "s", chunk("second life")))
@@ -174,7 +175,7 @@ func TestCutTailAndHeadRecordSeenByTheLedger(t *testing.T) {
 	if !strings.Contains(err.Error(), "ends before 2, which this ledger stored and signed") {
 		t.Fatalf("refusal: %v", err)
 	}
-	if got, err := r.c.Log(ctx, "s", 1, 0, 0); err != nil || len(got) != 1 {
+	if got, err := r.c.Log(ctx, "s", client.Range{From: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("nothing may be stored at the cut sequence: %d events, %v", len(got), err)
 	}
 }

@@ -60,7 +60,7 @@ func TestInboxOrderSurvivesAProposalHeldByADeadLedger(t *testing.T) {
 	var got []string
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := r.c.Watch(wctx, "ord", 1, func(ev events.Stored) error {
+	if err := r.c.Watch(wctx, "ord", func(ev events.Stored) error {
 		got = append(got, ev.ID)
 		if len(got) == len(ids) {
 			return errDone
@@ -100,7 +100,7 @@ func TestInboxSubjectMustNameTheSession(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := r.c.Watch(wctx, "from-inbox", 1, func(events.Stored) error { return errDone }); err != errDone {
+	if err := r.c.Watch(wctx, "from-inbox", func(events.Stored) error { return errDone }); err != errDone {
 		t.Fatal(err)
 	}
 	for {
@@ -118,7 +118,7 @@ func TestInboxSubjectMustNameTheSession(t *testing.T) {
 		}
 		waitABit(r)
 	}
-	st, _ := r.c.State(ctx, "mine", 0)
+	st, _ := r.c.State(ctx, "mine")
 	if st.Seq != 1 {
 		t.Fatalf("misfiled proposals were appended: head %d", st.Seq)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 )
@@ -60,7 +61,7 @@ func TestTwoLedgersRaceOnTheSameSessions(t *testing.T) {
 	}
 	for s := 0; s < sessions; s++ {
 		id := fmt.Sprintf("race-%d", s)
-		log, err := a.c.Log(ctx, id, 1, 0, 0)
+		log, err := a.c.Log(ctx, id, client.Range{From: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -41,7 +42,7 @@ func TestBadInputIsRejectedRecordedAndLosesNothing(t *testing.T) {
 	r.emit(t, "good", chunk("one"))
 	r.start(t, "done")
 	r.emit(t, "done", &events.SessionClosed{Reason: "finished"})
-	before, _ := r.c.State(ctx, "good", 0)
+	before, _ := r.c.State(ctx, "good")
 
 	cases := []struct {
 		name    string
@@ -82,13 +83,13 @@ func TestBadInputIsRejectedRecordedAndLosesNothing(t *testing.T) {
 			}
 		})
 	}
-	after, _ := r.c.State(ctx, "good", 0)
+	after, _ := r.c.State(ctx, "good")
 	if after.Seq != before.Seq || after.Hash != before.Hash {
 		t.Fatalf("accepted history changed: %d/%s -> %d/%s", before.Seq, before.Hash, after.Seq, after.Hash)
 	}
 	r.verifyOK(t, "good")
 	r.verifyOK(t, "done")
-	if _, err := r.c.State(ctx, "ghost", 0); err == nil {
+	if _, err := r.c.State(ctx, "ghost"); err == nil {
 		t.Fatal("a rejected proposal created a session")
 	}
 }
@@ -113,7 +114,7 @@ func TestBinaryModeIsAccepted(t *testing.T) {
 	if a.Seq != 2 {
 		t.Fatalf("ack %+v", a)
 	}
-	log, err := r.c.Log(context.Background(), "bin", 2, 2, 0)
+	log, err := r.c.Log(context.Background(), "bin", client.Range{From: 2, To: 2})
 	if err != nil || len(log) != 1 {
 		t.Fatalf("log: %v %v", log, err)
 	}
@@ -147,7 +148,7 @@ func TestInboxProposalsAreDecidedInOrder(t *testing.T) {
 	var got []events.Stored
 	wctx, cancel := context.WithTimeout(ctx, 20e9)
 	defer cancel()
-	err := r.c.Watch(wctx, "inb", 1, func(ev events.Stored) error {
+	err := r.c.Watch(wctx, "inb", func(ev events.Stored) error {
 		got = append(got, ev)
 		if len(got) == 21 {
 			return errDone
@@ -186,7 +187,7 @@ func TestBase64DataIsStoredAsData(t *testing.T) {
 	if _, err := rawAppend(t, r, nats.Header{"Content-Type": {events.ContentTypeStructured}}, body); err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.c.State(context.Background(), "b64", 0)
+	st, err := r.c.State(context.Background(), "b64")
 	if err != nil || len(st.Chunks) != 1 || st.Chunks[0].Content != "encoded" {
 		t.Fatalf("state %+v %v", st, err)
 	}
@@ -205,7 +206,7 @@ func TestEventIDOfAnotherSessionIsRefused(t *testing.T) {
 	other, _ := events.New("two", chunk("y"), events.WithID("shared-id"))
 	_, err := r.c.Append(ctx, other)
 	wantCode(t, err, api.CodeDuplicateID)
-	st, _ := r.c.State(ctx, "two", 0)
+	st, _ := r.c.State(ctx, "two")
 	if st.Seq != 1 {
 		t.Fatalf("two: head %d", st.Seq)
 	}

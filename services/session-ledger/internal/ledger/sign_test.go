@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -105,9 +106,9 @@ func TestForgedEventsAreReportedAndNeverChainedOnto(t *testing.T) {
 			wantCode(t, err, api.CodeDamaged)
 			// Its state is not presented as the session's; its log stays
 			// readable, forgery included, for the investigation.
-			_, err = r2.c.State(context.Background(), "s", 0)
+			_, err = r2.c.State(context.Background(), "s")
 			wantCode(t, err, api.CodeDamaged)
-			got, err := r2.c.Log(context.Background(), "s", 1, 0, 0)
+			got, err := r2.c.Log(context.Background(), "s", client.Range{From: 1})
 			if err != nil || len(got) != 3 || got[2].Seq != seq {
 				t.Fatalf("log of the damaged session: %d events, %v", len(got), err)
 			}
@@ -193,7 +194,7 @@ func TestReplayedCopyIsNotChainedOnto(t *testing.T) {
 	if !strings.Contains(err.Error(), "replayed or copied in around the ledger") {
 		t.Fatalf("refusal: %v", err)
 	}
-	if got, err := r.c.Log(context.Background(), "s", 1, 0, 0); err != nil || len(got) != 5 || got[4].Seq != 3 {
+	if got, err := r.c.Log(context.Background(), "s", client.Range{From: 1}); err != nil || len(got) != 5 || got[4].Seq != 3 {
 		t.Fatalf("the log holds the four events and the copy, nothing more: %d events, %v", len(got), err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
@@ -49,7 +50,7 @@ func TestStateOfNineLargeChunks(t *testing.T) {
 		t.Fatalf("last chunk: seq %d size %d clipped %v content %.20q…", last.Seq, last.Size, last.Clipped, last.Content)
 	}
 	// The whole chunk is the event at its seq.
-	page, err := r.c.Log(ctx, "big", last.Seq, last.Seq, 1)
+	page, err := r.c.Log(ctx, "big", client.Range{From: last.Seq, To: last.Seq})
 	if err != nil || len(page) != 1 {
 		t.Fatalf("log at %d: %d events, %v", last.Seq, len(page), err)
 	}
@@ -63,7 +64,7 @@ func TestStateOfNineLargeChunks(t *testing.T) {
 		t.Fatalf("wide overview: %v", err)
 	}
 	// The whole state, folded here from the log.
-	full, err := r.c.State(ctx, "big", 0)
+	full, err := r.c.State(ctx, "big")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestClientStateIsTheLedgerFold(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ledger state of %s at %d: %v", id, n, err)
 			}
-			got, err := r.c.State(ctx, id, n)
+			got, err := r.c.StateAt(ctx, id, n)
 			if err != nil {
 				t.Fatalf("client state of %s at %d: %v", id, n, err)
 			}
@@ -126,11 +127,11 @@ func TestClientStateIsTheLedgerFold(t *testing.T) {
 			t.Fatalf("overview of %s: %+v %v", id, ov, err)
 		}
 	}
-	_, err := r.c.State(ctx, "s", 99)
+	_, err := r.c.StateAt(ctx, "s", 99)
 	wantCode(t, err, api.CodeOutOfRange)
 	_, err = r.c.Overview(ctx, api.StateRequest{Session: "s", At: 99})
 	wantCode(t, err, api.CodeOutOfRange)
-	_, err = r.c.State(ctx, "nope", 0)
+	_, err = r.c.State(ctx, "nope")
 	wantCode(t, err, api.CodeNotFound)
 	_, err = r.c.Overview(ctx, api.StateRequest{Session: "nope"})
 	wantCode(t, err, api.CodeNotFound)

@@ -10,6 +10,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -21,7 +22,7 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	r.start(t, "txt")
-	before, err := r.c.State(ctx, "txt", 0)
+	before, err := r.c.State(ctx, "txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 		if last := rej[len(rej)-1]; len(rej) != n+1 || last.Via != "batch" || last.Code != string(api.CodeMalformed) {
 			t.Errorf("the batch refusal is not recorded: %+v", last)
 		}
-		before, _ = r.c.State(ctx, "txt", 0) // the good item moved the head
+		before, _ = r.c.State(ctx, "txt") // the good item moved the head
 	})
 
 	t.Run("inbox", func(t *testing.T) {
@@ -131,7 +132,7 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 		}
 	})
 
-	after, err := r.c.State(ctx, "txt", 0)
+	after, err := r.c.State(ctx, "txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := r.c.Log(ctx, "txt", a.Seq, a.Seq, 0)
+	log, err := r.c.Log(ctx, "txt", client.Range{From: a.Seq, To: a.Seq})
 	if err != nil || len(log) != 1 || !strings.Contains(string(log[0].Data), "smile 😀") {
 		t.Fatalf("stored pair: %v %v", log, err)
 	}

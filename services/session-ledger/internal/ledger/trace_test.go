@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/tracing"
 )
 
@@ -49,7 +50,7 @@ func TestTraceContextPropagates(t *testing.T) {
 	if sc := trace.SpanContextFromContext(stored); sc.SpanID() != appendSpan.SpanContext().SpanID() {
 		t.Fatalf("stored message header names span %s, want the ledger's %s", sc.SpanID(), appendSpan.SpanContext().SpanID())
 	}
-	log, _ := r.c.Log(context.Background(), "traced", a2.Seq, a2.Seq, 0)
+	log, _ := r.c.Log(context.Background(), "traced", client.Range{From: a2.Seq, To: a2.Seq})
 	if want := tracing.Traceparent(ctx); log[0].Raw == nil || !containsTraceparent(log[0].Raw, want) {
 		t.Fatalf("stored event lacks the producer's traceparent %s: %s", want, log[0].Raw)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -136,11 +137,11 @@ func TestTooLargeReplyIsAnError(t *testing.T) {
 	if _, err := r.c.Overview(context.Background(), api.StateRequest{Session: "big"}); err != nil {
 		t.Fatalf("default overview on a 64 KiB server: %v", err)
 	}
-	if st, err := r.c.State(context.Background(), "big", 0); err != nil || len(st.Chunks) != 20 {
+	if st, err := r.c.State(context.Background(), "big"); err != nil || len(st.Chunks) != 20 {
 		t.Fatalf("state folded from the log: %v", err)
 	}
 	// The log still pages it out.
-	if log, err := r.c.Log(context.Background(), "big", 1, 5, 0); err != nil || len(log) != 5 {
+	if log, err := r.c.Log(context.Background(), "big", client.Range{From: 1, To: 5}); err != nil || len(log) != 5 {
 		t.Fatalf("log: %d %v", len(log), err)
 	}
 }
@@ -157,7 +158,7 @@ func TestLogPagesFitTheMessageLimit(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		r.emit(t, "pages", chunk(strings.Repeat("y", 3000)))
 	}
-	log, err := r.c.Log(context.Background(), "pages", 1, 0, 0)
+	log, err := r.c.Log(context.Background(), "pages", client.Range{From: 1})
 	if err != nil || len(log) != 41 || log[40].Seq != 41 {
 		t.Fatalf("log: %d events, %v", len(log), err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -42,7 +43,7 @@ func (r *Runner) move(ctx context.Context, ev events.Stored, takeOver bool) erro
 	}
 	// A redelivered request may have been answered already, and the state
 	// it changed would now give another answer.
-	if err := r.c.Events(ctx, ev.Session, ev.Seq+1, 0, func(e events.Stored) error {
+	if err := r.c.Events(ctx, ev.Session, client.Range{From: ev.Seq + 1}, func(e events.Stored) error {
 		if e.Causation == ev.ID && (e.Type == events.TypeSandboxPlaced || e.Type == events.TypeSandboxRefused) {
 			return errAnswered
 		}
