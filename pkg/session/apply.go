@@ -158,7 +158,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 	case *events.MemoryRetracted:
 		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: memoryActor(e)})
 	case *events.SelectorDecided:
-		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
+		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, ID: e.ID, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
 		if d.TurnID != "" && !merged {
 			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
 		}

@@ -407,6 +407,7 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 			TokensBefore: c.TokensBefore, TokensAfter: c.TokensAfter}
 	})
 	v.Decisions = tailOf(s.Decisions, o.Tail, func(d Decision) Decision {
+		d.ID = "" // the selector's guard, not an overview's: the bounds stay as they were
 		d.Rule, d.Route, d.Reason, d.Cause, d.TurnID = name(d.Rule), name(d.Route), text(d.Reason, maxText), name(d.Cause), name(d.TurnID)
 		return d
 	})

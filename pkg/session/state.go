@@ -330,10 +330,15 @@ type Placement struct {
 	Isolation string `json:"isolation,omitempty"`
 }
 
-// Decision is one routing decision of the selector; Cause is the event that
-// triggered it.
+// Decision is one routing decision (rath.selector.decided); Cause is the
+// event that triggered it. ID is the decision event's own ID: the selector
+// derives it from the trigger, so it tells the selector's decision for a
+// trigger from one another producer stored with the same cause (rath replay
+// --fork decides a fork's first turn, caused by the fork). States folded
+// before decisions kept their IDs have none.
 type Decision struct {
 	Seq    uint64 `json:"seq"`
+	ID     string `json:"id,omitempty"`
 	Rule   string `json:"rule"`
 	Route  string `json:"route"`
 	Reason string `json:"reason,omitempty"`

@@ -164,9 +164,15 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		return consume.Permanent(err)
 	}
 	// A redelivered trigger whose decision is already in the log: finish
-	// what the decision asked for (idempotently), decide nothing new.
+	// what the decision asked for (idempotently), decide nothing new. Only
+	// the selector's own decision of the trigger counts: another producer's
+	// decision with the same cause (rath replay --fork routes a fork's first
+	// turn itself, caused by the fork event) was followed by that producer,
+	// and following it here would request its turn a second time.
 	for _, d := range head.Decisions {
-		if d.Cause == ev.ID {
+		// (A decision folded without its ID, in a state from before
+		// decisions kept theirs, is taken for the selector's, as then.)
+		if d.Cause == ev.ID && (d.ID == "" || d.ID == decisionID(ev)) {
 			if d.TurnID != "" && (head.Turn == nil || head.Turn.ID != d.TurnID) {
 				return nil // the turn it routed has ended: nothing to re-send
 			}
@@ -347,6 +353,12 @@ func memoryContent(at *session.State, wf *workflow.Workflow, ev events.Stored, d
 		return "", consume.Permanent(err)
 	}
 	return content, nil
+}
+
+// decisionID is the ID of the selector's decision of trigger ev (opts
+// derives it the same way).
+func decisionID(ev events.Stored) string {
+	return events.DerivedID(Durable, ev.ID, "decided")
 }
 
 func (s *Selector) opts(ev events.Stored, what string, more ...events.Option) []events.Option {
