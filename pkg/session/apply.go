@@ -159,7 +159,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: memoryActor(e)})
 	case *events.SelectorDecided:
 		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, ID: e.ID, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
-		if d.TurnID != "" && !merged {
+		if d.TurnID != "" && !merged && d.TurnID != s.LastTurn {
 			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
 		}
 	case *events.WorkPending:
@@ -183,10 +183,16 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		}
 		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, RequestedBy: e.Actor}
 	case *events.TurnRequested:
-		if !merged && (s.Turn == nil || s.Turn.ID != d.TurnID) {
+		// A second request of the turn that just ended (the ledger does not
+		// refuse one) does not open it again: the agent worker would take
+		// the turn, and ask the model, twice.
+		if !merged && d.TurnID != s.LastTurn && (s.Turn == nil || s.Turn.ID != d.TurnID) {
 			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
 		}
 	case *events.TurnCompleted:
+		if s.endsAgain(d.TurnID, merged) {
+			break // one turn counts once against the budgets
+		}
 		s.Counts.Turns++
 		if s.Counts.TurnsByAgent == nil {
 			s.Counts.TurnsByAgent = map[string]int{}
@@ -194,6 +200,9 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		s.Counts.TurnsByAgent[d.Agent]++
 		s.endTurn(d.TurnID, d.Agent, merged)
 	case *events.TurnFailed:
+		if s.endsAgain(d.TurnID, merged) {
+			break
+		}
 		s.Counts.TurnsFailed++
 		s.endTurn(d.TurnID, d.Agent, merged)
 	case *events.ModelCallFailed:
@@ -232,7 +241,13 @@ func (s *State) endTurn(id, agent string, merged bool) {
 	if s.Turn != nil && s.Turn.ID == id {
 		s.Turn = nil
 	}
-	s.LastAgent = agent
+	s.LastAgent, s.LastTurn = agent, id
+}
+
+// endsAgain reports whether a session's own turn end is a second end of the
+// turn that ended last: a duplicate, folded without effect.
+func (s *State) endsAgain(id string, merged bool) bool {
+	return !merged && id != "" && id == s.LastTurn
 }
 
 func (s *State) settleApproval(id, outcome, by, actor string) {

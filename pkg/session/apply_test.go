@@ -200,6 +200,36 @@ func TestAgentTurns(t *testing.T) {
 	}
 }
 
+// A turn requested, decided or ended once more after it ended (a second
+// producer requesting the same turn, as a selector following rath replay
+// --fork's decision did) is not in flight again and counts once against the
+// budgets; the next turn opens as usual.
+func TestTurnEndedIsNotOpenedOrCountedAgain(t *testing.T) {
+	st := fold(
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.SelectorDecided{Rule: "what-if", Route: "agent:coder", Agent: "coder", TurnID: "t1"}),
+		stored(t, "s", 3, &events.TurnRequested{TurnID: "t1", Agent: "coder"}),
+		stored(t, "s", 4, &events.TurnCompleted{TurnID: "t1", Agent: "coder"}),
+		stored(t, "s", 5, &events.TurnRequested{TurnID: "t1", Agent: "coder"}),
+	)
+	if st.Turn != nil {
+		t.Fatalf("a second request of an ended turn opened it: %+v", st.Turn)
+	}
+	session.Apply(st, stored(t, "s", 6, &events.SelectorDecided{Rule: "again", Route: "agent:coder", Agent: "coder", TurnID: "t1"}))
+	if st.Turn != nil {
+		t.Fatalf("a second decision of an ended turn opened it: %+v", st.Turn)
+	}
+	session.Apply(st, stored(t, "s", 7, &events.TurnCompleted{TurnID: "t1", Agent: "coder"}))
+	session.Apply(st, stored(t, "s", 8, &events.TurnFailed{TurnID: "t1", Agent: "coder"}))
+	if st.Counts.Turns != 1 || st.Counts.TurnsFailed != 0 || st.Counts.TurnsByAgent["coder"] != 1 {
+		t.Fatalf("one turn ended three times counts %+v", st.Counts)
+	}
+	session.Apply(st, stored(t, "s", 9, &events.TurnRequested{TurnID: "t2", Agent: "coder"}))
+	if st.Turn == nil || st.Turn.ID != "t2" {
+		t.Fatalf("the next turn is not in flight: %+v", st.Turn)
+	}
+}
+
 // A memory event names who it was for: the principal a service proposed it
 // on behalf of, else its proposer.
 func TestMemoryEventActor(t *testing.T) {

@@ -64,9 +64,12 @@ type State struct {
 	Memory    []MemoryEvent       `json:"memory,omitempty"`
 	Sandbox   *Placement          `json:"sandbox,omitempty"`
 
-	// Turn is the agent turn in flight, if any.
+	// Turn is the agent turn in flight, if any. LastAgent and LastTurn are
+	// the agent and ID of the last turn that ended: a request or end of that
+	// turn folded again neither opens it nor counts it twice.
 	Turn      *Turn  `json:"turn,omitempty"`
 	LastAgent string `json:"last_agent,omitempty"`
+	LastTurn  string `json:"last_turn,omitempty"`
 
 	Decisions   []Decision   `json:"decisions,omitempty"`
 	Validations []Validation `json:"validations,omitempty"`
