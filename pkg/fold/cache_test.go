@@ -3,6 +3,7 @@ package fold_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,10 +166,10 @@ func TestCacheFollowsTheLedger(t *testing.T) {
 	// The cache goes on from its head.
 	r.turn(t, "s1", 9)
 	r.same(t, c, "s1", 0)
-	if _, err := c.State(r.ctx, "s1", head+100); api.CodeOf(err) != api.CodeOutOfRange {
+	if _, err := c.State(r.ctx, "s1", head+100); !errors.Is(err, api.ErrOutOfRange) {
 		t.Fatalf("state past the head: %v, want %s", err, api.CodeOutOfRange)
 	}
-	if _, err := c.State(r.ctx, "nobody", 0); api.CodeOf(err) != api.CodeNotFound {
+	if _, err := c.State(r.ctx, "nobody", 0); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("state of a session without events: %v, want %s", err, api.CodeNotFound)
 	}
 }

@@ -206,7 +206,7 @@ func (e evidence) emit(ctx context.Context, what string, data any) error {
 	_, err := e.s.c.Emit(ctx, e.ev.Session, data,
 		events.WithID(events.DerivedID(e.s.durable, e.ev.ID, what, strconv.Itoa(e.attempt))),
 		events.WithCausation(e.ev.ID), events.WithCorrelation(e.ev.Correlation))
-	if api.CodeOf(err) == api.CodeClosed {
+	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
 	return err

@@ -208,7 +208,7 @@ func TestSelectorEnforcesBudgets(t *testing.T) {
 		switch {
 		case err == nil:
 			from = a.Seq
-		case api.CodeOf(err) == api.CodeClosed:
+		case errors.Is(err, api.ErrClosed):
 			from = done.Seq
 		default:
 			t.Fatal(err)

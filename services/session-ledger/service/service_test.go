@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -65,7 +66,7 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	if err != nil || !rep.OK || rep.Head != 2 {
 		t.Fatalf("after restart: %+v %v", rep, err)
 	}
-	if _, err := c.State(restart, "nope"); api.CodeOf(err) != api.CodeNotFound {
+	if _, err := c.State(restart, "nope"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("missing session: %v", err)
 	}
 	stop()

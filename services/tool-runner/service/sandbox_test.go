@@ -291,7 +291,7 @@ func TestMoveBetweenBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = r.c.Emit(context.Background(), "m1", &events.SandboxRequested{Backend: "bwrap"})
-	if api.CodeOf(err) != api.CodeClosed {
+	if !errors.Is(err, api.ErrClosed) {
 		t.Fatalf("move of a closed session: %v", err)
 	}
 }

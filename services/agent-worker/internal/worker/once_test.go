@@ -37,7 +37,7 @@ func TestWorkerAsksTheModelOncePerTurn(t *testing.T) {
 	if after := len(r.log(t, "s1")); after != before {
 		t.Fatalf("deliveries of an answered turn appended %d events: %s", after-before, r.types(t, "s1"))
 	}
-	st, err := r.c.State(ctx, "s1", 0)
+	st, err := r.c.State(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,7 +324,7 @@ func (t *turn) emit(ctx context.Context, what string, data any) error {
 		return err
 	}
 	_, err = t.w.c.Append(ctx, ev)
-	if api.CodeOf(err) == api.CodeClosed {
+	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
 	return err
@@ -415,7 +415,7 @@ func (t *turn) answered(ctx context.Context, st *session.State, a workflow.Agent
 	}
 	_, err = t.w.c.AppendAtomic(ctx, evs)
 	switch {
-	case err == nil, api.CodeOf(err) == api.CodeClosed:
+	case err == nil, errors.Is(err, api.ErrClosed):
 		return nil
 	case api.Permanent(err):
 		// Nothing of the answer is stored: say why in the turn's end.

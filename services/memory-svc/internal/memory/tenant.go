@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/openrath/rath/pkg/events"
@@ -102,7 +103,7 @@ func (m *Memory) sessionTenant(ctx context.Context, id string) (string, error) {
 		}
 	}
 	st, err := m.state(ctx, id, 0)
-	if api.CodeOf(err) == api.CodeNotFound {
+	if errors.Is(err, api.ErrNotFound) {
 		return "", sessionNotFound(id)
 	}
 	if err != nil {

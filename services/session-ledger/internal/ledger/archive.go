@@ -244,7 +244,7 @@ func (l *Ledger) liveForks(ctx context.Context, id string) ([]string, error) {
 			seen[c] = true
 			queue = append(queue, c)
 			st, err := l.head(ctx, c)
-			if api.CodeOf(err) == api.CodeNotFound {
+			if errors.Is(err, api.ErrNotFound) {
 				continue
 			}
 			if err != nil {

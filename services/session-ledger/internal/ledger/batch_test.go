@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -197,7 +198,7 @@ func TestMalformedBatch(t *testing.T) {
 	if st, _ := r.c.State(context.Background(), "m"); st.Seq != 2 {
 		t.Fatalf("head of m %d after the refused batch, want 2", st.Seq)
 	}
-	if _, err := r.c.AppendBatch(context.Background(), make([]event.Event, api.MaxBatch+1)); api.CodeOf(err) != api.CodeTooLarge {
+	if _, err := r.c.AppendBatch(context.Background(), make([]event.Event, api.MaxBatch+1)); !errors.Is(err, api.ErrTooLarge) {
 		t.Fatalf("client.AppendBatch of %d: %v, want too_large", api.MaxBatch+1, err)
 	}
 }

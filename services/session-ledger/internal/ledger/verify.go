@@ -32,7 +32,7 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 		return api.Report{}, unavailable(err)
 	}
 	segs, err := l.lineageOf(ctx, id)
-	if api.CodeOf(err) == api.CodeNotFound && recorded {
+	if errors.Is(err, api.ErrNotFound) && recorded {
 		return api.Report{Session: id, Fault: &api.Fault{Seq: 1, Session: id,
 			Reason: fmt.Sprintf("the log of %s is gone: the ledger signed its head at %d (hash %s)", id, rec.Seq, short(rec.Hash))}}, nil
 	}

@@ -65,7 +65,7 @@ func (r *Runner) refuse(ctx context.Context, ev events.Stored, backend, why stri
 	r.log.Info("sandbox move refused", "session", ev.Session, "backend", backend, "why", why)
 	_, err := r.c.Emit(ctx, ev.Session, &events.SandboxRefused{Backend: backend, Reason: why},
 		events.WithID(events.DerivedID(Durable, ev.ID, "refused")), events.WithSource(Source), events.WithCausation(ev.ID))
-	if api.CodeOf(err) == api.CodeClosed {
+	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
 	return err
@@ -165,7 +165,7 @@ func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored,
 	}
 	placed.From = from
 	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, ev.ID, "moved")),
-		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil && api.CodeOf(err) != api.CodeClosed {
+		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil && !errors.Is(err, api.ErrClosed) {
 		return "", err
 	}
 	r.log.Info("session moved", "session", st.ID, "from", from, "to", ws.ID(), "commit", placed.Commit)

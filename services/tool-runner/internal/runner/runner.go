@@ -391,7 +391,7 @@ func (e evidence) emit(ctx context.Context, what string, data any) error {
 	_, err := e.r.c.Emit(ctx, e.ev.Session, data,
 		events.WithID(events.DerivedID(Durable, e.ev.ID, what, strconv.Itoa(e.attempt))),
 		events.WithSource(Source), events.WithCausation(e.ev.ID), events.WithCorrelation(e.ev.Correlation))
-	if api.CodeOf(err) == api.CodeClosed {
+	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
 	return err
