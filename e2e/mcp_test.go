@@ -119,6 +119,9 @@ budgets:
 		}
 		return nil
 	}); !errors.Is(err, closed) {
+		for _, ev := range log {
+			t.Logf("%d %s %s", ev.Seq, ev.Type, events.Summary(ev))
+		}
 		t.Fatalf("session did not close: %v (%d events)", err, len(log))
 	}
 

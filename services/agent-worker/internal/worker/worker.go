@@ -260,14 +260,20 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 	for _, name := range a.Tools {
 		spec, err := w.store.Tool(ctx, name)
 		if err != nil {
+			// The tool runner registers an MCP server's tools when it
+			// handles the session's start, which races this turn as a
+			// built-in tool's registration races a starting runner: both
+			// wait. (An MCP tool failed at once, and the consumer's few
+			// short retries gave up on a runner still starting.)
+			spec, err = w.waitTool(ctx, name)
+		}
+		if err != nil {
 			if server, _, ok := strings.Cut(name, "."); ok {
 				if _, declared := wf.MCPServer(server); declared {
-					return nil, nil, fmt.Errorf("tool %s of MCP server %s is not registered yet: %w", name, server, err)
+					return nil, nil, fmt.Errorf("tool %s of MCP server %s is not registered yet (the tool runner has not listed the server's tools within %s): %w", name, server, w.toolWait(), err)
 				}
 			}
-			if spec, err = w.waitTool(ctx, name); err != nil {
-				return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
-			}
+			return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
 		}
 		wire := wireName(spec.Name)
 		names[wire] = spec.Name

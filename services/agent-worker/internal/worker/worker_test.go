@@ -892,6 +892,39 @@ func TestTurnWaitsForItsTools(t *testing.T) {
 	}
 }
 
+// A tool of a declared MCP server waits for the tool runner to list the
+// server (it does when it handles the session's start, which races the
+// first turn) as a built-in tool waits for a starting runner; it failed at
+// once, and the consumer's short retries gave up on a runner still starting.
+func TestTurnWaitsForItsMCPServersTools(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := setupUnregistered(t, nc, "testdata/mcp.yaml", "")
+	ctx := context.Background()
+	m := answering(toolUse)
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "coder")
+
+	impatient := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry, ToolWait: time.Millisecond}, quiet)
+	// It waited its ToolWait, as for any tool, before failing transiently.
+	if err := impatient.Handle(ctx, req); err == nil || !strings.Contains(err.Error(), "tool calc.add of MCP server calc is not registered yet (the tool runner has not listed the server's tools within 1ms)") {
+		t.Fatalf("Handle = %v, want a transient error naming the server's tool after the wait", err)
+	}
+
+	w := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet)
+	done := make(chan error, 1)
+	go func() { done <- w.Handle(ctx, req) }()
+	if err := r.store.PutTool(ctx, eventstore.ToolSpec{Name: "calc.add", Description: "Adds.",
+		Parameters: json.RawMessage(`{"type":"object"}`), Server: "tool-runner"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Handle, the tool registered while it waited: %v", err)
+	}
+	if reqs := m.requests(); len(reqs) != 1 || len(reqs[0].Tools) != 1 || reqs[0].Tools[0].Name != "calc__add" {
+		t.Fatalf("model asked %+v, want once, with the tool calc__add", reqs)
+	}
+}
+
 // A model that reuses a call ID the session has already (a scripted model
 // does after a compaction) gets its call recorded under an ID of the turn:
 // otherwise the old call's result would be taken for the new call's.
