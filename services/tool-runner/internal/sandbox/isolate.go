@@ -366,7 +366,7 @@ func (i *isolation) tenantCache(tenant string) (string, error) {
 	if err := os.Mkdir(filepath.Join(stage, "go-build"), 0o755); err != nil {
 		return "", fmt.Errorf("tenant cache: %w", err)
 	}
-	if i.root && i.hostCache != "" {
+	if i.root && i.hostCache != "" && tenant != probeTenant {
 		linkTree(i.hostCache, filepath.Join(stage, "go-build"))
 	}
 	if i.root {
@@ -445,6 +445,12 @@ func chownTree(dir string, uid int, dirsOnly bool) error {
 // Probe starts one sandbox and runs true in it, to tell whether the backend
 // works on this machine. The error names what failed (bwrap's own message:
 // user namespaces disabled, a mount refused…).
+// probeTenant is the tenant a Probe runs as: its cache starts empty. Seeding
+// it from the runner's GOCACHE (hard links to every entry) made each runner
+// start walk the whole build cache before it could take a call, seconds on a
+// busy one, and a probe runs `true`.
+const probeTenant = "rath-probe"
+
 func (l *Local) Probe(ctx context.Context) error {
 	if l.iso == nil {
 		return nil
@@ -454,7 +460,7 @@ func (l *Local) Probe(ctx context.Context) error {
 		return fmt.Errorf("probe %s: %w", l.name, err)
 	}
 	defer removeAll(dir)
-	w := &localWorkspace{l: l, id: "probe", dir: dir, tenant: events.TenantOrDefault("")}
+	w := &localWorkspace{l: l, id: "probe", dir: dir, tenant: probeTenant}
 	if err := os.Mkdir(filepath.Join(dir, ".git"), 0o755); err != nil {
 		return fmt.Errorf("probe %s: %w", l.name, err)
 	}

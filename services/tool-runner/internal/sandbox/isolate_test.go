@@ -457,3 +457,22 @@ func TestNoInheritedDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// A runner's probe seeds no tenant's build cache: it walked and hard-linked
+// the runner's whole GOCACHE before the runner could take a call.
+func TestProbeSeedsNoCache(t *testing.T) {
+	t.Parallel()
+	gocache := t.TempDir()
+	if err := os.WriteFile(filepath.Join(gocache, "entry"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var root string
+	newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) {
+		c.Env = append(c.Env, "GOCACHE="+gocache)
+		root = c.Root
+	})
+	entries, err := filepath.Glob(filepath.Join(root, ".cache", "*", "go-build", "*"))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("build cache entries after the probe: %v, %v; want none", entries, err)
+	}
+}
