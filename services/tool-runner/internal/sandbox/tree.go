@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// A tool call used to cost five git processes whether or not it changed a
+// ADR 0022. A tool call used to cost five git processes whether or not it changed a
 // file (rev-parse before; add, diff --cached, rev-parse after; each ~5–20 ms
 // of CPU on two cores, most of a scripted session's CPU). Most calls change
 // nothing (read_file, list_files, a test run), so the workspace now reads
