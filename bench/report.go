@@ -134,15 +134,18 @@ func fmtRatio(x float64) string {
 
 // atLeast renders a "ratio ≥ min" target and whether it was met.
 func atLeast(x, minimum float64, aim string) string {
-	verdict := "**met**"
-	if x < minimum {
-		verdict = "**missed**"
-	}
-	t := fmt.Sprintf("≥ %.1f×", minimum)
+	t := fmt.Sprintf("≥ %g×", minimum)
 	if aim != "" {
 		t += " (aim " + aim + ")"
 	}
-	return t + ": " + verdict
+	return t + ": " + verdict(x >= minimum)
+}
+
+func verdict(met bool) string {
+	if met {
+		return "**met**"
+	}
+	return "**missed**"
 }
 
 // latencies is a set of measured durations.

@@ -58,31 +58,32 @@ func (h *harness) runTrustCost(ctx context.Context) error {
 			}},
 	}
 	for _, f := range figures {
+		// runs[0] with authentication and signing, runs[1] without.
 		var (
-			with, without       []rate
-			withCPU, withoutCPU time.Duration
-			noise               float64
+			runs [2]struct {
+				rates []rate
+				cpu   time.Duration
+			}
+			noise float64
 		)
 		for i := range 2 * trustPairs {
 			// ABBA: the baseline first in even pairs, second in odd ones.
-			side := h
-			if (i%4 == 0) || (i%4 == 3) {
-				side = open
+			side, k, name := h, 0, "with"
+			if i%4 == 0 || i%4 == 3 {
+				side, k, name = open, 1, "without"
 			}
-			tag := fmt.Sprintf("%s-%s%d", strings.ToLower(f.id), map[bool]string{true: "open", false: "auth"}[side.open], i)
+			tag := fmt.Sprintf("%s-%s%d", strings.ToLower(f.id), name, i)
 			r, use, err := f.run(side, tag)
 			if err != nil {
 				return fmt.Errorf("%s (%s): %w", f.id, tag, err)
 			}
 			noise = max(noise, use.cores(use.others))
-			h.logf("%s: %s %s (%s)", f.id, map[bool]string{true: "without", false: "with"}[side.open], r, use.perEvent(n))
-			if side.open {
-				without, withoutCPU = append(without, r), withoutCPU+use.self+use.ledger
-			} else {
-				with, withCPU = append(with, r), withCPU+use.self+use.ledger
-			}
+			h.logf("%s: %s %s (%s)", f.id, name, r, use.perEvent(n))
+			runs[k].rates = append(runs[k].rates, r)
+			runs[k].cpu += use.self + use.ledger
 		}
-		x := speedRatio(sumRates(with), sumRates(without))
+		with, without := runs[0], runs[1]
+		x := speedRatio(sumRates(with.rates), sumRates(without.rates))
 		target := fmt.Sprintf("≥ 0.85× (cost ≤ 15 %%): %s", verdict(x >= 0.85))
 		if noise >= noisyCores {
 			target = joinCell(target, fmt.Sprintf("⚠ disturbed: other processes used up to %.2f cores while timed", noise))
@@ -90,21 +91,14 @@ func (h *harness) runTrustCost(ctx context.Context) error {
 		h.rep.add(row{
 			id:      f.id,
 			what:    f.what,
-			rath:    fmt.Sprintf("%s (%d µs CPU/event)", rates(with), perEventCPU(withCPU, n*len(with))),
+			rath:    fmt.Sprintf("%s (%d µs CPU/event)", rates(with.rates), perEventCPU(with.cpu, n*len(with.rates))),
 			rawWhat: "the same appends in the same run (alternating ABBA) to a server without authentication and a ledger that signs nothing and records no heads",
-			raw:     fmt.Sprintf("%s (%d µs CPU/event)", rates(without), perEventCPU(withoutCPU, n*len(without))),
+			raw:     fmt.Sprintf("%s (%d µs CPU/event)", rates(without.rates), perEventCPU(without.cpu, n*len(without.rates))),
 			ratio:   fmtRatio(x),
 			target:  target,
 		})
 	}
 	return nil
-}
-
-func verdict(met bool) string {
-	if met {
-		return "**met**"
-	}
-	return "**missed**"
 }
 
 // sumRates is the rate of several runs taken together.
