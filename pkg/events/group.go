@@ -103,9 +103,6 @@ func (t *merkle) path(m, lo, hi int) [][32]byte {
 	return append(t.path(m-k, lo+k, hi), t.hash(lo, lo+k))
 }
 
-// mth is the Merkle tree hash of leaves (RFC 9162 MTH), n >= 1.
-func mth(leaves [][32]byte) [32]byte { return newMerkle(leaves).hash(0, len(leaves)) }
-
 // split is the largest power of two smaller than n (n >= 2).
 func split(n int) int { return 1 << (bits.Len(uint(n-1)) - 1) }
 

@@ -92,8 +92,8 @@ func (b *headBook) put(h eventstore.Head) {
 	}
 }
 
-// run flushes the pending heads every interval until ctx ends, then once
-// more.
+// run flushes the pending heads every interval until ctx ends (Serve writes
+// the rest once its handlers are done: FlushHeads).
 func (b *headBook) run(ctx context.Context) {
 	if b == nil || b.every <= 0 {
 		return
@@ -105,7 +105,6 @@ func (b *headBook) run(ctx context.Context) {
 		case <-t.C:
 			b.flush()
 		case <-ctx.Done():
-			b.flush()
 			return
 		}
 	}
