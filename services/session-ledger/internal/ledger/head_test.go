@@ -223,3 +223,13 @@ func TestHeadsCoalescedFirstAtOnceLatestOnStop(t *testing.T) {
 		t.Fatalf("%d head records written for 6 appends; want 2 (the first, the latest)", info.State.LastSeq)
 	}
 }
+
+// A negative head interval is refused, named, with the other problems.
+func TestConfigRefusesNegativeHeadInterval(t *testing.T) {
+	cfg := ledger.DefaultConfig()
+	cfg.HeadEvery, cfg.CacheSessions = -time.Second, 0
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "head record interval must not be negative, got -1s") || !strings.Contains(err.Error(), "session cache size") {
+		t.Fatalf("Validate = %v, want both problems named", err)
+	}
+}
