@@ -114,3 +114,21 @@ func TestHeadFromGitFiles(t *testing.T) {
 		}
 	}
 }
+
+// A HEAD naming a ref outside refs/heads (a command on local can write
+// .git) is not read from the files: git is asked, and refuses it.
+func TestHeadNamingAnEscapingRefIsAskedOfGit(t *testing.T) {
+	src := t.TempDir()
+	writeFiles(t, src, map[string]string{"x": "1\n"})
+	l := newLocal(t)
+	ws := place(t, l, "s1", &sandbox.Seed{Dir: src})
+	if err := os.WriteFile(filepath.Join(ws.Dir(), ".git", "HEAD"), []byte("ref: refs/heads/../../../../etc/hostname\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := sandbox.GitRuns(l)
+	head, err := ws.Head(context.Background())
+	if err == nil || sandbox.GitRuns(l) == before {
+		t.Fatalf("head %q, %v (git ran: %v); want git's refusal", head, err, sandbox.GitRuns(l) > before)
+	}
+	t.Log(err)
+}
