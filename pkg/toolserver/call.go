@@ -14,6 +14,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -193,8 +194,10 @@ func (s *server) inline(ctx context.Context, text string) (string, string, error
 	return strings.ToValidUTF8(text[:inlineLimit], "") + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
 }
 
-// evidence appends the events of one call attempt, with IDs derived from the
-// request and the attempt, so that a redelivered attempt records once.
+// evidence appends the events of one call attempt, answering the request
+// (internal/answer) with IDs derived from it and the attempt, so that a
+// redelivered attempt records once. Their source is the server's client's,
+// rath/tool/<name>.
 type evidence struct {
 	s       *server
 	ev      events.Stored
@@ -203,9 +206,7 @@ type evidence struct {
 }
 
 func (e evidence) emit(ctx context.Context, what string, data any) error {
-	_, err := e.s.c.Emit(ctx, e.ev.Session, data,
-		events.WithID(events.DerivedID(e.s.durable, e.ev.ID, what, strconv.Itoa(e.attempt))),
-		events.WithCausation(e.ev.ID), events.WithCorrelation(e.ev.Correlation))
+	_, err := answer.To(e.ev, e.s.durable, "").Emit(ctx, e.s.c, data, what, strconv.Itoa(e.attempt))
 	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
