@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -63,8 +64,7 @@ func (r *Runner) move(ctx context.Context, ev events.Stored, takeOver bool) erro
 // refuse records that a move request was not carried out, and why.
 func (r *Runner) refuse(ctx context.Context, ev events.Stored, backend, why string) error {
 	r.log.Info("sandbox move refused", "session", ev.Session, "backend", backend, "why", why)
-	_, err := r.c.Emit(ctx, ev.Session, &events.SandboxRefused{Backend: backend, Reason: why},
-		events.WithID(events.DerivedID(Durable, ev.ID, "refused")), events.WithSource(Source), events.WithCausation(ev.ID))
+	_, err := answer.To(ev, Durable, Source).Emit(ctx, r.c, &events.SandboxRefused{Backend: backend, Reason: why}, "refused")
 	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
@@ -164,8 +164,7 @@ func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored,
 		return "", err
 	}
 	placed.From = from
-	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, ev.ID, "moved")),
-		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil && !errors.Is(err, api.ErrClosed) {
+	if _, err := answer.To(ev, Durable, Source).Emit(ctx, r.c, placed, "moved"); err != nil && !errors.Is(err, api.ErrClosed) {
 		return "", err
 	}
 	r.log.Info("session moved", "session", st.ID, "from", from, "to", ws.ID(), "commit", placed.Commit)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
@@ -103,8 +104,10 @@ func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored,
 	if err != nil {
 		return nil, err
 	}
-	if _, err := r.c.Emit(ctx, st.ID, placed, events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())),
-		events.WithSource(Source), events.WithCausation(ev.ID)); err != nil {
+	// Recorded once per workspace, whichever call placed it: the ID is
+	// derived from the session and the workspace, not from the call.
+	if _, err := r.c.Emit(ctx, st.ID, placed, append(answer.To(ev, Durable, Source).Links(),
+		events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())))...); err != nil {
 		return nil, err
 	}
 	return ws, nil

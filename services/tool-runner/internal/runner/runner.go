@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -378,8 +379,9 @@ func builtin(name string) bool {
 	return false
 }
 
-// evidence emits the events of one call attempt with IDs derived from the
-// request and the attempt, so a redelivered attempt records once.
+// evidence emits the events of one call attempt, answering the request
+// (internal/answer) with IDs derived from it and the attempt, so a
+// redelivered attempt records once.
 type evidence struct {
 	r       *Runner
 	ev      events.Stored
@@ -388,9 +390,7 @@ type evidence struct {
 }
 
 func (e evidence) emit(ctx context.Context, what string, data any) error {
-	_, err := e.r.c.Emit(ctx, e.ev.Session, data,
-		events.WithID(events.DerivedID(Durable, e.ev.ID, what, strconv.Itoa(e.attempt))),
-		events.WithSource(Source), events.WithCausation(e.ev.ID), events.WithCorrelation(e.ev.Correlation))
+	_, err := answer.To(e.ev, Durable, Source).Emit(ctx, e.r.c, data, what, strconv.Itoa(e.attempt))
 	if errors.Is(err, api.ErrClosed) {
 		return nil
 	}
