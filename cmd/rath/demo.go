@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	demoex "github.com/openrath/rath/examples/demo"
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
@@ -107,9 +108,9 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		return err
 	}
 	if o.serve {
-		rath := fmt.Sprintf("%s --nats %s --creds %s", a.self(), run.rt.url, run.rt.creds)
+		rath := fmt.Sprintf("%s --nats %s --creds %s", a.self(), run.rt.URL, run.rt.Creds)
 		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  %s graph %s\n  %s audit final %s\n",
-			run.rt.url, rath, run.root, rath, run.root)
+			run.rt.URL, rath, run.root, rath, run.root)
 		<-ctx.Done()
 	}
 	return nil
@@ -117,7 +118,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 
 // demoRun is a finished demo whose runtime is still up.
 type demoRun struct {
-	rt      *runtime
+	rt      *runtime.Runtime
 	root    string
 	data    string
 	out     string // the dossier's directory
@@ -171,16 +172,16 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	if run.rt, err = startRuntime(ctx, o.config(run.data, example), "rath-demo", log); err != nil {
 		return run, err
 	}
-	run.rt.startLoop()
-	run.cleanup = append(run.cleanup, run.rt.stop)
+	run.rt.StartLoop()
+	run.cleanup = append(run.cleanup, stopLogged(run.rt, log))
 	if run.temporary {
-		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s; data and services' log in %s, removed at the end unless the run fails or --keep-data)\n", run.rt.url, run.data)
+		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s; data and services' log in %s, removed at the end unless the run fails or --keep-data)\n", run.rt.URL, run.data)
 	} else {
-		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.url, run.data, logFile.Name())
+		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.URL, run.data, logFile.Name())
 	}
-	printSandboxes(a.Stdout, "rath demo", run.rt.sandboxes)
+	printSandboxes(a.Stdout, "rath demo", run.rt.Sandboxes)
 
-	c, err := client.New(run.rt.nc, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
+	c, err := client.New(run.rt.Conn, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
 	if err != nil {
 		return run, err
 	}
@@ -196,17 +197,17 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	}
 
 	progress := newDemoProgress(a.Stdout)
-	sub, err := run.rt.nc.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), progress.onMsg)
+	sub, err := run.rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), progress.onMsg)
 	if err != nil {
 		return run, fmt.Errorf("demo: follow events: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := run.rt.nc.Flush(); err != nil {
+	if err := run.rt.Conn.Flush(); err != nil {
 		return run, fmt.Errorf("demo: follow events: %w", err)
 	}
 
 	start := time.Now()
-	if run.root, err = startDemo(ctx, c, run.rt.nc, wfPath, string(issue)); err != nil {
+	if run.root, err = startDemo(ctx, c, run.rt.Conn, wfPath, string(issue)); err != nil {
 		return run, err
 	}
 	fmt.Fprintf(a.Stdout, "rath demo: session %s started (root below; a fork is fork-N@SEQ: the Nth created, at sequence SEQ)\n", run.root)
@@ -261,8 +262,8 @@ func checkExample(flag string) (string, error) {
 
 // demoConfig is `rath up`'s configuration for a private runtime: a free
 // port, the data directory, workspaces seeded from the example.
-func demoConfig(data, example string) upConfig {
-	cfg := defaultUpConfig()
+func demoConfig(data, example string) runtime.Config {
+	cfg := runtime.DefaultConfig()
 	cfg.Data = filepath.Join(data, "jetstream")
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-demo-%d", os.Getpid())
@@ -275,7 +276,7 @@ func demoConfig(data, example string) upConfig {
 // config is the demo's runtime configuration: demoConfig with the model
 // endpoints the flags allow, and --base-url, which the operator named for
 // the demo's own agent worker.
-func (o demoOptions) config(data, example string) upConfig {
+func (o demoOptions) config(data, example string) runtime.Config {
 	cfg := demoConfig(data, example)
 	cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback = slices.Clone(o.allowBaseURLs), o.allowLoopback
 	if live := o.live; live.baseURL != "" && (live.provider == workflow.ProviderOpenAI || live.provider == workflow.ProviderAnthropic) {

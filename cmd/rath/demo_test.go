@@ -31,7 +31,7 @@ func TestDemo(t *testing.T) {
 	run, stdout := runDemoForTest(t)
 	out := run.out
 	ctx := context.Background()
-	c, err := client.New(run.rt.nc)
+	c, err := client.New(run.rt.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestDemo(t *testing.T) {
 	}
 
 	// The audit questions, against the live ledger.
-	url := run.rt.url
+	url := run.rt.URL
 	var final struct {
 		Final struct {
 			Branch    string `json:"branch"`
@@ -231,11 +231,11 @@ func runDemoForTest(t *testing.T, allow ...string) (*demoRun, *syncBuffer) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, stdout.String())
 	}
-	upCreds.Store(run.rt.url, run.rt.creds)
+	upCreds.Store(run.rt.URL, run.rt.Creds)
 	t.Cleanup(func() {
-		upCreds.Delete(run.rt.url)
+		upCreds.Delete(run.rt.URL)
 		// Every service had the permissions it used.
-		for _, err := range run.rt.violations() {
+		for _, err := range run.rt.Violations() {
 			t.Errorf("permission violation in the demo's runtime: %v", err)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
@@ -109,9 +110,9 @@ func exitCode(err error) int {
 		return exitBroken
 	case errors.As(err, &diverged):
 		return exitDiverged
-	case errors.As(err, &denied), errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrBadCredentials):
+	case errors.As(err, &denied), errors.Is(err, runtime.ErrDenied), errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrBadCredentials):
 		return exitDenied
-	case errors.As(err, &unreached):
+	case errors.As(err, &unreached), errors.Is(err, runtime.ErrUnreachable):
 		return exitUnavailable
 	case errors.As(err, &refused):
 		return exitRefused

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 )
@@ -149,7 +150,7 @@ func TestREADMECommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(dir)
-	cfg := defaultUpConfig()
+	cfg := runtime.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Ledger.Ledger.Name = "rath-readme"
 	cfg.Worker.AllowBaseURLs = []string{"openai=" + model.URL + "/v1"}
@@ -158,9 +159,9 @@ func TestREADMECommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rt.stop)
-	rt.startLoop()
-	c, err := client.New(rt.nc)
+	t.Cleanup(func() { rt.Stop() })
+	rt.StartLoop()
+	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestREADMECommands(t *testing.T) {
 			return result{}
 		}
 		var out, errb bytes.Buffer
-		e := env{Args: append([]string{"--nats", rt.url}, cmd.args...), Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}
+		e := env{Args: append([]string{"--nats", rt.URL}, cmd.args...), Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}
 		if cmd.bg {
 			e.Stdout, e.Stderr = &syncBuffer{}, &syncBuffer{}
 			bg.Add(1)
@@ -249,7 +250,7 @@ func TestREADMECommands(t *testing.T) {
 		t.Fatal("the README's Agents at work has no what-if")
 	}
 	// The refusal the README quotes.
-	r := rath(t, rt.url, "replay", "fix", "--from", "12", "--fork", "--provider", "openai", "--model", "m")
+	r := rath(t, rt.URL, "replay", "fix", "--from", "12", "--fork", "--provider", "openai", "--model", "m")
 	if want := "sequence 12 of fix is inside the turn of researcher (events 12..16): fork between turns: use --from 11 or --from 16"; r.code != exitUsage || !strings.Contains(r.stderr, want) {
 		t.Errorf("a what-if inside a turn: exit %d, %q; want %d and %q", r.code, r.stderr, exitUsage, want)
 	}
@@ -258,7 +259,7 @@ func TestREADMECommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Outcome != "succeeded" || st.Usage.ByModel == nil {
-		t.Fatalf("the what-if fork %s: outcome %q, usage %+v\n%s", forked, st.Outcome, st.Usage.ByModel, ok(t, rt.url, "log", forked))
+		t.Fatalf("the what-if fork %s: outcome %q, usage %+v\n%s", forked, st.Outcome, st.Usage.ByModel, ok(t, rt.URL, "log", forked))
 	}
 }
 

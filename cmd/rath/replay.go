@@ -215,10 +215,10 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	if err != nil {
 		return nil, err
 	}
-	defer rt.stop()
-	fmt.Fprintf(progress, "rath replay: private runtime up (NATS %s, data %s, services' log %s)\n", rt.url, data, logFile.Name())
+	defer stopLogged(rt, log)()
+	fmt.Fprintf(progress, "rath replay: private runtime up (NATS %s, data %s, services' log %s)\n", rt.URL, data, logFile.Name())
 
-	rc, err := client.New(rt.nc, client.WithRetryFor(30*time.Second), client.WithSource(replaySource))
+	rc, err := client.New(rt.Conn, client.WithRetryFor(30*time.Second), client.WithSource(replaySource))
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	}
 
 	r := newReplayRun(orig, rc)
-	sub, err := rt.nc.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
+	sub, err := rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
 		if ev, err := events.ParseStored(m.Data); err == nil {
 			r.arrived <- ev
 		}
@@ -248,7 +248,7 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 		return nil, fmt.Errorf("replay: follow events: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := rt.nc.Flush(); err != nil {
+	if err := rt.Conn.Flush(); err != nil {
 		return nil, fmt.Errorf("replay: follow events: %w", err)
 	}
 
@@ -268,10 +268,10 @@ func reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o repla
 	if rep.Seeded, err = seedRecalled(ctx, c, rc, orig); err != nil {
 		return nil, err
 	}
-	rt.startLoop()
+	rt.StartLoop()
 
 	rep.Finished = r.follow(ctx, o.wait, o.idle)
-	rt.stopLoop() // nothing appends any more: the tree read is the end state
+	_ = rt.StopLoop() // nothing appends any more: the tree read is the end state
 	repl, err := replay.Read(ctx, rc, ack.Session)
 	if err != nil {
 		return nil, err

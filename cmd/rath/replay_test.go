@@ -21,7 +21,7 @@ import (
 func TestReplayDemo(t *testing.T) {
 	run, _ := runDemoForTest(t)
 	ctx := context.Background()
-	c, err := client.New(run.rt.nc)
+	c, err := client.New(run.rt.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestReplayDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := run.rt.url
+	url := run.rt.URL
 
 	t.Run("reproduces", func(t *testing.T) {
 		r := rath(t, url, "replay", run.root, "--timeout", "30s")

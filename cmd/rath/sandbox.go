@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
@@ -46,7 +47,7 @@ func sandboxFlag(cmd *cobra.Command, backend *string) {
 }
 
 func (a *app) doctorCmd() *cobra.Command {
-	cfg := toolRunnerDefaults()
+	cfg := runtime.DefaultConfig().ToolRunner
 	cfg.Sandbox.Root = ""
 	cmd := &cobra.Command{
 		Use:   "doctor",

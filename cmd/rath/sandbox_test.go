@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
@@ -77,9 +78,8 @@ func TestDoctorWithoutBubblewrap(t *testing.T) {
 		t.Fatalf("doctor --sandbox bwrap without bwrap: %+v", r)
 	}
 	// rath up stops before it starts anything, saying why.
-	cfg := defaultUpConfig()
+	cfg := runtime.DefaultConfig()
 	cfg.Data, cfg.Listen = t.TempDir(), "127.0.0.1:0"
-	cfg.ToolRunner = toolRunnerDefaults()
 	cfg.ToolRunner.Sandbox.Root = t.TempDir()
 	cfg.ToolRunner.Backend = "bwrap"
 	var out bytes.Buffer
@@ -101,52 +101,52 @@ func TestMoveFromTheCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rt.stop)
-	rt.startLoop()
-	upCreds.Store(rt.url, rt.creds)
-	waitReady(t, rt.url)
-	c, err := client.New(rt.nc)
+	t.Cleanup(func() { rt.Stop() })
+	rt.StartLoop()
+	upCreds.Store(rt.URL, rt.Creds)
+	waitReady(t, rt.URL)
+	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	ok(t, rt.url, "start", "--id", "s1")
-	ok(t, rt.url, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"w1","tool":"write_file","arguments":{"path":"a.txt","content":"kept\n"}}`)
+	ok(t, rt.URL, "start", "--id", "s1")
+	ok(t, rt.URL, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"w1","tool":"write_file","arguments":{"path":"a.txt","content":"kept\n"}}`)
 	waitCall(t, c, "s1", "w1")
 
-	out := ok(t, rt.url, "to", "s1", "bwrap", "--reason", "isolate it")
+	out := ok(t, rt.URL, "to", "s1", "bwrap", "--reason", "isolate it")
 	if !strings.HasPrefix(out, "s1 moved from local (local-s1) to bwrap (bwrap-s1) at commit ") || !strings.Contains(out, "isolation: bwrap: new user") {
 		t.Fatalf("rath to printed %q", out)
 	}
-	ok(t, rt.url, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"r1","tool":"run","arguments":{"command":["cat","a.txt"]}}`)
+	ok(t, rt.URL, "emit", "s1", events.TypeToolRequested, "--data", `{"call_id":"r1","tool":"run","arguments":{"command":["cat","a.txt"]}}`)
 	if done := waitCall(t, c, "s1", "r1"); done.Sandbox.Backend != "bwrap" || !strings.Contains(done.Result, "kept") {
 		t.Fatalf("after the move: %+v", done)
 	}
 
-	log := ok(t, rt.url, "log", "s1")
+	log := ok(t, rt.URL, "log", "s1")
 	for _, want := range []string{"local/local-s1 (development backend: no isolation)", "rath.sandbox.requested            move to sandbox bwrap requested: isolate it",
 		"bwrap/bwrap-s1 (isolation: bwrap: new user", "moved from local/local-s1"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("rath log lacks %q:\n%s", want, log)
 		}
 	}
-	if state := ok(t, rt.url, "state", "s1"); !strings.Contains(state, "isolation  bwrap: new user") {
+	if state := ok(t, rt.URL, "state", "s1"); !strings.Contains(state, "isolation  bwrap: new user") {
 		t.Errorf("rath state:\n%s", state)
 	}
 
-	r := rath(t, rt.url, "to", "s1", "bwrap")
+	r := rath(t, rt.URL, "to", "s1", "bwrap")
 	if r.code != exitRefused || !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, "on bwrap already") {
 		t.Errorf("a second move to bwrap: %+v", r)
 	}
-	if r := rath(t, rt.url, "to", "s1", "docker"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown sandbox backend "docker"`) {
+	if r := rath(t, rt.URL, "to", "s1", "docker"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown sandbox backend "docker"`) {
 		t.Errorf("a move to docker: %+v", r)
 	}
-	ok(t, rt.url, "to", "s1", "local")
-	if state := ok(t, rt.url, "state", "s1"); !strings.Contains(state, "isolation  none: local is a development backend") {
+	ok(t, rt.URL, "to", "s1", "local")
+	if state := ok(t, rt.URL, "state", "s1"); !strings.Contains(state, "isolation  none: local is a development backend") {
 		t.Errorf("rath state after the move back:\n%s", state)
 	}
-	ok(t, rt.url, "close", "s1")
-	if r := rath(t, rt.url, "to", "s1", "bwrap"); r.code != exitRefused || !strings.Contains(r.stderr, "session_closed") && !strings.Contains(r.stderr, "closed") {
+	ok(t, rt.URL, "close", "s1")
+	if r := rath(t, rt.URL, "to", "s1", "bwrap"); r.code != exitRefused || !strings.Contains(r.stderr, "session_closed") && !strings.Contains(r.stderr, "closed") {
 		t.Errorf("a move of a closed session: %+v", r)
 	}
 }

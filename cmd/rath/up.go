@@ -5,109 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/embedded"
 	worker "github.com/openrath/rath/services/agent-worker/service"
-	memory "github.com/openrath/rath/services/memory-svc/service"
-	selector "github.com/openrath/rath/services/selector/service"
 	"github.com/openrath/rath/services/session-ledger/service"
-	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
-
-// Fsync policies of the embedded server (--sync).
-const (
-	syncAlways   = "always"
-	syncInterval = "interval"
-)
-
-// upConfig is the whole configuration of `rath up`, read once from its flags.
-type upConfig struct {
-	// NATSURL names an existing NATS server; empty starts the embedded one.
-	NATSURL string
-	// CredsDir holds one credentials file per role (default <Data>/creds).
-	CredsDir string
-	// Embedded server: JetStream storage, client address, fsync policy.
-	Data         string
-	Listen       string
-	Sync         string
-	SyncInterval time.Duration
-	// Ledger configures the session ledger; the others the workers.
-	Ledger     service.Config
-	Selector   selector.Config
-	Worker     worker.Config
-	ToolRunner toolrunner.Config
-	Memory     memory.Config
-}
-
-func defaultUpConfig() upConfig {
-	return upConfig{
-		Data:         "./.rath/data",
-		Listen:       "127.0.0.1:4222",
-		Sync:         syncInterval,
-		SyncInterval: 2 * time.Minute,
-		Ledger:       service.DefaultConfig(),
-		Selector:     selector.DefaultConfig(),
-		Worker:       worker.DefaultConfig(),
-		ToolRunner:   toolRunnerDefaults(),
-		Memory:       memory.DefaultConfig(),
-	}
-}
-
-func toolRunnerDefaults() toolrunner.Config {
-	c := toolrunner.DefaultConfig()
-	c.Sandbox.Root = "./.rath/workspaces"
-	c.Seeds = "."
-	c.Sandbox.Path = os.Getenv("PATH")
-	c.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
-	return c
-}
-
-// Validate reports every problem at once.
-func (c upConfig) Validate() error {
-	errs := []error{c.ledger().Validate(), c.Worker.Validate(), c.ToolRunner.Validate()}
-	if c.NATSURL == "" {
-		if c.Sync != syncAlways && c.Sync != syncInterval {
-			errs = append(errs, fmt.Errorf("--sync must be %s or %s, got %q", syncAlways, syncInterval, c.Sync))
-		}
-		errs = append(errs, c.embedded().Validate())
-	}
-	return errors.Join(errs...)
-}
-
-// ledger is the ledger's configuration, its signing key kept in the data
-// directory (<data>/keys/ledger.key) unless one is named.
-func (c upConfig) ledger() service.Config {
-	l := c.Ledger
-	if l.KeyFile == "" && l.Ledger.Key == nil {
-		l.KeyFile = service.KeyFileIn(c.Data)
-	}
-	return l
-}
-
-func (c upConfig) embedded() embedded.Config {
-	return embedded.Config{
-		Listen:       c.Listen,
-		StoreDir:     c.Data,
-		SyncAlways:   c.Sync == syncAlways,
-		SyncInterval: c.SyncInterval,
-	}
-}
 
 func (a *app) upCmd() *cobra.Command {
-	cfg := defaultUpConfig()
+	cfg := runtime.DefaultConfig()
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-up-%d", os.Getpid())
 	var logLevel slog.Level
 	cmd := &cobra.Command{
@@ -163,242 +76,72 @@ func allowEndpointFlags(cmd *cobra.Command, urls *[]string, loopback *bool) {
 	f.BoolVar(loopback, "allow-loopback-endpoints", false, "let agents name any endpoint on a loopback address (localhost, 127.0.0.0/8, ::1): local model servers, which then get the keys")
 }
 
-// up starts NATS (unless cfg names one), prints where clients connect, runs
-// the services until ctx ends and shuts everything down in order: services
-// drain, then their connections, then the server.
-func up(ctx context.Context, cfg upConfig, out io.Writer, log *slog.Logger) error {
-	var (
-		ns  *server.Server
-		url = cfg.NATSURL
-	)
-	// Which sandboxes work here, before anything starts: a default backend
-	// that does not work stops rath up, and a development one is a warning
-	// (printed once NATS is up).
-	sandboxes, err := toolrunner.CheckSandboxes(ctx, cfg.ToolRunner)
+// up starts NATS (unless cfg names one) and every service, prints where
+// clients connect, runs until ctx ends or a service fails and shuts
+// everything down in order: services drain, then their connections, then
+// the server.
+func up(ctx context.Context, cfg runtime.Config, out io.Writer, log *slog.Logger) error {
+	rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(log))
+	var sandboxErr *runtime.SandboxError
+	if errors.As(err, &sandboxErr) {
+		printSandboxes(out, "rath", sandboxErr.Sandboxes)
+	}
 	if err != nil {
 		return err
 	}
-	if err := sandboxes.Err(); err != nil {
-		printSandboxes(out, "rath", sandboxes)
-		return fmt.Errorf("tool runner: %w", err)
-	}
-	creds, err := cfg.identities()
-	if err != nil {
-		return err
-	}
-	if url == "" {
-		if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
-			return fmt.Errorf("data directory: %w", err)
-		}
-		ecfg := cfg.embedded()
-		ecfg.Users = creds.Identities()
-		if ns, err = embedded.Start(ecfg); err != nil {
-			return err
-		}
-		defer func() {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-			log.Info("NATS stopped")
-		}()
-		url = ns.ClientURL()
-		fmt.Fprintf(out, "rath: NATS with JetStream at %s (data %s)\n", url, cfg.Data)
+	if ns := rt.Server; ns != nil {
+		creds := rt.Identities
+		fmt.Fprintf(out, "rath: NATS with JetStream at %s (data %s)\n", rt.URL, cfg.Data)
 		fmt.Fprintf(out, "rath: credentials in %s (%s for clients, %s for operators)\n",
 			creds.Dir, auth.FileName(auth.RoleClient), auth.FileName(auth.RoleAdmin))
 		if n := len(creds.Users()); n > 0 {
 			fmt.Fprintf(out, "rath: %s in %s\n", plural(n, "tenant user", "tenant users"), filepath.Join(creds.Dir, auth.TenantsDir))
 		}
-		defer reloadUsersOnHangup(ctx, ns, ecfg, creds.Dir, log)()
+		defer reloadUsersOnHangup(ctx, rt, log)()
+	} else {
+		fmt.Fprintf(out, "rath: using NATS at %s\n", rt.URL)
 	}
-	dial := dialer(url, ns, creds, log, nil)
-	// Check the server and the ledger's identity before starting anything.
-	_, done, err := dial(auth.RoleLedger)
-	if err != nil {
+	log.Info("rath up", "nats", rt.URL, "ledger", cfg.Ledger.Ledger.Name, "authenticated", rt.Identities != nil)
+	if rt.KeyID != "" {
+		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", rt.KeyID, rt.KeyFile, service.PublicKeyPath(rt.KeyFile))
+	}
+	printSandboxes(out, "rath", rt.Sandboxes)
+	rt.StartLoop()
+	select {
+	case <-ctx.Done():
+	case <-rt.Done(): // a service failed, or the ledger stopped
+	}
+	if err := rt.Stop(); err != nil {
 		return err
 	}
-	done()
-	if ns == nil {
-		fmt.Fprintf(out, "rath: using NATS at %s\n", url)
-	}
-	log.Info("rath up", "nats", url, "ledger", cfg.Ledger.Ledger.Name, "authenticated", creds != nil)
-	if cfg.Ledger.Ledger.Key == nil {
-		keyFile := cfg.ledger().KeyFile
-		key, _, err := service.LoadOrCreateKey(keyFile)
-		if err != nil {
-			return err
-		}
-		cfg.Ledger.Ledger.Key = key
-		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", key.Public().ID, keyFile, service.PublicKeyPath(keyFile))
-	}
-	printSandboxes(out, "rath", sandboxes)
-
-	ledger, base, loop := services(cfg, log)
-	err = serve(ctx, dial, ledger, append(base, loop...)...)
-	if err == nil {
-		log.Info("services stopped")
-	}
-	return err
+	log.Info("services stopped")
+	return nil
 }
 
-// identities returns the credentials of every role: created on first start
-// of the embedded server and reused after; with --nats, read from the
-// credentials directory if it exists (nil, connecting without credentials,
-// if it does not).
-func (c upConfig) identities() (*auth.Set, error) {
-	dir := c.credsDir()
-	if c.NATSURL == "" {
-		set, err := auth.Ensure(dir)
-		if err != nil {
-			return nil, fmt.Errorf("credentials: %w", err)
-		}
-		return set, nil
+// startRuntime starts a private runtime with a connection of the client
+// role named name (rath demo, rath replay); a configuration that does not
+// validate is a usage error.
+func startRuntime(ctx context.Context, cfg runtime.Config, name string, log *slog.Logger) (*runtime.Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, usageError{err}
 	}
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	set, err := auth.Load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("credentials of the services in %s: %w", dir, err)
-	}
-	return set, nil
+	return runtime.Start(ctx, cfg, runtime.WithClient(name), runtime.WithLogger(log))
 }
 
-// credsDir is where the identities' credentials files are.
-func (c upConfig) credsDir() string {
-	if c.CredsDir != "" {
-		return c.CredsDir
-	}
-	return filepath.Join(c.Data, "creds")
-}
-
-// dial connects as a role and returns the connection with a function that
-// drains it and waits until it is closed. The empty role gets no connection.
-type dial func(role auth.Role) (*nats.Conn, func(), error)
-
-// dialer returns how the services of rath up connect: in-process to the
-// embedded server ns (or to url), each with its own role's credentials, so
-// that the server enforces each service's permissions. Errors NATS reports
-// are logged with the role; permission violations also go to violated, if
-// set.
-func dialer(url string, ns *server.Server, creds *auth.Set, log *slog.Logger, violated func(auth.Role, error)) dial {
-	return func(role auth.Role) (*nats.Conn, func(), error) {
-		if role == "" {
-			return nil, func() {}, nil
+// stopLogged stops a private runtime, logging what its services returned.
+func stopLogged(rt *runtime.Runtime, log *slog.Logger) func() {
+	return func() {
+		if err := rt.Stop(); err != nil {
+			log.Error("services stopped with an error", "err", err)
 		}
-		closed := make(chan struct{})
-		rlog := log.With("role", string(role))
-		opts := []nats.Option{
-			nats.Name("rath-" + string(role)), nats.MaxReconnects(-1),
-			nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
-			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-				if violated != nil && errors.Is(err, nats.ErrPermissionViolation) {
-					violated(role, err)
-				}
-				if sub != nil {
-					rlog.Error("NATS error", "subject", sub.Subject, "err", err)
-					return
-				}
-				rlog.Error("NATS error", "err", err)
-			}),
-		}
-		if creds != nil {
-			cred, _, err := auth.Options(creds.Path(role))
-			if err != nil {
-				return nil, nil, err
-			}
-			opts = append(opts, cred...)
-		}
-		if ns != nil {
-			opts = append(opts, nats.InProcessServer(ns))
-		}
-		nc, err := nats.Connect(url, opts...)
-		if err != nil {
-			return nil, nil, connectError(url, creds, role, err)
-		}
-		return nc, func() {
-			if err := nc.Drain(); err != nil {
-				nc.Close()
-			}
-			<-closed
-		}, nil
 	}
 }
 
-// connectError explains why a service could not connect.
-func connectError(url string, creds *auth.Set, role auth.Role, err error) error {
-	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-		if creds == nil {
-			return &deniedError{fmt.Sprintf("NATS at %s refused %s: it needs credentials, and there is no credentials directory (--creds-dir)", url, role), err}
-		}
-		return &deniedError{fmt.Sprintf("NATS at %s refused %s's credentials %s: is the server configured with them (deploy/nats-server.conf)?", url, role, creds.Path(role)), err}
-	}
-	return &unreachableError{"no NATS server at " + url, err}
-}
-
-// runner is one service of `rath up`: its role, and its body, which serves
-// on a connection of that role until ctx ends, then returns nil, or returns
-// an error early.
-type runner struct {
-	role auth.Role
-	run  func(ctx context.Context, nc *nats.Conn) error
-}
-
-// serve runs the ledger and the workers, each on its own connection, until
-// ctx ends or one of them fails, which stops the others. The workers stop
-// first, then the ledger they write through; each connection drains once
-// its service returned; serve returns once all have.
-func serve(ctx context.Context, dial dial, ledger runner, workers ...runner) error {
-	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopLedger()
-	wctx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
-	runOn := func(ctx context.Context, r runner) error {
-		nc, done, err := dial(r.role)
-		if err != nil {
-			return fmt.Errorf("%s: %w", r.role, err)
-		}
-		defer done()
-		return r.run(ctx, nc)
-	}
-	ledgerDone := make(chan error, 1)
-	go func() {
-		err := runOn(lctx, ledger)
-		stopWorkers() // a ledger that stops takes the workers with it
-		ledgerDone <- err
-	}()
-	g, gctx := errgroup.WithContext(wctx)
-	for _, r := range workers {
-		g.Go(func() error { return runOn(gctx, r) })
-	}
-	werr := g.Wait()
-	stopLedger()
-	return errors.Join(werr, <-ledgerDone)
-}
-
-// services returns what `rath up` runs, one line each: the ledger; the
-// services the agent loop builds on (memory); and the agent loop (selector,
-// agent worker, tool runner). A private runtime (rath demo, rath replay)
-// starts the loop when it is ready to be routed.
-func services(cfg upConfig, log *slog.Logger) (ledger runner, base, loop []runner) {
-	// Each runner gets its own copy of its configuration, made here: they
-	// run concurrently.
-	ledgerCfg, memoryCfg := cfg.ledger(), cfg.Memory
-	memoryCfg.Replicas = cfg.Ledger.Store.Replicas
-	ledger = runner{auth.RoleLedger, func(ctx context.Context, nc *nats.Conn) error { return service.Run(ctx, nc, ledgerCfg, log) }}
-	base = []runner{
-		{auth.RoleMemory, func(ctx context.Context, nc *nats.Conn) error { return memory.Run(ctx, nc, memoryCfg, log) }},
-	}
-	loop = []runner{
-		{auth.RoleSelector, func(ctx context.Context, nc *nats.Conn) error { return selector.Run(ctx, nc, cfg.Selector, log) }},
-		{auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn) error { return worker.Run(ctx, nc, cfg.Worker, log) }},
-		{auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn) error { return toolrunner.Run(ctx, nc, cfg.ToolRunner, log) }},
-	}
-	return ledger, base, loop
-}
-
-// reloadUsersOnHangup reloads the identities in dir into the embedded
-// server on each SIGHUP, so that a tenant's user added with "rath creds add"
-// can connect without a restart. It returns a function that stops it.
-func reloadUsersOnHangup(ctx context.Context, ns *server.Server, cfg embedded.Config, dir string, log *slog.Logger) func() {
+// reloadUsersOnHangup reloads the identities of the credentials directory
+// into the embedded server on each SIGHUP, so that a tenant's user added
+// with "rath creds add" can connect without a restart. It returns a
+// function that stops it.
+func reloadUsersOnHangup(ctx context.Context, rt *runtime.Runtime, log *slog.Logger) func() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(ctx)
@@ -411,15 +154,12 @@ func reloadUsersOnHangup(ctx context.Context, ns *server.Server, cfg embedded.Co
 				return
 			case <-hup:
 			}
-			set, err := auth.Load(dir)
-			if err == nil {
-				err = embedded.SetUsers(ns, cfg, set.Identities())
-			}
+			n, err := rt.ReloadUsers()
 			if err != nil {
-				log.Error("identities not reloaded; the server keeps the ones it had", "dir", dir, "err", err)
+				log.Error("identities not reloaded; the server keeps the ones it had", "dir", rt.Identities.Dir, "err", err)
 				continue
 			}
-			log.Info("identities reloaded", "dir", dir, "tenant_users", len(set.Users()))
+			log.Info("identities reloaded", "dir", rt.Identities.Dir, "tenant_users", n)
 		}
 	}()
 	return func() {

@@ -13,11 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
 )
 
 func TestUp(t *testing.T) {
-	cfg := defaultUpConfig()
+	cfg := runtime.DefaultConfig()
 	cfg.Data = t.TempDir()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.ToolRunner.Sandbox.Root = t.TempDir()
@@ -103,44 +104,7 @@ func TestUp(t *testing.T) {
 	}
 }
 
-// A failing worker stops the ledger too (and the other way round): serve
-// returns once all have returned.
-func TestServeStopsAllWhenOneFails(t *testing.T) {
-	boom := errors.New("boom")
-	stopped := make(chan struct{})
-	noConn := func(auth.Role) (*nats.Conn, func(), error) { return nil, func() {}, nil }
-	err := serve(context.Background(), noConn,
-		runner{run: func(ctx context.Context, _ *nats.Conn) error {
-			<-ctx.Done()
-			close(stopped)
-			return nil
-		}},
-		runner{run: func(context.Context, *nats.Conn) error { return boom }},
-	)
-	if !errors.Is(err, boom) {
-		t.Errorf("serve returned %v, want %v", err, boom)
-	}
-	select {
-	case <-stopped:
-	default:
-		t.Error("serve returned before the other runner stopped")
-	}
-}
-
 func TestUpConfig(t *testing.T) {
-	cfg := defaultUpConfig()
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("defaults do not validate: %v", err)
-	}
-	cfg.Sync = "sometimes"
-	cfg.Listen = "nowhere"
-	cfg.Ledger.Ledger.SnapshotEvery = 1
-	err := cfg.Validate()
-	for _, want := range []string{"--sync", "listen address", "snapshot interval"} {
-		if err == nil || !regexp.MustCompile(regexp.QuoteMeta(want)).MatchString(err.Error()) {
-			t.Errorf("Validate() = %v, want a problem with %q", err, want)
-		}
-	}
 	var out bytes.Buffer
 	code := execute(context.Background(), env{Args: []string{"up", "--sync", "sometimes", "--data", t.TempDir()}, Stdout: &out, Stderr: &out})
 	if code != exitUsage {

@@ -111,7 +111,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 	run, _ := runDemoForTest(t, "openai="+srv.URL+"/v1")
 
 	ctx := context.Background()
-	c, err := client.New(run.rt.nc)
+	c, err := client.New(run.rt.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +124,12 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 		t.Fatal("the root has no coder decision")
 	}
 	at := coder.Seq - 1
-	res := rath(t, run.rt.url, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
+	res := rath(t, run.rt.URL, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
 		"--provider", "openai", "--model", "fake-1", "--base-url", srv.URL+"/v1", "--wait", "2m")
 	if res.code != exitOK {
 		g, _ := c.Lineage(ctx, run.root)
 		for _, n := range g.Root.Children {
-			t.Logf("fork %s:\n%s", n.Session, rath(t, run.rt.url, "log", n.Session).stdout)
+			t.Logf("fork %s:\n%s", n.Session, rath(t, run.rt.URL, "log", n.Session).stdout)
 		}
 		t.Fatalf("what-if: exit %d: %s", res.code, res.stderr)
 	}
@@ -195,7 +195,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 	// A what-if whose turn fails (an endpoint the runtime does not allow:
 	// no request is sent) ends at once, saying why, and closes its fork,
 	// instead of waiting --wait and leaving the fork open.
-	res = rath(t, run.rt.url, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
+	res = rath(t, run.rt.URL, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
 		"--provider", "openai", "--model", "fake-1", "--base-url", "http://127.0.0.1:9/v1", "--wait", "2m")
 	if res.code == exitOK || !strings.Contains(res.stderr, "what-if turn of coder failed") || !strings.Contains(res.stderr, "the fork is closed") {
 		t.Fatalf("failing what-if: exit %d: %s", res.code, res.stderr)
