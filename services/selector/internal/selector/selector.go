@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -258,7 +259,7 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	}
 	// Conditional on the head the guards read: if the session moved on, the
 	// ledger refuses it as stale and the trigger is decided again.
-	if _, err := s.c.Emit(ctx, head.ID, decided, s.opts(ev, "decided", events.WithExpectedSeq(head.Seq))...); err != nil {
+	if _, err := s.c.Emit(ctx, head.ID, decided, append(answerTo(ev).Options("decided"), events.WithExpectedSeq(head.Seq))...); err != nil {
 		return err
 	}
 	s.log.Info("routed", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
@@ -271,15 +272,15 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 	var err error
 	switch p.kind {
 	case workflow.RouteAgent:
-		_, err = s.c.Emit(ctx, st.ID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, s.opts(ev, "request")...)
+		_, err = s.c.Emit(ctx, st.ID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, answerTo(ev).Options("request")...)
 	case workflow.RouteClose:
-		_, err = s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: p.detail, Reason: reason}, s.opts(ev, "close")...)
+		_, err = s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: p.detail, Reason: reason}, answerTo(ev).Options("close")...)
 	case workflow.RouteApproval:
 		approver := ""
 		if r := ruleNamed(wf, rule); r != nil && r.Route.Approval != nil {
 			approver = r.Route.Approval.Approver
 		}
-		_, err = s.c.Emit(ctx, st.ID, &events.ApprovalRequested{ApprovalID: "approval-" + events.DerivedID(ev.ID)[:8], Action: p.detail, Approver: approver}, s.opts(ev, "approval")...)
+		_, err = s.c.Emit(ctx, st.ID, &events.ApprovalRequested{ApprovalID: "approval-" + events.DerivedID(ev.ID)[:8], Action: p.detail, Approver: approver}, answerTo(ev).Options("approval")...)
 	case workflow.RouteFork:
 		err = s.fork(ctx, st, ev, rule, reason, p)
 	case workflow.RouteMemory:
@@ -308,14 +309,14 @@ func (s *Selector) fork(ctx context.Context, st *session.State, ev events.Stored
 		turnID := "turn-" + events.DerivedID(ev.ID, "fork-turn")[:8]
 		d := &events.SelectorDecided{Rule: rule, Route: "agent:" + p.agent, Agent: p.agent, TurnID: turnID,
 			Reason: fmt.Sprintf("first turn of the fork of %s at %d", st.ID, p.at)}
-		if _, err := s.c.Emit(ctx, childID, d, s.opts(ev, "fork-decided")...); err != nil {
+		if _, err := s.c.Emit(ctx, childID, d, answerTo(ev).Options("fork-decided")...); err != nil {
 			return err
 		}
-		if _, err := s.c.Emit(ctx, childID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, s.opts(ev, "fork-request")...); err != nil {
+		if _, err := s.c.Emit(ctx, childID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, answerTo(ev).Options("fork-request")...); err != nil {
 			return err
 		}
 	}
-	_, err := s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: "superseded", Reason: fmt.Sprintf("forked to %s at %d", childID, p.at)}, s.opts(ev, "fork-close")...)
+	_, err := s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: "superseded", Reason: fmt.Sprintf("forked to %s at %d", childID, p.at)}, answerTo(ev).Options("fork-close")...)
 	return err
 }
 
@@ -329,7 +330,7 @@ func (s *Selector) remember(ctx context.Context, st *session.State, wf *workflow
 		return consume.Permanent(fmt.Errorf("decision of rule %q routes to memory, but the workflow has no such memory rule", rule))
 	}
 	_, err := s.c.Memory().Add(ctx, memoryapi.AddRequest{
-		RequestID: events.DerivedID(Durable, ev.ID, "memory"),
+		RequestID: answerTo(ev).ID("memory"),
 		Session:   st.ID, Content: p.content, Tags: r.Route.Memory.Tags, Scope: p.detail,
 		Evidence: r.Route.Memory.Evidence, EventIDs: []string{ev.ID},
 	})
@@ -355,24 +356,13 @@ func memoryContent(at *session.State, wf *workflow.Workflow, ev events.Stored, d
 	return content, nil
 }
 
-// decisionID is the ID of the selector's decision of trigger ev (opts
-// derives it the same way).
-func decisionID(ev events.Stored) string {
-	return events.DerivedID(Durable, ev.ID, "decided")
-}
+// answerTo is the selector's answer to trigger ev: every event it emits for
+// ev (in ev's session or in a fork of it) has an ID derived from ev, ev as
+// its causation and ev's correlation (internal/answer).
+func answerTo(ev events.Stored) answer.Answer { return answer.To(ev, Durable, Source) }
 
-func (s *Selector) opts(ev events.Stored, what string, more ...events.Option) []events.Option {
-	corr := ev.Correlation
-	if corr == "" {
-		corr = ev.ID
-	}
-	return append([]events.Option{
-		events.WithID(events.DerivedID(Durable, ev.ID, what)),
-		events.WithSource(Source),
-		events.WithCausation(ev.ID),
-		events.WithCorrelation(corr),
-	}, more...)
-}
+// decisionID is the ID of the selector's decision of trigger ev.
+func decisionID(ev events.Stored) string { return answerTo(ev).ID("decided") }
 
 // pendingTools reports tool calls requested and not yet finished.
 func pendingTools(st *session.State) bool {
