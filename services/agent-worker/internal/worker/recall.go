@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
@@ -51,7 +50,7 @@ func (t *turn) recall(ctx context.Context, st *session.State, wf *workflow.Workf
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	_, err = t.w.c.Memory().Recall(rctx, memoryapi.RecallRequest{
-		RequestID: events.DerivedID(Durable, t.ev.ID, "recall"),
+		RequestID: t.answer().ID("recall"),
 		Session:   t.ev.Session, Query: query,
 		Filter: memoryapi.Filter{Scopes: wf.RecallScopes(a), Tags: a.Recall.Tags},
 		K:      a.Recall.K, Agent: a.Name, TurnID: t.req.TurnID,

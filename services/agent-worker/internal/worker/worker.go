@@ -17,6 +17,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -336,17 +337,16 @@ func (t *turn) emit(ctx context.Context, what string, data any) error {
 	return err
 }
 
-// event builds one event of the turn: its ID is derived from the turn
-// request's and what it records, so a redelivered turn proposes the same.
+// event builds one event of the turn, answering its request
+// (internal/answer): its ID is derived from the request's and what it
+// records, so a redelivered turn proposes the same; a request without a
+// correlation correlates the turn's events by its turn ID.
 func (t *turn) event(what string, data any) (event.Event, error) {
-	corr := t.ev.Correlation
-	if corr == "" {
-		corr = t.req.TurnID
-	}
-	return events.New(t.ev.Session, data,
-		events.WithID(events.DerivedID(Durable, t.ev.ID, what)), events.WithSource(Source),
-		events.WithCausation(t.ev.ID), events.WithCorrelation(corr))
+	return t.answer().Event(data, what)
 }
+
+// answer is the worker's answer to the turn's request.
+func (t *turn) answer() answer.Answer { return answer.To(t.ev, Durable, Source) }
 
 func (t *turn) attemptFailed(ctx context.Context, a workflow.Agent, at provider.Attempt) {
 	f := &events.ModelCallFailed{TurnID: t.req.TurnID, Agent: a.Name, Provider: a.Provider, Model: a.Model,
