@@ -12,22 +12,19 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func setup(t *testing.T) (*nats.Conn, *client.Client) {
 	t.Helper()
-	_, nc := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), quiet) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ns, nc := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -37,15 +34,7 @@ func setup(t *testing.T) (*nats.Conn, *client.Client) {
 
 func run(t *testing.T, nc *nats.Conn, c *client.Client, h consume.Handler) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- consume.Run(ctx, nc, h, consume.RecordInSession(c), quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	testrig.Run(t, "run", func(ctx context.Context) error { return consume.Run(ctx, nc, h, consume.RecordInSession(c), quiet) })
 }
 
 // waitFor watches a session until an event of type typ arrives.
