@@ -14,13 +14,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/workflow"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -60,16 +60,8 @@ type rig struct {
 // setup runs a ledger; the tool server is the test's to start.
 func setup(t *testing.T) *rig {
 	t.Helper()
-	_, nc := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	ns, nc := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
