@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -19,8 +18,6 @@ import (
 	"github.com/openrath/rath/pkg/session"
 	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // snapshotEvery is small, so that every test loads through snapshots.
 const snapshotEvery = 4
@@ -35,17 +32,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ns, nc := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := ledger.ConfigIn(t.TempDir())
-	cfg.Ledger.SnapshotEvery = snapshotEvery
-	done := make(chan error, 1)
-	go func() { done <- ledger.Run(ctx, nc, cfg, quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	testrig.Ledger(t, ns.ClientURL(), func(c *ledger.Config) { c.Ledger.SnapshotEvery = snapshotEvery })
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
