@@ -117,7 +117,7 @@ var (
 	// readable are the streams every role may read, with consumers of its
 	// own. The inbox is not among them: it is a work queue, where an ack
 	// removes a proposal, so only the ledger consumes it; others may look.
-	readable = slices.Concat([]string{events.StreamSessions, events.StreamRejects, events.StreamDead, memoryapi.Stream}, kvStreams, []string{blobStream})
+	readable = slices.Concat([]string{events.StreamSessions, events.StreamSigs, events.StreamRejects, events.StreamDead, memoryapi.Stream}, kvStreams, []string{blobStream})
 )
 
 // durables are the durable consumers on the sessions stream, by owner. Each
@@ -146,7 +146,7 @@ func ledger() Permissions {
 	return Permissions{
 		Publish: Subjects{
 			Allow: []string{
-				events.SessionsWildcard, events.LiveWildcard, events.RejectsWildcard,
+				events.SessionsWildcard, events.LiveWildcard, events.RejectsWildcard, events.SigsWildcard,
 				jsAPI + ">", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>",
 			},
 			Deny: []string{jsAPI + "STREAM.DELETE.>"},

@@ -177,35 +177,44 @@ func (w *watcher) live(ctx context.Context, m *nats.Msg) error {
 	if ev.Seq < w.next {
 		return nil // shown already, from the log or an earlier copy
 	}
-	if err := w.check(ev); err != nil {
+	vouched, err := w.check(ev)
+	if err != nil {
 		w.warn(m.Subject, ev.Seq, err)
 		return nil
 	}
-	if ev.Seq == w.next && w.linked && w.cfg.verify != nil {
+	if ev.Seq == w.next && w.linked && vouched {
 		return w.deliver(ev) // the hook vouches for its origin
 	}
 	return w.confirm(ctx, m.Subject, ev)
 }
 
 // check runs the checks a live event can pass on its own: its hash, its
-// link when it claims the next sequence, and the Verify hook.
-func (w *watcher) check(ev events.Stored) error {
+// link when it claims the next sequence, and the Verify hook; vouched is
+// whether the hook vouched for it. A hook that needs the signature record
+// an event refers to (events.ErrDetached: the ledger stores the events of a
+// batch that way) vouches for nothing, and the event is confirmed by the
+// log, which serves it with its signature expanded.
+func (w *watcher) check(ev events.Stored) (vouched bool, err error) {
 	hash, err := events.ComputeHash(ev.Raw)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrForged, err)
+		return false, fmt.Errorf("%w: %v", ErrForged, err)
 	}
 	if hash != ev.Hash {
-		return fmt.Errorf("%w: hash mismatch: the body hashes to %s, it claims rathhash %s", ErrForged, hash, ev.Hash)
+		return false, fmt.Errorf("%w: hash mismatch: the body hashes to %s, it claims rathhash %s", ErrForged, hash, ev.Hash)
 	}
 	if ev.Seq == w.next && w.linked && ev.Prev != w.prev {
-		return fmt.Errorf("%w: chain link: rathprev %q, but event %d's hash is %s", ErrForged, ev.Prev, ev.Seq-1, w.prev)
+		return false, fmt.Errorf("%w: chain link: rathprev %q, but event %d's hash is %s", ErrForged, ev.Prev, ev.Seq-1, w.prev)
 	}
-	if w.cfg.verify != nil {
-		if err := w.cfg.verify(ev); err != nil {
-			return fmt.Errorf("%w: %v", ErrForged, err)
-		}
+	if w.cfg.verify == nil {
+		return false, nil
 	}
-	return nil
+	switch err := w.cfg.verify(ev); {
+	case errors.Is(err, events.ErrDetached):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: %v", ErrForged, err)
+	}
+	return true, nil
 }
 
 // confirm shows the log's events from the next sequence on (filling any gap

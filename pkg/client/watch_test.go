@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/client"
@@ -275,5 +276,57 @@ func TestWatchVerifyHook(t *testing.T) {
 	a := r.emit(t, "w", "real")
 	if ev := r.next(t); ev.Seq != 2 || ev.ID != a.ID {
 		t.Fatalf("shown %d %s, want the ledger's %s", ev.Seq, ev.ID, a.ID)
+	}
+}
+
+// Events a batch stores are signed in a record apart (their stored and live
+// rathsig is a reference): a watch checking signatures shows them all, each
+// once, in order, with its signature expanded from the log, and warns of
+// nothing.
+func TestWatchWithSignaturesShowsBatchedEvents(t *testing.T) {
+	r := newWatchRig(t)
+	ctx := context.Background()
+	ids := make([]string, events.MinRecord)
+	for i := range ids {
+		ids[i] = "b" + string(rune('0'+i))
+		if _, err := r.c.Start(ctx, ids[i], events.SessionStarted{Task: "batched"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ring, err := r.c.Keyring(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.watch(t, ids[0], 1, client.WithSignatures(ring))
+	if ev := r.next(t); ev.Seq != 1 {
+		t.Fatalf("shown %d first", ev.Seq)
+	}
+	for round := range 3 {
+		batch := make([]event.Event, len(ids))
+		for i, id := range ids {
+			if batch[i], err = events.New(id, &events.ChunkAppended{Role: events.RoleUser, Content: "round " + string(rune('0'+round))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := r.c.AppendBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := res[0].Ack
+		if res[0].Err != nil {
+			t.Fatal(res[0].Err)
+		}
+		ev := r.next(t)
+		if ev.Seq != a.Seq || ev.ID != a.ID || ev.Sig != a.Sig {
+			t.Fatalf("shown %d %s signed %q, want %d %s signed %q (the receipt's)", ev.Seq, ev.ID, ev.Sig, a.Seq, a.ID, a.Sig)
+		}
+		if err := ring.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case w := <-r.warns:
+		t.Fatalf("warned: %s", w)
+	default:
 	}
 }

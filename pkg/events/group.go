@@ -28,7 +28,8 @@ import (
 // own event's rathsig: an event that was signed in a group but never stored
 // (refused, or lost to a conflict) keeps its nonce secret, so nobody can
 // rebuild a signature for it from the other events' paths, which show only
-// blinded leaves. A group of one is signed as a single event.
+// blinded leaves. A group of one is signed as a single event. A group whose
+// leaves are stored once, apart, is a signature record (record.go).
 
 // MaxGroup bounds a signed group: its inclusion paths stay at most 4 hashes.
 const MaxGroup = 16
@@ -195,7 +196,7 @@ func verifyGroup(pub ed25519.PublicKey, id string, parts []string, session strin
 	raw, err4 := b64.DecodeString(parts[4])
 	// One spelling per signature: decimals without leading zeros.
 	canonical := strconv.FormatUint(index, 10) == parts[1] && strconv.FormatUint(size, 10) == parts[2]
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || !canonical || size < 2 || size > MaxGroup || len(nonce) != nonceSize || len(raw)%32 != 0 {
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || !canonical || size < 2 || size > MaxRecord || len(nonce) != nonceSize || len(raw)%32 != 0 {
 		return fmt.Errorf("%w: malformed group signature", ErrBadSignature)
 	}
 	p := make([][32]byte, len(raw)/32)
@@ -213,7 +214,8 @@ func verifyGroup(pub ed25519.PublicKey, id string, parts []string, session strin
 }
 
 // sigParts splits a rathsig after its key ID: one part for a single
-// signature, four for a group's.
+// signature, five for an inline group signature, three for a reference to a
+// signature record (record.go).
 func sigParts(sig string) (id string, parts []string) {
 	id, rest, _ := strings.Cut(sig, ":")
 	return id, strings.Split(rest, ":")

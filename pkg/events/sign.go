@@ -153,6 +153,8 @@ func (r Keyring) Verify(session string, seq uint64, hash, sig string) error {
 	case 1:
 	case 5:
 		return verifyGroup(r[id], id, parts, session, seq, hash)
+	case 3:
+		return fmt.Errorf("%w: expand it with its record (events.Expand) first", ErrDetached)
 	default:
 		return fmt.Errorf("%w: not a single or a group signature", ErrBadSignature)
 	}
@@ -249,4 +251,11 @@ func DecodePublicKey(s string) (PublicKey, error) {
 		return PublicKey{}, fmt.Errorf("public key %q: not a base64url ed25519 key", s)
 	}
 	return PublicKey{ID: KeyID(raw), Key: ed25519.PublicKey(raw)}, nil
+}
+
+// IsSignatureFault reports whether err says a signature does not hold (not
+// signed, an unknown key, a bad signature, a reference still to expand),
+// rather than that it could not be checked now.
+func IsSignatureFault(err error) bool {
+	return errors.Is(err, ErrUnsigned) || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrBadSignature) || errors.Is(err, ErrDetached)
 }

@@ -22,6 +22,10 @@ const (
 	// StreamDead keeps the events a handler gave up on (rath.dead.<handler>),
 	// with the error, for an operator to inspect and replay.
 	StreamDead = "RATH_DEAD"
+	// StreamSigs keeps the ledger's signature records (rath.sig.<record ID>):
+	// the leaves of a group signature, stored once for the events of a batch
+	// round that refer to it (events.SignRecord).
+	StreamSigs = "RATH_SIGS"
 
 	// BucketSnapshots holds folded session states every K events.
 	BucketSnapshots = "rath-snapshots"
@@ -45,6 +49,7 @@ const (
 	deadPrefix    = "rath.dead."
 	ledgerPrefix  = "rath.ledger."
 	memoryPrefix  = "rath.memory."
+	sigPrefix     = "rath.sig."
 
 	// SessionsWildcard matches every stored session event.
 	SessionsWildcard = logPrefix + ">"
@@ -56,6 +61,8 @@ const (
 	RejectsWildcard = rejectsPrefix + ">"
 	// DeadWildcard matches every dead letter.
 	DeadWildcard = deadPrefix + ">"
+	// SigsWildcard matches every signature record.
+	SigsWildcard = sigPrefix + ">"
 	// InboxConsumer is the durable consumer the ledgers share on the inbox.
 	InboxConsumer = "ledger-inbox"
 )
@@ -218,3 +225,6 @@ func TenantSessionFromSubject(subject string) (tenant, id string, ok bool) {
 	id, _, _ = strings.Cut(rest, ".")
 	return tenant, id, id != ""
 }
+
+// SigRecordSubject is where the signature record with the given ID is stored.
+func SigRecordSubject(id string) string { return sigPrefix + id }

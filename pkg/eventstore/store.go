@@ -66,6 +66,7 @@ type Store struct {
 	js        jetstream.JetStream
 	sessions  jetstream.Stream
 	inbox     jetstream.Stream
+	sigs      jetstream.Stream // nil in an attached store: the ledger's alone
 	snapshots jetstream.KeyValue
 	index     jetstream.KeyValue
 	blobs     jetstream.ObjectStore
@@ -104,6 +105,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		RePublish:   &jetstream.RePublish{Source: events.SessionsWildcard, Destination: events.LiveWildcard},
 		// A model's answer is stored all or nothing (AppendAtomic).
 		AllowAtomicPublish: true,
+	}); err != nil {
+		return nil, err
+	}
+	if s.sigs, err = stream(jetstream.StreamConfig{
+		Name:        events.StreamSigs,
+		Description: "Rath: the ledger's signature records, on " + events.SigRecordSubject("<record ID>") + ": the leaves of a group signature that batched events refer to",
+		Subjects:    []string{events.SigsWildcard},
+		Retention:   jetstream.LimitsPolicy,
 	}); err != nil {
 		return nil, err
 	}

@@ -389,6 +389,11 @@ func (l *Ledger) findStored(ctx context.Context, id, eventID string) (api.Ack, b
 	if err != nil && !errors.Is(err, errStop) {
 		return api.Ack{}, false, err
 	}
+	if found {
+		if a.Sig, err = l.fullSig(ctx, a.Sig); err != nil {
+			return api.Ack{}, false, unavailable(err)
+		}
+	}
 	return a, found, nil
 }
 
@@ -402,7 +407,11 @@ func (l *Ledger) ackAt(ctx context.Context, streamSeq uint64) (api.Ack, error) {
 	if err != nil {
 		return api.Ack{}, fmt.Errorf("read original of duplicate: %w", err)
 	}
-	return api.Ack{ID: ev.ID, Session: ev.Session, Seq: ev.Seq, Hash: ev.Hash, Sig: ev.Sig, StreamSeq: streamSeq, Duplicate: true}, nil
+	sig, err := l.fullSig(ctx, ev.Sig)
+	if err != nil {
+		return api.Ack{}, unavailable(err)
+	}
+	return api.Ack{ID: ev.ID, Session: ev.Session, Seq: ev.Seq, Hash: ev.Hash, Sig: sig, StreamSeq: streamSeq, Duplicate: true}, nil
 }
 
 // unavailable wraps a store failure; ledger errors pass through.

@@ -139,7 +139,16 @@ func (l *Ledger) buildBundle(ctx context.Context, id string, head uint64) (*arch
 		if len(b.Entries) == 0 {
 			b.FromSeq, b.Prev = ev.Seq, ev.Prev
 		}
-		b.Entries = append(b.Entries, archive.Entry{StreamSeq: m.StreamSeq, Subject: m.Subject, Event: append([]byte(nil), m.Body...)})
+		// Archived with its signature expanded: a bundle verifies without
+		// the signature records.
+		body, err := l.readOut(ctx, ev, m.Body)
+		if err != nil {
+			return err
+		}
+		if !events.IsRecordRef(ev.Sig) {
+			body = append([]byte(nil), body...) // the scan reuses m.Body
+		}
+		b.Entries = append(b.Entries, archive.Entry{StreamSeq: m.StreamSeq, Subject: m.Subject, Event: body})
 		b.HeadSeq, b.HeadHash, b.HeadStreamSeq = ev.Seq, ev.Hash, m.StreamSeq
 		if ev.Seq == head {
 			return errStop

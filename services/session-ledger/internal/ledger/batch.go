@@ -120,14 +120,25 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 			sealedOnes = append(sealedOnes, f)
 		}
 	}
-	// The round's events are signed together: one signature per group.
+	// The round's events are signed together: one signature per group,
+	// whose leaves are stored once, before the events (signRound).
 	leaves := make([]events.Leaf, len(sealedOnes))
 	for j, f := range sealedOnes {
 		leaves[j] = events.Leaf{Session: f.e.id, Seq: f.sealed.seq, Hash: f.sealed.hash}
 	}
-	for j, sig := range l.sign.signAll(leaves) {
-		f := sealedOnes[j]
-		if err := l.send(ctx, &evs[f.i], &f, sig); err != nil {
+	sigs, err := l.sign.signRound(leaves)
+	if err == nil && len(sigs.records) > 0 {
+		err = l.store.PutSigRecords(ctx, sigs.records)
+	}
+	if err != nil {
+		for _, f := range sealedOnes {
+			f.e.mu.Unlock()
+			res[f.i].Err = unavailable(err)
+		}
+		sealedOnes = nil
+	}
+	for j, f := range sealedOnes {
+		if err := l.send(ctx, &evs[f.i], &f, sigs.stored[j], sigs.receipt[j]); err != nil {
 			res[f.i].Err = err
 			continue
 		}
@@ -207,9 +218,12 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 
 // send attaches the signature to an event seal sealed and publishes it
 // without waiting; on an error it unlocks the session's entry.
-func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, sig string) error {
+func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, stored, receipt string) error {
 	// seal checked the size with the longest signature (fits).
-	f.sealed.body = events.AttachSig(ev, f.sealed.body, sig)
+	f.sealed.body = events.AttachSig(ev, f.sealed.body, stored)
+	if receipt != stored {
+		ev.SetExtension(events.ExtSig, receipt) // the ack's: self-contained
+	}
 	p, err := l.store.AppendAsync(ctx, f.tenant, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
 	if err != nil {
 		f.e.mu.Unlock()

@@ -45,7 +45,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		}
 		// The fork chains onto this event: check it like any event the
 		// ledger did not seal in this process.
-		if err := l.trust(atEv); err != nil {
+		if err := l.trust(ctx, atEv); err != nil {
 			return api.Ack{}, err
 		}
 		parentHash = atEv.Hash

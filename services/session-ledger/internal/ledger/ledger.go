@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
+	"github.com/openrath/rath/pkg/lru"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -80,6 +81,8 @@ type Ledger struct {
 	keys  events.Keyring
 	sign  *signer
 	heads *headBook
+	// records caches the signature records that batched events refer to.
+	records *lru.Sized[string, *sigRecord]
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *entry, most recently used first
@@ -152,6 +155,7 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		entries: map[string]*list.Element{},
 		lru:     list.New(),
 		reader:  fold.NewReader(store, cfg.SnapshotEvery),
+		records: lru.New[string, *sigRecord](recordCacheBytes),
 	}, nil
 }
 
@@ -227,7 +231,7 @@ func (l *Ledger) load(ctx context.Context, e *entry) error {
 	if head.Session != e.id {
 		return api.Errorf(api.CodeDamaged, "session %s is damaged: its last stored event %s names session %s (copied in around the ledger)", e.id, head.ID, head.Session)
 	}
-	if err := l.trust(head); err != nil {
+	if err := l.trust(ctx, head); err != nil {
 		return err
 	}
 	if recorded {
@@ -254,7 +258,7 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 		if ev.Session != e.id || ev.Seq != e.state.Seq+1 || ev.Prev != e.state.Hash {
 			return api.Errorf(api.CodeDamaged, "session %s is damaged: after its event %d (%s) the stream holds %s's event %d linking to %s (replayed or copied in around the ledger)", e.id, e.state.Seq, short(e.state.Hash), ev.Session, ev.Seq, short(ev.Prev))
 		}
-		if err := l.trust(ev); err != nil {
+		if err := l.trust(ctx, ev); err != nil {
 			return err
 		}
 		if err := l.fold(ctx, e.state, ev); err != nil {
@@ -269,14 +273,17 @@ func (l *Ledger) refresh(ctx context.Context, e *entry) error {
 // itself (it is the head of a session being loaded, or another ledger
 // appended it). The ledger never chains onto an event that fails: a later
 // signature would vouch for it.
-func (l *Ledger) trust(ev events.Stored) error {
+func (l *Ledger) trust(ctx context.Context, ev events.Stored) error {
 	if l.cfg.Unsigned {
 		return nil
 	}
 	if _, same, err := events.StoredHash(ev.Raw, ev.Hash); err != nil || !same {
 		return api.Errorf(api.CodeDamaged, "session %s is damaged: its event at %d (%s) does not hash to the rathhash it carries (altered); nothing more is appended to it (see docs/security.md)", ev.Session, ev.Seq, ev.ID)
 	}
-	if err := l.keys.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
+	if err := l.verifySig(ctx, ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
+		if !events.IsSignatureFault(err) {
+			return unavailable(err) // its signature record could not be read now
+		}
 		hint := ""
 		if errors.Is(err, events.ErrUnknownKey) {
 			// The one way this happens without tampering: two ledgers of a

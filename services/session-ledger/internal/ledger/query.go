@@ -76,13 +76,17 @@ func (l *Ledger) Log(ctx context.Context, id string, from, to uint64, limit int)
 		budget = 512 << 10
 	}
 	var size int64
-	err = l.logicalEvents(ctx, id, from, to, func(_ events.Stored, m eventstore.Msg) error {
-		if len(evs) == limit || len(evs) > 0 && size+int64(len(m.Body)) > budget {
+	err = l.logicalEvents(ctx, id, from, to, func(ev events.Stored, m eventstore.Msg) error {
+		body, err := l.readOut(ctx, ev, m.Body)
+		if err != nil {
+			return err
+		}
+		if len(evs) == limit || len(evs) > 0 && size+int64(len(body)) > budget {
 			more = true
 			return errStop
 		}
-		evs = append(evs, json.RawMessage(m.Body))
-		size += int64(len(m.Body))
+		evs = append(evs, json.RawMessage(body))
+		size += int64(len(body))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -275,10 +276,12 @@ func TestKeyRotation(t *testing.T) {
 	}
 }
 
-// The events of a batch round are signed in groups: one signature over a
-// Merkle root per group of up to events.MaxGroup, each event's rathsig
-// holding its inclusion path, so each ack is still a receipt on its own, and
-// concurrent single appends share signatures the same way.
+// The events of a batch round are signed with one signature whose leaves
+// are stored once, apart (a signature record on rath.sig.<ID>): each stored
+// body carries a short reference, each ack the inline group signature, so
+// each ack is still a receipt on its own; the log serves the events with
+// their signatures expanded, and verify holds. Concurrent single appends
+// share inline group signatures.
 func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
@@ -299,13 +302,47 @@ func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
 			t.Fatalf("receipt of %s: %v", a.Session, err)
 		}
 		parts := strings.Split(a.Sig, ":")
-		if len(parts) != 6 {
-			t.Fatalf("a batch of 20 sessions signed %s alone: %q", a.Session, a.Sig)
+		if len(parts) != 6 || parts[3] != "20" {
+			t.Fatalf("a batch of 20 sessions signed %s in a group of %q, want one of 20: %q", a.Session, parts[3], a.Sig)
 		}
 		groups[parts[1]]++
+
+		m, err := r.store.Last(ctx, a.Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := events.ParseStored(m.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, ok, err := events.ParseRecordRef(stored.Sig)
+		if !ok || err != nil {
+			t.Fatalf("stored rathsig of %s is not a record reference: %q (%v)", a.Session, stored.Sig, err)
+		}
+		if len(stored.Sig) > 64 {
+			t.Fatalf("stored reference is %d bytes: %q", len(stored.Sig), stored.Sig)
+		}
+		if err := ring.Verify(a.Session, a.Seq, a.Hash, stored.Sig); !errors.Is(err, events.ErrDetached) {
+			t.Fatalf("a reference verified without its record: %v", err)
+		}
+		rec, err := r.store.SigRecord(ctx, ref.Record)
+		if err != nil {
+			t.Fatalf("record %s of %s: %v", ref.Record, a.Session, err)
+		}
+		full, err := events.Expand(ref, rec)
+		if err != nil || full != a.Sig {
+			t.Fatalf("record expands to %q (%v), the receipt is %q", full, err, a.Sig)
+		}
+		served, err := r.c.Log(ctx, a.Session, client.Range{From: a.Seq})
+		if err != nil || len(served) != 1 || served[0].Sig != a.Sig {
+			t.Fatalf("the log serves %s's event %d with rathsig %q (%v), want the receipt's", a.Session, a.Seq, sigOf(served), err)
+		}
+		if h, err := events.ComputeHash(served[0].Raw); err != nil || h != a.Hash {
+			t.Fatalf("the served body hashes to %s (%v), want %s", h, err, a.Hash)
+		}
 	}
-	if len(groups) != 2 {
-		t.Fatalf("20 events in %d groups, want 2 (16 + 4): %v", len(groups), groups)
+	if len(groups) != 1 {
+		t.Fatalf("20 events in %d groups, want 1: %v", len(groups), groups)
 	}
 
 	var wg sync.WaitGroup
@@ -351,5 +388,51 @@ func TestUnsignedLedgerEventsFailVerify(t *testing.T) {
 			t.Fatalf("verify of an unsigned session: %+v %+v, want a fault at 1", rep, rep.Fault)
 		}
 		t.Logf("fault: %s", rep.Fault.Reason)
+	}
+}
+
+func sigOf(evs []events.Stored) string {
+	if len(evs) == 0 {
+		return ""
+	}
+	return evs[0].Sig
+}
+
+// A signature record removed from RATH_SIGS (an administrator's purge) or
+// replaced leaves the events that refer to it unverifiable: verify reports
+// the head, a ledger loading the session refuses to append to it, and the
+// log refuses to serve the event rather than serve it unsigned.
+func TestMissingSignatureRecordIsReported(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var evs []event.Event
+	for i := range events.MinRecord {
+		id := fmt.Sprintf("m%d", i)
+		r.start(t, id)
+		evs = append(evs, mustEvent(t, id, chunk("batched")))
+	}
+	for _, res := range r.l.AppendBatch(ctx, evs) {
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	r.verifyOK(t, "m0")
+	sigs, err := r.store.JetStream().Stream(ctx, events.StreamSigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigs.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantFault(t, r, "m0", 2, "is not in "+events.StreamSigs)
+
+	fresh := serveOn(t, natstest.Connect(t, r.nc.ConnectedUrl()), "fresh")
+	_, err = fresh.l.Append(ctx, mustEvent(t, "m1", chunk("after the purge"))) // loads m1: its head is unverifiable
+	wantCode(t, err, api.CodeDamaged)
+	if !strings.Contains(err.Error(), "is not in "+events.StreamSigs) {
+		t.Fatalf("refusal does not name the missing record: %v", err)
+	}
+	if _, err := fresh.c.Log(ctx, "m2", client.Range{}); err == nil {
+		t.Fatal("the log served an event whose signature record is gone")
 	}
 }

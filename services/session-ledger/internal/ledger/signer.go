@@ -83,3 +83,42 @@ func (s *signer) signAll(leaves []events.Leaf) []string {
 	}
 	return out
 }
+
+// roundSigs are the signatures of a batch round: the records to store
+// before any of the round's events, and for each event the rathsig its
+// stored body carries and the one its receipt carries (the same, unless the
+// event refers to a record).
+type roundSigs struct {
+	records         []events.RecordSigs
+	stored, receipt []string
+}
+
+// signRound signs the events of a batch round: groups of events.MinRecord
+// or more with a signature record each (their stored rathsig is a short
+// reference, ADR 0014), a smaller remainder inline.
+func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
+	var r roundSigs
+	if s.key == nil {
+		r.stored = make([]string, len(leaves))
+		r.receipt = r.stored
+		return r, nil
+	}
+	for len(leaves) > 0 {
+		n := min(len(leaves), events.MaxRecord)
+		if n < events.MinRecord {
+			sigs := s.key.SignGroup(leaves[:n])
+			r.stored = append(r.stored, sigs...)
+			r.receipt = append(r.receipt, sigs...)
+		} else {
+			rec, err := s.key.SignRecord(leaves[:n])
+			if err != nil {
+				return roundSigs{}, err
+			}
+			r.records = append(r.records, rec)
+			r.stored = append(r.stored, rec.Refs...)
+			r.receipt = append(r.receipt, rec.Inline...)
+		}
+		leaves = leaves[n:]
+	}
+	return r, nil
+}

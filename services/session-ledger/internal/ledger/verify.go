@@ -61,7 +61,11 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 			return r, nil
 		}
 	}
-	if f := l.checkSignatures(v.signed, &r); f != nil {
+	f, err := l.checkSignatures(ctx, v.signed, &r)
+	if err != nil {
+		return api.Report{}, unavailable(err)
+	}
+	if f != nil {
 		r.Fault = f
 		return r, nil
 	}
@@ -104,27 +108,42 @@ type signedAt struct {
 // checkSignatures checks the signature of the last event of each segment of
 // the lineage (a fork point, then the head) and, where one fails, finds the
 // first event whose signature fails.
-func (l *Ledger) checkSignatures(evs []signedAt, r *api.Report) *api.Fault {
+func (l *Ledger) checkSignatures(ctx context.Context, evs []signedAt, r *api.Report) (*api.Fault, error) {
 	if len(evs) == 0 {
-		return nil
+		return nil, nil
 	}
+	var unreadable error // a signature record that could not be read now
 	check := func(e signedAt) error {
 		r.Signatures++
-		return l.keys.Verify(e.session, e.seq, e.hash, e.sig)
+		err := l.verifySig(ctx, e.session, e.seq, e.hash, e.sig)
+		if err != nil && !events.IsSignatureFault(err) && unreadable == nil {
+			unreadable = err
+		}
+		return err
 	}
 	head := evs[len(evs)-1]
-	r.HeadSig, r.KeyID = head.sig, events.SigKeyID(head.sig)
+	// The report carries the head's signature expanded: a client checks it
+	// against its pinned key without the record.
+	full, err := l.fullSig(ctx, head.sig)
+	if err != nil {
+		full = head.sig
+	}
+	r.HeadSig, r.KeyID = full, events.SigKeyID(head.sig)
 	lo := 0
 	for i, e := range evs {
 		if i+1 < len(evs) && evs[i+1].session == e.session {
 			continue // not the last event of its segment
 		}
 		if check(e) != nil {
-			return l.firstBadSignature(evs, lo, i, check)
+			f := l.firstBadSignature(evs, lo, i, check)
+			if unreadable != nil {
+				return nil, unreadable
+			}
+			return f, nil
 		}
 		lo = i + 1
 	}
-	return nil
+	return nil, nil
 }
 
 // firstBadSignature bisects evs[lo..hi], whose last signature fails, for the

@@ -1,0 +1,196 @@
+package events
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Signature records: a group signature (see SignGroup) whose leaves are
+// stored once, apart from the events, instead of an inclusion path in every
+// event. The ledger signs the events of a batch round this way: each
+// stored event's rathsig is then a short reference,
+//
+//	rathsig = <key ID> ":" <record ID> ":" <index> ":" base64url(nonce)
+//
+// about 60 bytes instead of about 300, and the record, stored on
+// rath.sig.<record ID> in the RATH_SIGS stream before any of its events, is
+//
+//	{"key":"<key ID>","sig":"<signature of the root>","leaves":["<base64url leaf>", …]}
+//
+// Its signature is the group signature of the leaves' Merkle root, exactly
+// as an inline group rathsig carries it, and its ID is base64url of the
+// root's first 12 bytes. Expand turns a reference and its record into the
+// inline group rathsig (the inclusion path computed from the leaves), which
+// Keyring.Verify checks as any other: every such event still verifies on
+// its own, given its record. The ledger hands out the inline form in acks
+// (receipts stay self-contained) and serves it in every event it reads out
+// (rath.ledger.log, archives); only the stored body and the live copy
+// carry the reference.
+
+// MaxRecord bounds the leaves of a signature record: inclusion paths stay at
+// most 6 hashes.
+const MaxRecord = 64
+
+// MinRecord is the smallest group the ledger signs with a record: below it,
+// one more stored message costs more than the paths it saves.
+const MinRecord = 4
+
+// recordIDSize is the bytes of the root a record ID holds (16 base64url
+// characters).
+const recordIDSize = 12
+
+// ErrDetached: a rathsig refers to a signature record, which the verifier
+// needs (Expand) before Keyring.Verify can check it.
+var ErrDetached = errors.New("signed in a record stored apart")
+
+// SigRecord is a signature record: a group signature and the group's
+// blinded leaves.
+type SigRecord struct {
+	Key    string   `json:"key"`
+	Sig    string   `json:"sig"`
+	Leaves []string `json:"leaves"`
+}
+
+// RecordSigs is what SignRecord returns for one group: the record to store
+// first, its ID, and for each event the reference to store in its body and
+// the inline form for its receipt.
+type RecordSigs struct {
+	ID     string
+	Record []byte
+	Refs   []string
+	Inline []string
+}
+
+// SignRecord signs MinRecord..MaxRecord events with one signature whose
+// leaves go into a record stored apart.
+func (k *SigningKey) SignRecord(leaves []Leaf) (RecordSigs, error) {
+	n := len(leaves)
+	if n < MinRecord || n > MaxRecord {
+		return RecordSigs{}, fmt.Errorf("sign record: %d events, want %d..%d", n, MinRecord, MaxRecord)
+	}
+	nonces := make([]byte, nonceSize*n)
+	if _, err := rand.Read(nonces); err != nil {
+		return RecordSigs{}, fmt.Errorf("sign record: no randomness for nonces: %w", err)
+	}
+	hs := make([][32]byte, n)
+	for i, l := range leaves {
+		hs[i] = l.hash(nonces[nonceSize*i : nonceSize*(i+1)])
+	}
+	tree := newMerkle(hs)
+	root := tree.hash(0, n)
+	b64 := base64.RawURLEncoding
+	sig := b64.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(n), root)))
+	rec := SigRecord{Key: k.pub.ID, Sig: sig, Leaves: make([]string, n)}
+	for i, h := range hs {
+		rec.Leaves[i] = b64.EncodeToString(h[:])
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return RecordSigs{}, fmt.Errorf("sign record: %w", err)
+	}
+	out := RecordSigs{ID: b64.EncodeToString(root[:recordIDSize]), Record: body, Refs: make([]string, n), Inline: make([]string, n)}
+	for i := range leaves {
+		nonce := b64.EncodeToString(nonces[nonceSize*i : nonceSize*(i+1)])
+		out.Refs[i] = k.pub.ID + ":" + out.ID + ":" + strconv.Itoa(i) + ":" + nonce
+		out.Inline[i] = inlineGroup(k.pub.ID, sig, i, n, nonce, tree.path(i, 0, n))
+	}
+	return out, nil
+}
+
+// inlineGroup spells an inline group rathsig (see SignGroup).
+func inlineGroup(key, sig string, index, size int, nonce string, path [][32]byte) string {
+	raw := make([]byte, 0, 32*len(path))
+	for _, c := range path {
+		raw = append(raw, c[:]...)
+	}
+	return key + ":" + sig + ":" + strconv.Itoa(index) + ":" + strconv.Itoa(size) + ":" + nonce + ":" + base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// RecordRef is a parsed reference rathsig.
+type RecordRef struct {
+	Key, Record string
+	Index       int
+	Nonce       string
+}
+
+// ParseRecordRef reads a reference rathsig; false if sig is another form
+// (single, inline group, empty). A reference that is malformed is reported
+// as one, with an error wrapping ErrBadSignature.
+func ParseRecordRef(sig string) (RecordRef, bool, error) {
+	parts := strings.Split(sig, ":")
+	if len(parts) != 4 {
+		return RecordRef{}, false, nil
+	}
+	index, err := strconv.Atoi(parts[2])
+	if err != nil || strconv.Itoa(index) != parts[2] || index < 0 || index >= MaxRecord ||
+		len(parts[1]) != base64.RawURLEncoding.EncodedLen(recordIDSize) || !isBase64URL(parts[1]) {
+		return RecordRef{}, true, fmt.Errorf("%w: malformed record reference %q", ErrBadSignature, sig)
+	}
+	return RecordRef{Key: parts[0], Record: parts[1], Index: index, Nonce: parts[3]}, true, nil
+}
+
+// IsRecordRef reports whether sig refers to a signature record.
+func IsRecordRef(sig string) bool { return strings.Count(sig, ":") == 3 }
+
+func isBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Expand returns the inline group rathsig a reference stands for, given the
+// record it names (its stored body). It checks that the record is the one
+// named (its root's ID) by the same key; the signature itself is checked by
+// Keyring.Verify on the result.
+func Expand(ref RecordRef, record []byte) (string, error) {
+	var rec SigRecord
+	if err := json.Unmarshal(record, &rec); err != nil {
+		return "", fmt.Errorf("%w: signature record %s does not parse: %v", ErrBadSignature, ref.Record, err)
+	}
+	n := len(rec.Leaves)
+	if n < 2 || n > MaxRecord || ref.Index >= n {
+		return "", fmt.Errorf("%w: signature record %s holds %d leaves, the reference names leaf %d", ErrBadSignature, ref.Record, n, ref.Index)
+	}
+	if rec.Key != ref.Key {
+		return "", fmt.Errorf("%w: signature record %s is by key %s, the reference names %s", ErrBadSignature, ref.Record, rec.Key, ref.Key)
+	}
+	hs := make([][32]byte, n)
+	for i, l := range rec.Leaves {
+		raw, err := base64.RawURLEncoding.Strict().DecodeString(l)
+		if err != nil || len(raw) != 32 {
+			return "", fmt.Errorf("%w: signature record %s: leaf %d is not 32 bytes in base64url", ErrBadSignature, ref.Record, i)
+		}
+		copy(hs[i][:], raw)
+	}
+	tree := newMerkle(hs)
+	root := tree.hash(0, n)
+	if id := base64.RawURLEncoding.EncodeToString(root[:recordIDSize]); id != ref.Record {
+		return "", fmt.Errorf("%w: the record stored as %s has root %s", ErrBadSignature, ref.Record, id)
+	}
+	return inlineGroup(rec.Key, rec.Sig, ref.Index, n, ref.Nonce, tree.path(ref.Index, 0, n)), nil
+}
+
+// ReplaceSig returns a copy of a ledger-written body whose rathsig, old,
+// is replaced by sig; false if the body does not end with that rathsig, as
+// the ledger writes it (AttachSig). The chain hash does not cover rathsig,
+// so the copy verifies as the original does.
+func ReplaceSig(body []byte, old, sig string) ([]byte, bool) {
+	tail := `,"` + ExtSig + `":"` + old + `"}`
+	if len(body) < len(tail) || string(body[len(body)-len(tail):]) != tail {
+		return nil, false
+	}
+	out := make([]byte, 0, len(body)-len(old)+len(sig))
+	out = append(out, body[:len(body)-len(old)-2]...)
+	out = append(out, sig...)
+	return append(out, `"}`...), true
+}

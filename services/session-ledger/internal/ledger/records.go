@@ -1,0 +1,89 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+)
+
+// recordCacheBytes bounds the signature records a ledger keeps in memory
+// (a record of 64 leaves is about 3 KB).
+const recordCacheBytes = 8 << 20
+
+// sigRecord is a signature record read once from the store.
+type sigRecord struct {
+	once sync.Once
+	body []byte
+	err  error
+}
+
+// fullSig returns what a stored rathsig stands for: for a reference to a
+// signature record (the events of a batch round are stored with one), the
+// inline group signature it expands to, which verifies on its own and is
+// what receipts and every event the ledger reads out carry; any other
+// rathsig unchanged. A record that is not stored is reported as a bad
+// signature: nothing was ever stored before its record.
+func (l *Ledger) fullSig(ctx context.Context, sig string) (string, error) {
+	ref, ok, err := events.ParseRecordRef(sig)
+	if !ok || err != nil {
+		return sig, err
+	}
+	slot := l.records.Get(ref.Record, func(string) *sigRecord { return &sigRecord{} })
+	// Cached: what is read out was verified when stored or loaded.
+	r := slot.Value
+	r.once.Do(func() { r.body, r.err = l.store.SigRecord(ctx, ref.Record) })
+	if r.err != nil {
+		l.records.Drop(slot) // not kept: the next reader asks again
+		if errors.Is(r.err, eventstore.ErrNotFound) {
+			return "", fmt.Errorf("%w: its signature record %s is not in %s", events.ErrBadSignature, ref.Record, events.StreamSigs)
+		}
+		return "", r.err
+	}
+	l.records.Account(slot, int64(len(r.body)))
+	return events.Expand(ref, r.body)
+}
+
+// verifySig checks a stored event's signature, expanded with its record as
+// the stream holds it now (not the cache: verify trusts no cache, and a
+// ledger loading a session decides on it whether to chain onto it).
+func (l *Ledger) verifySig(ctx context.Context, session string, seq uint64, hash, sig string) error {
+	ref, ok, err := events.ParseRecordRef(sig)
+	if err != nil {
+		return err
+	}
+	if ok {
+		rec, err := l.store.SigRecord(ctx, ref.Record)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return fmt.Errorf("%w: its signature record %s is not in %s", events.ErrBadSignature, ref.Record, events.StreamSigs)
+		}
+		if err != nil {
+			return err
+		}
+		if sig, err = events.Expand(ref, rec); err != nil {
+			return err
+		}
+	}
+	return l.keys.Verify(session, seq, hash, sig)
+}
+
+// readOut returns a stored body as the ledger serves it (rath.ledger.log,
+// archives): with a reference to a signature record replaced by the inline
+// signature, so that what a reader keeps verifies without the record.
+func (l *Ledger) readOut(ctx context.Context, ev events.Stored, body []byte) ([]byte, error) {
+	if !events.IsRecordRef(ev.Sig) {
+		return body, nil
+	}
+	full, err := l.fullSig(ctx, ev.Sig)
+	if err != nil {
+		return nil, fmt.Errorf("event %d of %s: %w", ev.Seq, ev.Session, err)
+	}
+	out, ok := events.ReplaceSig(body, ev.Sig, full)
+	if !ok {
+		return nil, fmt.Errorf("event %d of %s: its rathsig is not where the ledger writes it", ev.Seq, ev.Session)
+	}
+	return out, nil
+}
