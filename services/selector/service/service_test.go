@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -21,7 +22,6 @@ import (
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/selector/service"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -36,24 +36,11 @@ type rig struct {
 func setup(t *testing.T) *rig {
 	t.Helper()
 	ns, nc := natstest.Start(t)
-	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	// Workers stop before the ledger they write through: it starts first.
+	testrig.Ledger(t, ns.ClientURL())
 	snc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleSelector)
-	ctx, cancel := context.WithCancel(context.Background())
-	sctx, scancel := context.WithCancel(ctx)
-	ldone, sdone := make(chan error, 1), make(chan error, 1)
-	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	go func() { sdone <- service.Run(sctx, snc, service.DefaultConfig(), quiet) }()
-	t.Cleanup(func() {
-		// Workers stop before the ledger they write through.
-		scancel()
-		if err := <-sdone; err != nil {
-			t.Errorf("selector: %v", err)
-		}
-		cancel()
-		if err := <-ldone; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	testrig.Run(t, "selector", func(ctx context.Context) error { return service.Run(ctx, snc, service.DefaultConfig(), quiet) })
+	ctx := context.Background()
 	store, err := eventstore.Open(ctx, nc, eventstore.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

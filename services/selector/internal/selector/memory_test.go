@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -21,16 +23,9 @@ func TestMemoryRouteWritesOnce(t *testing.T) {
 		t.Run(map[bool]string{false: "sequential", true: "concurrent"}[concurrent], func(t *testing.T) {
 			ns, nc := natstest.Start(t)
 			r := setupWith(t, nc, "testdata/memory.yaml")
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			mnc := natstest.Connect(t, ns.ClientURL())
-			go func() { done <- memorysvc.Run(ctx, mnc, memorysvc.DefaultConfig(), quiet) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("memory service: %v", err)
-				}
-			})
+			mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
+			testrig.Run(t, "memory service", func(ctx context.Context) error { return memorysvc.Run(ctx, mnc, memorysvc.DefaultConfig(), quiet) })
+			ctx := context.Background()
 
 			// The start routes the coder: its turn is in flight, and it
 			// runs a tool whose verdict is the trigger.

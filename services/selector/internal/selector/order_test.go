@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -90,15 +92,9 @@ func TestDecisionDoesNotDependOnWhenTheTriggerIsDelivered(t *testing.T) {
 					r := setupWith(t, nc, tc.workflow)
 					ctx := context.Background()
 					if tc.memory {
-						mctx, cancel := context.WithCancel(ctx)
-						done := make(chan error, 1)
-						mnc := natstest.Connect(t, ns.ClientURL())
-						go func() { done <- memorysvc.Run(mctx, mnc, memorysvc.DefaultConfig(), quiet) }()
-						t.Cleanup(func() {
-							cancel()
-							if err := <-done; err != nil {
-								t.Errorf("memory service: %v", err)
-							}
+						mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
+						testrig.Run(t, "memory service", func(ctx context.Context) error {
+							return memorysvc.Run(ctx, mnc, memorysvc.DefaultConfig(), quiet)
 						})
 					}
 					const id = "s1"

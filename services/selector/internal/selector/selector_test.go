@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -21,7 +22,6 @@ import (
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -208,15 +208,8 @@ func setup(t *testing.T) *rig {
 // setupWith runs the ledger on nc and a selector of the workflow file.
 func setupWith(t *testing.T, nc *nats.Conn, path string) *rig {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	testrig.Ledger(t, nc.ConnectedUrl())
+	ctx := context.Background()
 	store, err := eventstore.Open(ctx, nc, eventstore.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
