@@ -74,7 +74,8 @@ func TestStartStop(t *testing.T) {
 }
 
 // Against a server named by URL, with WithRoles, only those services run:
-// the agent loop's consumers appear, the ledger's requests go unanswered.
+// the ledger's requests go unanswered; and a ledger that runs without the
+// memory service (its group has no other service) stays up.
 func TestExternalServerSomeRoles(t *testing.T) {
 	ns := natstest.StartServer(t, t.TempDir())
 	cfg := testConfig(t)
@@ -100,6 +101,20 @@ func TestExternalServerSomeRoles(t *testing.T) {
 	rt.StartLoop()
 	if err := rt.StopLoop(); err != nil {
 		t.Errorf("StopLoop: %v", err)
+	}
+
+	cfg.Data = t.TempDir()
+	lrt, err := Start(context.Background(), cfg, WithServer(ns), WithClient("runtime-test"), WithRoles(auth.RoleLedger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lrt.Stop()
+	lc, err := client.New(lrt.Conn, client.WithRetryFor(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Start(context.Background(), "s1", events.SessionStarted{Task: "t"}); err != nil {
+		t.Errorf("the ledger alone: %v", err)
 	}
 }
 

@@ -59,7 +59,9 @@ func serve(ctx context.Context, dial dial, first runner, workers ...runner) erro
 		ledgerDone <- err
 	}()
 	g, gctx := errgroup.WithContext(wctx)
-	for _, r := range workers {
+	// idle keeps the group, and so the ledger, up until ctx ends when no
+	// worker runs.
+	for _, r := range append(workers, idle) {
 		g.Go(func() error { return runOn(gctx, r) })
 	}
 	werr := g.Wait()
