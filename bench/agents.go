@@ -18,14 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
-	worker "github.com/openrath/rath/services/agent-worker/service"
-	selector "github.com/openrath/rath/services/selector/service"
-	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 // The worker kinds of the agent loop, named as their binaries under
@@ -299,69 +297,55 @@ func agentIDs(prefix string, n int) []string {
 }
 
 // startAgentsInProcess runs the selector, the agent worker and the tool
-// runner in this process, each through its composition root on an
-// in-process connection of its own, and returns the function that stops
-// them (which also reports errors they logged).
+// runner in this process, as `rath up` does (internal/runtime, each service
+// on an in-process connection of its role, against the harness's server
+// and ledger), and returns the function that stops them (which also reports
+// errors they logged or returned).
 func (h *harness) startAgentsInProcess(dir string) (func(), error) {
-	tr := toolrunner.DefaultConfig()
+	cfg := runtime.DefaultConfig()
+	cfg.NATSURL, cfg.CredsDir, cfg.Data = h.ns.ClientURL(), filepath.Join(h.dir, "creds"), filepath.Join(h.dir, "inproc")
 	// The agent loop's figures compare with runs before sandboxes isolated
 	// (all on local); what isolation costs a call is BenchmarkRunEcho's.
-	tr.Backend = events.BackendLocal
-	tr.Sandbox.Root = filepath.Join(h.dir, "workspaces-inproc")
-	tr.Seeds = dir
-	tr.Sandbox.Path = os.Getenv("PATH")
-	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
-	runs := map[string]func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error{
-		"selector": func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-			return selector.Run(ctx, nc, selector.DefaultConfig(), log)
-		},
-		"agent-worker": func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-			return worker.Run(ctx, nc, worker.DefaultConfig(), log)
-		},
-		"tool-runner": func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-			return toolrunner.Run(ctx, nc, tr, log)
-		},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var failed []string
+	cfg.ToolRunner.Backend = events.BackendLocal
+	cfg.ToolRunner.Sandbox.Root = filepath.Join(h.dir, "workspaces-inproc")
+	cfg.ToolRunner.Seeds = dir
 	var logs []*os.File
-	stop := func() {
-		cancel()
-		wg.Wait()
+	closeLogs := func() {
 		for _, f := range logs {
 			f.Close()
 			if n := countLines(f.Name(), `"level":"ERROR"`); n > 0 {
 				h.rep.note("5a: %s logged %d errors (%s)", filepath.Base(f.Name()), n, f.Name())
 			}
 		}
-		for _, f := range failed {
-			h.rep.note("5a: %s", f)
-		}
 	}
+	loggers := map[auth.Role]*slog.Logger{}
 	for _, kind := range agentKinds {
 		logf, err := os.Create(filepath.Join(h.dir, "inproc-"+kind+".log"))
 		if err != nil {
-			stop()
+			closeLogs()
 			return nil, err
 		}
 		logs = append(logs, logf)
-		nc, err := h.connect(auth.Role(kind), "bench-"+kind, true)
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		wg.Go(func() {
-			defer nc.Close()
-			if err := runs[kind](ctx, nc, slog.New(slog.NewJSONHandler(logf, nil))); err != nil {
-				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s (in this process) stopped with %v", kind, err))
-				mu.Unlock()
-			}
-		})
+		loggers[auth.Role(kind)] = slog.New(slog.NewJSONHandler(logf, nil))
 	}
-	return stop, h.waitPulling(ctx, 1)
+	roles := make([]auth.Role, len(agentKinds))
+	for i, kind := range agentKinds {
+		roles[i] = auth.Role(kind)
+	}
+	rt, err := runtime.Start(context.Background(), cfg, runtime.WithServer(h.ns), runtime.WithRoles(roles...),
+		runtime.WithServiceLogger(func(r auth.Role) *slog.Logger { return loggers[r] }))
+	if err != nil {
+		closeLogs()
+		return nil, err
+	}
+	rt.StartLoop()
+	stop := func() {
+		if err := rt.Stop(); err != nil {
+			h.rep.note("5a: the agent loop (in this process) stopped with %v", err)
+		}
+		closeLogs()
+	}
+	return stop, h.waitPulling(context.Background(), 1)
 }
 
 // startAgentProcesses runs k processes of each worker kind and waits until
