@@ -1,7 +1,7 @@
 // Package e2e runs the agent loop end to end on a real embedded JetStream:
-// the ledger, the selector, the agent worker (scripted models) and the tool
-// runner (real tools in real git workspaces), each through its composition
-// root, exactly as `rath up` wires them.
+// the ledger, the memory service, the selector, the agent worker (scripted
+// models) and the tool runner (real tools in real git workspaces), each
+// through its composition root, wired by internal/runtime as `rath up` is.
 package e2e_test
 
 import (
@@ -9,16 +9,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -26,14 +26,12 @@ import (
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
-	selector "github.com/openrath/rath/services/selector/service"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
-	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-type runtime struct {
+// rig is the whole suite on a test server, as `rath up` runs it.
+type rig struct {
 	url   string     // the server's, to connect a role (natstest.ConnectAs)
 	nc    *nats.Conn // of the client role
 	c     *client.Client
@@ -41,58 +39,20 @@ type runtime struct {
 }
 
 // start runs every service in-process; workers stop before the ledger.
-func start(t *testing.T) *runtime {
+func start(t *testing.T) *rig {
 	t.Helper()
 	return startWith(t, worker.DefaultConfig(), quiet)
 }
 
 // startWith is start with the agent worker's configuration, every service
 // logging to log.
-func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *runtime {
+func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 	t.Helper()
-	// Each service connects as its own role, so that the server enforces its
-	// permissions; the test is a client.
 	ns, _ := natstest.Start(t)
-	as := func(role auth.Role) *nats.Conn { return natstest.ConnectAs(t, ns.ClientURL(), role) }
-	nc := as(auth.RoleClient)
-	lctx, lcancel := context.WithCancel(context.Background())
-	wctx, wcancel := context.WithCancel(context.Background())
-	ldone := make(chan error, 1)
-	lnc := as(auth.RoleLedger)
-	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), log) }()
-
-	tr := toolrunner.DefaultConfig()
-	// The local backend, whatever this machine offers: these tests are
-	// about the loop (the placement tests of services/tool-runner/service
-	// run the bwrap backend).
-	tr.Backend = "local"
-	tr.Sandbox.Root = t.TempDir()
-	tr.Seeds = "testdata"
-	tr.Sandbox.Path = os.Getenv("PATH")
-	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
-	snc, wnc, tnc := as(auth.RoleSelector), as(auth.RoleAgentWorker), as(auth.RoleToolRunner)
-	workers := []func(context.Context) error{
-		func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), log) },
-		func(ctx context.Context) error { return worker.Run(ctx, wnc, wcfg, log) },
-		func(ctx context.Context) error { return toolrunner.Run(ctx, tnc, tr, log) },
-	}
-	wdone := make(chan error, len(workers))
-	for _, w := range workers {
-		go func() { wdone <- w(wctx) }()
-	}
-	t.Cleanup(func() {
-		wcancel()
-		for range workers {
-			if err := <-wdone; err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		}
-		lcancel()
-		if err := <-ldone; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
-	c, err := client.New(nc)
+	cfg := suiteConfig(t, ns.ClientURL(), "testdata")
+	cfg.Worker = wcfg
+	rt := startSuite(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
+	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,18 +61,55 @@ func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &runtime{url: ns.ClientURL(), nc: nc, c: c, store: store}
+	return &rig{url: ns.ClientURL(), nc: rt.Conn, c: c, store: store}
+}
+
+// suiteConfig is rath up's configuration against the natstest server at
+// url, with its identities, the ledger's key and the workspaces in the
+// test's directories, and the tool runner seeding workspaces from seeds.
+func suiteConfig(t *testing.T, url, seeds string) runtime.Config {
+	cfg := runtime.DefaultConfig()
+	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.Creds(t, url).Dir, t.TempDir()
+	// The local backend, whatever this machine offers: these tests are
+	// about the loop (the placement tests of services/tool-runner/service
+	// run the bwrap backend).
+	cfg.ToolRunner.Backend = events.BackendLocal
+	cfg.ToolRunner.Sandbox.Root = t.TempDir()
+	cfg.ToolRunner.Seeds = seeds
+	return cfg
+}
+
+// startSuite runs the services through internal/runtime, each connected in
+// process to ns as its own role, so that the server enforces its
+// permissions. They stop when the test ends, the agent loop before the
+// ledger, and must stop without an error or a permission violation.
+func startSuite(t *testing.T, ns *server.Server, cfg runtime.Config, opts ...runtime.Option) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.Start(context.Background(), cfg, append(opts, runtime.WithServer(ns))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Stop(); err != nil {
+			t.Errorf("services: %v", err)
+		}
+		for _, err := range rt.Violations() {
+			t.Errorf("permission violation: %v", err)
+		}
+	})
+	rt.StartLoop()
+	return rt
 }
 
 // run starts a session of a workflow in testdata and waits until it is
 // closed.
-func (r *runtime) run(t *testing.T, id, wfFile, workspace string) (*session.State, []events.Stored) {
+func (r *rig) run(t *testing.T, id, wfFile, workspace string) (*session.State, []events.Stored) {
 	t.Helper()
 	return r.runPath(t, id, filepath.Join("testdata", wfFile), workspace)
 }
 
 // runPath is run with the workflow file's path.
-func (r *runtime) runPath(t *testing.T, id, path, workspace string) (*session.State, []events.Stored) {
+func (r *rig) runPath(t *testing.T, id, path, workspace string) (*session.State, []events.Stored) {
 	t.Helper()
 	ctx := context.Background()
 	wf, err := workflow.Load(path)

@@ -20,7 +20,7 @@ import (
 
 // call requests a tool call in a session (no workflow: every tool is allowed)
 // and waits for its completion.
-func (r *runtime) call(t *testing.T, id, callID, tool string, args any) *events.ToolCompleted {
+func (r *rig) call(t *testing.T, id, callID, tool string, args any) *events.ToolCompleted {
 	t.Helper()
 	ctx := context.Background()
 	raw, _ := json.Marshal(args)

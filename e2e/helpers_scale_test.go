@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/proctest"
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -38,9 +39,6 @@ import (
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
-	selector "github.com/openrath/rath/services/selector/service"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
-	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
 // The services run as processes, named as their binaries. The worker kinds'
@@ -783,8 +781,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 }
 
 // inProcess is the crash-point test's rig: the ledger, a selector and a tool
-// runner run in-process through their composition roots; agent workers come
-// and go as the test says.
+// runner run in-process (internal/runtime); agent workers come and go as the
+// test says.
 type inProcess struct {
 	*scaleRig
 	stops []func() // in start order; cleanup runs them in reverse
@@ -796,30 +794,22 @@ func startInProcess(t *testing.T) *inProcess {
 	t.Helper()
 	ctx := context.Background()
 	ns, nc := natstest.Start(t)
-	// Each service connects as its role; the connections are made before the
-	// cleanup that stops the services, so that they close after it.
-	as := func(role auth.Role) *nats.Conn { return natstest.ConnectAs(t, ns.ClientURL(), role) }
-	lnc, snc, tnc := as(auth.RoleLedger), as(auth.RoleSelector), as(auth.RoleToolRunner)
 	seeds, err := filepath.Abs(filepath.Join("testdata", "scale"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}, workerNC: as(auth.RoleAgentWorker)}
+	// The ledger, the selector and the tool runner (on local, as the
+	// processes'), as rath up wires them; started before the cleanup that
+	// stops the agent workers is registered, so that they stop after it.
+	startSuite(t, ns, suiteConfig(t, ns.ClientURL(), seeds), runtime.WithLogger(slog.New(slog.DiscardHandler)),
+		runtime.WithRoles(auth.RoleLedger, auth.RoleSelector, auth.RoleToolRunner))
+	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}, workerNC: natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker)}
 	// Workers stop before the ledger.
 	t.Cleanup(func() {
 		for i := len(p.stops) - 1; i >= 0; i-- {
 			p.stops[i]()
 		}
 	})
-	quiet := slog.New(slog.DiscardHandler)
-	p.run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) })
-	p.run(t, "selector", func(ctx context.Context) error { return selector.Run(ctx, snc, selector.DefaultConfig(), quiet) })
-	tr := toolrunner.DefaultConfig()
-	tr.Backend = "local" // as the processes'
-	tr.Sandbox.Root, tr.Seeds = t.TempDir(), seeds
-	tr.Sandbox.Path = os.Getenv("PATH")
-	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
-	p.run(t, "tool runner", func(ctx context.Context) error { return toolrunner.Run(ctx, tnc, tr, quiet) })
 	if p.store, err = eventstore.Open(ctx, nc, eventstore.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
