@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -22,16 +24,9 @@ import (
 func TestWorkerRecallsBeforeTheModelCall(t *testing.T) {
 	ns, nc := natstest.Start(t)
 	r := setupFile(t, nc, "testdata/recall.yaml", "")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	mnc := natstest.Connect(t, ns.ClientURL())
-	go func() { done <- memorysvc.Run(ctx, mnc, memorysvc.DefaultConfig(), quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("memory service: %v", err)
-		}
-	})
+	mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
+	testrig.Run(t, "memory service", func(ctx context.Context) error { return memorysvc.Run(ctx, mnc, memorysvc.DefaultConfig(), quiet) })
+	ctx := context.Background()
 	r.run(t, r.newWorker(t, worker.Config{Retry: fastRetry}, quiet), quiet)
 
 	r.start(t, "s1")

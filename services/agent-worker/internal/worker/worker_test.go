@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
@@ -29,7 +30,6 @@ import (
 	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -75,15 +75,8 @@ func setupFile(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
 // setupUnregistered is setupFile without registering any tool.
 func setupUnregistered(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ledger.Run(ctx, nc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	testrig.Ledger(t, nc.ConnectedUrl())
+	ctx := context.Background()
 	store, err := eventstore.Open(ctx, nc, eventstore.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -137,14 +130,8 @@ func (r *rig) run(t *testing.T, w *worker.Worker, log *slog.Logger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- consume.Run(ctx, r.nc, w.Handler(), consume.RecordInSession(wc), log) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
+	testrig.Run(t, "worker", func(ctx context.Context) error {
+		return consume.Run(ctx, r.nc, w.Handler(), consume.RecordInSession(wc), log)
 	})
 }
 
