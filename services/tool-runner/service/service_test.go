@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/workflow"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 	"github.com/openrath/rath/services/tool-runner/service"
 )
 
@@ -77,12 +77,10 @@ func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config))
 	}
 
 	ns, nc := natstest.Start(t)
-	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	// The runner stops before the ledger it appends through: it starts
+	// after it.
+	testrig.Ledger(t, ns.ClientURL())
 	tnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleToolRunner)
-	lctx, lcancel := context.WithCancel(context.Background())
-	rctx, rcancel := context.WithCancel(context.Background())
-	ldone, rdone := make(chan error, 1), make(chan error, 1)
-	go func() { ldone <- ledger.Run(lctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
 	cfg := service.DefaultConfig()
 	cfg.Sandbox.Root = filepath.Join(dir, "workspaces")
 	cfg.Sandbox.Path = os.Getenv("PATH")
@@ -90,17 +88,7 @@ func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config))
 	for _, o := range opts {
 		o(&cfg)
 	}
-	go func() { rdone <- service.Run(rctx, tnc, cfg, quiet) }()
-	t.Cleanup(func() {
-		rcancel()
-		if err := <-rdone; err != nil {
-			t.Errorf("tool runner: %v", err)
-		}
-		lcancel()
-		if err := <-ldone; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	testrig.Run(t, "tool runner", func(ctx context.Context) error { return service.Run(ctx, tnc, cfg, quiet) })
 
 	// The ledger makes the streams; the test attaches to them once they
 	// exist (making them too would race the ledger).
