@@ -68,6 +68,12 @@ type config struct {
 	// tries bounds how often a figure disturbed by other processes is
 	// measured again (see quiet.go).
 	tries int
+	// trustPairs is how many times each trust figure runs with and without
+	// authentication and signing, alternating (ABBA), so that a machine that
+	// warms up or drifts during the run does not favour one side. One run
+	// of 1d differs from the next by up to ±15 % on this machine: two pairs
+	// cannot tell 0.85× from 0.80×.
+	trustPairs int
 	// waitQuiet is how long to wait, at most, for other processes to leave
 	// the CPUs alone before measuring.
 	waitQuiet time.Duration
@@ -88,6 +94,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.historyWorkers, "history-workers", 64, "appends in flight to one session while writing the long histories")
 	fs.IntVar(&c.samples, "samples", 5, "forks and state reads per latency figure (median)")
 	fs.IntVar(&c.replays, "replays", 3, "replays per replay figure (median)")
+	fs.IntVar(&c.trustPairs, "trust-pairs", 4, "runs of each trust figure with and without authentication and signing (alternating ABBA)")
 	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ","))
 	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
 	fs.StringVar(&c.ledgerBin, "ledger-bin", "", "prebuilt session-ledger binary (default: go build ./services/session-ledger)")
@@ -145,6 +152,9 @@ func (c config) validate() error {
 	}
 	if c.chunkBytes < 1 || c.chunkBytes > 64<<10 {
 		errs = append(errs, fmt.Errorf("chunk-bytes must be 1..65536, got %d", c.chunkBytes))
+	}
+	if c.trustPairs < 1 || c.trustPairs > 20 {
+		errs = append(errs, fmt.Errorf("trust-pairs must be 1..20, got %d", c.trustPairs))
 	}
 	if c.batch < 1 || c.batch > api.MaxBatch {
 		errs = append(errs, fmt.Errorf("batch must be 1..%d, got %d", api.MaxBatch, c.batch))

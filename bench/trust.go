@@ -9,11 +9,6 @@ import (
 	"time"
 )
 
-// trustPairs is how many times each trust figure runs with and without
-// authentication and signing, alternating (ABBA), so that a machine that
-// warms up or drifts during the run does not favour one side.
-const trustPairs = 2
-
 // runTrustCost measures what authentication and signing cost (issue 10's
 // target: at most 15 % of the pipelined and batched append rates): 1b's and
 // 1d's appends against this harness (every connection authenticated as its
@@ -66,7 +61,7 @@ func (h *harness) runTrustCost(ctx context.Context) error {
 			}
 			noise float64
 		)
-		for i := range 2 * trustPairs {
+		for i := range 2 * h.cfg.trustPairs {
 			// ABBA: the baseline first in even pairs, second in odd ones.
 			side, k, name := h, 0, "with"
 			if i%4 == 0 || i%4 == 3 {
