@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -22,7 +23,6 @@ import (
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/services/memory-svc/service"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -38,28 +38,11 @@ type rig struct {
 func setup(t *testing.T, n int) *rig {
 	t.Helper()
 	ns, nc := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ldone := make(chan error, 1)
-	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
-	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	mctx, mcancel := context.WithCancel(ctx)
-	mdone := make(chan error, n)
+	testrig.Ledger(t, ns.ClientURL())
 	for range n {
 		mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
-		go func() { mdone <- service.Run(mctx, mnc, service.DefaultConfig(), quiet) }()
+		testrig.Run(t, "memory service", func(ctx context.Context) error { return service.Run(ctx, mnc, service.DefaultConfig(), quiet) })
 	}
-	t.Cleanup(func() {
-		mcancel()
-		for range n {
-			if err := <-mdone; err != nil {
-				t.Errorf("memory service: %v", err)
-			}
-		}
-		cancel()
-		if err := <-ldone; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
 	c, err := client.New(nc, client.WithTimeout(10*time.Second), client.WithRetryFor(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -130,15 +113,10 @@ func (r *rig) decodeAt(t *testing.T, id string, seq uint64) (events.Stored, any)
 // stopped by its context, returning nil.
 func TestMemoryServiceRunsAndStops(t *testing.T) {
 	ns, nc := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ldone := make(chan error, 1)
-	lnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
-	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	mctx, mcancel := context.WithCancel(ctx)
-	mdone := make(chan error, 1)
+	ctx := context.Background()
+	l := testrig.Ledger(t, ns.ClientURL())
 	mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
-	go func() { mdone <- service.Run(mctx, mnc, service.DefaultConfig(), quiet) }()
+	m := testrig.Run(t, "memory service", func(ctx context.Context) error { return service.Run(ctx, mnc, service.DefaultConfig(), quiet) })
 	c, _ := client.New(nc, client.WithRetryFor(30*time.Second))
 	if _, err := c.Start(ctx, "s", events.SessionStarted{}); err != nil {
 		t.Fatal(err)
@@ -150,8 +128,7 @@ func TestMemoryServiceRunsAndStops(t *testing.T) {
 	if rep.Record.Version != 1 || rep.Ack.Session != "s" {
 		t.Fatalf("add = %+v", rep)
 	}
-	mcancel()
-	if err := <-mdone; err != nil {
+	if err := m.Stop(); err != nil {
 		t.Fatalf("memory service stopped with %v", err)
 	}
 	// Nobody answers any more.
@@ -162,8 +139,7 @@ func TestMemoryServiceRunsAndStops(t *testing.T) {
 	if _, err := q.Memory().Show(ctx, rep.Record.ItemID); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("show after stop: %v, want no responders", err)
 	}
-	cancel()
-	if err := <-ldone; err != nil {
+	if err := l.Stop(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -16,7 +17,6 @@ import (
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/services/memory-svc/service"
-	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var (
@@ -41,16 +41,7 @@ func newTenantRig(t *testing.T) *tenantRig {
 	// The users first: adding one reloads the server, which must not race
 	// the streams the services create (natstest.ConnectUser).
 	anc, bnc := natstest.ConnectUser(t, url, alice), natstest.ConnectUser(t, url, bob)
-	ctx, cancel := context.WithCancel(context.Background())
-	ldone := make(chan error, 1)
-	lnc := natstest.ConnectAs(t, url, auth.RoleLedger)
-	go func() { ldone <- ledger.Run(ctx, lnc, ledger.ConfigIn(t.TempDir()), quiet) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ldone; err != nil {
-			t.Errorf("ledger: %v", err)
-		}
-	})
+	testrig.Ledger(t, url)
 	r := &tenantRig{url: url}
 	r.startMemory(t)
 	newClient := func(nc *nats.Conn, p events.Principal) *client.Client {
@@ -70,23 +61,14 @@ func newTenantRig(t *testing.T) *tenantRig {
 // rebuilds its view from the streams.
 func (r *tenantRig) startMemory(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	mnc := natstest.ConnectAs(t, r.url, auth.RoleMemory)
-	go func() { done <- service.Run(ctx, mnc, service.DefaultConfig(), quiet) }()
-	stopped := false
+	// Stopped before its connection closes (cleanups run last first).
+	m := testrig.Run(t, "memory service", func(ctx context.Context) error { return service.Run(ctx, mnc, service.DefaultConfig(), quiet) })
 	r.stopMemory = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+		if err := m.Stop(); err != nil {
 			t.Errorf("memory service: %v", err)
 		}
 	}
-	// Stopped before its connection closes (cleanups run last first).
-	t.Cleanup(r.stopMemory)
 }
 
 // restartMemory stops the memory service and starts a new one.
