@@ -3,15 +3,14 @@ package client_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 // The client's errors match the ledger's codes with errors.Is, wrapped as
@@ -27,10 +26,7 @@ func TestErrorsMatchSentinels(t *testing.T) {
 		t.Fatalf("no ledger: %v, want it to match ErrUnavailable", err)
 	}
 
-	run, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- service.Run(run, nc, service.ConfigIn(t.TempDir()), slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() { stop(); <-done })
+	testrig.Ledger(t, nc.ConnectedUrl())
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -3,29 +3,23 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 // Events reads a range longer than one ledger page, in order, and stops
 // when its function says so.
 func TestEventsReadsEveryPage(t *testing.T) {
-	_, nc := natstest.Start(t)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	t.Cleanup(func() { stop(); <-done })
+	ns, nc := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
+	ctx := context.Background()
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
