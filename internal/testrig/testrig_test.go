@@ -3,13 +3,17 @@ package testrig_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/workflow"
 )
 
 // A ledger from the rig stores what a client appends, and stops cleanly
@@ -42,5 +46,36 @@ func TestStopReturnsTheServicesError(t *testing.T) {
 		if err := s.Stop(); !errors.Is(err, boom) {
 			t.Fatalf("Stop: %v, want %v", err, boom)
 		}
+	}
+}
+
+// A bundle from the rig opens again as the workflow it was made of.
+func TestBundleOpensAsTheWorkflow(t *testing.T) {
+	ns, nc := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
+	store, err := eventstore.AttachWait(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"w.yaml": "name: w\nagents:\n  - {name: a, provider: scripted, script: a.yaml}\nrules:\n  - {name: r, when: \"false\", route: {agent: a}}\n",
+		"a.yaml": "- content: hi\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wf, err := workflow.Load(filepath.Join(dir, "w.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := testrig.Bundle(t, store, wf)
+	got, err := workflow.NewLibrary(store.GetBlob).Get(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Workflow.Name != "w" || got.Workflow.Hash() != wf.Hash() {
+		t.Fatalf("bundle opens as %s (%s), want w (%s)", got.Workflow.Name, got.Workflow.Hash(), wf.Hash())
 	}
 }

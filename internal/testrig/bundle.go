@@ -1,0 +1,29 @@
+package testrig
+
+import (
+	"context"
+	"testing"
+
+	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/workflow"
+)
+
+// Bundle stores wf's bundle (the workflow file and its scripts) in store's
+// blobs and returns its reference: the workflow_ref a session starts with,
+// as rath run uploads it. A workflow that does not bundle fails the test.
+func Bundle(t testing.TB, store *eventstore.Store, wf *workflow.Workflow) string {
+	t.Helper()
+	b, err := workflow.NewBundle(wf)
+	if err != nil {
+		t.Fatalf("bundle workflow %s: %v", wf.Name, err)
+	}
+	raw, err := b.Marshal()
+	if err != nil {
+		t.Fatalf("bundle workflow %s: %v", wf.Name, err)
+	}
+	ref, err := store.PutBlob(context.Background(), raw)
+	if err != nil {
+		t.Fatalf("store the bundle of workflow %s: %v", wf.Name, err)
+	}
+	return ref
+}
