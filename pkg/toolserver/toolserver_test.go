@@ -250,12 +250,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := workflow.NewBundle(wf)
-	data, _ := b.Marshal()
-	ref, err := r.store.PutBlob(context.Background(), data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := testrig.Bundle(t, r.store, wf)
 	if _, err := r.c.Start(context.Background(), "s3", events.SessionStarted{WorkflowRef: ref}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -45,18 +46,7 @@ func (r *rig) startWorkflow(t *testing.T, id, src string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := b.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := store.PutBlob(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := testrig.Bundle(t, store, wf)
 	if _, err := r.c.Start(ctx, id, events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref, Task: "remember things"}); err != nil {
 		t.Fatal(err)
 	}

@@ -49,17 +49,8 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, _ := b.Marshal()
-	ref, err := store.PutBlob(ctx, data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, _ := client.New(nc)
-	return &rig{nc: nc, c: c, ref: ref, wf: wf}
+	return &rig{nc: nc, c: c, ref: testrig.Bundle(t, store, wf), wf: wf}
 }
 
 // next watches a session from seq until an event of one of the types, and

@@ -98,17 +98,8 @@ func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, _ := b.Marshal()
-	ref, err := store.PutBlob(context.Background(), data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, _ := client.New(nc)
-	return &rig{c: c, store: store, ref: ref, workspace: cfg.Sandbox.Root}
+	return &rig{c: c, store: store, ref: testrig.Bundle(t, store, wf), workspace: cfg.Sandbox.Root}
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/workflow"
@@ -71,14 +72,7 @@ func TestWorkerCompactsAboveTheThreshold(t *testing.T) {
 	if r.wf, err = workflow.Parse(src, "testdata/coder.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(r.wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := b.Marshal()
-	if r.ref, err = r.store.PutBlob(context.Background(), raw); err != nil {
-		t.Fatal(err)
-	}
+	r.ref = testrig.Bundle(t, r.store, r.wf)
 	m := answering(provider.Response{Content: "done", StopReason: provider.StopEndTurn, TokensIn: 1, TokensOut: 1})
 	r.run(t, r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet), quiet)
 

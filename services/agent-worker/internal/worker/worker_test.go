@@ -96,19 +96,7 @@ func setupUnregistered(t *testing.T, nc *nats.Conn, path, baseURL string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := b.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := store.PutBlob(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rig{nc: nc, c: c, store: store, wf: wf, ref: ref}
+	return &rig{nc: nc, c: c, store: store, wf: wf, ref: testrig.Bundle(t, store, wf)}
 }
 
 // newWorker returns a worker wired as service.Run wires it.

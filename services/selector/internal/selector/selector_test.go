@@ -218,15 +218,7 @@ func setupWith(t *testing.T, nc *nats.Conn, path string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := b.Marshal()
-	ref, err := store.PutBlob(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := testrig.Bundle(t, store, wf)
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
