@@ -17,7 +17,7 @@ import (
 // nothing and records no heads. Only the Rath part is timed; both servers
 // run in this process, the idle one costs nothing.
 func (h *harness) runTrustCost(ctx context.Context) error {
-	if !h.wants("trust") {
+	if !h.wants("trust") && !h.wants("T1b") && !h.wants("T1d") {
 		return nil
 	}
 	if h.cfg.ledgerProcess {
@@ -53,6 +53,9 @@ func (h *harness) runTrustCost(ctx context.Context) error {
 			}},
 	}
 	for _, f := range figures {
+		if !h.wants("trust") && !h.wants(f.id) {
+			continue // --figures T1d measures that one alone
+		}
 		// runs[0] with authentication and signing, runs[1] without.
 		var (
 			runs [2]struct {
