@@ -263,12 +263,15 @@ func checkExample(flag string) (string, error) {
 // demoConfig is `rath up`'s configuration for a private runtime: a free
 // port, the data directory, workspaces seeded from the example.
 func demoConfig(data, example string) runtime.Config {
-	cfg := runtime.DefaultConfig()
-	cfg.Data = filepath.Join(data, "jetstream")
-	cfg.Listen = "127.0.0.1:0"
+	cfg := privateBase().Private(data, example)
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-demo-%d", os.Getpid())
-	cfg.ToolRunner.Sandbox.Root = filepath.Join(data, "workspaces")
-	cfg.ToolRunner.Seeds = example
+	return cfg
+}
+
+// privateBase is what a private runtime (rath demo, rath replay) starts
+// from: rath up's defaults, with the model keys of this environment.
+func privateBase() runtime.Config {
+	cfg := runtime.DefaultConfig()
 	cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
 	return cfg
 }

@@ -69,6 +69,18 @@ func DefaultConfig() Config {
 	}
 }
 
+// Private is c for a private runtime of one process (rath demo, rath
+// replay): the embedded server on a free port storing under
+// <dir>/jetstream, workspaces under <dir>/workspaces seeded from seeds.
+func (c Config) Private(dir, seeds string) Config {
+	c.NATSURL, c.CredsDir = "", ""
+	c.Data = filepath.Join(dir, "jetstream")
+	c.Listen = "127.0.0.1:0"
+	c.ToolRunner.Sandbox.Root = filepath.Join(dir, "workspaces")
+	c.ToolRunner.Seeds = seeds
+	return c
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	errs := []error{c.LedgerConfig().Validate(), c.Worker.Validate(), c.ToolRunner.Validate()}

@@ -155,3 +155,15 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A private runtime keeps everything under its directory and takes a free
+// port, whatever the configuration it starts from named.
+func TestPrivate(t *testing.T) {
+	base := DefaultConfig()
+	base.NATSURL, base.CredsDir = "nats://elsewhere:4222", "/creds"
+	cfg := base.Private("/d", "/seeds")
+	if cfg.NATSURL != "" || cfg.CredsPath() != "/d/jetstream/creds" || cfg.Data != "/d/jetstream" || cfg.Listen != "127.0.0.1:0" ||
+		cfg.ToolRunner.Sandbox.Root != "/d/workspaces" || cfg.ToolRunner.Seeds != "/seeds" || cfg.LedgerConfig().KeyFile != "/d/jetstream/keys/ledger.key" {
+		t.Errorf("Private: %+v", cfg)
+	}
+}
