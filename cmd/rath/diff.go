@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -9,8 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/replay"
 	"github.com/openrath/rath/pkg/session"
 )
@@ -31,7 +28,7 @@ token usage by agent and model after the common ancestor.`,
 			if err != nil {
 				return err
 			}
-			d, err := contrast(cmd.Context(), c, args[0], args[1])
+			d, err := replay.ReadContrast(cmd.Context(), c, args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -42,31 +39,6 @@ token usage by agent and model after the common ancestor.`,
 			return nil
 		},
 	}
-}
-
-// contrast reads the logical logs of a and b and compares them.
-func contrast(ctx context.Context, c *client.Client, a, b string) (replay.Contrast, error) {
-	la, err := logicalLog(ctx, c, a)
-	if err != nil {
-		return replay.Contrast{}, err
-	}
-	lb, err := logicalLog(ctx, c, b)
-	if err != nil {
-		return replay.Contrast{}, err
-	}
-	return replay.NewContrast(a, la, b, lb), nil
-}
-
-func logicalLog(ctx context.Context, c *client.Client, id string) ([]events.Stored, error) {
-	t, err := replay.Read(ctx, c, id)
-	if err != nil {
-		return nil, err
-	}
-	br := t.Branch(id)
-	if br == nil {
-		return nil, fmt.Errorf("diff: the tree of %s does not hold it", id)
-	}
-	return t.Logical(br), nil
 }
 
 // printContrast prints a comparison for people.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/rerun"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -104,7 +105,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &usage):
+	case errors.As(err, &usage), errors.Is(err, rerun.ErrUsage):
 		return exitUsage
 	case errors.As(err, &broken):
 		return exitBroken

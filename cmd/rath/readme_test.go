@@ -268,13 +268,14 @@ func waitClosed(t *testing.T, c *client.Client, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	closed := errors.New("closed")
 	err := c.Watch(ctx, id, func(e events.Stored) error {
 		if e.Type == events.TypeSessionClosed {
-			return errWatched
+			return closed
 		}
 		return nil
 	})
-	if !errors.Is(err, errWatched) {
+	if !errors.Is(err, closed) {
 		t.Fatalf("%s did not close: %v", id, err)
 	}
 }

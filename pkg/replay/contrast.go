@@ -1,10 +1,13 @@
 package replay
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
@@ -135,6 +138,32 @@ func NewContrast(a string, la []events.Stored, b string, lb []events.Stored) Con
 		c.Files = append(c.Files, fc)
 	}
 	return c
+}
+
+// ReadContrast reads the logical logs of sessions a and b (each from its
+// own tree) and contrasts them.
+func ReadContrast(ctx context.Context, c *client.Client, a, b string) (Contrast, error) {
+	la, err := logicalLog(ctx, c, a)
+	if err != nil {
+		return Contrast{}, err
+	}
+	lb, err := logicalLog(ctx, c, b)
+	if err != nil {
+		return Contrast{}, err
+	}
+	return NewContrast(a, la, b, lb), nil
+}
+
+func logicalLog(ctx context.Context, c *client.Client, id string) ([]events.Stored, error) {
+	t, err := Read(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	br := t.Branch(id)
+	if br == nil {
+		return nil, fmt.Errorf("diff: the tree of %s does not hold it", id)
+	}
+	return t.Logical(br), nil
 }
 
 func side(id string, all, rest []events.Stored) Side {
