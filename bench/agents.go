@@ -44,7 +44,7 @@ const agentWorkflow = "testdata/agents"
 const agentsInFlight = 32
 
 // runAgents is section 5: the agent loop on top of the ledger. 5a runs the
-// selector, agent worker and tool runner in this process (service.Run each,
+// selector, agent worker and tool runner in this process (internal/runtime,
 // as `rath up` does) and times each hop of sessions run one at a time from
 // the live feed; 5b runs them as 1, 2 and 4 OS processes of each kind and
 // counts completed sessions per second.
