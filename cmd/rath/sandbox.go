@@ -51,7 +51,7 @@ func (a *app) doctorCmd() *cobra.Command {
 	cfg.Sandbox.Root = ""
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Tell which sandbox backends work on this machine, and why not",
+		Short: "Check this machine's sandbox backends and the NATS deployment Rath runs on",
 		Long: `doctor sets up the tool runner's sandbox backends as "rath up" would and
 starts a sandbox with each: bwrap (bubblewrap: is it installed, and can it
 start a sandbox here? its own error if not, such as user namespaces being
@@ -59,9 +59,22 @@ off) and local (development only: no isolation). It prints what each
 isolates and which backend sessions get when their workflow names none
 (--sandbox; auto is bwrap where it works, else local with a warning).
 
-It needs no NATS. The sandboxes are set up in a temporary directory unless
---workspaces names the root to check. Exit status 0 if the default backend
-works, 1 if not.`,
+The sandboxes are set up in a temporary directory unless --workspaces names
+the root to check.
+
+Then it checks the NATS deployment at --nats: the server's version and
+max_payload, JetStream, every stream and bucket the ledger and the memory
+service create (retention and limits that would delete evidence, atomic
+publish, republish, file storage, dedupe window, replicas against each other
+and the cluster), the services' durable consumers and their backlog, who the
+connection is and which role's permissions it has, and this host's clock
+against the server's. Each problem is printed with how to fix it. It connects
+with --creds, or with admin.creds beside the default client.creds when that
+exists (a client may not read the streams). No NATS at the default URL is
+reported, not a failure; at a --nats you named, it is.
+
+Exit status 0 if the default backend works and nothing in the deployment
+fails, 1 if not.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Sandbox.Root == "" {
@@ -76,14 +89,19 @@ works, 1 if not.`,
 			if err != nil {
 				return usageError{err}
 			}
+			bus := a.checkBus(cmd)
 			if a.json {
-				if err := a.printJSON(s); err != nil {
+				if err := a.printJSON(doctorReport{Sandboxes: s, NATS: bus}); err != nil {
 					return err
 				}
 			} else {
 				writeDoctor(a.Stdout, s)
+				writeBus(a.Stdout, bus)
 			}
-			return s.Err()
+			if err := s.Err(); err != nil {
+				return err
+			}
+			return bus.err()
 		},
 	}
 	cmd.Flags().StringVar(&cfg.Sandbox.Root, "workspaces", "", "the workspace root to check (default: a temporary directory)")

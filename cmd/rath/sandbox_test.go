@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 
@@ -208,5 +210,32 @@ rath demo: WARNING: sessions are placed on local
 `
 	if b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// rath doctor --nats checks the deployment too: a ledger's streams pass as
+// admin; a server where no ledger ever ran fails, naming the fix.
+func TestDoctorChecksTheDeployment(t *testing.T) {
+	url := startLedger(t)
+	set, _ := natstest.Lookup(url)
+	r := rath(t, url, "doctor", "--creds", set.Path(auth.RoleAdmin))
+	if r.code != exitOK || !strings.Contains(r.stdout, "  ok    stream RATH_SESSIONS: ") || !strings.Contains(r.stdout, "the admin role's permissions exactly") {
+		t.Fatalf("doctor of a healthy deployment: %+v", r)
+	}
+	if r := rath(t, url, "doctor"); r.code != exitOK || !strings.Contains(r.stdout, "the client role's permissions exactly") ||
+		!strings.Contains(r.stdout, "fix: run doctor with admin credentials") {
+		t.Fatalf("doctor as a client: %+v", r)
+	}
+
+	ns, _ := natstest.Start(t)
+	empty := ns.ClientURL()
+	set, _ = natstest.Lookup(empty)
+	r = rath(t, empty, "doctor", "--creds", set.Path(auth.RoleAdmin))
+	if r.code != exitError || !strings.Contains(r.stdout, "  FAIL  stream RATH_SESSIONS: RATH_SESSIONS does not exist") ||
+		!strings.Contains(r.stdout, "fix: start a ledger") || !strings.Contains(r.stderr, "the NATS deployment has problems") {
+		t.Fatalf("doctor of a server without a ledger: %+v", r)
+	}
+	if r := rath(t, "nats://127.0.0.1:1", "doctor"); r.code != exitError || !strings.Contains(r.stdout, "FAIL  not reachable") {
+		t.Fatalf("doctor of a --nats that is not there: %+v", r)
 	}
 }

@@ -93,6 +93,10 @@ func (r Role) Principal() events.Principal {
 	return events.Service(string(r))
 }
 
+// UserInfo is the server's "who am I" request: every role may ask it, for
+// its own identity and permissions only (rath doctor shows them).
+const UserInfo = "$SYS.REQ.USER.INFO"
+
 // ClientPermissions is what a user of a tenant may do: ask the ledger and
 // the memory service, and propose, under its own name only; read its own
 // replies; watch its tenant's sessions. Nothing else: it reads the log, the
@@ -101,7 +105,7 @@ func (r Role) Principal() events.Principal {
 func ClientPermissions(p events.Principal) Permissions {
 	return Permissions{
 		Publish: Subjects{Allow: []string{
-			p.Ledger(">"), p.Memory(">"), p.Inbox(">"),
+			p.Ledger(">"), p.Memory(">"), p.Inbox(">"), UserInfo,
 		}},
 		Subscribe: Subjects{Allow: []string{
 			p.ReplyPrefix() + ".>", events.TenantLiveWildcard(p.Tenant),
@@ -146,7 +150,7 @@ func ledger() Permissions {
 	return Permissions{
 		Publish: Subjects{
 			Allow: []string{
-				events.SessionsWildcard, events.LiveWildcard, events.RejectsWildcard, events.SigsWildcard,
+				events.SessionsWildcard, events.LiveWildcard, events.RejectsWildcard, events.SigsWildcard, UserInfo,
 				jsAPI + ">", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>",
 			},
 			Deny: []string{jsAPI + "STREAM.DELETE.>"},
@@ -162,7 +166,7 @@ func ledger() Permissions {
 func worker(r Role) Permissions {
 	// Listing streams and consumers reads names and configurations only.
 	me := r.Principal()
-	pub := []string{me.Ledger(">"), me.Memory(">"), me.Inbox(">"), jsAPI + "INFO", jsAPI + "STREAM.NAMES", jsAPI + "STREAM.LIST", "$JS.FC.>"}
+	pub := []string{me.Ledger(">"), me.Memory(">"), me.Inbox(">"), UserInfo, jsAPI + "INFO", jsAPI + "STREAM.NAMES", jsAPI + "STREAM.LIST", "$JS.FC.>"}
 	sub := []string{inboxes}
 	for _, s := range readable {
 		pub = append(pub,
