@@ -167,24 +167,21 @@ func logicalLog(ctx context.Context, c *client.Client, id string) ([]events.Stor
 }
 
 func side(id string, all, rest []events.Stored) Side {
-	s := Side{Session: id, Status: "active", Validations: []session.Validation{}}
+	s := Side{Session: id, Status: string(session.StatusActive), Validations: []session.Validation{}}
 	if len(all) > 0 {
 		s.Head = all[len(all)-1].Seq
 	}
+	// The status is the session fold's (one fold of the catalog, tested
+	// against every kind), not a switch of its own. A merge's taken-in
+	// events are not read: they change no status.
+	st := &session.State{}
 	for _, e := range all {
-		switch e.Type {
-		case events.TypeSessionClosed:
-			var d events.SessionClosed
-			_ = json.Unmarshal(e.Data, &d)
-			s.Status, s.Outcome, s.Reason = "closed", d.Outcome, d.Reason
-		case events.TypeSessionForked:
-			s.Status, s.Outcome, s.Reason = "active", "", ""
-		case events.TypeSessionPaused:
-			s.Status = "paused"
-		case events.TypeSessionResumed:
-			s.Status = "active"
-		}
+		session.Apply(st, e)
 	}
+	if st.Status != "" {
+		s.Status = string(st.Status)
+	}
+	s.Outcome, s.Reason = st.Outcome, st.CloseReason
 	for _, e := range rest {
 		d, err := e.Decode()
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // ev builds a stored event of session at seq.
@@ -179,5 +180,39 @@ func TestCompareShortWordID(t *testing.T) {
 	other := run(t, "01a20139-9588-706f-b041-ff486bffc761", "turn-5f2f1f0d", strings.Repeat("b", 40), "I will fix Add in <root>-calc.", false)
 	if res := Compare(orig, other, Options{Finished: true}); res.First == nil || res.First.Seq != 3 {
 		t.Fatalf("a different text compared equal: %+v", res.First)
+	}
+}
+
+// A side's status is the session fold's for every registered kind: the
+// contrast keeps no switch of its own over the catalog (an archived branch
+// is archived, not closed).
+func TestSideStatusIsTheFolds(t *testing.T) {
+	for _, k := range events.Kinds() {
+		raw, err := json.Marshal(k.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := []events.Stored{
+			{ID: "e1", Type: events.TypeSessionStarted, Session: "s", Seq: 1, Data: json.RawMessage(`{"task":"t"}`)},
+			{ID: "e2", Type: k.Type, Session: "s", Seq: 2, Data: raw},
+		}
+		st := &session.State{}
+		for _, e := range all {
+			session.Apply(st, e)
+		}
+		got := side("s", all, all[1:])
+		if got.Status != string(st.Status) || got.Outcome != st.Outcome || got.Reason != st.CloseReason {
+			t.Errorf("%s: side says %s/%s/%s, the fold %s/%s/%s", k.Type, got.Status, got.Outcome, got.Reason, st.Status, st.Outcome, st.CloseReason)
+		}
+	}
+	closed, _ := json.Marshal(events.SessionClosed{Outcome: "succeeded", Reason: "done"})
+	archived, _ := json.Marshal(events.SessionArchived{BundleRef: "sha256:x", FromSeq: 1, HeadSeq: 2})
+	all := []events.Stored{
+		{ID: "e1", Type: events.TypeSessionStarted, Session: "s", Seq: 1, Data: json.RawMessage(`{"task":"t"}`)},
+		{ID: "e2", Type: events.TypeSessionClosed, Session: "s", Seq: 2, Data: closed},
+		{ID: "e3", Type: events.TypeSessionArchived, Session: "s", Seq: 3, Data: archived},
+	}
+	if s := side("s", all, nil); s.Status != "archived" || s.Outcome != "succeeded" {
+		t.Errorf("an archived branch: %+v", s)
 	}
 }
