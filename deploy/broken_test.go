@@ -28,6 +28,8 @@ func TestChecksCatchBrokenFiles(t *testing.T) {
 		{"one agent worker", "docker-compose.yml", "deploy: { replicas: 2 }", "deploy: { replicas: 1 }", false, "runs 1 agent-worker, want at least 2"},
 		{"R1 ledger", "docker-compose.yml", "      - --replicas=3\n      - --key=/etc/rath/keys/ledger.key\n      - --trust=${RATH_LEDGER_TRUST:-}\n      - --name=ledger-2", "      - --replicas=1\n      - --key=/etc/rath/keys/ledger.key\n      - --trust=${RATH_LEDGER_TRUST:-}\n      - --name=ledger-2", false, `--replicas "1", want 3`},
 
+		{"an environment variable nobody reads", "docker-compose.yml", "OPENAI_API_KEY: ${OPENAI_API_KEY:-}", "OPENAI_KEY: ${OPENAI_API_KEY:-}", false, "sets OPENAI_KEY, which agent-worker does not read"},
+
 		{"no probe and no TODO", "deploy/kubernetes/selector.yaml", "        rath.openrath.dev/probes:", "        rath.openrath.dev/other:", true, "no probes, and no rath.openrath.dev/probes annotation"},
 		{"no resources", "deploy/kubernetes/memory-svc.yaml", "            limits: { memory: 2Gi }\n", "", true, "needs resources"},
 		{"unknown consumer", "deploy/kubernetes/keda.yaml", "consumer: agent-worker\n", "consumer: agent-workers\n", true, `consumer "agent-workers" is no durable consumer`},

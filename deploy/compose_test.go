@@ -128,6 +128,11 @@ func checkCompose(t *testing.T, root string) []error {
 		} else if stage, ok := stages[b.name]; !ok || !strings.Contains(stage, "/out/"+b.name) {
 			fail("%s: deploy/Dockerfile has no stage %q that copies /out/%s", where, b.name, b.name)
 		}
+		for _, k := range slices.Sorted(maps.Keys(s.Environment)) {
+			if !b.readsEnv(k) {
+				fail("%s: sets %s, which %s does not read", where, k, b.name)
+			}
+		}
 		errs = append(errs, composeCreds(where, p, s, c)...)
 		urls := strings.Split(c.flags["nats"], ",")
 		var hosts []string

@@ -46,6 +46,7 @@ type binary struct {
 	path  string
 	flags map[string]bool // flag name → takes a value (false: a bool flag)
 	role  auth.Role       // the identity its --creds names; "" for rath
+	help  string          // its --help output
 }
 
 var (
@@ -125,7 +126,7 @@ func readHelp(name, path string) (*binary, error) {
 			return nil, fmt.Errorf("%s --help: %v", name, err)
 		}
 	}
-	b := &binary{name: name, path: path, flags: map[string]bool{}}
+	b := &binary{name: name, path: path, flags: map[string]bool{}, help: out.String()}
 	for line := range strings.Lines(out.String()) {
 		if m := flagLine.FindStringSubmatch(strings.TrimRight(line, "\n")); m != nil {
 			b.flags[m[1]] = m[2] != ""
@@ -209,6 +210,25 @@ func parseCommand(where string, args []string, bins map[string]*binary) (command
 		c.flags[name] = value
 	}
 	return c, errs
+}
+
+// readsEnv reports whether the binary reads the environment variable: its
+// --help names it (flags' "env X"), or its service's code has the name as a
+// string literal (the model providers' keys).
+func (b *binary) readsEnv(name string) bool {
+	if strings.Contains(b.help, name) {
+		return true
+	}
+	found := false
+	filepath.WalkDir(filepath.Join(repoRoot, "services", b.name), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || found || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		found = err == nil && bytes.Contains(src, []byte(strconv.Quote(name)))
+		return nil
+	})
+	return found
 }
 
 // durables returns every durable consumer the services' code names (a

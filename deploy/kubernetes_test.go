@@ -269,6 +269,13 @@ func checkKubernetes(t *testing.T, root string) []error {
 					}
 				}
 			}
+			for _, e := range c.Env {
+				if !b.readsEnv(e.Name) && !slices.ContainsFunc(append(slices.Clone(c.Command), c.Args...), func(a string) bool {
+					return strings.Contains(a, "$("+e.Name+")")
+				}) {
+					fail("%s: sets %s, which %s does not read and its command does not use", cwhere, e.Name, b.name)
+				}
+			}
 			_, serves := b.flags["http"]
 			probes := c.LivenessProbe != nil && c.ReadinessProbe != nil
 			switch {
