@@ -32,17 +32,17 @@ func Assemble(session string, own map[string][]events.Stored, blobs map[string][
 }
 
 func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
-	if _, ok := t.info[id]; !ok {
+	if t.Branch(id) == nil {
 		return nil, fmt.Errorf("the dossier holds no branch %s", id)
 	}
 	d := &Dossier{
-		Schema: FileSchema, Format: Format, Session: id, Root: t.rootOf(id),
+		Schema: FileSchema, Format: Format, Session: id, Root: t.RootOf(id),
 		Branches: []Branch{}, Turns: []Turn{}, ToolCalls: []ToolCall{}, Sandboxes: []Placement{},
 		Memory: []Memory{}, Validations: []Validation{}, Decisions: []Decision{}, Acts: []Act{},
 		Usage: UsageReport{ByBranch: map[string]session.Usage{}},
 		tree:  t,
 	}
-	if st := t.info[d.Root].start; st != nil {
+	if st := t.Branch(d.Root).Start; st != nil {
 		d.Task = st.Task
 		if st.Workflow != "" || st.WorkflowHash != "" || st.WorkflowRef != "" {
 			d.Workflow = &Workflow{Name: st.Workflow, Hash: st.WorkflowHash, Ref: st.WorkflowRef}
@@ -51,7 +51,8 @@ func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
 	var candidates []candidate
 	paths := map[string]*PathUsage{}
 	index := map[string]int{}
-	for _, id := range t.order {
+	for _, tb := range t.Branches() {
+		id := tb.ID
 		f := newFold(t, id, blobs)
 		f.run()
 		index[id] = len(d.Branches)
@@ -89,7 +90,7 @@ func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
 	d.Final = decideFinal(candidates)
 	if d.Final != nil {
 		d.Usage.AcceptedPath = paths[d.Final.Branch]
-		for _, seg := range t.path(d.Final.Branch) {
+		for _, seg := range t.Path(d.Final.Branch) {
 			d.Branches[index[seg.Session]].OnAcceptedPath = true
 		}
 	}

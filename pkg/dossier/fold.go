@@ -57,28 +57,28 @@ type callState struct {
 }
 
 func newFold(t *tree, id string, blobs map[string][]byte) *fold {
-	evs := t.own[id]
-	in := t.info[id]
+	evs := t.Branch(id).Events
+	in := t.Branch(id)
 	b := Branch{
-		ID: id, Parent: in.parent, ForkSeq: in.forkSeq, Status: "active",
+		ID: id, Parent: in.Parent, ForkSeq: in.ForkSeq, Status: "active",
 		Created: evs[0].Time, Updated: evs[len(evs)-1].Time,
 		FirstSeq: evs[0].Seq, Head: Head{Seq: evs[len(evs)-1].Seq, Hash: evs[len(evs)-1].Hash},
 		Events: len(evs), EventsFile: DirEvents + "/" + id + ".jsonl",
 	}
-	if in.fork != nil {
-		b.ForkHash, b.ForkReason = in.fork.ParentHash, in.fork.Reason
+	if in.Fork != nil {
+		b.ForkHash, b.ForkReason = in.Fork.ParentHash, in.Fork.Reason
 	}
 	f := &fold{t: t, id: id, blobs: blobs, branch: b,
 		turns: map[string]*turnState{}, calls: map[string]*callState{},
 		ids: map[string]events.Stored{}, covered: map[events.Position]bool{}, segments: map[string]*SegmentUsage{}}
-	for _, seg := range t.path(id) {
+	for _, seg := range t.Path(id) {
 		f.segments[seg.Session] = &SegmentUsage{Segment: seg}
 	}
 	return f
 }
 
 func (f *fold) run() {
-	for _, e := range f.t.logical(f.id) {
+	for _, e := range f.t.Logical(f.id) {
 		f.event(e)
 	}
 	// Most events first, then by name.
@@ -101,7 +101,7 @@ func (f *fold) covers(session string, seq uint64) bool {
 // not covered yet, a nested merge's own segments first.
 func (f *fold) expand(d *events.SessionMerged) {
 	for _, seg := range d.Segments {
-		for _, e := range f.t.own[seg.Session] {
+		for _, e := range f.t.Branch(seg.Session).Events {
 			if e.Seq < seg.From || e.Seq > seg.To || f.covers(e.Session, e.Seq) {
 				continue
 			}
@@ -391,7 +391,7 @@ func (f *fold) turnRecords() []Turn {
 		if ts.request.Session != f.id {
 			r.RequestedIn = &Ref{Branch: ts.request.Session, Seq: ts.request.Seq}
 			r.At = At{Branch: f.id, Seq: r.EndSeq, EventID: r.EventID, Time: r.Time}
-			if end, ok := f.t.event(f.id, r.EndSeq); ok {
+			if end, ok := f.t.Event(f.id, r.EndSeq); ok {
 				r.At = at(end)
 			}
 		}
@@ -413,7 +413,7 @@ func (f *fold) toolRecords() []ToolCall {
 			r.RequestedIn = &Ref{Branch: c.request.Session, Seq: c.request.Seq}
 		}
 		if c.request == nil || c.request.Session != f.id {
-			if first, ok := f.t.event(f.id, r.Seqs[0]); ok {
+			if first, ok := f.t.Event(f.id, r.Seqs[0]); ok {
 				r.At = at(first)
 			}
 		}
@@ -425,7 +425,7 @@ func (f *fold) toolRecords() []ToolCall {
 
 func (f *fold) pathUsage() *PathUsage {
 	p := &PathUsage{Branch: f.id, Usage: f.logical, MergedIn: f.mergedIn}
-	for _, seg := range f.t.path(f.id) {
+	for _, seg := range f.t.Path(f.id) {
 		p.Segments = append(p.Segments, *f.segments[seg.Session])
 	}
 	return p

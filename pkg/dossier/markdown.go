@@ -573,7 +573,7 @@ func acceptedCalls(d *Dossier) []ToolCall {
 		return nil
 	}
 	var out []ToolCall
-	for _, seg := range d.tree.path(d.Final.Branch) {
+	for _, seg := range d.tree.Path(d.Final.Branch) {
 		for _, t := range d.ToolCalls {
 			if t.Branch == seg.Session && t.Seq >= seg.From && t.Seq <= seg.To {
 				out = append(out, t)

@@ -60,7 +60,7 @@ func (d *Dossier) Recalled(branch string, seq uint64) (RecallAnswer, error) {
 	if err := d.hasBranch(branch); err != nil {
 		return RecallAnswer{}, err
 	}
-	e, ok := d.tree.event(branch, seq)
+	e, ok := d.tree.Event(branch, seq)
 	if !ok {
 		return RecallAnswer{}, fmt.Errorf("%w: branch %s has no sequence %d (head %d)", ErrNoStep, branch, seq, d.tree.head(branch).Seq)
 	}
@@ -101,7 +101,7 @@ func (d *Dossier) hasBranch(id string) error {
 	if d.tree == nil {
 		return errors.New("the dossier holds no events")
 	}
-	if _, ok := d.tree.info[id]; !ok {
+	if d.tree.Branch(id) == nil {
 		return fmt.Errorf("%w: the dossier holds no branch %s", ErrNoBranch, id)
 	}
 	return nil
@@ -110,7 +110,7 @@ func (d *Dossier) hasBranch(id string) error {
 // Turns_ lists the agent turns of branch's logical log in order.
 func (d *Dossier) LogTurns(branch string) []StepTurn {
 	var out []StepTurn
-	for _, e := range d.tree.logical(branch) {
+	for _, e := range d.tree.Logical(branch) {
 		switch e.Type {
 		case events.TypeTurnRequested:
 			var t events.TurnRequested
@@ -168,7 +168,7 @@ func (d *Dossier) turnRecalls(branch string, t *StepTurn) []Recall {
 // onPath lists the memory events of branch's logical log.
 func (d *Dossier) onPath(branch string) []Memory {
 	var out []Memory
-	for _, seg := range d.tree.path(branch) {
+	for _, seg := range d.tree.Path(branch) {
 		for _, m := range d.Memory {
 			if m.Branch == seg.Session && m.Seq >= seg.From && m.Seq <= seg.To {
 				out = append(out, m)
@@ -204,7 +204,7 @@ func (d *Dossier) routed(branch, id string) *Decision {
 
 func (d *Dossier) decisionsOnPath(branch string) []Decision {
 	var out []Decision
-	for _, seg := range d.tree.path(branch) {
+	for _, seg := range d.tree.Path(branch) {
 		for _, dec := range d.Decisions {
 			if dec.Branch == seg.Session && dec.Seq >= seg.From && dec.Seq <= seg.To {
 				out = append(out, dec)
@@ -248,7 +248,7 @@ func (d *Dossier) Route(branch string, step uint64, route string) (RouteAnswer, 
 		}
 		return a, nil
 	}
-	e, ok := d.tree.event(branch, step)
+	e, ok := d.tree.Event(branch, step)
 	if !ok {
 		return RouteAnswer{}, fmt.Errorf("%w: branch %s has no sequence %d (head %d)", ErrNoStep, branch, step, d.tree.head(branch).Seq)
 	}
@@ -286,7 +286,7 @@ func (d *Dossier) ModifiedFile(file string) []FileChange {
 	out := []FileChange{}
 	path := map[string][2]uint64{}
 	if d.Final != nil && d.tree != nil {
-		for _, seg := range d.tree.path(d.Final.Branch) {
+		for _, seg := range d.tree.Path(d.Final.Branch) {
 			path[seg.Session] = [2]uint64{seg.From, seg.To}
 		}
 	}

@@ -96,7 +96,7 @@ func (d *Dossier) Write(dir string) error {
 	}
 	for _, b := range d.Branches {
 		var buf bytes.Buffer
-		for _, e := range d.tree.own[b.ID] {
+		for _, e := range d.tree.Branch(b.ID).Events {
 			buf.Write(e.Raw)
 			buf.WriteByte('\n')
 		}

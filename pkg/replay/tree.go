@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // Branch is one session of a tree: its own events (not the prefix it
@@ -104,69 +105,35 @@ func (t *Tree) Events() int {
 	return n
 }
 
-// NewTree builds the tree of the branches' own events. Every branch must
-// start with rath.session.started (exactly one root) or rath.session.forked
-// naming a parent that is held.
+// NewTree builds the tree of the branches' own events (session.NewTree
+// reads and links them). Every branch must start with rath.session.started
+// (exactly one root) or rath.session.forked naming a parent that is held.
 func NewTree(own map[string][]events.Stored) (*Tree, error) {
-	t := &Tree{byID: make(map[string]*Branch, len(own))}
-	forks := map[string]*events.SessionForked{}
-	for id, evs := range own {
-		if len(evs) == 0 {
-			return nil, fmt.Errorf("branch %s has no events", id)
-		}
-		b := &Branch{ID: id, Events: evs}
-		t.byID[id] = b
-		d, err := evs[0].Decode()
-		if err != nil {
-			return nil, fmt.Errorf("branch %s, seq %d: %w", id, evs[0].Seq, err)
-		}
-		switch d := d.(type) {
-		case *events.SessionStarted:
-			if t.Root != nil {
-				return nil, fmt.Errorf("two roots: %s and %s", t.Root.ID, id)
-			}
-			t.Root = b
-		case *events.SessionForked:
-			forks[id] = d
-			b.ForkSeq = d.AtSeq
-		default:
-			return nil, fmt.Errorf("branch %s starts with %s, not a start or a fork", id, evs[0].Type)
-		}
-	}
-	if t.Root == nil {
-		return nil, fmt.Errorf("no root session among %d branches", len(own))
-	}
-	for id, f := range forks {
-		p := t.byID[f.Parent]
-		if p == nil {
-			return nil, fmt.Errorf("branch %s forks from %s, which the tree does not hold", id, f.Parent)
-		}
-		t.byID[id].Parent = p
-		p.Children = append(p.Children, t.byID[id])
-	}
-	var walk func(b *Branch, pos string, depth int) error
-	walk = func(b *Branch, pos string, depth int) error {
-		if depth > len(own) {
-			return fmt.Errorf("the branches' fork links form a cycle")
-		}
-		b.Pos = pos
-		t.Branches = append(t.Branches, b)
-		slices.SortFunc(b.Children, func(x, y *Branch) int {
-			return cmp.Or(cmp.Compare(x.ForkSeq, y.ForkSeq), x.Events[0].Time.Compare(y.Events[0].Time), cmp.Compare(x.ID, y.ID))
-		})
-		for i, c := range b.Children {
-			if err := walk(c, pos+"."+strconv.Itoa(i+1), depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := walk(t.Root, "root", 0); err != nil {
+	st, err := session.NewTree("", own)
+	if err != nil {
 		return nil, err
 	}
-	if len(t.Branches) != len(own) {
-		return nil, fmt.Errorf("%d of %d branches are not reachable from the root %s", len(own)-len(t.Branches), len(own), t.Root.ID)
+	switch roots := st.Roots(); {
+	case len(roots) == 0:
+		return nil, fmt.Errorf("no root session among %d branches", len(own))
+	case len(roots) > 1:
+		return nil, fmt.Errorf("two roots: %s and %s", roots[0].ID, roots[1].ID)
 	}
+	t := &Tree{byID: make(map[string]*Branch, len(own))}
+	var walk func(sb *session.Branch, parent *Branch, pos string)
+	walk = func(sb *session.Branch, parent *Branch, pos string) {
+		b := &Branch{ID: sb.ID, Pos: pos, Parent: parent, ForkSeq: sb.ForkSeq, Events: sb.Events}
+		t.byID[b.ID] = b
+		t.Branches = append(t.Branches, b)
+		if parent != nil {
+			parent.Children = append(parent.Children, b)
+		}
+		for i, c := range sb.Children {
+			walk(c, b, pos+"."+strconv.Itoa(i+1))
+		}
+	}
+	walk(st.Roots()[0], nil, "root")
+	t.Root = t.Branches[0]
 	return t, nil
 }
 
