@@ -427,7 +427,16 @@ func checkNATSWorkload(t *testing.T, w workload, services map[string]service, co
 	for i := range natsNodes {
 		hosts = append(hosts, fmt.Sprintf("%s-%d.%s", w.Metadata.Name, i, w.Spec.ServiceName))
 	}
-	_, cerrs := natsConfig(t, where, filepath.Join(dir, path.Base(conf)), w.Metadata.Name+"-0", hosts, m)
+	opts, cerrs := natsConfig(t, where, filepath.Join(dir, path.Base(conf)), w.Metadata.Name+"-0", hosts, m)
+	if opts != nil && !slices.ContainsFunc(c.VolumeMounts, func(vm struct {
+		Name      string `json:"name"`
+		MountPath string `json:"mountPath"`
+	}) bool {
+		rel, err := filepath.Rel(vm.MountPath, opts.StoreDir)
+		return err == nil && !strings.HasPrefix(rel, "..")
+	}) {
+		fail("JetStream's store_dir %s is on no volume: a pod loses its streams when rescheduled", opts.StoreDir)
+	}
 	return append(errs, cerrs...)
 }
 
