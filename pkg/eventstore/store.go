@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -73,11 +74,15 @@ type Store struct {
 	tools     jetstream.KeyValue
 	heads     jetstream.KeyValue // nil in an attached store: the ledger's alone
 	cfg       Config
+	log       *slog.Logger // what the store waits for (WithLogger)
 }
 
 // Open creates (or updates) the streams and buckets and returns a Store. It is
-// idempotent: every process may call it at start.
-func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+// idempotent: every process may call it at start. On a cluster that is still
+// forming (no meta leader yet, a node down, too few peers for the replicas)
+// it waits, making each request again with growing pauses and logging what
+// it waits for (WithLogger), until it succeeds or ctx ends.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config, opts ...OpenOption) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("event store config: %w", err)
 	}
@@ -85,16 +90,29 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event store: %w", err)
 	}
-	s := &Store{nc: nc, js: js, cfg: cfg}
+	log := openOpts(opts).log
+	s := &Store{nc: nc, js: js, cfg: cfg, log: log}
 	// Every stream is file-backed, replicated alike, deduplicates message IDs
 	// over the same window and serves direct gets.
 	stream := func(c jetstream.StreamConfig) (jetstream.Stream, error) {
 		c.Storage, c.Replicas, c.Duplicates, c.AllowDirect = jetstream.FileStorage, cfg.Replicas, cfg.DedupeWindow, true
-		st, err := js.CreateOrUpdateStream(ctx, c)
+		var st jetstream.Stream
+		err := create(ctx, log, "stream "+c.Name, func(ctx context.Context) (err error) {
+			st, err = js.CreateOrUpdateStream(ctx, c)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", c.Name, err)
 		}
 		return st, nil
+	}
+	kv := func(c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+		var b jetstream.KeyValue
+		err := create(ctx, log, "bucket "+c.Bucket, func(ctx context.Context) (err error) {
+			b, err = js.CreateOrUpdateKeyValue(ctx, c)
+			return err
+		})
+		return b, err
 	}
 	if s.sessions, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamSessions,
@@ -143,7 +161,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if s.snapshots, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if s.snapshots, err = kv(jetstream.KeyValueConfig{
 		Bucket:       events.BucketSnapshots,
 		Description:  "Rath: folded session states every K events, key <session>.<seq>",
 		History:      1,
@@ -153,7 +171,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketSnapshots, err)
 	}
-	if s.index, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if s.index, err = kv(jetstream.KeyValueConfig{
 		Bucket:      events.BucketSessions,
 		Description: "Rath: session index (s.<session>) and fork links (c.<parent>.<child>)",
 		History:     8,
@@ -162,7 +180,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketSessions, err)
 	}
-	if s.tools, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if s.tools, err = kv(jetstream.KeyValueConfig{
 		Bucket:      events.BucketTools,
 		Description: "Rath: tool registry, key = tool name",
 		History:     1,
@@ -171,7 +189,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketTools, err)
 	}
-	if s.heads, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if s.heads, err = kv(jetstream.KeyValueConfig{
 		Bucket:      events.BucketHeads,
 		Description: "Rath: each session's last signed head (a receipt of its last event), key = session",
 		History:     1,
@@ -180,11 +198,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketHeads, err)
 	}
-	if s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      events.BucketBlobs,
-		Description: "Rath: large evidence by content hash (sha256:<hex>)",
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err = create(ctx, log, "object store "+events.BucketBlobs, func(ctx context.Context) (err error) {
+		s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      events.BucketBlobs,
+			Description: "Rath: large evidence by content hash (sha256:<hex>)",
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return nil, fmt.Errorf("create object store %s: %w", events.BucketBlobs, err)
 	}
@@ -205,7 +226,7 @@ func Attach(ctx context.Context, nc *nats.Conn) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event store: %w", err)
 	}
-	s := &Store{nc: nc, js: js, cfg: DefaultConfig()}
+	s := &Store{nc: nc, js: js, cfg: DefaultConfig(), log: openOpts(nil).log}
 	if s.sessions, err = js.Stream(ctx, events.StreamSessions); err != nil {
 		return nil, fmt.Errorf("attach %s: %w", events.StreamSessions, err)
 	}
@@ -229,12 +250,22 @@ func Attach(ctx context.Context, nc *nats.Conn) (*Store, error) {
 
 // AttachWait attaches like Attach, waiting (with growing pauses) until a
 // ledger has created the streams and buckets: worker services start in any
-// order and never create or reconfigure what the ledger owns.
-func AttachWait(ctx context.Context, nc *nats.Conn) (*Store, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
+// order and never create or reconfigure what the ledger owns. It says
+// what it waits for on the logger WithLogger names.
+func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store, error) {
+	log := openOpts(opts).log
+	started := time.Now()
+	for attempt, wait := 1, 50*time.Millisecond; ; attempt, wait = attempt+1, min(wait*2, 2*time.Second) {
 		s, err := Attach(ctx, nc)
 		if err == nil {
+			if attempt > 1 {
+				log.Info("attached to the ledger's streams", "waited", time.Since(started).Round(time.Millisecond))
+			}
+			s.log = log
 			return s, nil
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Info("waiting for the ledger's streams and buckets (or a forming JetStream cluster)", "attempt", attempt, "waited", time.Since(started).Round(time.Millisecond), "err", err)
 		}
 		select {
 		case <-ctx.Done():

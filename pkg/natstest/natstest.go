@@ -169,6 +169,9 @@ func ConnectUser(t testing.TB, url string, p events.Principal, opts ...nats.Opti
 		t.Fatalf("natstest: no server started at %s", url)
 	}
 	s := v.(started)
+	if s.ns == nil {
+		t.Fatalf("natstest: ConnectUser on a cluster (%s) is not supported: it reloads one server's identities", url)
+	}
 	users.Lock()
 	id, err := s.set.AddUser(p)
 	if err == nil {

@@ -108,7 +108,7 @@ func KeysFromEnv(getenv func(string) string) map[string]string {
 // Run takes agent turns until ctx ends, then drains.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
 	log = log.With("service", "agent-worker")
-	store, err := eventstore.AttachWait(ctx, nc)
+	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

@@ -63,7 +63,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("memory: %w", err)
 	}
 	// The ledger creates the sessions stream; memory records into it.
-	store, err := eventstore.AttachWait(ctx, nc)
+	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

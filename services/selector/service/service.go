@@ -32,7 +32,7 @@ func DefaultConfig() Config { return Config{States: fold.CacheConfig{MaxBytes: f
 // Run routes sessions until ctx ends, then drains.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
 	log = log.With("service", "selector")
-	store, err := eventstore.AttachWait(ctx, nc)
+	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

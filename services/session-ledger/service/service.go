@@ -77,7 +77,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("session ledger: trusted keys (--trust): %w", err)
 	}
 	cfg.Ledger.Trusted = append(cfg.Ledger.Trusted, trusted...)
-	store, err := eventstore.Open(ctx, nc, cfg.Store)
+	store, err := eventstore.Open(ctx, nc, cfg.Store, eventstore.WithLogger(log.With("service", "session-ledger")))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

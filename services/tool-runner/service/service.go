@@ -78,7 +78,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner config: %w", err)
 	}
 	log = log.With("service", "tool-runner")
-	store, err := eventstore.AttachWait(ctx, nc)
+	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

@@ -1,0 +1,280 @@
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/embedded"
+)
+
+// Cluster is a JetStream cluster of real nats-server instances in the test's
+// process: loopback client ports picked at random, routes between every
+// node, file storage in a directory of each node's own, and the identities
+// Start hands out (one set, accepted by every node). A node can be shut
+// down and started again on the same store and ports, as an operator
+// restarts a crashed server.
+type Cluster struct {
+	t     testing.TB
+	name  string
+	creds *auth.Set
+	url   string // every node's client URL, comma-separated
+
+	mu    sync.Mutex
+	nodes []*node
+}
+
+// node is one server of a cluster and what it needs to start again.
+type node struct {
+	name        string
+	dir         string
+	clientPort  int
+	clusterPort int
+	ns          *server.Server // nil while down
+}
+
+// clusterReady bounds the wait for a meta leader (about 6 s on a 2-core
+// machine) and for a restarted node to catch up.
+const clusterReady = 90 * time.Second
+
+// StartCluster runs an n-node JetStream cluster for the test and waits
+// until it is ready (WaitReady). Every node shuts down when the test ends.
+// Connect to it with ConnectAs(t, c.URL(), role): the URL lists every node,
+// so a connection fails over when its node goes down.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := StartClusterNoWait(t, n)
+	c.WaitReady()
+	return c
+}
+
+// StartClusterNoWait starts the nodes of an n-node cluster and returns as
+// soon as each accepts client connections, before the cluster has elected
+// its meta leader: for tests of services that start on a forming cluster.
+func StartClusterNoWait(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return startNodes(t, n, n)
+}
+
+// StartClusterPartly starts up nodes of an n-node cluster (the others stay
+// down until Restart starts them), without waiting for a meta leader.
+func StartClusterPartly(t testing.TB, n, up int) *Cluster {
+	t.Helper()
+	return startNodes(t, n, up)
+}
+
+func startNodes(t testing.TB, n, up int) *Cluster {
+	t.Helper()
+	if n < 1 || up > n {
+		t.Fatalf("natstest: cluster of %d nodes, %d up", n, up)
+	}
+	base := t.TempDir()
+	set, err := auth.Ensure(filepath.Join(base, "creds"))
+	if err != nil {
+		t.Fatalf("credentials: %v", err)
+	}
+	c := &Cluster{t: t, name: "rath-test", creds: set}
+	urls := make([]string, n)
+	for i := range n {
+		nd := &node{
+			name:        fmt.Sprintf("rath-%d", i),
+			dir:         filepath.Join(base, fmt.Sprintf("n%d", i)),
+			clientPort:  freePort(t),
+			clusterPort: freePort(t),
+		}
+		c.nodes = append(c.nodes, nd)
+		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", nd.clientPort)
+	}
+	c.url = strings.Join(urls, ",")
+	entry := started{set: set}
+	servers.Store(c.url, entry)
+	for _, u := range urls {
+		servers.Store(u, entry)
+	}
+	t.Cleanup(func() {
+		servers.Delete(c.url)
+		for _, u := range urls {
+			servers.Delete(u)
+		}
+		for i := range c.nodes {
+			c.Shutdown(i)
+		}
+	})
+	for i := range up {
+		c.Restart(i)
+	}
+	return c
+}
+
+// freePort returns a loopback port free now. A node's ports are fixed
+// before it starts, so that routes can name them and a restarted node
+// comes back where its peers and clients look for it.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// URL lists every node's client URL, comma-separated, as nats.Connect
+// takes them.
+func (c *Cluster) URL() string { return c.url }
+
+// Creds returns the identities every node accepts.
+func (c *Cluster) Creds() *auth.Set { return c.creds }
+
+// Len is the number of nodes.
+func (c *Cluster) Len() int { return len(c.nodes) }
+
+// Server returns node i, or nil while it is down.
+func (c *Cluster) Server(i int) *server.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i].ns
+}
+
+// Name returns node i's server name, as JetStream's cluster info names it.
+func (c *Cluster) Name(i int) string { return c.nodes[i].name }
+
+// Index returns the index of the node with the given server name, or -1.
+func (c *Cluster) Index(name string) int {
+	for i, nd := range c.nodes {
+		if nd.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Shutdown stops node i (as a crash does: its clients see the connection
+// drop), keeping its store for Restart. Stopping a node that is down does
+// nothing.
+func (c *Cluster) Shutdown(i int) {
+	c.mu.Lock()
+	nd := c.nodes[i]
+	ns := nd.ns
+	nd.ns = nil
+	c.mu.Unlock()
+	if ns != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+}
+
+// Restart starts node i (again) on its store directory and ports. It
+// returns once the node accepts client connections; call WaitReady to wait
+// until it rejoined JetStream.
+func (c *Cluster) Restart(i int) *server.Server {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	nd := c.nodes[i]
+	if nd.ns != nil {
+		return nd.ns
+	}
+	ns, err := server.NewServer(c.options(nd))
+	if err != nil {
+		c.t.Fatalf("natstest: node %s: %v", nd.name, err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		c.t.Fatalf("natstest: node %s not accepting connections after 30s", nd.name)
+	}
+	nd.ns = ns
+	return ns
+}
+
+// options are node nd's server options: Start's (embedded.Start with the
+// identities) plus the cluster.
+func (c *Cluster) options(nd *node) *server.Options {
+	var routes []*url.URL
+	for _, o := range c.nodes {
+		if o != nd {
+			routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", o.clusterPort)})
+		}
+	}
+	users := c.creds.Identities()
+	nkeys := make([]*server.NkeyUser, 0, len(users))
+	for _, u := range users {
+		nkeys = append(nkeys, &server.NkeyUser{Nkey: u.PublicKey, Permissions: embedded.Permissions(u.Permissions())})
+	}
+	return &server.Options{
+		ServerName: nd.name,
+		Host:       "127.0.0.1",
+		Port:       nd.clientPort,
+		JetStream:  true,
+		StoreDir:   nd.dir,
+		MaxPayload: 8 << 20,
+		NoSigs:     true,
+		NoLog:      true,
+		Nkeys:      nkeys,
+		Cluster: server.ClusterOpts{
+			Name: c.name,
+			Host: "127.0.0.1",
+			Port: nd.clusterPort,
+		},
+		Routes: routes,
+	}
+}
+
+// Ready reports whether JetStream has a meta leader that sees every running
+// node online, and every running node is current with it: streams and
+// buckets can be placed on the nodes that are up.
+func (c *Cluster) Ready() bool {
+	c.mu.Lock()
+	var up []*server.Server
+	for _, nd := range c.nodes {
+		if nd.ns != nil {
+			up = append(up, nd.ns)
+		}
+	}
+	c.mu.Unlock()
+	leaders := 0
+	for _, ns := range up {
+		if !ns.JetStreamIsCurrent() {
+			return false
+		}
+		if ns.JetStreamIsLeader() {
+			leaders++
+			if len(ns.JetStreamClusterPeers()) < len(up) {
+				return false
+			}
+		}
+	}
+	return leaders == 1
+}
+
+// WaitReady polls the nodes' JetStream state until Ready, failing the test
+// after a minute and a half.
+func (c *Cluster) WaitReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(clusterReady)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !c.Ready() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("natstest: cluster not ready after %s", clusterReady)
+		}
+		<-tick.C
+	}
+}
+
+// ConnectAs opens a connection of the given role to the cluster (any node,
+// failing over to the others), closed when the test ends.
+func (c *Cluster) ConnectAs(t testing.TB, role auth.Role, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	return ConnectAs(t, c.url, role, opts...)
+}

@@ -1,0 +1,58 @@
+package natstest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/natstest"
+)
+
+// A 3-node cluster places an R3 stream, keeps it through a node's restart
+// on the same store and ports, and accepts only its identities.
+func TestClusterReplicatesAndRestartsANode(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc := c.ConnectAs(t, auth.RoleAdmin)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "t.1", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("not replicated: %+v", info.Cluster)
+	}
+	leader := c.Index(info.Cluster.Leader)
+	if leader < 0 {
+		t.Fatalf("leader %q is not a node", info.Cluster.Leader)
+	}
+	c.Shutdown(leader)
+	if _, err := js.Publish(ctx, "t.1", []byte("two"), jetstream.WithRetryAttempts(40)); err != nil {
+		t.Fatalf("publish with a node down: %v", err)
+	}
+	c.Restart(leader)
+	c.WaitReady()
+	info, err = st.Info(ctx)
+	if err != nil || info.State.Msgs != 2 {
+		t.Fatalf("after restart: %+v %v", info, err)
+	}
+	if nc, err := nats.Connect(c.URL()); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous connection was accepted")
+	}
+}

@@ -1,0 +1,90 @@
+package service_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/service"
+)
+
+// A ledger started on a cluster that cannot place its R3 streams yet (no
+// meta leader: one node of three; or a leader but a node short) waits,
+// saying so, and serves once the missing nodes start: it never exits.
+func TestRunWaitsForAFormingCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		up   int
+	}{
+		{"no meta leader", 1},
+		{"one node down", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := natstest.StartClusterPartly(t, 3, tc.up)
+			waiting := &logWatch{want: "waiting for the JetStream cluster", seen: make(chan struct{})}
+			log := slog.New(slog.NewTextHandler(waiting, nil))
+			cfg := service.ConfigIn(t.TempDir())
+			cfg.Store.Replicas = 3
+			lnc := c.ConnectAs(t, auth.RoleLedger)
+			testrig.Run(t, "ledger", func(ctx context.Context) error { return service.Run(ctx, lnc, cfg, log) })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			select {
+			case <-waiting.seen:
+			case <-ctx.Done():
+				t.Fatalf("the ledger never said it waits for the cluster; its log:\n%s", waiting)
+			}
+			started := time.Now()
+			for i := tc.up; i < c.Len(); i++ {
+				c.Restart(i)
+			}
+			cl, err := client.New(c.ConnectAs(t, auth.RoleAdmin))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := cl.Start(ctx, "", events.SessionStarted{Task: "on a cluster"})
+			if err != nil {
+				t.Fatalf("start a session: %v\nledger log:\n%s", err, waiting)
+			}
+			rep, err := cl.Verify(ctx, a.Session)
+			if err != nil || !rep.OK {
+				t.Fatalf("verify: %+v %v", rep, err)
+			}
+			t.Logf("serving %s after the cluster's last node started", time.Since(started).Round(time.Millisecond))
+		})
+	}
+}
+
+// logWatch keeps a log and closes seen once a line contains want.
+type logWatch struct {
+	want string
+	seen chan struct{}
+	mu   sync.Mutex
+	buf  strings.Builder
+	once sync.Once
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *logWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
