@@ -1,13 +1,11 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -17,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/internal/reqrep"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
@@ -45,37 +44,11 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		}
 		return err
 	}
-	var (
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, maxInflightRequests)
-		subs []*nats.Subscription
-	)
-	handle := func(op string, fn func(context.Context, *nats.Msg) (any, error)) error {
-		sub, err := nc.QueueSubscribe(events.LedgerFilter(op), events.LedgerQueue, func(m *nats.Msg) {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				defer cancel()
-				// The server let the asker publish on this subject only
-				// under its own name: that names who asks.
-				p, _, err := events.ParseRequest(m.Subject, events.LedgerPrefix)
-				if err != nil {
-					l.reply(m, nil, api.Errorf(api.CodeMalformed, "%v", err))
-					return
-				}
-				res, err := fn(withPrincipal(rctx, p), m)
-				l.reply(m, res, err)
-			}()
-		})
-		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", op, err)
-		}
-		subs = append(subs, sub)
-		return nil
-	}
-	for op, fn := range map[string]func(context.Context, *nats.Msg) (any, error){
+	srv, err := reqrep.Start(ctx, nc, reqrep.Config{
+		Prefix: events.LedgerPrefix, Queue: events.LedgerQueue, Inflight: maxInflightRequests, Timeout: 30 * time.Second,
+		TooLarge: "ask for less (a smaller tail or clip of the state overview) or page the log (the ledger's log operation)",
+		Log:      l.log,
+	}, map[string]reqrep.Handler{
 		events.OpAppend:     l.handleAppend,
 		events.OpBatch:      l.handleBatch,
 		events.OpAtomic:     l.handleAtomic,
@@ -92,15 +65,10 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		events.OpRejections: l.handleRejections,
 		events.OpPutBlob:    l.handlePutBlob,
 		events.OpGetBlob:    l.handleGetBlob,
-	} {
-		if err := handle(op, fn); err != nil {
-			inbox.stop()
-			return err
-		}
-	}
-	if err := nc.Flush(); err != nil {
+	})
+	if err != nil {
 		inbox.stop()
-		return fmt.Errorf("ledger subscriptions: %w", err)
+		return fmt.Errorf("ledger: %w", err)
 	}
 	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", events.LedgerPrefix+"<tenant>.<user>.<op>", "inbox", events.StreamInbox)
 	defer l.startRetention(ctx)()
@@ -108,20 +76,9 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	go func() { l.heads.run(ctx); close(heads) }()
 	<-ctx.Done()
 	// Drain: stop taking requests, answer the ones queued, then wait until
-	// every handler has replied.
-	closed := make([]<-chan nats.SubStatus, len(subs))
-	for i, s := range subs {
-		closed[i] = s.StatusChanged(nats.SubscriptionClosed)
-		_ = s.Drain()
-	}
-	for _, c := range closed {
-		select {
-		case <-c:
-		case <-time.After(30 * time.Second):
-		}
-	}
+	// every handler has replied; then the inbox.
+	srv.Stop()
 	inbox.stop()
-	wg.Wait()
 	<-heads
 	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -131,62 +88,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
-func (l *Ledger) reply(m *nats.Msg, res any, err error) {
-	if m.Reply == "" {
-		return
-	}
-	out := nats.NewMsg(m.Reply)
-	if err != nil {
-		var le *api.Error
-		if !errors.As(err, &le) {
-			le = &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
-		}
-		out.Header.Set(api.HeaderError, string(le.Code))
-		out.Data, _ = json.Marshal(api.ErrorReply{Error: le})
-	} else if raw, ok := res.([]byte); ok {
-		out.Data = raw
-	} else {
-		out.Data, err = marshalReply(res)
-		if err != nil {
-			out.Header.Set(api.HeaderError, string(api.CodeUnavailable))
-			out.Data, _ = json.Marshal(api.ErrorReply{Error: &api.Error{Code: api.CodeUnavailable, Message: err.Error()}})
-		}
-	}
-	if limit := l.maxPayload - 4096; err == nil && limit > 0 && int64(len(out.Data)) > limit {
-		// Above what NATS carries: tell the client rather than go silent.
-		le := api.Errorf(api.CodeTooLarge, "the reply to %s would be %d bytes, above the server's message limit of %d: ask for less (a smaller tail or clip of the state overview) or page the log (the ledger's log operation)", m.Subject, len(out.Data), l.maxPayload)
-		out = nats.NewMsg(m.Reply)
-		out.Header.Set(api.HeaderError, string(le.Code))
-		out.Data, _ = json.Marshal(api.ErrorReply{Error: le})
-	}
-	if err := m.RespondMsg(out); err != nil {
-		l.log.Warn("reply lost", "subject", m.Subject, "err", err)
-	}
-}
-
-// marshalReply encodes a reply without escaping <, >, & and U+2028/2029:
-// encoding/json would rewrite them inside the stored bodies a log page
-// carries (json.RawMessage), and a client must get the bytes the chain hash
-// covers.
-func marshalReply(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-func decodeRequest(m *nats.Msg, v any) error {
-	if len(m.Data) == 0 {
-		return api.Errorf(api.CodeMalformed, "%s: empty request body, want JSON", m.Subject)
-	}
-	if err := json.Unmarshal(m.Data, v); err != nil {
-		return api.Errorf(api.CodeMalformed, "%s: request body: %v", m.Subject, err)
-	}
-	return nil
-}
+func decodeRequest(m *nats.Msg, v any) error { return reqrep.Decode(m, v) }
 
 // propose decides one proposal and records a permanent refusal on the
 // rejections stream before anyone hears of it.
@@ -233,6 +135,11 @@ func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via, rejectKey string
 	}
 	a, err = l.Append(ctx, ev)
 	if err != nil && api.Permanent(err) {
+		if rejectKey == "" && ev.ID() != "" {
+			// A client asks again when an answer is late (its node lost,
+			// a busy ledger): its proposal, refused again, is recorded once.
+			rejectKey = requestKey(principalOf(ctx).Tenant, ev.ID())
+		}
 		return api.Ack{}, l.recordRejection(ctx, m, via, ev, err, rejectKey)
 	}
 	return a, err
@@ -272,6 +179,12 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// requestKey is the rejection record key of a proposal by request: one
+// record per event ID of a tenant within the dedupe window.
+func requestKey(tenant, eventID string) string {
+	return "request-" + eventstore.MsgID(tenant, eventID)
 }
 
 func (l *Ledger) handleAppend(ctx context.Context, m *nats.Msg) (any, error) {

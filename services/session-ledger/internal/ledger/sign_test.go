@@ -432,7 +432,7 @@ func TestMissingSignatureRecordIsReported(t *testing.T) {
 	if !strings.Contains(err.Error(), "is not in "+events.StreamSigs) {
 		t.Fatalf("refusal does not name the missing record: %v", err)
 	}
-	if _, err := fresh.c.Log(ctx, "m2", client.Range{}); err == nil {
+	if _, _, err := fresh.l.Log(ctx, "m2", 0, 0, 0); err == nil { // this ledger, which never read the record
 		t.Fatal("the log served an event whose signature record is gone")
 	}
 }
