@@ -1,0 +1,177 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/events"
+)
+
+// TestComposeClusterForms starts the three NATS nodes of docker-compose.yml in
+// this process, each from its configuration as the container loads it, with
+// only the addresses moved to loopback (the containers' host names do not
+// resolve here): the nodes form one JetStream cluster, the ledger's minted
+// identity creates an R3 stream and writes to it, and the client's identity
+// may not touch JetStream. It runs no Rath service (that is issue 14 item 4).
+func TestComposeClusterForms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	m := credentials(t)
+	p, err := loadCompose(repoRoot, m.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name, s := range p.Services {
+		if len(s.Image) > 5 && s.Image[:5] == "nats:" {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	if len(names) != natsNodes {
+		t.Fatalf("NATS services %v, want %d", names, natsNodes)
+	}
+	clusterPorts := map[string]int{}
+	for _, n := range names {
+		clusterPorts[n] = freePort(t)
+	}
+	var servers []*server.Server
+	for _, n := range names {
+		s := p.Services[n]
+		conf, errs := natsServerView(t, "service "+n, s)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		for k, v := range m.nkeys {
+			t.Setenv(k, v)
+		}
+		t.Setenv("NATS_SERVER_NAME", *s.Environment["NATS_SERVER_NAME"])
+		opts, err := server.ProcessConfigFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", clusterPorts[n]
+		for i, r := range opts.Routes {
+			port, ok := clusterPorts[r.Hostname()]
+			if !ok {
+				t.Fatalf("%s: route %s names no NATS service", n, r)
+			}
+			opts.Routes[i] = &url.URL{Scheme: r.Scheme, Host: fmt.Sprintf("127.0.0.1:%d", port)}
+		}
+		opts.StoreDir = filepath.Join(t.TempDir(), "jetstream")
+		opts.NoSigs, opts.NoLog = true, true
+		srv, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		go srv.Start()
+		t.Cleanup(srv.Shutdown)
+		servers = append(servers, srv)
+	}
+	for i, srv := range servers {
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("%s not ready", names[i])
+		}
+	}
+
+	connect := func(r auth.Role, extra ...nats.Option) *nats.Conn {
+		t.Helper()
+		opts, _, err := auth.Options(filepath.Join(m.dir, auth.FileName(r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, extra...)
+		nc, err := nats.Connect(servers[0].ClientURL(), opts...)
+		if err != nil {
+			t.Fatalf("connect as %s: %v", r, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	js, err := jetstream.New(connect(auth.RoleLedger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := jetstream.StreamConfig{Name: "RATH_DEPLOY_CHECK", Subjects: []string{events.SessionsWildcard[:len(events.SessionsWildcard)-1] + "deploycheck.>"}, Replicas: natsNodes}
+	var stream jetstream.Stream
+	for stream == nil { // the cluster elects its meta leader first; until then requests go unanswered
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		s, err := js.CreateStream(attempt, cfg)
+		cancelAttempt()
+		switch {
+		case err == nil:
+			stream = s
+		case ctx.Err() != nil:
+			t.Fatalf("no R3 stream within a minute (the cluster did not form?): %v", err)
+		default:
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if _, err := js.Publish(ctx, cfg.Subjects[0][:len(cfg.Subjects[0])-1]+"x", []byte("ok")); err != nil {
+		t.Fatalf("the ledger's identity cannot append: %v", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Cluster == nil || len(info.Cluster.Replicas) != natsNodes-1 || info.State.Msgs != 1 {
+		t.Errorf("stream on %+v with %d messages, want a leader and %d replicas holding 1", info.Cluster, info.State.Msgs, natsNodes-1)
+	}
+
+	violations := make(chan error, 8)
+	client, err := jetstream.New(connect(auth.RoleClient, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case violations <- err:
+		default:
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if _, err := client.CreateStream(short, jetstream.StreamConfig{Name: "RATH_CLIENT_STREAM", Subjects: []string{"x.>"}}); err == nil {
+		t.Error("the client identity created a stream: the cluster does not enforce pkg/auth's table")
+	}
+	select {
+	case err := <-violations:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("the client's stream creation failed with %v, want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no permissions violation for the client's stream creation")
+	}
+	admin, err := jetstream.New(connect(auth.RoleAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.DeleteStream(ctx, cfg.Name); err != nil {
+		t.Errorf("admin cannot delete the stream: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
