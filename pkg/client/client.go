@@ -108,7 +108,7 @@ func (c *Client) Append(ctx context.Context, ev event.Event) (api.Ack, error) {
 	msg.Header.Set("Content-Type", events.ContentTypeStructured)
 	msg.Data = body
 	var a api.Ack
-	if err := c.call(ctx, msg, &a); err != nil {
+	if err := c.callWithin(ctx, msg, &a, appendAttempt+time.Duration(len(body))*time.Second/(1<<20)); err != nil {
 		return api.Ack{}, fmt.Errorf("append %s to session %s: %w", ev.ID(), ev.Subject(), err)
 	}
 	return a, nil
@@ -353,10 +353,30 @@ func (c *Client) request(ctx context.Context, subject string, req, out any) erro
 // (no ledger listening, timeouts, conflicts) with backoff for up to the retry
 // horizon. Requests are idempotent: proposals carry their event ID.
 func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
+	return c.callWithin(ctx, msg, out, c.timeout)
+}
+
+// appendAttempt bounds the first wait for the answer to an append (plus a
+// second per MiB of event); each retry doubles the bound, up to the
+// request timeout (WithTimeout). A
+// ledger answers an append in milliseconds. No answer within a second
+// means the ledger lost its NATS server with the request (its answer is
+// then refused by the server it reconnects to, which never saw the
+// request) or is stuck: asking again, with the same event ID, reaches a live
+// ledger, which stores the event once, or answers with the original's ack.
+const appendAttempt = time.Second
+
+// callWithin is call with the first attempt bounded by first (at most the
+// request timeout). An attempt that leaves no time to retry waits the
+// whole request timeout.
+func (c *Client) callWithin(ctx context.Context, msg *nats.Msg, out any, first time.Duration) error {
 	deadline := time.Now().Add(c.retry)
 	backoff := 20 * time.Millisecond
-	for {
-		err := c.once(ctx, msg, out)
+	for bound := min(first, c.timeout); ; bound = min(2*bound, c.timeout) {
+		if time.Now().Add(bound + backoff).After(deadline) {
+			bound = c.timeout
+		}
+		err := c.once(ctx, msg, out, bound)
 		if err == nil || api.Permanent(err) && !isTransport(err) {
 			return err
 		}
@@ -389,9 +409,9 @@ func isTransport(err error) bool {
 	return errors.As(err, &t)
 }
 
-func (c *Client) once(ctx context.Context, msg *nats.Msg, out any) error {
+func (c *Client) once(ctx context.Context, msg *nats.Msg, out any, timeout time.Duration) error {
 	tracing.Inject(ctx, msg.Header)
-	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	reply, err := c.nc.RequestMsgWithContext(rctx, msg)
 	if err != nil {

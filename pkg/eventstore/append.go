@@ -50,10 +50,11 @@ func MsgID(tenant, eventID string) string { return tenant + "/" + eventID }
 // Append stores a sealed event body for a session of a tenant, only if the session's last
 // stored event is at stream sequence expectLast (0: the session has none yet).
 // The event ID is the JetStream message ID, so a retried append inside the
-// dedupe window is stored once.
+// dedupe window is stored once: an ack lost with a stream's leader is
+// waited for again (publish), not until ctx's deadline.
 func (s *Store) Append(ctx context.Context, tenant, session, token string, body []byte, eventID string, seq uint64, hash string, expectLast uint64) (Appended, error) {
 	msg := appendMsg(ctx, tenant, session, token, body, seq, hash)
-	ack, err := s.js.PublishMsg(ctx, msg,
+	ack, err := s.publish(ctx, msg,
 		jetstream.WithMsgID(MsgID(tenant, eventID)),
 		jetstream.WithExpectLastSequenceForSubject(expectLast, events.SessionFilter(session)))
 	if err != nil {

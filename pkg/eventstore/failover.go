@@ -1,0 +1,60 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	// ackAttempt bounds the first wait for an append's ack. A stream's
+	// leader that goes down takes the appends it was storing with it: no
+	// ack and no error ever come for them. JetStream elects a new leader in
+	// well under a second, so the append is published again (same message
+	// ID: stored once) instead of waiting out the caller's deadline. An R3
+	// append is acked in about a millisecond; the bound only ever fires on
+	// a lost leader or a stalled server.
+	ackAttempt = 500 * time.Millisecond
+	// ackAttemptMax caps the bound as it doubles, so that a server that
+	// is merely slow is not asked again and again.
+	ackAttemptMax = 4 * time.Second
+)
+
+// publish publishes msg and waits for its ack, attempt by attempt: an
+// attempt with no ack within its bound, or with no stream listening (no
+// leader yet), is published again with the same message and options until
+// ctx ends. The message ID makes a repeat of a stored message a duplicate
+// (R3), or a wrong-last-sequence conflict the caller resolves by reading
+// the session (R1), never a second copy.
+func (s *Store) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	bound := ackAttempt
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		ack, err := s.js.PublishMsg(actx, msg, opts...)
+		cancel()
+		if err == nil && attempt > 1 {
+			s.log.Info("append acknowledged after the stream's leader was lost or slow", "subject", msg.Subject, "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
+		}
+		if err == nil || ctx.Err() != nil || !ackLost(err) {
+			return ack, err
+		}
+		if attempt == 1 {
+			s.log.Warn("no ack for an append: publishing it again (the stream's leader may be lost; a new one is elected)", "subject", msg.Subject, "after", bound, "err", err)
+		}
+		bound = min(2*bound, ackAttemptMax)
+	}
+}
+
+// ackLost reports whether an append's ack did not come (the attempt's
+// bound passed, no stream answered, the connection was reconnecting):
+// whether the append may or may not be stored, publishing it again is
+// safe.
+func ackLost(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
+}
