@@ -10,7 +10,11 @@
 #
 #   scripts/deploy-creds.sh ./rath-creds                     # docker-compose.yml's default
 #   scripts/deploy-creds.sh --kubernetes rath ./rath-creds   # and the Secrets
-#   scripts/deploy-creds.sh --owner 65532:65532 ./rath-creds # as root: chown for the containers
+#   scripts/deploy-creds.sh --owner 65532:65532 ./rath-creds # as root: the containers' uid
+#
+# --owner gives the files the containers read (the five services' .creds and
+# keys/) to UID:GID: docker-compose.yml's containers run as 65532 and the files
+# are 0600. admin.creds and client.creds stay the operator's.
 #
 # RATH names a rath binary to use (default: go run ./cmd/rath). The signing key
 # is made here, not by the first ledger, so that two ledgers starting at once
@@ -79,14 +83,17 @@ if [ -n "$namespace" ]; then
   chmod 0600 "$out"
 fi
 
+services=(ledger selector agent-worker tool-runner memory-svc)
+chown_cmd="chown ${owner:-65532:65532} $(printf "$dir/%s.creds " "${services[@]}")&& chown -R ${owner:-65532:65532} $dir/keys"
 if [ -n "$owner" ]; then
-  chown -R "$owner" "$dir"
+  for s in "${services[@]}"; do chown "$owner" "$dir/$s.creds"; done
+  chown -R "$owner" "$dir/keys"
 fi
 
 cat <<MSG
 
 Minted into $dir. Next:
-  docker compose:  $( [ -n "$owner" ] && echo "docker compose up -d --build" || echo "sudo chown -R 65532:65532 $dir && docker compose up -d --build" )
+  docker compose:  $( [ -n "$owner" ] && echo "docker compose up -d --build" || echo "sudo sh -c '$chown_cmd' && docker compose up -d --build" )
                    (RATH_CREDS_DIR=$dir when it is not ./rath-creds)
   kubernetes:      $( [ -n "$namespace" ] && echo "kubectl apply -f $dir/kubernetes-secrets.yaml && kubectl apply -k deploy/kubernetes" || echo "run again into a new directory with --kubernetes NAMESPACE, or create the Secrets by hand (docs/operations.md)" )
   clients:         rath --nats nats://HOST:4222 --creds $dir/client.creds ls
