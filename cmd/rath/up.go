@@ -22,7 +22,10 @@ import (
 func (a *app) upCmd() *cobra.Command {
 	cfg := runtime.DefaultConfig()
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-up-%d", os.Getpid())
-	var logLevel slog.Level
+	var (
+		logLevel slog.Level
+		httpAddr string
+	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run NATS with JetStream and every Rath service until interrupted",
@@ -34,7 +37,11 @@ At start it prints which sandbox backends work here (as rath doctor does) and
 the one sessions whose workflow names none are placed on (--sandbox).
 API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY, and
 go only to each provider's official endpoint, or to one --allow-base-url or
---allow-loopback-endpoints allows: an agent naming another fails its turn.`,
+--allow-loopback-endpoints allows: an agent naming another fails its turn.
+
+It serves Prometheus metrics of the whole suite, /healthz and /readyz on
+--http (default ` + defaultHTTP + `; empty: off; if the default port is taken
+it says so and goes on without).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
@@ -45,7 +52,7 @@ go only to each provider's official endpoint, or to one --allow-base-url or
 			}
 			cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
 			log := slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: logLevel}))
-			return up(cmd.Context(), cfg, a.Stdout, log)
+			return up(cmd.Context(), cfg, httpEndpoint{addr: httpAddr, required: cmd.Flags().Changed("http")}, a.Stdout, log)
 		},
 	}
 	f := cmd.Flags()
@@ -64,6 +71,7 @@ go only to each provider's official endpoint, or to one --allow-base-url or
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
 	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	f.StringVar(&httpAddr, "http", defaultHTTP, "host:port of Prometheus /metrics, /healthz and /readyz (empty: off)")
 	allowEndpointFlags(cmd, &cfg.Worker.AllowBaseURLs, &cfg.Worker.AllowLoopback)
 	return cmd
 }
@@ -80,7 +88,7 @@ func allowEndpointFlags(cmd *cobra.Command, urls *[]string, loopback *bool) {
 // clients connect, runs until ctx ends or a service fails and shuts
 // everything down in order: services drain, then their connections, then
 // the server.
-func up(ctx context.Context, cfg runtime.Config, out io.Writer, log *slog.Logger) error {
+func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer, log *slog.Logger) error {
 	rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(log))
 	var sandboxErr *runtime.SandboxError
 	if errors.As(err, &sandboxErr) {
@@ -104,6 +112,19 @@ func up(ctx context.Context, cfg runtime.Config, out io.Writer, log *slog.Logger
 	log.Info("rath up", "nats", rt.URL, "ledger", cfg.Ledger.Ledger.Name, "authenticated", rt.Identities != nil)
 	if rt.KeyID != "" {
 		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", rt.KeyID, rt.KeyFile, service.PublicKeyPath(rt.KeyFile))
+	}
+	if web.addr != "" {
+		bound, stop, err := serveTelemetry(rt, web.addr, log)
+		switch {
+		case err == nil:
+			defer stop()
+			fmt.Fprintf(out, "rath: metrics and health at http://%s/metrics, /healthz, /readyz\n", bound)
+		case web.required:
+			_ = rt.Stop()
+			return err
+		default:
+			fmt.Fprintf(out, "rath: no metrics endpoint: %v (choose another with --http, or --http \"\" for none)\n", err)
+		}
 	}
 	printSandboxes(out, "rath", rt.Sandboxes)
 	rt.StartLoop()

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -26,7 +28,9 @@ func TestUp(t *testing.T) {
 	defer cancel()
 	var out syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- up(ctx, cfg, &out, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		done <- up(ctx, cfg, httpEndpoint{addr: "127.0.0.1:0", required: true}, &out, slog.New(slog.DiscardHandler))
+	}()
 
 	waitFor(t, &out, "\n")
 	m := regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) \(data .+\)\n`).FindStringSubmatch(out.String())
@@ -37,6 +41,27 @@ func TestUp(t *testing.T) {
 	waitReady(t, m[1])
 	if got := ok(t, m[1], "start", "--id", "s1"); got != "s1\n" {
 		t.Errorf("start through rath up printed %q", got)
+	}
+	// Its metrics say what the ledger stored and answered, and the
+	// consumers' backlog; health and readiness answer.
+	web := regexp.MustCompile(`rath: metrics and health at (http://127\.0\.0\.1:\d+)/metrics`).FindStringSubmatch(out.String())
+	if web == nil {
+		t.Fatalf("up printed %q, want the metrics endpoint", out.String())
+	}
+	metrics := get(t, web[1]+"/metrics", http.StatusOK)
+	for _, want := range []string{
+		`rath_ledger_appends_total{type="rath.session.started"}`,
+		`rath_requests_total{op="append",outcome="ok",service="ledger"}`,
+		`rath_consumer_pending{consumer="selector"}`,
+		`rath_dead_letters 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	get(t, web[1]+"/healthz", http.StatusOK)
+	if body := get(t, web[1]+"/readyz", http.StatusOK); body != "ready\n" {
+		t.Errorf("/readyz: %q", body)
 	}
 	if nc, err := nats.Connect(m[1]); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
@@ -67,7 +92,7 @@ func TestUp(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	var again syncBuffer
-	go func() { done <- up(ctx, cfg, &again, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- up(ctx, cfg, httpEndpoint{}, &again, slog.New(slog.DiscardHandler)) }()
 	waitFor(t, &again, "\n")
 	m = regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+)`).FindStringSubmatch(again.String())
 	if m == nil {
@@ -117,4 +142,22 @@ func TestUpConfig(t *testing.T) {
 	if code != exitUsage || !strings.Contains(out.String(), "--allow-base-url: endpoint openai=https://u@llm.example.com: user information") {
 		t.Errorf("up --allow-base-url with user information exited %d (%s), want %d naming it", code, out.String(), exitUsage)
 	}
+}
+
+// get fetches url and fails the test unless it answers with code.
+func get(t *testing.T, url string, code int) string {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != code {
+		t.Fatalf("GET %s: %s %q, want %d", url, res.Status, body, code)
+	}
+	return string(body)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -42,6 +43,8 @@ type Config struct {
 	Inflight int
 	// Timeout bounds the handling of one request, and the drain.
 	Timeout time.Duration
+	// Service names the server in its metrics (rath_requests_total).
+	Service string
 	// TooLarge, if set, is added to the refusal of a reply above the
 	// server's message limit: what to ask for instead.
 	TooLarge string
@@ -114,12 +117,18 @@ func (s *Server) dispatch(m *nats.Msg, h Handler) {
 		defer cancel()
 		// The server let the asker publish on this subject only under its
 		// own name: that names who asks.
-		p, _, err := events.ParseRequest(m.Subject, s.cfg.Prefix)
+		p, op, err := events.ParseRequest(m.Subject, s.cfg.Prefix)
 		if err != nil {
 			s.reply(m, nil, api.Errorf(api.CodeMalformed, "%v", err))
 			return
 		}
+		start := time.Now()
 		res, err := h(events.WithPrincipal(ctx, p), m)
+		outcome := "ok"
+		if err != nil {
+			outcome = string(ErrorOf(err).Code)
+		}
+		telemetry.Request(s.cfg.Service, op, outcome, time.Since(start))
 		s.reply(m, res, err)
 	}()
 }

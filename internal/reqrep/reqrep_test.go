@@ -32,8 +32,10 @@ func TestServer(t *testing.T) {
 			p, _ := events.PrincipalFrom(ctx)
 			return map[string]string{"asker": p.String()}, nil
 		},
-		"raw":     func(context.Context, *nats.Msg) (any, error) { return []byte(`{"a":"<b>"}`), nil },
-		"refused": func(context.Context, *nats.Msg) (any, error) { return nil, api.Errorf(api.CodeNotFound, "no such thing") },
+		"raw": func(context.Context, *nats.Msg) (any, error) { return []byte(`{"a":"<b>"}`), nil },
+		"refused": func(context.Context, *nats.Msg) (any, error) {
+			return nil, api.Errorf(api.CodeNotFound, "no such thing")
+		},
 		"wrapped": func(context.Context, *nats.Msg) (any, error) {
 			return nil, fmt.Errorf("reading x: %w", api.Errorf(api.CodeNotFound, "no such thing"))
 		},

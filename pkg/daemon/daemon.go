@@ -14,9 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/auth"
 )
 
@@ -31,6 +33,7 @@ type Run func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error
 func Main(name string, role auth.Role, run Run, checks ...func() error) {
 	url := flag.String("nats", EnvOr("RATH_NATS_URL", nats.DefaultURL), "NATS server URL (env RATH_NATS_URL)")
 	creds := flag.String("creds", EnvOr("RATH_CREDS", ""), credsUsage(role))
+	httpAddr := flag.String("http", EnvOr("RATH_HTTP", ""), "serve Prometheus /metrics, /healthz and /readyz on this host:port (env RATH_HTTP; empty: off)")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("process", name)
 	for _, check := range checks {
@@ -41,7 +44,7 @@ func Main(name string, role auth.Role, run Run, checks ...func() error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, name, *url, *creds, run, log); err != nil {
+	if err := serve(ctx, name, *url, *creds, *httpAddr, durables(role), run, log); err != nil {
 		log.Error(name+" stopped", "err", err)
 		os.Exit(1)
 	}
@@ -53,7 +56,7 @@ func credsUsage(role auth.Role) string {
 	return "credentials file of the service's identity, e.g. <data>/creds/" + auth.FileName(role) + " (env RATH_CREDS; empty: none, for a server without authentication)"
 }
 
-func serve(ctx context.Context, name, url, creds string, run Run, log *slog.Logger) error {
+func serve(ctx context.Context, name, url, creds, httpAddr string, durables []string, run Run, log *slog.Logger) error {
 	closed := make(chan struct{})
 	opts := []nats.Option{nats.Name("rath-" + name), nats.MaxReconnects(-1),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
@@ -78,6 +81,14 @@ func serve(ctx context.Context, name, url, creds string, run Run, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
+	if httpAddr != "" {
+		stop, err := endpoint(httpAddr, nc, durables, log)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		defer stop()
+	}
 	runErr := run(ctx, nc, log)
 	// Drain flushes the last replies and acks; wait for it before exiting.
 	if err := nc.Drain(); err == nil {
@@ -93,4 +104,32 @@ func EnvOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// durables are the durable consumers whose backlog a service's /metrics
+// shows: its own, and every service's for the ledger.
+func durables(role auth.Role) []string {
+	if role != auth.RoleLedger {
+		return auth.Durables(role)
+	}
+	var all []string
+	for _, r := range auth.Roles() {
+		all = append(all, auth.Durables(r)...)
+	}
+	return all
+}
+
+// endpoint serves /metrics, /healthz and /readyz (ready while NATS is
+// connected) on addr; stop closes it.
+func endpoint(addr string, nc *nats.Conn, durables []string, log *slog.Logger) (stop func(), err error) {
+	srv, err := telemetry.Serve(addr, nc, durables, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("serving metrics and health", "addr", srv.Addr(), "paths", "/metrics /healthz /readyz")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Close(ctx)
+	}, nil
 }

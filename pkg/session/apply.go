@@ -160,7 +160,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 	case *events.SelectorDecided:
 		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, ID: e.ID, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
 		if d.TurnID != "" && !merged && d.TurnID != s.LastTurn {
-			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
+			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq, At: e.Time}
 		}
 	case *events.WorkPending:
 		if s.Pending == nil {
@@ -187,7 +187,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		// refuse one) does not open it again: the agent worker would take
 		// the turn, and ask the model, twice.
 		if !merged && d.TurnID != s.LastTurn && (s.Turn == nil || s.Turn.ID != d.TurnID) {
-			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq}
+			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq, At: e.Time}
 		}
 	case *events.TurnCompleted:
 		if s.endsAgain(d.TurnID, merged) {

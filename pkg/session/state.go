@@ -382,6 +382,8 @@ type Turn struct {
 	ID    string `json:"id"`
 	Agent string `json:"agent"`
 	Seq   uint64 `json:"seq"`
+	// At is when the event that opened it was stored.
+	At time.Time `json:"at,omitzero"`
 }
 
 // Counts are running totals that routing rules and budgets read.

@@ -22,7 +22,7 @@ const requestTimeout = 30 * time.Second
 // drains its subscriptions and waits for the requests in hand.
 func (m *Memory) Serve(ctx context.Context, nc *nats.Conn, inflight int, log *slog.Logger) error {
 	srv, err := reqrep.Start(ctx, nc, reqrep.Config{
-		Prefix: events.MemoryPrefix, Queue: memoryapi.Queue, Inflight: inflight, Timeout: requestTimeout, Log: log,
+		Prefix: events.MemoryPrefix, Queue: memoryapi.Queue, Service: "memory", Inflight: inflight, Timeout: requestTimeout, Log: log,
 	}, map[string]reqrep.Handler{
 		memoryapi.ReqAdd:     handler(m.Add),
 		memoryapi.ReqRecall:  handler(m.Recall),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
@@ -288,11 +289,13 @@ func (l *Ledger) stored(ctx context.Context, e *entry, ev *event.Event, kind eve
 	if e.state == nil {
 		e.state = &session.State{}
 	}
+	turnStart := turnStart(e.state)
 	if err := l.fold(ctx, e.state, storedOf(ev, e.id, s.seq, s.prev, s.hash, s.body)); err != nil {
 		// Stored but not folded: drop the cache so the next use reloads.
 		e.loaded = false
 		return api.Ack{}, unavailable(err)
 	}
+	telemetry.Stored(ev.Type(), ev.Time(), ev.Data(), turnStart)
 	e.streamSeq = streamSeq
 	a := api.Ack{ID: ev.ID(), Session: e.id, Seq: s.seq, Hash: s.hash, Sig: events.Sig(*ev), StreamSeq: streamSeq}
 	e.remember(a)
@@ -445,4 +448,13 @@ func (l *Ledger) fits(unsigned []byte) error {
 		return api.Errorf(api.CodeTooLarge, "the stored event would be up to %d bytes, above the limit of %d: keep large payloads in the object store and reference them", n, l.store.MaxEventSize())
 	}
 	return nil
+}
+
+// turnStart is when the turn in flight was opened (zero if none): the
+// metrics time a turn from it to the event that ends it.
+func turnStart(st *session.State) time.Time {
+	if st == nil || st.Turn == nil {
+		return time.Time{}
+	}
+	return st.Turn.At
 }

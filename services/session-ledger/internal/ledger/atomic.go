@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -148,8 +149,11 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 		default:
 			return nil, unavailable(err)
 		}
-		first := e.state.Seq
+		first, opened := e.state.Seq, turnStart(e.state)
 		e.state, e.streamSeq = next, res.StreamSeq
+		for i := range evs {
+			telemetry.Stored(evs[i].Type(), evs[i].Time(), evs[i].Data(), opened)
+		}
 		acks := make([]api.Ack, len(evs))
 		for i := range evs {
 			s := sealedEvs[i]

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openrath/rath/internal/reqrep"
+	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
@@ -45,7 +46,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		return err
 	}
 	srv, err := reqrep.Start(ctx, nc, reqrep.Config{
-		Prefix: events.LedgerPrefix, Queue: events.LedgerQueue, Inflight: maxInflightRequests, Timeout: 30 * time.Second,
+		Prefix: events.LedgerPrefix, Queue: events.LedgerQueue, Service: "ledger", Inflight: maxInflightRequests, Timeout: 30 * time.Second,
 		TooLarge: "ask for less (a smaller tail or clip of the state overview) or page the log (the ledger's log operation)",
 		Log:      l.log,
 	}, map[string]reqrep.Handler{
@@ -151,6 +152,7 @@ func (l *Ledger) propose(ctx context.Context, m *nats.Msg, via, rejectKey string
 func (l *Ledger) recordRejection(ctx context.Context, m *nats.Msg, via string, ev event.Event, refusal error, key string) error {
 	le := &api.Error{Code: api.CodeOf(refusal), Message: refusal.Error()}
 	errors.As(refusal, &le)
+	telemetry.Refused(string(le.Code))
 	p := principalOf(ctx)
 	r := eventstore.Rejection{
 		Time: l.now(), Session: ev.Subject(), EventID: ev.ID(), Type: ev.Type(), Actor: p.String(), Tenant: p.Tenant,
