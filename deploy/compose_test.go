@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -162,13 +163,18 @@ func checkCompose(t *testing.T, root string) []error {
 				fail("%s: waits for %s to be healthy, but %s has no health check", where, dep, dep)
 			}
 		}
-		// Health: none of the services serves one yet (issue 14 item 2).
+		// Health: a check where the binary serves /healthz and /readyz on
+		// --http (issue 14 item 2), on the port the command gives it.
 		_, serves := b.flags["http"]
 		switch {
 		case serves && !healthy(s):
-			fail("%s: %s accepts --http now (issue 14 item 2): give the service a health check on /healthz and let its dependents wait for service_healthy", where, b.name)
+			fail("%s: %s accepts --http now (issue 14 item 2): give the service a health check on /readyz and let its dependents wait for service_healthy", where, b.name)
 		case !serves && healthy(s):
 			fail("%s: has a health check, but %s serves no health endpoint (no --http flag)", where, b.name)
+		case serves:
+			if err := healthOnHTTP(c.flags["http"], strings.Join(s.HealthCheck.Test, " ")); err != nil {
+				fail("%s: %v", where, err)
+			}
 		}
 		grace := 15 * time.Second
 		if b.name == "session-ledger" {
@@ -299,6 +305,22 @@ func composeKey(where string, s types.ServiceConfig, c command) []error {
 		return nil
 	}
 	return []error{fmt.Errorf("%s: --key %q is in no directory mounted from the host: each ledger would make a key of its own", where, key)}
+}
+
+// healthOnHTTP checks that a health check asks /healthz or /readyz of the
+// loopback port the service's --http listens on.
+func healthOnHTTP(addr, test string) error {
+	if addr == "" {
+		return fmt.Errorf("a health check, but no --http address to serve it on")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: %v", addr, err)
+	}
+	if !regexp.MustCompile(`http://(127\.0\.0\.1|localhost):` + regexp.QuoteMeta(port) + `/(healthz|readyz)\b`).MatchString(test) {
+		return fmt.Errorf("health check %q does not ask /healthz or /readyz on --http's port %s", test, port)
+	}
+	return nil
 }
 
 func healthy(s types.ServiceConfig) bool {

@@ -115,10 +115,15 @@ type (
 			Name      string `json:"name"`
 			MountPath string `json:"mountPath"`
 		} `json:"volumeMounts"`
+		Ports []struct {
+			Name          string `json:"name"`
+			ContainerPort int    `json:"containerPort"`
+		} `json:"ports"`
 	}
 	probe struct {
 		HTTPGet *struct {
 			Path string `json:"path"`
+			Port any    `json:"port"`
 		} `json:"httpGet"`
 	}
 	service struct {
@@ -285,6 +290,12 @@ func checkKubernetes(t *testing.T, root string) []error {
 				fail("%s: no probes, and no %s annotation saying why (TODO(issue 14 item 2): %s serves no health endpoint yet)", cwhere, probeTODO, b.name)
 			case !serves && (c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil):
 				fail("%s: probes, but %s serves no health endpoint (no --http flag)", cwhere, b.name)
+			case serves:
+				for _, pr := range []*probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+					if err := probeOnHTTP(c, pr, cmd.flags["http"]); err != nil {
+						fail("%s: %v", cwhere, err)
+					}
+				}
 			}
 			errs = append(errs, kubeCreds(cwhere, spec, c, cmd)...)
 			if u := cmd.flags["nats"]; !strings.Contains(u, "://") {
@@ -438,6 +449,34 @@ func checkNATSWorkload(t *testing.T, w workload, services map[string]service, co
 		fail("JetStream's store_dir %s is on no volume: a pod loses its streams when rescheduled", opts.StoreDir)
 	}
 	return append(errs, cerrs...)
+}
+
+// probeOnHTTP checks that a probe (if any) asks /healthz or /readyz of the
+// port the container's --http listens on, by number or by port name.
+func probeOnHTTP(c container, pr *probe, addr string) error {
+	if pr == nil {
+		return nil
+	}
+	if addr == "" {
+		return fmt.Errorf("probes, but no --http address to serve them on")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: %v", addr, err)
+	}
+	if pr.HTTPGet == nil || (pr.HTTPGet.Path != "/healthz" && pr.HTTPGet.Path != "/readyz") {
+		return fmt.Errorf("a probe that is no httpGet of /healthz or /readyz")
+	}
+	got := fmt.Sprint(pr.HTTPGet.Port)
+	for _, p := range c.Ports {
+		if p.Name == got {
+			got = fmt.Sprint(p.ContainerPort)
+		}
+	}
+	if got != port {
+		return fmt.Errorf("a probe on port %v, but --http listens on %s", pr.HTTPGet.Port, port)
+	}
+	return nil
 }
 
 // kubeCreds checks that --creds is the binary's role's file in a Secret
