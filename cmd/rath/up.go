@@ -10,11 +10,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/tracing"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	"github.com/openrath/rath/services/session-ledger/service"
 )
@@ -39,6 +41,9 @@ API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY, and
 go only to each provider's official endpoint, or to one --allow-base-url or
 --allow-loopback-endpoints allows: an agent naming another fails its turn.
 
+With OTEL_EXPORTER_OTLP_ENDPOINT set it exports traces over OTLP (the standard
+OTEL_* variables; nothing is exported without it).
+
 It serves Prometheus metrics of the whole suite, /healthz and /readyz on
 --http (default ` + defaultHTTP + `; empty: off; if the default port is taken
 it says so and goes on without).`,
@@ -52,6 +57,17 @@ it says so and goes on without).`,
 			}
 			cfg.Worker.Keys = worker.KeysFromEnv(os.Getenv)
 			log := slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: logLevel}))
+			flush, err := tracing.Setup(cmd.Context(), "rath")
+			if err != nil {
+				return usageError{err}
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := flush(ctx); err != nil {
+					log.Warn("spans not all exported", "err", err)
+				}
+			}()
 			return up(cmd.Context(), cfg, httpEndpoint{addr: httpAddr, required: cmd.Flags().Changed("http")}, a.Stdout, log)
 		},
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/tracing"
 )
 
 // Run is a service's body: it runs until ctx ends, then returns once drained.
@@ -44,8 +45,20 @@ func Main(name string, role auth.Role, run Run, checks ...func() error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, name, *url, *creds, *httpAddr, durables(role), run, log); err != nil {
+	flush, err := tracing.Setup(ctx, "rath-"+name)
+	if err != nil {
+		log.Error(name+": tracing", "err", err)
+		os.Exit(2)
+	}
+	err = serve(ctx, name, *url, *creds, *httpAddr, durables(role), run, log)
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if ferr := flush(fctx); ferr != nil {
+		log.Warn("spans not all exported", "err", ferr)
+	}
+	cancel()
+	if err != nil {
 		log.Error(name+" stopped", "err", err)
+		stop()
 		os.Exit(1)
 	}
 }
