@@ -191,6 +191,9 @@ func TestClusterLosesNoAcknowledgedAppend(t *testing.T) {
 		t.Error(err)
 	}
 	c.WaitReady()
+	// Read back from replicas that caught up: a direct get may be answered
+	// by any replica, one restarted a moment ago too.
+	waitCurrent(ctx, t, admin, events.StreamSessions)
 
 	mu.Lock()
 	stall, resumed := longestGap(times, killedAt)
@@ -280,4 +283,27 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// waitCurrent polls a stream's cluster info until it has a leader and every
+// replica is online, current and without lag.
+func waitCurrent(ctx context.Context, t *testing.T, js jetstream.JetStream, name string) {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := js.Stream(ctx, name)
+		if err == nil {
+			info, err := st.Info(ctx)
+			if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) > 0 &&
+				!slices.ContainsFunc(info.Cluster.Replicas, func(p *jetstream.PeerInfo) bool { return !p.Current || p.Offline || p.Lag > 0 }) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: replicas not current: %v", name, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }

@@ -58,3 +58,24 @@ func ackLost(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrConnectionReconnecting)
 }
+
+// readAttempt bounds one attempt of a single-message read (a direct get,
+// which any replica may answer, or a request to the stream's leader),
+// doubling up to ackAttemptMax: a replica or leader that goes down takes
+// the request with it.
+const readAttempt = time.Second
+
+// retryRead runs read attempt by attempt until it is answered (an answer
+// may be an error, such as not found) or ctx ends.
+func retryRead[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	bound := readAttempt
+	for {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		v, err := read(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !ackLost(err) {
+			return v, err
+		}
+		bound = min(2*bound, ackAttemptMax)
+	}
+}

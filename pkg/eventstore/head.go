@@ -47,7 +47,7 @@ func (s *Store) GetHead(ctx context.Context, session string) (Head, error) {
 	if s.heads == nil {
 		return Head{}, errors.New("read head: the store is attached, not opened by a ledger")
 	}
-	e, err := s.heads.Get(ctx, session)
+	e, err := retryRead(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.heads.Get(ctx, session) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Head{}, ErrNotFound
 	}
@@ -67,7 +67,9 @@ func (s *Store) GetHead(ctx context.Context, session string) (Head, error) {
 // it, so a lagging replica cannot make a session look cut.
 func (s *Store) LastFromLeader(ctx context.Context, session string) (Msg, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": events.SessionFilter(session)})
-	reply, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamSessions, req)
+	reply, err := retryRead(ctx, func(ctx context.Context) (*nats.Msg, error) {
+		return s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamSessions, req)
+	})
 	if err != nil {
 		return Msg{}, fmt.Errorf("last event of session %s from the leader: %w", session, err)
 	}

@@ -27,7 +27,7 @@ type Msg struct {
 
 // Get reads the sessions stream message at a stream sequence.
 func (s *Store) Get(ctx context.Context, streamSeq uint64) (Msg, error) {
-	m, err := s.sessions.GetMsg(ctx, streamSeq)
+	m, err := retryRead(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return s.sessions.GetMsg(ctx, streamSeq) })
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return Msg{}, fmt.Errorf("stream sequence %d: %w", streamSeq, ErrNotFound)
@@ -39,7 +39,9 @@ func (s *Store) Get(ctx context.Context, streamSeq uint64) (Msg, error) {
 
 // Last reads the last stored event of a session.
 func (s *Store) Last(ctx context.Context, session string) (Msg, error) {
-	m, err := s.sessions.GetLastMsgForSubject(ctx, events.SessionFilter(session))
+	m, err := retryRead(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return s.sessions.GetLastMsgForSubject(ctx, events.SessionFilter(session))
+	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return Msg{}, fmt.Errorf("last event of session %s: %w", session, ErrNotFound)
@@ -89,12 +91,14 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", filter, err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { sub.Unsubscribe() }()
 	api := "$JS.API.DIRECT.GET." + stream
+	stalls := 0
 	// Batches start small and double: many scans stop after a few events
 	// (an event at N, the first of a session), and the server sends a
 	// whole batch whether or not the caller wants it.
 	batch := firstScanBatch
+scan:
 	for upTo == 0 || from <= upTo {
 		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: batch, UpToSeq: upTo})
 		if err := nc.PublishRequest(api, inbox, req); err != nil {
@@ -103,9 +107,23 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 		got, more := 0, false
 		for {
 			m, err := nextMsg(ctx, msgs)
+			if errors.Is(err, errStalled) && stalls < maxStalls {
+				// The request or its reply was lost (the replica that
+				// answers went down, or its node did): ask again from the
+				// first sequence not delivered yet, on a fresh inbox so
+				// that late replies to the lost request cannot mix in.
+				stalls++
+				sub.Unsubscribe()
+				inbox, msgs = nc.NewRespInbox(), make(chan *nats.Msg, scanBatch+8)
+				if sub, err = nc.ChanSubscribe(inbox, msgs); err != nil {
+					return fmt.Errorf("scan %s: %w", filter, err)
+				}
+				continue scan
+			}
 			if err != nil {
 				return fmt.Errorf("scan %s from %d: %w", filter, from, err)
 			}
+			stalls = 0
 			switch status := m.Header.Get("Status"); status {
 			case "":
 			case "204": // end of batch
@@ -196,21 +214,33 @@ func streamRest(ctx context.Context, nc *nats.Conn, stream, filter string, from,
 	}
 }
 
-// scanWait bounds the wait for one direct get reply when the caller's
-// context has no deadline, so a scan never hangs on a lost reply.
+// scanWait bounds the wait for the ordered consumer's next message when
+// the caller's context has no deadline, so a scan never hangs.
 const scanWait = 10 * time.Second
 
+// directGetStall is how long a scan waits for the next direct get reply
+// before it asks again (at most maxStalls times in a row): replies come
+// in a burst within milliseconds, and on a cluster a replica that goes
+// down takes the request with it, which would otherwise hold the caller
+// (a ledger appending, the session locked) until its deadline.
+const (
+	directGetStall = time.Second
+	maxStalls      = 10
+)
+
+// errStalled reports that no direct get reply came within directGetStall.
+var errStalled = errors.New("no direct get reply")
+
 func nextMsg(ctx context.Context, msgs <-chan *nats.Msg) (*nats.Msg, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, scanWait)
-		defer cancel()
-	}
+	t := time.NewTimer(directGetStall)
+	defer t.Stop()
 	select {
 	case m := <-msgs:
 		return m, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-t.C:
+		return nil, errStalled
 	}
 }
 
