@@ -27,8 +27,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/tracing"
 )
 
 // Handler describes one durable handler of session events.
@@ -206,7 +210,19 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 	if meta, err := m.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
 	}
+	// The handler continues the trace of the append that stored the event
+	// (the ledger puts its context on the stored message).
+	ctx, span := tracing.Tracer("consume").Start(tracing.Extract(ctx, nats.Header(m.Headers())), "rath.handle "+r.h.Name,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject()),
+			attribute.String("rath.session", ev.Session), attribute.Int64("rath.seq", int64(ev.Seq)),
+			attribute.String("rath.event.type", ev.Type), attribute.String("rath.event.id", ev.ID), attribute.Int("rath.attempt", attempt)))
+	defer span.End()
 	err = r.handle(context.WithValue(ctx, attemptKey{}, attempt), m, ev)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 	switch {
 	case err == nil:
 		if err := m.DoubleAck(ctx); err != nil {

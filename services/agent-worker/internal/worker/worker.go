@@ -177,7 +177,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
 			Messages: w.cfg.Contexts.Messages(ev.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens}
 		start := time.Now()
-		resp, err = p.Complete(ctx, request)
+		resp, err = complete(ctx, p, agent, ev, request)
 		latency = time.Since(start)
 		for i, call := range resp.ToolCalls {
 			if name, ok := names[call.Name]; ok {

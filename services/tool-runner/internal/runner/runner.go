@@ -168,7 +168,7 @@ func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) erro
 		return fmt.Errorf("tool %s: workspace head: %w", req.CallID, err)
 	}
 	start := time.Now()
-	out, callErr := r.run(ctx, rt, st, ws, req)
+	out, callErr := r.execute(ctx, rt, st, ws, ev, req, sb)
 	dur := time.Since(start)
 	after, err := ws.Commit(ctx, fmt.Sprintf("rath: %s %s (session %s, attempt %d)", req.Tool, req.CallID, ev.Session, attempt))
 	if err != nil {
