@@ -3,11 +3,13 @@ package tracing
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -85,5 +87,47 @@ func TestSetupExportsNothingUnlessAsked(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
 	if _, err := Setup(context.Background(), "x"); err == nil {
 		t.Error("http/json accepted")
+	}
+}
+
+// traceService is an OTLP/gRPC trace receiver.
+type traceService struct {
+	coltracepb.UnimplementedTraceServiceServer
+	got chan *coltracepb.ExportTraceServiceRequest
+}
+
+func (s *traceService) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	s.got <- req
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// The same over OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc), to a gRPC
+// receiver in the test.
+func TestSetupExportsOverOTLPgRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &traceService{got: make(chan *coltracepb.ExportTraceServiceRequest, 4)}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, svc)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	ctx := context.Background()
+	shutdown, err := Setup(ctx, "rath-grpc-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := Tracer("test").Start(ctx, "rath.test.grpc")
+	span.End()
+	if err := shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	req := <-svc.got
+	if n := len(req.ResourceSpans); n != 1 || req.ResourceSpans[0].ScopeSpans[0].Spans[0].Name != "rath.test.grpc" {
+		t.Fatalf("exported %v", req)
 	}
 }
