@@ -8,6 +8,10 @@
 // ConnectAs returns a connection of one role, with that role's permissions
 // enforced by the server. Wire services under test with ConnectAs, so that a
 // permission a service lacks fails the test.
+//
+// StartCluster runs a JetStream cluster of several such servers in the
+// test's process, with the same identities, for replicated (R3) streams and
+// a node's loss and restart.
 package natstest
 
 import (
