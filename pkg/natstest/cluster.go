@@ -84,12 +84,13 @@ func startNodes(t testing.TB, n, up int) *Cluster {
 	}
 	c := &Cluster{t: t, name: "rath-test", creds: set}
 	urls := make([]string, n)
+	ports := freePorts(t, 2*n)
 	for i := range n {
 		nd := &node{
 			name:        fmt.Sprintf("rath-%d", i),
 			dir:         filepath.Join(base, fmt.Sprintf("n%d", i)),
-			clientPort:  freePort(t),
-			clusterPort: freePort(t),
+			clientPort:  ports[2*i],
+			clusterPort: ports[2*i+1],
 		}
 		c.nodes = append(c.nodes, nd)
 		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", nd.clientPort)
@@ -115,17 +116,22 @@ func startNodes(t testing.TB, n, up int) *Cluster {
 	return c
 }
 
-// freePort returns a loopback port free now. A node's ports are fixed
-// before it starts, so that routes can name them and a restarted node
+// freePorts returns n distinct loopback ports free now (all held open until
+// every one is chosen, so none is handed out twice). A node's ports are
+// fixed before it starts, so that routes can name them and a restarted node
 // comes back where its peers and clients look for it.
-func freePort(t testing.TB) int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("natstest: free port: %v", err)
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("natstest: free port: %v", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // URL lists every node's client URL, comma-separated, as nats.Connect
