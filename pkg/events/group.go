@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,11 +51,18 @@ type Leaf struct {
 }
 
 func (l Leaf) hash(nonce []byte) [32]byte {
-	msg := signedMessage(l.Session, l.Seq, l.Hash)
-	b := make([]byte, 0, 1+len(nonce)+len(msg))
-	b = append(b, 0)
+	// 0x00 || nonce || signedMessage, built in place (signing a group
+	// hashes one leaf per event).
+	var buf [256]byte
+	b := append(buf[:0], 0)
 	b = append(b, nonce...)
-	return sha256.Sum256(append(b, msg...))
+	b = append(b, "rath.event.v1\n"...)
+	b = append(b, l.Session...)
+	b = append(b, '\n')
+	b = strconv.AppendUint(b, l.Seq, 10)
+	b = append(b, '\n')
+	b = append(b, l.Hash...)
+	return sha256.Sum256(b)
 }
 
 func node(a, b [32]byte) [32]byte {
@@ -75,7 +83,7 @@ type merkle struct {
 }
 
 func newMerkle(leaves [][32]byte) *merkle {
-	return &merkle{leaves: leaves, memo: make(map[[2]int][32]byte, len(leaves))}
+	return &merkle{leaves: leaves, memo: make(map[[2]int][32]byte, 2*len(leaves))}
 }
 
 // hash is MTH(leaves[lo:hi]), hi > lo.
@@ -92,16 +100,23 @@ func (t *merkle) hash(lo, hi int) [32]byte {
 	return h
 }
 
-// path is PATH(m, leaves[lo:hi]): the inclusion path of leaf lo+m.
+// path is PATH(m, leaves[lo:hi]): the inclusion path of leaf lo+m, leaf
+// level first. It walks down from the subtree's root, collecting each
+// sibling, and reverses them.
 func (t *merkle) path(m, lo, hi int) [][32]byte {
-	if hi-lo == 1 {
-		return nil
+	var p [][32]byte
+	for hi-lo > 1 {
+		k := split(hi - lo)
+		if m < k {
+			p = append(p, t.hash(lo+k, hi))
+			hi = lo + k
+		} else {
+			p = append(p, t.hash(lo, lo+k))
+			lo, m = lo+k, m-k
+		}
 	}
-	k := split(hi - lo)
-	if m < k {
-		return append(t.path(m, lo, lo+k), t.hash(lo+k, hi))
-	}
-	return append(t.path(m-k, lo+k, hi), t.hash(lo, lo+k))
+	slices.Reverse(p)
+	return p
 }
 
 // split is the largest power of two smaller than n (n >= 2).

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"strings"
@@ -26,5 +27,16 @@ func TestUnstoredGroupMemberCannotBeSignedAfterwards(t *testing.T) {
 	}
 	if err := ring.Verify(b.Session, b.Seq, b.Hash, sigs[1]); err != nil {
 		t.Fatalf("the member's own rathsig: %v", err)
+	}
+}
+
+// A leaf is SHA-256(0x00 || nonce || message), message the one a single
+// signature signs (protocol.md): the in-place build matches it.
+func TestLeafHashIsTheDocumentedOne(t *testing.T) {
+	l := Leaf{Session: "s-1", Seq: 4242, Hash: strings.Repeat("ab", 32)}
+	nonce := []byte("0123456789abcdef")
+	want := sha256.Sum256(append(append([]byte{0}, nonce...), signedMessage(l.Session, l.Seq, l.Hash)...))
+	if got := l.hash(nonce); got != want {
+		t.Fatalf("leaf %x, want %x", got, want)
 	}
 }

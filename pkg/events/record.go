@@ -86,31 +86,83 @@ func (k *SigningKey) SignRecord(leaves []Leaf) (RecordSigs, error) {
 	root := tree.hash(0, n)
 	b64 := base64.RawURLEncoding
 	sig := b64.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(n), root)))
-	rec := SigRecord{Key: k.pub.ID, Sig: sig, Leaves: make([]string, n)}
-	for i, h := range hs {
-		rec.Leaves[i] = b64.EncodeToString(h[:])
+	out := RecordSigs{ID: b64.EncodeToString(root[:recordIDSize]), Refs: make([]string, n), Inline: make([]string, n)}
+	// The record, written as json.Marshal would write SigRecord (every
+	// value is hex or base64url: nothing to escape), in one buffer.
+	leafLen := b64.EncodedLen(32)
+	rec := make([]byte, 0, 40+len(k.pub.ID)+len(sig)+n*(leafLen+3))
+	rec = append(rec, `{"key":"`...)
+	rec = append(rec, k.pub.ID...)
+	rec = append(rec, `","sig":"`...)
+	rec = append(rec, sig...)
+	rec = append(rec, `","leaves":[`...)
+	for i := range hs {
+		if i > 0 {
+			rec = append(rec, ',')
+		}
+		rec = append(rec, '"')
+		rec = b64.AppendEncode(rec, hs[i][:])
+		rec = append(rec, '"')
 	}
-	body, err := json.Marshal(rec)
-	if err != nil {
-		return RecordSigs{}, fmt.Errorf("sign record: %w", err)
-	}
-	out := RecordSigs{ID: b64.EncodeToString(root[:recordIDSize]), Record: body, Refs: make([]string, n), Inline: make([]string, n)}
+	out.Record = append(rec, "]}"...)
+	// Each event's reference and inline form, from one buffer per kind.
+	nonceLen := b64.EncodedLen(nonceSize)
+	refs := make([]byte, 0, n*(len(k.pub.ID)+len(out.ID)+nonceLen+6))
 	for i := range leaves {
-		nonce := b64.EncodeToString(nonces[nonceSize*i : nonceSize*(i+1)])
-		out.Refs[i] = k.pub.ID + ":" + out.ID + ":" + strconv.Itoa(i) + ":" + nonce
-		out.Inline[i] = inlineGroup(k.pub.ID, sig, i, n, nonce, tree.path(i, 0, n))
+		nonce := nonces[nonceSize*i : nonceSize*(i+1)]
+		start := len(refs)
+		refs = append(refs, k.pub.ID...)
+		refs = append(refs, ':')
+		refs = append(refs, out.ID...)
+		refs = append(refs, ':')
+		refs = strconv.AppendInt(refs, int64(i), 10)
+		refs = append(refs, ':')
+		refs = b64.AppendEncode(refs, nonce)
+		out.Refs[i] = string(refs[start:])
+		out.Inline[i] = inlineGroupNonce(k.pub.ID, sig, i, n, nonce, tree.path(i, 0, n))
 	}
 	return out, nil
 }
 
-// inlineGroup spells an inline group rathsig (see SignGroup).
+// inlineGroup spells an inline group rathsig (see SignGroup), the nonce
+// already in base64url.
 func inlineGroup(key, sig string, index, size int, nonce string, path [][32]byte) string {
-	raw := make([]byte, 0, 32*len(path))
-	for _, c := range path {
-		raw = append(raw, c[:]...)
-	}
-	return key + ":" + sig + ":" + strconv.Itoa(index) + ":" + strconv.Itoa(size) + ":" + nonce + ":" + base64.RawURLEncoding.EncodeToString(raw)
+	b := make([]byte, 0, len(key)+len(sig)+len(nonce)+12+base64.RawURLEncoding.EncodedLen(32*len(path)))
+	b = inlineHead(b, key, sig, index, size)
+	b = append(b, nonce...)
+	return string(inlinePath(b, path))
 }
+
+// inlineGroupNonce is inlineGroup with the raw nonce.
+func inlineGroupNonce(key, sig string, index, size int, nonce []byte, path [][32]byte) string {
+	b64 := base64.RawURLEncoding
+	b := make([]byte, 0, len(key)+len(sig)+b64.EncodedLen(len(nonce))+12+b64.EncodedLen(32*len(path)))
+	b = inlineHead(b, key, sig, index, size)
+	b = b64.AppendEncode(b, nonce)
+	return string(inlinePath(b, path))
+}
+
+func inlineHead(b []byte, key, sig string, index, size int) []byte {
+	b = append(b, key...)
+	b = append(b, ':')
+	b = append(b, sig...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(size), 10)
+	return append(b, ':')
+}
+
+func inlinePath(b []byte, path [][32]byte) []byte {
+	b = append(b, ':')
+	var raw [32 * 8]byte
+	p := raw[:0]
+	for _, c := range path {
+		p = append(p, c[:]...)
+	}
+	return base64.RawURLEncoding.AppendEncode(b, p)
+}
+
 
 // RecordRef is a parsed reference rathsig.
 type RecordRef struct {
