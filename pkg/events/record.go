@@ -163,7 +163,6 @@ func inlinePath(b []byte, path [][32]byte) []byte {
 	return base64.RawURLEncoding.AppendEncode(b, p)
 }
 
-
 // RecordRef is a parsed reference rathsig.
 type RecordRef struct {
 	Key, Record string
