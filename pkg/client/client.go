@@ -359,12 +359,13 @@ func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
 // appendAttempt bounds the first wait for the answer to an append (plus a
 // second per MiB of event); each retry doubles the bound, up to the
 // request timeout (WithTimeout). A
-// ledger answers an append in milliseconds. No answer within a second
-// means the ledger lost its NATS server with the request (its answer is
+// ledger answers an append in milliseconds (up to a second on a saturated
+// machine, which a shorter bound would flood with repeats). No answer within
+// three seconds means the ledger lost its NATS server with the request (its answer is
 // then refused by the server it reconnects to, which never saw the
 // request) or is stuck: asking again, with the same event ID, reaches a live
 // ledger, which stores the event once, or answers with the original's ack.
-const appendAttempt = time.Second
+const appendAttempt = 3 * time.Second
 
 // callWithin is call with the first attempt bounded by first (at most the
 // request timeout). An attempt that leaves no time to retry waits the

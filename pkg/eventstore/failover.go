@@ -14,10 +14,13 @@ const (
 	// leader that goes down takes the appends it was storing with it: no
 	// ack and no error ever come for them. JetStream elects a new leader in
 	// well under a second, so the append is published again (same message
-	// ID: stored once) instead of waiting out the caller's deadline. An R3
-	// append is acked in about a millisecond; the bound only ever fires on
-	// a lost leader or a stalled server.
-	ackAttempt = 500 * time.Millisecond
+	// ID: stored once) instead of waiting out the caller's deadline. An
+	// append is acked in milliseconds, but a saturated machine (the scale
+	// tests under the race detector) takes up to a second: at 0.5 s the
+	// republishes of merely slow appends added load until sessions paused
+	// for a minute, so the bound is 2 s: appends resume within about 2 s
+	// of a leader's loss.
+	ackAttempt = 2 * time.Second
 	// ackAttemptMax caps the bound as it doubles, so that a server that
 	// is merely slow is not asked again and again.
 	ackAttemptMax = 4 * time.Second
@@ -63,7 +66,7 @@ func ackLost(err error) bool {
 // which any replica may answer, or a request to the stream's leader),
 // doubling up to ackAttemptMax: a replica or leader that goes down takes
 // the request with it.
-const readAttempt = time.Second
+const readAttempt = 2 * time.Second
 
 // retryRead runs read attempt by attempt until it is answered (an answer
 // may be an error, such as not found) or ctx ends.

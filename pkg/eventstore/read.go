@@ -224,7 +224,7 @@ const scanWait = 10 * time.Second
 // down takes the request with it, which would otherwise hold the caller
 // (a ledger appending, the session locked) until its deadline.
 const (
-	directGetStall = time.Second
+	directGetStall = 2 * time.Second
 	maxStalls      = 10
 )
 
