@@ -90,17 +90,9 @@ func (h *harness) uploadWorkflow(ctx context.Context, path string) (events.Sessi
 	if err := wf.CheckScripts(); err != nil {
 		return events.SessionStarted{}, err
 	}
-	b, err := workflow.NewBundle(wf)
+	ref, err := workflow.Store(ctx, wf, h.store.PutBlob)
 	if err != nil {
 		return events.SessionStarted{}, err
-	}
-	raw, err := b.Marshal()
-	if err != nil {
-		return events.SessionStarted{}, err
-	}
-	ref, err := h.store.PutBlob(ctx, raw)
-	if err != nil {
-		return events.SessionStarted{}, fmt.Errorf("upload workflow %s: %w", path, err)
 	}
 	return events.SessionStarted{
 		Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref,

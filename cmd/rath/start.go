@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -195,17 +196,12 @@ func uploadWorkflow(ctx context.Context, c *client.Client, path string, data *ev
 	if err != nil {
 		return usageError{err}
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
+	ref, err := workflow.Store(ctx, wf, c.PutBlob)
+	if errors.Is(err, workflow.ErrBundle) {
 		return usageError{err}
 	}
-	raw, err := b.Marshal()
 	if err != nil {
 		return err
-	}
-	ref, err := c.PutBlob(ctx, raw)
-	if err != nil {
-		return fmt.Errorf("store workflow %s: %w", path, err)
 	}
 	data.Workflow, data.WorkflowHash, data.WorkflowRef = wf.Name, wf.Hash(), ref
 	return nil

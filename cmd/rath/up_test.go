@@ -48,7 +48,16 @@ func TestUp(t *testing.T) {
 	if web == nil {
 		t.Fatalf("up printed %q, want the metrics endpoint", out.String())
 	}
-	metrics := get(t, web[1]+"/metrics", http.StatusOK)
+	// The selector creates its durable consumer as it starts, after up
+	// printed: the scrape waits until the consumer is there.
+	metrics := ""
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		metrics = get(t, web[1]+"/metrics", http.StatusOK)
+		if strings.Contains(metrics, `rath_consumer_pending{consumer="selector"}`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // pacing the polls, as waitReady does
+	}
 	for _, want := range []string{
 		`rath_ledger_appends_total{type="rath.session.started"}`,
 		`rath_requests_total{op="append",outcome="ok",service="ledger"}`,

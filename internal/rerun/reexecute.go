@@ -2,6 +2,7 @@ package rerun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -149,7 +150,7 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 	}
 	rep := &Report{Original: orig.Root.ID, Workflow: start.WorkflowRef}
 	if o.Workflow != nil {
-		if err := upload(ctx, rc, o.Workflow, o.WorkflowFile, &start); err != nil {
+		if err := upload(ctx, rc, o.Workflow, &start); err != nil {
 			return nil, err
 		}
 		rep.Workflow = o.WorkflowFile + " (" + start.WorkflowRef + ")"
@@ -254,19 +255,14 @@ func copyBlob(ctx context.Context, from, to *client.Client, ref string) error {
 }
 
 // upload stores a workflow with its scripts as one bundle and names it in
-// the session start; file names it in errors.
-func upload(ctx context.Context, c *client.Client, wf *workflow.Workflow, file string, data *events.SessionStarted) error {
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
+// the session start.
+func upload(ctx context.Context, c *client.Client, wf *workflow.Workflow, data *events.SessionStarted) error {
+	ref, err := workflow.Store(ctx, wf, c.PutBlob)
+	if errors.Is(err, workflow.ErrBundle) {
 		return usageError{err}
 	}
-	raw, err := b.Marshal()
 	if err != nil {
 		return err
-	}
-	ref, err := c.PutBlob(ctx, raw)
-	if err != nil {
-		return fmt.Errorf("store workflow %s: %w", file, err)
 	}
 	data.Workflow, data.WorkflowHash, data.WorkflowRef = wf.Name, wf.Hash(), ref
 	return nil

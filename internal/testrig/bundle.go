@@ -13,17 +13,9 @@ import (
 // as rath run uploads it. A workflow that does not bundle fails the test.
 func Bundle(t testing.TB, store *eventstore.Store, wf *workflow.Workflow) string {
 	t.Helper()
-	b, err := workflow.NewBundle(wf)
+	ref, err := workflow.Store(context.Background(), wf, store.PutBlob)
 	if err != nil {
-		t.Fatalf("bundle workflow %s: %v", wf.Name, err)
-	}
-	raw, err := b.Marshal()
-	if err != nil {
-		t.Fatalf("bundle workflow %s: %v", wf.Name, err)
-	}
-	ref, err := store.PutBlob(context.Background(), raw)
-	if err != nil {
-		t.Fatalf("store the bundle of workflow %s: %v", wf.Name, err)
+		t.Fatalf("workflow %s: %v", wf.Name, err)
 	}
 	return ref
 }

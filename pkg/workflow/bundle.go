@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -98,4 +99,28 @@ func (l *Library) Get(ctx context.Context, ref string) (*Loaded, error) {
 	l.byRef[ref] = got
 	l.mu.Unlock()
 	return got, nil
+}
+
+// ErrBundle marks an error of Store in reading the workflow's scripts (the
+// user's files), as opposed to storing the bundle.
+var ErrBundle = errors.New("cannot bundle the workflow")
+
+// Store bundles w (its file and the scripts it names) and stores the bundle
+// with put (a client's PutBlob, or the event store's), returning the
+// reference a session starts with as its workflow_ref. A script that cannot
+// be read is an error wrapping ErrBundle.
+func Store(ctx context.Context, w *Workflow, put func(context.Context, []byte) (string, error)) (string, error) {
+	b, err := NewBundle(w)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBundle, err)
+	}
+	raw, err := b.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("bundle %s: %w", w.path, err)
+	}
+	ref, err := put(ctx, raw)
+	if err != nil {
+		return "", fmt.Errorf("store workflow %s: %w", w.path, err)
+	}
+	return ref, nil
 }
