@@ -35,12 +35,9 @@ func (l *Ledger) fullSig(ctx context.Context, sig string) (string, error) {
 	slot := l.records.Get(ref.Record, func(string) *sigRecord { return &sigRecord{} })
 	// Cached: what is read out was verified when stored or loaded.
 	r := slot.Value
-	r.once.Do(func() { r.body, r.err = l.store.SigRecord(ctx, ref.Record) })
+	r.once.Do(func() { r.body, r.err = l.readRecord(ctx, ref.Record) })
 	if r.err != nil {
 		l.records.Drop(slot) // not kept: the next reader asks again
-		if errors.Is(r.err, eventstore.ErrNotFound) {
-			return "", fmt.Errorf("%w: its signature record %s is not in %s", events.ErrBadSignature, ref.Record, events.StreamSigs)
-		}
 		return "", r.err
 	}
 	l.records.Account(slot, int64(len(r.body)))
@@ -56,10 +53,7 @@ func (l *Ledger) verifySig(ctx context.Context, session string, seq uint64, hash
 		return err
 	}
 	if ok {
-		rec, err := l.store.SigRecord(ctx, ref.Record)
-		if errors.Is(err, eventstore.ErrNotFound) {
-			return fmt.Errorf("%w: its signature record %s is not in %s", events.ErrBadSignature, ref.Record, events.StreamSigs)
-		}
+		rec, err := l.readRecord(ctx, ref.Record)
 		if err != nil {
 			return err
 		}
@@ -86,4 +80,14 @@ func (l *Ledger) readOut(ctx context.Context, ev events.Stored, body []byte) ([]
 		return nil, fmt.Errorf("event %d of %s: its rathsig is not where the ledger writes it", ev.Seq, ev.Session)
 	}
 	return out, nil
+}
+
+// readRecord reads a signature record from the stream. One that is not
+// stored is a bad signature: nothing was ever stored before its record.
+func (l *Ledger) readRecord(ctx context.Context, id string) ([]byte, error) {
+	rec, err := l.store.SigRecord(ctx, id)
+	if errors.Is(err, eventstore.ErrNotFound) {
+		return nil, fmt.Errorf("%w: its signature record %s is not in %s", events.ErrBadSignature, id, events.StreamSigs)
+	}
+	return rec, err
 }
