@@ -40,11 +40,7 @@ func serveTelemetry(rt *runtime.Runtime, addr string, log *slog.Logger) (bound s
 	if err != nil {
 		return "", nil, fmt.Errorf("metrics: connect to %s: %w", rt.URL, err)
 	}
-	var durables []string
-	for _, r := range auth.Roles() {
-		durables = append(durables, auth.Durables(r)...)
-	}
-	srv, err := telemetry.Serve(addr, nc, durables, log)
+	srv, err := telemetry.Serve(addr, nc, auth.AllDurables(), log)
 	if err != nil {
 		nc.Close()
 		return "", nil, err

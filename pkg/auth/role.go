@@ -246,3 +246,13 @@ func dedupe(s []string) []string {
 	}
 	return out
 }
+
+// AllDurables returns every role's durable consumers on the sessions
+// stream, in the order of Roles.
+func AllDurables() []string {
+	var all []string
+	for _, r := range Roles() {
+		all = append(all, durables[r]...)
+	}
+	return all
+}

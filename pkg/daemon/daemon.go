@@ -125,11 +125,7 @@ func durables(role auth.Role) []string {
 	if role != auth.RoleLedger {
 		return auth.Durables(role)
 	}
-	var all []string
-	for _, r := range auth.Roles() {
-		all = append(all, auth.Durables(r)...)
-	}
-	return all
+	return auth.AllDurables()
 }
 
 // endpoint serves /metrics, /healthz and /readyz (ready while NATS is
