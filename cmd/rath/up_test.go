@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -100,8 +101,19 @@ func TestUp(t *testing.T) {
 	// credentials of the first run still work.
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
+	// Its metrics port taken by someone else: the default's is reported and
+	// rath up goes on without; one the user named stops it, naming why.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var named syncBuffer
+	if err := up(ctx, cfg, httpEndpoint{addr: taken.Addr().String(), required: true}, &named, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+		t.Errorf("up on a taken --http port returned %v, want an error naming it", err)
+	}
 	var again syncBuffer
-	go func() { done <- up(ctx, cfg, httpEndpoint{}, &again, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- up(ctx, cfg, httpEndpoint{addr: taken.Addr().String()}, &again, slog.New(slog.DiscardHandler)) }()
 	waitFor(t, &again, "\n")
 	m = regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+)`).FindStringSubmatch(again.String())
 	if m == nil {
@@ -111,6 +123,9 @@ func TestUp(t *testing.T) {
 	waitReady(t, m[1])
 	if got := ok(t, m[1], "ls"); !strings.Contains(got, "s1") {
 		t.Errorf("ls after the restart printed %q, want s1", got)
+	}
+	if !strings.Contains(again.String(), "rath: no metrics endpoint: ") || !strings.Contains(again.String(), taken.Addr().String()) {
+		t.Errorf("up with its default metrics port taken printed %q, want it said", again.String())
 	}
 	// ... and the signing key: the events of the first run verify, and the
 	// key file is the auditor's to pin.
