@@ -113,7 +113,9 @@ func TestUp(t *testing.T) {
 		t.Errorf("up on a taken --http port returned %v, want an error naming it", err)
 	}
 	var again syncBuffer
-	go func() { done <- up(ctx, cfg, httpEndpoint{addr: taken.Addr().String()}, &again, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		done <- up(ctx, cfg, httpEndpoint{addr: taken.Addr().String()}, &again, slog.New(slog.DiscardHandler))
+	}()
 	waitFor(t, &again, "\n")
 	m = regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+)`).FindStringSubmatch(again.String())
 	if m == nil {
