@@ -198,7 +198,12 @@ func checkReceipt(ctx context.Context, c *client.Client, ack api.Ack, pinned eve
 			return rep, err
 		}
 	}
-	if err := ring.Verify(ack.Session, ack.Seq, ack.Hash, ack.Sig); err != nil {
+	// A compact batch receipt carries its signature record (api.Ack.Record).
+	inline, err := ack.Inline()
+	if err == nil {
+		err = ring.Verify(inline.Session, inline.Seq, inline.Hash, inline.Sig)
+	}
+	if err != nil {
 		rep.Reason = fmt.Sprintf("the receipt's signature: %v", err)
 		return rep, nil
 	}

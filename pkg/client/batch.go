@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -26,6 +27,12 @@ type BatchResult struct {
 // Proposals that failed transiently are sent again with the same event IDs
 // until the retry horizon, so each is stored at most once. The error is
 // non-nil only when the batch as a whole got no answer or was refused.
+//
+// The acks are compact receipts (api.HeaderReceipts): an event signed with
+// others in a signature record has the record's reference as its Sig and
+// the record in Record, shared by the acks it covers. Each is a receipt on
+// its own; api.Ack.Inline gives the inline signature that
+// events.Keyring.Verify checks.
 func (c *Client) AppendBatch(ctx context.Context, evs []event.Event) ([]BatchResult, error) {
 	if len(evs) > api.MaxBatch {
 		return nil, api.Errorf(api.CodeTooLarge, "%d events in one batch, at most %d", len(evs), api.MaxBatch)
@@ -55,6 +62,9 @@ func (c *Client) AppendBatch(ctx context.Context, evs []event.Event) ([]BatchRes
 			switch {
 			case r.Ack != nil:
 				out[i] = BatchResult{Ack: *r.Ack}
+				if err := attachRecord(&out[i].Ack, reply.Records); err != nil {
+					out[i] = BatchResult{Err: fmt.Errorf("append %s: %w", evs[i].ID(), err)}
+				}
 			case r.Error != nil:
 				out[i] = BatchResult{Err: r.Error}
 				if !api.Permanent(r.Error) {
@@ -130,6 +140,25 @@ func (c *Client) batchRequest(op string, n int, ev func(int) event.Event) (*nats
 	body = append(body, ']')
 	msg := nats.NewMsg(c.as.Ledger(op))
 	msg.Header.Set("Content-Type", api.ContentTypeBatch)
+	if op == events.OpBatch {
+		msg.Header.Set(api.HeaderReceipts, api.ReceiptsByRecord)
+	}
 	msg.Data = body
 	return msg, nil
+}
+
+// attachRecord gives an ack whose signature refers to a signature record
+// (a compact batch receipt) that record, from the batch reply's records, so
+// that the ack stays a receipt on its own (api.Ack.Inline).
+func attachRecord(a *api.Ack, records map[string]json.RawMessage) error {
+	ref, isRef, err := events.ParseRecordRef(a.Sig)
+	if err != nil || !isRef {
+		return err
+	}
+	rec, ok := records[ref.Record]
+	if !ok {
+		return fmt.Errorf("the ledger's ack for %s:%d refers to signature record %s, which its reply does not carry", a.Session, a.Seq, ref.Record)
+	}
+	a.Record = rec
+	return nil
 }

@@ -312,9 +312,12 @@ func TestWatchWithSignaturesShowsBatchedEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := res[0].Ack
 		if res[0].Err != nil {
 			t.Fatal(res[0].Err)
+		}
+		a, err := res[0].Ack.Inline() // a compact receipt: the record's reference and the record
+		if err != nil {
+			t.Fatal(err)
 		}
 		ev := r.next(t)
 		if ev.Seq != a.Seq || ev.ID != a.ID || ev.Sig != a.Sig {

@@ -9,11 +9,23 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // HeaderError is set on every error reply to the error's code, so a client
 // can tell an error from a result without parsing the body.
 const HeaderError = "Rath-Error"
+
+// HeaderReceipts, set to ReceiptsByRecord on a batch request, asks for the
+// compact form of its receipts: an ack whose event was signed in a
+// signature record carries the event's short reference as its sig, and the
+// reply's records carry each such record once (BatchReply.Records). Without
+// it every ack carries the inline signature (events.Expand's form).
+const HeaderReceipts = "Rath-Receipts"
+
+// ReceiptsByRecord is HeaderReceipts' value for the compact form.
+const ReceiptsByRecord = "record"
 
 // Code names why the ledger refused a proposal or a request.
 type Code string
@@ -134,6 +146,32 @@ type Ack struct {
 	// Duplicate is true when the event ID was stored before: the ack is the
 	// original's and nothing new was stored.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Record is the signature record Sig refers to when Sig is a record
+	// reference (a compact batch receipt, HeaderReceipts): with it the ack
+	// is still a receipt on its own. The ledger never sets it; the Go client
+	// does, from the batch reply's records. Inline turns such an ack into
+	// the inline form.
+	Record json.RawMessage `json:"record,omitempty"`
+}
+
+// Inline returns the ack with its signature in the inline form that
+// events.Keyring.Verify checks: a record reference expanded with Record
+// (events.Expand), Record dropped. An ack already inline is returned as it
+// is.
+func (a Ack) Inline() (Ack, error) {
+	ref, isRef, err := events.ParseRecordRef(a.Sig)
+	if err != nil || !isRef {
+		return a, err
+	}
+	if len(a.Record) == 0 {
+		return a, fmt.Errorf("receipt %s:%d: its signature refers to record %s, which the receipt does not carry: %w", a.Session, a.Seq, ref.Record, events.ErrDetached)
+	}
+	sig, err := events.Expand(ref, a.Record)
+	if err != nil {
+		return a, fmt.Errorf("receipt %s:%d: %w", a.Session, a.Seq, err)
+	}
+	a.Sig, a.Record = sig, nil
+	return a, nil
 }
 
 // ContentTypeBatch is the Content-Type of a batch of proposals: a JSON array
@@ -144,9 +182,11 @@ const ContentTypeBatch = "application/cloudevents-batch+json"
 const MaxBatch = 1000
 
 // BatchReply answers a batch request: one result per proposal, in the
-// batch's order.
+// batch's order. Records, in the compact form (HeaderReceipts), holds each
+// signature record an ack's sig refers to, by record ID.
 type BatchReply struct {
-	Results []BatchResult `json:"results"`
+	Results []BatchResult              `json:"results"`
+	Records map[string]json.RawMessage `json:"records,omitempty"`
 }
 
 // BatchResult is one proposal's outcome: exactly one of Ack and Error is set.

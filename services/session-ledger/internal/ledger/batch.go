@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 
@@ -85,9 +86,15 @@ func (l *Ledger) AppendBatch(ctx context.Context, evs []event.Event) []BatchResu
 }
 
 // BatchResult is the outcome of one proposal of a batch: an ack or a refusal.
+// An event signed in a signature record also has its Ref, the reference
+// its stored body carries (the ack's Sig is the inline form), and the
+// record's ID and body, for a compact reply (api.HeaderReceipts).
 type BatchResult struct {
-	Ack api.Ack
-	Err error
+	Ack      api.Ack
+	Err      error
+	Ref      string
+	RecordID string
+	Record   []byte
 }
 
 // inflight is an append of a round published and not yet acknowledged. Its
@@ -95,6 +102,7 @@ type BatchResult struct {
 type inflight struct {
 	i       int
 	e       *entry
+	j       int // index in the round's signatures
 	kind    events.Kind
 	sealed  sealed
 	tenant  string
@@ -138,6 +146,7 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 		sealedOnes = nil
 	}
 	for j, f := range sealedOnes {
+		f.j = j
 		if err := l.send(ctx, &evs[f.i], &f, sigs.stored[j], sigs.receipt[j]); err != nil {
 			res[f.i].Err = err
 			continue
@@ -150,6 +159,9 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 		case err == nil && !r.Duplicate:
 			res[f.i].Ack, res[f.i].Err = l.stored(ctx, f.e, &evs[f.i], f.kind, f.sealed, r.StreamSeq)
 			f.e.mu.Unlock()
+			if k := sigs.record[f.j]; k >= 0 && res[f.i].Err == nil {
+				res[f.i].Ref, res[f.i].RecordID, res[f.i].Record = sigs.stored[f.j], sigs.records[k].ID, sigs.records[k].Record
+			}
 		case err == nil:
 			f.e.mu.Unlock()
 			res[f.i].Ack, res[f.i].Err = l.ackAt(ctx, r.StreamSeq)
@@ -267,10 +279,19 @@ func (l *Ledger) handleBatch(ctx context.Context, m *nats.Msg) (any, error) {
 		evs = append(evs, ev)
 		where = append(where, i)
 	}
+	compact := m.Header.Get(api.HeaderReceipts) == api.ReceiptsByRecord
+	var records map[string]json.RawMessage
 	for j, r := range l.AppendBatch(ctx, evs) {
 		i := where[j]
 		if r.Err == nil {
 			out[i].Ack = &r.Ack
+			if compact && r.Ref != "" {
+				out[i].Ack.Sig = r.Ref
+				if records == nil {
+					records = map[string]json.RawMessage{}
+				}
+				records[r.RecordID] = r.Record
+			}
 			continue
 		}
 		if api.Permanent(r.Err) {
@@ -279,7 +300,7 @@ func (l *Ledger) handleBatch(ctx context.Context, m *nats.Msg) (any, error) {
 			out[i].Error = asAPIError(r.Err)
 		}
 	}
-	return api.BatchReply{Results: out}, nil
+	return api.BatchReply{Results: out, Records: records}, nil
 }
 
 // refusal records a refused proposal of a batch and returns what the

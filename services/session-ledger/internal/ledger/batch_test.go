@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -278,5 +279,117 @@ func TestLogCarriesStoredBytes(t *testing.T) {
 	}
 	if h, err := events.ComputeHash(raws[0]); err != nil || h != ack.Hash {
 		t.Fatalf("hash of the page's bytes %s (%v), want the stored %s", h, err, ack.Hash)
+	}
+}
+
+// Through the bus the Go client asks for compact receipts
+// (api.HeaderReceipts): an ack of an event signed in a signature record
+// carries the reference its stored body carries, and the reply carries the
+// record once. Each ack is still a receipt on its own, also kept as JSON:
+// Inline expands it to a signature the ledger's key verifies. An altered
+// or missing record is refused. A request without the header gets inline
+// signatures and no records, as before.
+func TestCompactBatchReceipts(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	ring := events.NewKeyring(testKey.Public())
+	batch := func(tag string) []event.Event {
+		var evs []event.Event
+		for i := range 2 * events.MinRecord {
+			id := fmt.Sprintf("%s%d", tag, i)
+			r.start(t, id)
+			evs = append(evs, mustEvent(t, id, chunk(tag)))
+		}
+		return evs
+	}
+	res, err := r.c.AppendBatch(ctx, batch("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := map[string]bool{}
+	for _, x := range res {
+		if x.Err != nil {
+			t.Fatal(x.Err)
+		}
+		a := x.Ack
+		ref, isRef, err := events.ParseRecordRef(a.Sig)
+		if !isRef || err != nil || len(a.Record) == 0 {
+			t.Fatalf("ack of %s: sig %q (%v), record of %d bytes; want a reference and its record", a.Session, a.Sig, err, len(a.Record))
+		}
+		records[ref.Record] = true
+		if err := ring.Verify(a.Session, a.Seq, a.Hash, a.Sig); !errors.Is(err, events.ErrDetached) {
+			t.Fatalf("a reference verified without its record: %v", err)
+		}
+		raw, err := json.Marshal(a) // as a client keeps a receipt
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept api.Ack
+		if err := json.Unmarshal(raw, &kept); err != nil {
+			t.Fatal(err)
+		}
+		in, err := kept.Inline()
+		if err != nil {
+			t.Fatalf("receipt of %s: %v", a.Session, err)
+		}
+		if err := ring.Verify(in.Session, in.Seq, in.Hash, in.Sig); err != nil || in.Record != nil {
+			t.Fatalf("expanded receipt of %s: %v (record kept: %t)", a.Session, err, in.Record != nil)
+		}
+		m, err := r.store.Last(ctx, a.Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored, err := events.ParseStored(m.Body); err != nil || stored.Sig != a.Sig {
+			t.Fatalf("stored rathsig of %s %q, the ack's %q (%v)", a.Session, stored.Sig, a.Sig, err)
+		}
+	}
+	if len(records) != 1 {
+		t.Fatalf("%d records for a round of %d events, want 1", len(records), len(res))
+	}
+
+	a := res[0].Ack
+	var rec events.SigRecord
+	if err := json.Unmarshal(a.Record, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Leaves[0], rec.Leaves[1] = rec.Leaves[1], rec.Leaves[0]
+	swapped := a
+	swapped.Record, _ = json.Marshal(rec)
+	if _, err := swapped.Inline(); !errors.Is(err, events.ErrBadSignature) {
+		t.Fatalf("a record with its leaves swapped: %v, want a bad signature", err)
+	}
+	bare := a
+	bare.Record = nil
+	if _, err := bare.Inline(); !errors.Is(err, events.ErrDetached) {
+		t.Fatalf("a reference without its record: %v, want detached", err)
+	}
+
+	// Without the header: inline signatures, no records.
+	body := []byte{'['}
+	for i, ev := range batch("i") {
+		raw, _ := ev.MarshalJSON()
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, raw...)
+	}
+	reply, err := r.nc.Request(events.DefaultClient.Ledger(events.OpBatch), append(body, ']'), testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var br api.BatchReply
+	if err := json.Unmarshal(reply.Data, &br); err != nil {
+		t.Fatal(err)
+	}
+	if br.Records != nil {
+		t.Fatalf("records in a reply that did not ask for them: %d", len(br.Records))
+	}
+	for _, x := range br.Results {
+		if x.Ack == nil || events.IsRecordRef(x.Ack.Sig) {
+			t.Fatalf("result %+v: want an ack with an inline signature", x)
+		}
+		if err := ring.Verify(x.Ack.Session, x.Ack.Seq, x.Ack.Hash, x.Ack.Sig); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/openrath/rath/pkg/events"
@@ -86,11 +87,13 @@ func (s *signer) signAll(leaves []events.Leaf) []string {
 
 // roundSigs are the signatures of a batch round: the records to store
 // before any of the round's events, and for each event the rathsig its
-// stored body carries and the one its receipt carries (the same, unless the
-// event refers to a record).
+// stored body carries, the one its receipt carries (the same, unless the
+// event refers to a record) and the index in records of its record (-1:
+// none).
 type roundSigs struct {
 	records         []events.RecordSigs
 	stored, receipt []string
+	record          []int
 }
 
 // signRound signs the events of a batch round: groups of events.MinRecord
@@ -101,6 +104,7 @@ func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
 	if s.key == nil {
 		r.stored = make([]string, len(leaves))
 		r.receipt = r.stored
+		r.record = slices.Repeat([]int{-1}, len(leaves))
 		return r, nil
 	}
 	for len(leaves) > 0 {
@@ -109,11 +113,13 @@ func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
 			sigs := s.key.SignGroup(leaves[:n])
 			r.stored = append(r.stored, sigs...)
 			r.receipt = append(r.receipt, sigs...)
+			r.record = append(r.record, slices.Repeat([]int{-1}, n)...)
 		} else {
 			rec, err := s.key.SignRecord(leaves[:n])
 			if err != nil {
 				return roundSigs{}, err
 			}
+			r.record = append(r.record, slices.Repeat([]int{len(r.records)}, n)...)
 			r.records = append(r.records, rec)
 			r.stored = append(r.stored, rec.Refs...)
 			r.receipt = append(r.receipt, rec.Inline...)
