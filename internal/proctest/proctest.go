@@ -42,6 +42,19 @@ func Build(dir string, pkgs ...string) error {
 	return nil
 }
 
+// BuildCommand runs one `go build` of a dependency's command into dir,
+// never with -race: its races are not the code under test's, and the race
+// detector would slow it several times over (the nats-server of
+// natstest.StartClusterProcesses).
+func BuildCommand(dir string, pkg string) error {
+	args := []string{"build", "-o", dir + string(filepath.Separator), pkg}
+	out, err := exec.Command(goTool(), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %v: %w\n%s", args, err, out)
+	}
+	return nil
+}
+
 // goTool is the go command that runs the tests (GOROOT/bin is on PATH under
 // `go test`).
 func goTool() string {

@@ -28,6 +28,7 @@ type Cluster struct {
 	name  string
 	creds *auth.Set
 	url   string // every node's client URL, comma-separated
+	bin   string // the nats-server command the nodes run; "": in-process
 
 	mu    sync.Mutex
 	nodes []*node
@@ -39,7 +40,9 @@ type node struct {
 	dir         string
 	clientPort  int
 	clusterPort int
-	ns          *server.Server // nil while down
+	httpPort    int            // monitoring, of a process node
+	ns          *server.Server // an in-process node; nil while down
+	proc        *nodeProc      // a process node; nil while down
 }
 
 // clusterReady bounds the wait for a meta leader (about 6 s on a 2-core
@@ -62,17 +65,19 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // its meta leader: for tests of services that start on a forming cluster.
 func StartClusterNoWait(t testing.TB, n int) *Cluster {
 	t.Helper()
-	return startNodes(t, n, n)
+	return startNodesWith(t, n, n, "")
 }
 
 // StartClusterPartly starts up nodes of an n-node cluster (the others stay
 // down until Restart starts them), without waiting for a meta leader.
 func StartClusterPartly(t testing.TB, n, up int) *Cluster {
 	t.Helper()
-	return startNodes(t, n, up)
+	return startNodesWith(t, n, up, "")
 }
 
-func startNodes(t testing.TB, n, up int) *Cluster {
+// startNodesWith starts up of n nodes, in this process (bin "") or as
+// processes of the nats-server command bin.
+func startNodesWith(t testing.TB, n, up int, bin string) *Cluster {
 	t.Helper()
 	if n < 1 || up > n {
 		t.Fatalf("natstest: cluster of %d nodes, %d up", n, up)
@@ -82,15 +87,16 @@ func startNodes(t testing.TB, n, up int) *Cluster {
 	if err != nil {
 		t.Fatalf("credentials: %v", err)
 	}
-	c := &Cluster{t: t, name: "rath-test", creds: set}
+	c := &Cluster{t: t, name: "rath-test", creds: set, bin: bin}
 	urls := make([]string, n)
-	ports := freePorts(t, 2*n)
+	ports := freePorts(t, 3*n)
 	for i := range n {
 		nd := &node{
 			name:        fmt.Sprintf("rath-%d", i),
 			dir:         filepath.Join(base, fmt.Sprintf("n%d", i)),
-			clientPort:  ports[2*i],
-			clusterPort: ports[2*i+1],
+			clientPort:  ports[3*i],
+			clusterPort: ports[3*i+1],
+			httpPort:    ports[3*i+2],
 		}
 		c.nodes = append(c.nodes, nd)
 		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", nd.clientPort)
@@ -108,6 +114,11 @@ func startNodes(t testing.TB, n, up int) *Cluster {
 		}
 		for i := range c.nodes {
 			c.Shutdown(i)
+		}
+		if c.bin != "" && t.Failed() {
+			for _, nd := range c.nodes {
+				t.Logf("natstest: log of node %s (all its runs), last lines:\n%s", nd.name, c.logTail(nd, 30))
+			}
 		}
 	})
 	for i := range up {
@@ -144,7 +155,8 @@ func (c *Cluster) Creds() *auth.Set { return c.creds }
 // Len is the number of nodes.
 func (c *Cluster) Len() int { return len(c.nodes) }
 
-// Server returns node i, or nil while it is down.
+// Server returns node i, or nil while it is down or when it is a process
+// (StartClusterProcesses).
 func (c *Cluster) Server(i int) *server.Server {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -166,13 +178,16 @@ func (c *Cluster) Index(name string) int {
 
 // Shutdown stops node i (as a crash does: its clients see the connection
 // drop), keeping its store for Restart. Stopping a node that is down does
-// nothing.
+// nothing. A process node is stopped cleanly (SIGTERM); Kill crashes it.
 func (c *Cluster) Shutdown(i int) {
 	c.mu.Lock()
 	nd := c.nodes[i]
-	ns := nd.ns
-	nd.ns = nil
+	ns, p := nd.ns, nd.proc
+	nd.ns, nd.proc = nil, nil
 	c.mu.Unlock()
+	if p != nil {
+		stopProcess(p)
+	}
 	if ns != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
@@ -181,14 +196,19 @@ func (c *Cluster) Shutdown(i int) {
 
 // Restart starts node i (again) on its store directory and ports. It
 // returns once the node accepts client connections; call WaitReady to wait
-// until it rejoined JetStream.
+// until it rejoined JetStream. It returns the in-process server (nil for a
+// process node).
 func (c *Cluster) Restart(i int) *server.Server {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	nd := c.nodes[i]
-	if nd.ns != nil {
+	if nd.ns != nil || nd.proc != nil {
 		return nd.ns
+	}
+	if c.bin != "" {
+		nd.proc = c.startProcess(nd)
+		return nil
 	}
 	ns, err := server.NewServer(c.options(nd))
 	if err != nil {
@@ -240,6 +260,19 @@ func (c *Cluster) options(nd *node) *server.Options {
 // node online, and every running node is current with it: streams and
 // buckets can be placed on the nodes that are up.
 func (c *Cluster) Ready() bool {
+	ok, _ := c.ready()
+	return ok
+}
+
+// ready is Ready, and when not, why, if known.
+func (c *Cluster) ready() (bool, string) {
+	if c.bin != "" {
+		return c.processesReady()
+	}
+	return c.inProcessReady(), ""
+}
+
+func (c *Cluster) inProcessReady() bool {
 	c.mu.Lock()
 	var up []*server.Server
 	for _, nd := range c.nodes {
@@ -270,9 +303,13 @@ func (c *Cluster) WaitReady() {
 	deadline := time.Now().Add(clusterReady)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for !c.Ready() {
+	for {
+		ok, why := c.ready()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("natstest: cluster not ready after %s", clusterReady)
+			c.t.Fatalf("natstest: cluster not ready after %s: %s", clusterReady, why)
 		}
 		<-tick.C
 	}

@@ -66,3 +66,67 @@ func TestClusterReplicatesAndRestartsANode(t *testing.T) {
 		t.Fatal("an anonymous connection was accepted")
 	}
 }
+
+// A cluster of nats-server processes keeps an R3 stream through its
+// leader's SIGKILL and restart on the same store, and through a SIGSTOP
+// and SIGCONT of the new leader.
+func TestClusterProcessesSurviveKillAndPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds nats-server and starts three processes")
+	}
+	c := natstest.StartClusterProcesses(t, 3)
+	if c.Server(0) != nil {
+		t.Fatal("a process node has an in-process server")
+	}
+	js, err := jetstream.New(c.ConnectAs(t, auth.RoleAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := func() int {
+		t.Helper()
+		info, err := st.Info(ctx)
+		if err != nil || info.Cluster == nil || c.Index(info.Cluster.Leader) < 0 {
+			t.Fatalf("stream leader: %+v %v", info, err)
+		}
+		return c.Index(info.Cluster.Leader)
+	}
+	publish := func(id string) {
+		t.Helper()
+		for {
+			actx, acancel := context.WithTimeout(ctx, time.Second)
+			_, err := js.Publish(actx, "t.1", []byte(id), jetstream.WithMsgID(id))
+			acancel()
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("publish %s: %v", id, err)
+			}
+		}
+	}
+	publish("one")
+	killed := leader()
+	c.Kill(killed)
+	publish("two")
+	c.Restart(killed)
+	c.WaitReady()
+	paused := leader()
+	c.Pause(paused)
+	publish("three")
+	c.Resume(paused)
+	c.WaitReady()
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs != 3 {
+		t.Fatalf("after a kill and a pause: %+v %v", info, err)
+	}
+	if nc, err := nats.Connect(c.URL()); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous connection was accepted")
+	}
+}

@@ -11,7 +11,9 @@
 //
 // StartCluster runs a JetStream cluster of several such servers in the
 // test's process, with the same identities, for replicated (R3) streams and
-// a node's loss and restart.
+// a node's loss and restart; StartClusterProcesses runs the same cluster as
+// nats-server processes, so that a node can be killed with SIGKILL or
+// stopped with SIGSTOP.
 package natstest
 
 import (
