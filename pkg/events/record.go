@@ -58,13 +58,14 @@ type SigRecord struct {
 }
 
 // RecordSigs is what SignRecord returns for one group: the record to store
-// first, its ID, and for each event the reference to store in its body and
-// the inline form for its receipt.
+// first, its ID, for each event the reference to store in its body, and the
+// record parsed (each event's inline form, for its receipt, by
+// Signed.Expand).
 type RecordSigs struct {
 	ID     string
 	Record []byte
 	Refs   []string
-	Inline []string
+	Signed *Record
 }
 
 // SignRecord signs MinRecord..MaxRecord events with one signature whose
@@ -86,7 +87,8 @@ func (k *SigningKey) SignRecord(leaves []Leaf) (RecordSigs, error) {
 	root := tree.hash(0, n)
 	b64 := base64.RawURLEncoding
 	sig := b64.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(n), root)))
-	out := RecordSigs{ID: b64.EncodeToString(root[:recordIDSize]), Refs: make([]string, n), Inline: make([]string, n)}
+	out := RecordSigs{ID: b64.EncodeToString(root[:recordIDSize]), Refs: make([]string, n)}
+	out.Signed = &Record{id: out.ID, key: k.pub.ID, sig: sig, tree: tree}
 	// The record, written as json.Marshal would write SigRecord (every
 	// value is hex or base64url: nothing to escape), in one buffer.
 	leafLen := b64.EncodedLen(32)
@@ -105,11 +107,10 @@ func (k *SigningKey) SignRecord(leaves []Leaf) (RecordSigs, error) {
 		rec = append(rec, '"')
 	}
 	out.Record = append(rec, "]}"...)
-	// Each event's reference and inline form, from one buffer per kind.
+	// Each event's reference, from one buffer.
 	nonceLen := b64.EncodedLen(nonceSize)
 	refs := make([]byte, 0, n*(len(k.pub.ID)+len(out.ID)+nonceLen+6))
 	for i := range leaves {
-		nonce := nonces[nonceSize*i : nonceSize*(i+1)]
 		start := len(refs)
 		refs = append(refs, k.pub.ID...)
 		refs = append(refs, ':')
@@ -117,11 +118,70 @@ func (k *SigningKey) SignRecord(leaves []Leaf) (RecordSigs, error) {
 		refs = append(refs, ':')
 		refs = strconv.AppendInt(refs, int64(i), 10)
 		refs = append(refs, ':')
-		refs = b64.AppendEncode(refs, nonce)
+		refs = b64.AppendEncode(refs, nonces[nonceSize*i:nonceSize*(i+1)])
 		out.Refs[i] = string(refs[start:])
-		out.Inline[i] = inlineGroupNonce(k.pub.ID, sig, i, n, nonce, tree.path(i, 0, n))
 	}
 	return out, nil
+}
+
+// Record is a signature record read and checked once (ParseRecord, or
+// SignRecord's own): its leaves' Merkle tree, from which the inline
+// signature of each of its events is spelled without parsing or hashing
+// again. Safe for concurrent use: the tree is complete once built, and
+// Expand only reads it.
+type Record struct {
+	id, key, sig string
+	tree         *merkle
+}
+
+// ParseRecord reads the stored body of the record named id and checks that
+// its leaves' root is the one the ID names. Its signature is checked by
+// Keyring.Verify on what Expand returns.
+func ParseRecord(id string, body []byte) (*Record, error) {
+	var rec SigRecord
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return nil, fmt.Errorf("%w: signature record %s does not parse: %v", ErrBadSignature, id, err)
+	}
+	n := len(rec.Leaves)
+	if n < 2 || n > MaxRecord {
+		return nil, fmt.Errorf("%w: signature record %s holds %d leaves, want 2..%d", ErrBadSignature, id, n, MaxRecord)
+	}
+	hs := make([][32]byte, n)
+	for i, l := range rec.Leaves {
+		raw, err := base64.RawURLEncoding.Strict().DecodeString(l)
+		if err != nil || len(raw) != 32 {
+			return nil, fmt.Errorf("%w: signature record %s: leaf %d is not 32 bytes in base64url", ErrBadSignature, id, i)
+		}
+		copy(hs[i][:], raw)
+	}
+	tree := newMerkle(hs)
+	root := tree.hash(0, n)
+	if got := base64.RawURLEncoding.EncodeToString(root[:recordIDSize]); got != id {
+		return nil, fmt.Errorf("%w: the record stored as %s has root %s", ErrBadSignature, id, got)
+	}
+	return &Record{id: id, key: rec.Key, sig: rec.Sig, tree: tree}, nil
+}
+
+// Size is about the memory a parsed record holds, for a cache's bound.
+func (r *Record) Size() int64 {
+	n := int64(len(r.tree.leaves))
+	return 32*n + 80*int64(len(r.tree.memo)) + int64(len(r.id)+len(r.key)+len(r.sig))
+}
+
+// Expand returns the inline group rathsig that ref, a reference to this
+// record, stands for. It checks that ref names this record, by the same
+// key, and a leaf it holds.
+func (r *Record) Expand(ref RecordRef) (string, error) {
+	n := len(r.tree.leaves)
+	switch {
+	case ref.Record != r.id:
+		return "", fmt.Errorf("%w: the reference names record %s, not %s", ErrBadSignature, ref.Record, r.id)
+	case ref.Index >= n:
+		return "", fmt.Errorf("%w: signature record %s holds %d leaves, the reference names leaf %d", ErrBadSignature, r.id, n, ref.Index)
+	case r.key != ref.Key:
+		return "", fmt.Errorf("%w: signature record %s is by key %s, the reference names %s", ErrBadSignature, r.id, r.key, ref.Key)
+	}
+	return inlineGroup(r.key, r.sig, ref.Index, n, ref.Nonce, r.tree.path(ref.Index, 0, n)), nil
 }
 
 // inlineGroup spells an inline group rathsig (see SignGroup), the nonce
@@ -130,15 +190,6 @@ func inlineGroup(key, sig string, index, size int, nonce string, path [][32]byte
 	b := make([]byte, 0, len(key)+len(sig)+len(nonce)+12+base64.RawURLEncoding.EncodedLen(32*len(path)))
 	b = inlineHead(b, key, sig, index, size)
 	b = append(b, nonce...)
-	return string(inlinePath(b, path))
-}
-
-// inlineGroupNonce is inlineGroup with the raw nonce.
-func inlineGroupNonce(key, sig string, index, size int, nonce []byte, path [][32]byte) string {
-	b64 := base64.RawURLEncoding
-	b := make([]byte, 0, len(key)+len(sig)+b64.EncodedLen(len(nonce))+12+b64.EncodedLen(32*len(path)))
-	b = inlineHead(b, key, sig, index, size)
-	b = b64.AppendEncode(b, nonce)
 	return string(inlinePath(b, path))
 }
 
@@ -200,35 +251,13 @@ func isBase64URL(s string) bool {
 }
 
 // Expand returns the inline group rathsig a reference stands for, given the
-// record it names (its stored body). It checks that the record is the one
-// named (its root's ID) by the same key; the signature itself is checked by
-// Keyring.Verify on the result.
+// record it names (its stored body): ParseRecord, then Record.Expand.
 func Expand(ref RecordRef, record []byte) (string, error) {
-	var rec SigRecord
-	if err := json.Unmarshal(record, &rec); err != nil {
-		return "", fmt.Errorf("%w: signature record %s does not parse: %v", ErrBadSignature, ref.Record, err)
+	r, err := ParseRecord(ref.Record, record)
+	if err != nil {
+		return "", err
 	}
-	n := len(rec.Leaves)
-	if n < 2 || n > MaxRecord || ref.Index >= n {
-		return "", fmt.Errorf("%w: signature record %s holds %d leaves, the reference names leaf %d", ErrBadSignature, ref.Record, n, ref.Index)
-	}
-	if rec.Key != ref.Key {
-		return "", fmt.Errorf("%w: signature record %s is by key %s, the reference names %s", ErrBadSignature, ref.Record, rec.Key, ref.Key)
-	}
-	hs := make([][32]byte, n)
-	for i, l := range rec.Leaves {
-		raw, err := base64.RawURLEncoding.Strict().DecodeString(l)
-		if err != nil || len(raw) != 32 {
-			return "", fmt.Errorf("%w: signature record %s: leaf %d is not 32 bytes in base64url", ErrBadSignature, ref.Record, i)
-		}
-		copy(hs[i][:], raw)
-	}
-	tree := newMerkle(hs)
-	root := tree.hash(0, n)
-	if id := base64.RawURLEncoding.EncodeToString(root[:recordIDSize]); id != ref.Record {
-		return "", fmt.Errorf("%w: the record stored as %s has root %s", ErrBadSignature, ref.Record, id)
-	}
-	return inlineGroup(rec.Key, rec.Sig, ref.Index, n, ref.Nonce, tree.path(ref.Index, 0, n)), nil
+	return r.Expand(ref)
 }
 
 // ReplaceSig returns a copy of a ledger-written body whose rathsig, old,

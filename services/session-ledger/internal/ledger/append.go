@@ -172,7 +172,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		}
 		if a, ok := e.recent[ev.ID()]; ok {
 			a.Duplicate = true
-			return a, nil
+			return l.receipt(ctx, a) // a batch's event refers to its record
 		}
 		if err := transition(e.state, id, ev.Type(), expected, hasExpected); err != nil {
 			if !refreshed {

@@ -176,7 +176,8 @@ func (l *Ledger) storedAlready(ctx context.Context, e *entry, evs []event.Event,
 	find := func(eventID string) (api.Ack, bool, error) {
 		if a, ok := e.recent[eventID]; ok {
 			a.Duplicate = true
-			return a, true, nil
+			a, err := l.receipt(ctx, a) // a batch's event refers to its record
+			return a, err == nil, err
 		}
 		if e.state == nil || !search {
 			return api.Ack{}, false, nil

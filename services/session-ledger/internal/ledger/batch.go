@@ -86,15 +86,14 @@ func (l *Ledger) AppendBatch(ctx context.Context, evs []event.Event) []BatchResu
 }
 
 // BatchResult is the outcome of one proposal of a batch: an ack or a refusal.
-// An event signed in a signature record also has its Ref, the reference
-// its stored body carries (the ack's Sig is the inline form), and the
-// record's ID and body, for a compact reply (api.HeaderReceipts).
+// The ack of an event signed in a signature record is a compact receipt:
+// its Sig is the reference the stored body carries, its Record the record
+// (RecordID names it), which the acks it covers share; Ack.Inline, or the
+// ledger's receipt, spells the inline signature.
 type BatchResult struct {
 	Ack      api.Ack
 	Err      error
-	Ref      string
 	RecordID string
-	Record   []byte
 }
 
 // inflight is an append of a round published and not yet acknowledged. Its
@@ -136,7 +135,9 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 	}
 	sigs, err := l.sign.signRound(leaves)
 	if err == nil && len(sigs.records) > 0 {
-		err = l.store.PutSigRecords(ctx, sigs.records)
+		if err = l.store.PutSigRecords(ctx, sigs.records); err == nil {
+			l.remember(sigs.records)
+		}
 	}
 	if err != nil {
 		for _, f := range sealedOnes {
@@ -147,7 +148,7 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 	}
 	for j, f := range sealedOnes {
 		f.j = j
-		if err := l.send(ctx, &evs[f.i], &f, sigs.stored[j], sigs.receipt[j]); err != nil {
+		if err := l.send(ctx, &evs[f.i], &f, sigs.stored[j]); err != nil {
 			res[f.i].Err = err
 			continue
 		}
@@ -160,7 +161,7 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 			res[f.i].Ack, res[f.i].Err = l.stored(ctx, f.e, &evs[f.i], f.kind, f.sealed, r.StreamSeq)
 			f.e.mu.Unlock()
 			if k := sigs.record[f.j]; k >= 0 && res[f.i].Err == nil {
-				res[f.i].Ref, res[f.i].RecordID, res[f.i].Record = sigs.stored[f.j], sigs.records[k].ID, sigs.records[k].Record
+				res[f.i].RecordID, res[f.i].Ack.Record = sigs.records[k].ID, sigs.records[k].Record
 			}
 		case err == nil:
 			f.e.mu.Unlock()
@@ -230,12 +231,9 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 
 // send attaches the signature to an event seal sealed and publishes it
 // without waiting; on an error it unlocks the session's entry.
-func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, stored, receipt string) error {
+func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, sig string) error {
 	// seal checked the size with the longest signature (fits).
-	f.sealed.body = events.AttachSig(ev, f.sealed.body, stored)
-	if receipt != stored {
-		ev.SetExtension(events.ExtSig, receipt) // the ack's: self-contained
-	}
+	f.sealed.body = events.AttachSig(ev, f.sealed.body, sig)
 	p, err := l.store.AppendAsync(ctx, f.tenant, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
 	if err != nil {
 		f.e.mu.Unlock()
@@ -283,15 +281,18 @@ func (l *Ledger) handleBatch(ctx context.Context, m *nats.Msg) (any, error) {
 	var records map[string]json.RawMessage
 	for j, r := range l.AppendBatch(ctx, evs) {
 		i := where[j]
+		if r.Err == nil && r.RecordID != "" && !compact {
+			r.Ack, r.Err = l.receipt(ctx, r.Ack)
+		}
 		if r.Err == nil {
-			out[i].Ack = &r.Ack
-			if compact && r.Ref != "" {
-				out[i].Ack.Sig = r.Ref
+			if compact && r.RecordID != "" {
 				if records == nil {
 					records = map[string]json.RawMessage{}
 				}
-				records[r.RecordID] = r.Record
+				records[r.RecordID] = r.Ack.Record
+				r.Ack.Record = nil // once per reply, in records
 			}
+			out[i].Ack = &r.Ack
 			continue
 		}
 		if api.Permanent(r.Err) {

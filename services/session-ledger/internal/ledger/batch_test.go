@@ -302,7 +302,8 @@ func TestCompactBatchReceipts(t *testing.T) {
 		}
 		return evs
 	}
-	res, err := r.c.AppendBatch(ctx, batch("c"))
+	batchEvs := batch("c")
+	res, err := r.c.AppendBatch(ctx, batchEvs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,6 +346,25 @@ func TestCompactBatchReceipts(t *testing.T) {
 	}
 	if len(records) != 1 {
 		t.Fatalf("%d records for a round of %d events, want 1", len(records), len(res))
+	}
+	// Proposed again alone, an event answers with its receipt inline; the
+	// signed head recorded from the batch is inline too.
+	dup, err := r.c.Append(ctx, batchEvs[1])
+	if err != nil || !dup.Duplicate || dup.Seq != res[1].Ack.Seq {
+		t.Fatalf("the event proposed again: %+v, %v", dup, err)
+	}
+	if err := ring.Verify(dup.Session, dup.Seq, dup.Hash, dup.Sig); err != nil || dup.Record != nil {
+		t.Fatalf("the duplicate's receipt: %v", err)
+	}
+	if err := r.l.FlushHeads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.store.GetHead(ctx, res[2].Ack.Session)
+	if err != nil || h.Seq != res[2].Ack.Seq {
+		t.Fatalf("head of %s: %+v, %v", res[2].Ack.Session, h, err)
+	}
+	if err := ring.Verify(h.Session, h.Seq, h.Hash, h.Sig); err != nil {
+		t.Fatalf("the head recorded from a batch: %v", err)
 	}
 
 	a := res[0].Ack

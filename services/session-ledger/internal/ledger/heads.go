@@ -30,13 +30,16 @@ type headBook struct {
 	store *eventstore.Store
 	log   *slog.Logger
 	every time.Duration
+	// expand spells a head's signature inline (Ledger.fullSig): a head
+	// recorded from a batch refers to its signature record until written.
+	expand func(context.Context, string) (string, error)
 
 	mu      sync.Mutex
 	waiting map[string]eventstore.Head // the latest unrecorded head per session
 }
 
-func newHeadBook(store *eventstore.Store, every time.Duration, log *slog.Logger) *headBook {
-	return &headBook{store: store, log: log, every: every, waiting: map[string]eventstore.Head{}}
+func newHeadBook(store *eventstore.Store, every time.Duration, log *slog.Logger, expand func(context.Context, string) (string, error)) *headBook {
+	return &headBook{store: store, log: log, every: every, expand: expand, waiting: map[string]eventstore.Head{}}
 }
 
 // record takes a session's new head. first says the append created the
@@ -87,6 +90,12 @@ func (b *headBook) flush() {
 }
 
 func (b *headBook) put(h eventstore.Head) {
+	sig, err := b.expand(context.Background(), h.Sig)
+	if err != nil {
+		b.log.Warn("head not recorded: its signature does not expand", "session", h.Session, "seq", h.Seq, "err", err)
+		return
+	}
+	h.Sig = sig
 	if err := b.store.PutHeadAsync(h); err != nil {
 		b.log.Warn("head not recorded", "session", h.Session, "seq", h.Seq, "err", err)
 	}

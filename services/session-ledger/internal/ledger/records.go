@@ -8,16 +8,18 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 // recordCacheBytes bounds the signature records a ledger keeps in memory
 // (a record of 64 leaves is about 3 KB).
 const recordCacheBytes = 8 << 20
 
-// sigRecord is a signature record read once from the store.
+// sigRecord is a signature record read and parsed once: from the store,
+// or as the ledger signed it (remember).
 type sigRecord struct {
 	once sync.Once
-	body []byte
+	rec  *events.Record
 	err  error
 }
 
@@ -35,13 +37,43 @@ func (l *Ledger) fullSig(ctx context.Context, sig string) (string, error) {
 	slot := l.records.Get(ref.Record, func(string) *sigRecord { return &sigRecord{} })
 	// Cached: what is read out was verified when stored or loaded.
 	r := slot.Value
-	r.once.Do(func() { r.body, r.err = l.readRecord(ctx, ref.Record) })
+	r.once.Do(func() {
+		var body []byte
+		if body, r.err = l.readRecord(ctx, ref.Record); r.err == nil {
+			r.rec, r.err = events.ParseRecord(ref.Record, body)
+		}
+	})
 	if r.err != nil {
 		l.records.Drop(slot) // not kept: the next reader asks again
 		return "", r.err
 	}
-	l.records.Account(slot, int64(len(r.body)))
-	return events.Expand(ref, r.body)
+	l.records.Account(slot, r.rec.Size())
+	return r.rec.Expand(ref)
+}
+
+// remember caches the records the ledger just signed and stored, so that
+// the receipts and heads of their events are spelled without reading them
+// back.
+func (l *Ledger) remember(recs []events.RecordSigs) {
+	for _, rs := range recs {
+		slot := l.records.Get(rs.ID, func(string) *sigRecord { return &sigRecord{} })
+		r := slot.Value
+		r.once.Do(func() { r.rec = rs.Signed })
+		if r.err == nil {
+			l.records.Account(slot, r.rec.Size())
+		}
+	}
+}
+
+// receipt returns an ack as a receipt on its own: its signature inline
+// (fullSig), never a reference to a record.
+func (l *Ledger) receipt(ctx context.Context, a api.Ack) (api.Ack, error) {
+	sig, err := l.fullSig(ctx, a.Sig)
+	if err != nil {
+		return api.Ack{}, unavailable(err)
+	}
+	a.Sig, a.Record = sig, nil
+	return a, nil
 }
 
 // verifySig checks a stored event's signature, expanded with its record as

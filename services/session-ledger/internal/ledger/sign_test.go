@@ -278,10 +278,11 @@ func TestKeyRotation(t *testing.T) {
 
 // The events of a batch round are signed with one signature whose leaves
 // are stored once, apart (a signature record on rath.sig.<ID>): each stored
-// body carries a short reference, each ack the inline group signature, so
-// each ack is still a receipt on its own; the log serves the events with
-// their signatures expanded, and verify holds. Concurrent single appends
-// share inline group signatures.
+// body carries a short reference, and so does each ack, with the record
+// beside it, so each ack is still a receipt on its own (Inline spells the
+// inline group signature); the log serves the events with their signatures
+// expanded, and verify holds. Concurrent single appends share inline group
+// signatures.
 func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
@@ -297,7 +298,13 @@ func TestGroupSignedBatchesAndConcurrentAppends(t *testing.T) {
 		if res.Err != nil {
 			t.Fatal(res.Err)
 		}
-		a := res.Ack
+		if !events.IsRecordRef(res.Ack.Sig) || len(res.Ack.Record) == 0 || res.RecordID == "" {
+			t.Fatalf("ack of %s: sig %q, record of %d bytes, want a reference and its record", res.Ack.Session, res.Ack.Sig, len(res.Ack.Record))
+		}
+		a, err := res.Ack.Inline()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := ring.Verify(a.Session, a.Seq, a.Hash, a.Sig); err != nil {
 			t.Fatalf("receipt of %s: %v", a.Session, err)
 		}

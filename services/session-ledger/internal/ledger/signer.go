@@ -87,13 +87,12 @@ func (s *signer) signAll(leaves []events.Leaf) []string {
 
 // roundSigs are the signatures of a batch round: the records to store
 // before any of the round's events, and for each event the rathsig its
-// stored body carries, the one its receipt carries (the same, unless the
-// event refers to a record) and the index in records of its record (-1:
-// none).
+// stored body carries (a reference, when it is signed in a record) and the
+// index in records of its record (-1: none).
 type roundSigs struct {
-	records         []events.RecordSigs
-	stored, receipt []string
-	record          []int
+	records []events.RecordSigs
+	stored  []string
+	record  []int
 }
 
 // signRound signs the events of a batch round: groups of events.MinRecord
@@ -103,7 +102,6 @@ func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
 	var r roundSigs
 	if s.key == nil {
 		r.stored = make([]string, len(leaves))
-		r.receipt = r.stored
 		r.record = slices.Repeat([]int{-1}, len(leaves))
 		return r, nil
 	}
@@ -112,7 +110,6 @@ func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
 		if n < events.MinRecord {
 			sigs := s.key.SignGroup(leaves[:n])
 			r.stored = append(r.stored, sigs...)
-			r.receipt = append(r.receipt, sigs...)
 			r.record = append(r.record, slices.Repeat([]int{-1}, n)...)
 		} else {
 			rec, err := s.key.SignRecord(leaves[:n])
@@ -122,7 +119,6 @@ func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
 			r.record = append(r.record, slices.Repeat([]int{len(r.records)}, n)...)
 			r.records = append(r.records, rec)
 			r.stored = append(r.stored, rec.Refs...)
-			r.receipt = append(r.receipt, rec.Inline...)
 		}
 		leaves = leaves[n:]
 	}
