@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
@@ -354,6 +357,48 @@ func waitFor(t *testing.T, b *syncBuffer, want string) {
 			t.Fatalf("no %q in:\n%s", want, b.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A batch's compact receipt (a record reference, its record beside it),
+// kept as JSON, checks with verify --receipt like an inline one; the same
+// receipt without its record is refused, naming what is missing.
+func TestVerifyCompactReceipt(t *testing.T) {
+	url := startLedger(t)
+	c, err := client.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []event.Event
+	for i := range events.MinRecord {
+		id := fmt.Sprintf("r%d", i)
+		ok(t, url, "start", "--id", id)
+		ev, err := events.New(id, &events.ChunkAppended{Role: events.RoleUser, Content: "batched"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, ev)
+	}
+	res, err := c.AppendBatch(context.Background(), batch)
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("batch: %v %v", err, res[0].Err)
+	}
+	a := res[0].Ack
+	if !events.IsRecordRef(a.Sig) {
+		t.Fatalf("ack sig %q, want a record reference", a.Sig)
+	}
+	dir := t.TempDir()
+	kept, _ := json.Marshal(a)
+	receipt := filepath.Join(dir, "receipt.json")
+	os.WriteFile(receipt, kept, 0o644)
+	if got := ok(t, url, "verify", "--receipt", receipt); !strings.HasPrefix(got, "OK receipt r0:2 event ") {
+		t.Errorf("verify --receipt of a compact receipt printed %q", got)
+	}
+	a.Record = nil
+	bare, _ := json.Marshal(a)
+	os.WriteFile(receipt, bare, 0o644)
+	if r := rath(t, url, "verify", "--receipt", receipt); r.code != exitBroken || !strings.Contains(r.stdout, "does not carry") {
+		t.Errorf("a compact receipt without its record: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
 
