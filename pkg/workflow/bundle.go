@@ -78,7 +78,14 @@ func NewLibrary(fetch func(ctx context.Context, ref string) ([]byte, error)) *Li
 	return &Library{fetch: fetch, byRef: map[string]*Loaded{}}
 }
 
-// Get returns the workflow of a bundle reference.
+// ErrInvalidBundle marks Library.Get's error for a bundle that was read but
+// does not open: reading it again cannot help, unlike a read that failed (a
+// timeout while a NATS node is lost), which Get returns unmarked.
+var ErrInvalidBundle = errors.New("invalid workflow bundle")
+
+// Get returns the workflow of a bundle reference. A bundle that does not
+// open is an error wrapping ErrInvalidBundle; a missing one wraps the
+// fetch's not-found error (eventstore.ErrNotFound).
 func (l *Library) Get(ctx context.Context, ref string) (*Loaded, error) {
 	l.mu.Lock()
 	got, ok := l.byRef[ref]
@@ -92,7 +99,7 @@ func (l *Library) Get(ctx context.Context, ref string) (*Loaded, error) {
 	}
 	w, b, err := OpenBundle(data)
 	if err != nil {
-		return nil, fmt.Errorf("workflow %s: %w", ref, err)
+		return nil, fmt.Errorf("workflow %s: %w: %w", ref, ErrInvalidBundle, err)
 	}
 	got = &Loaded{Workflow: w, Bundle: b}
 	l.mu.Lock()

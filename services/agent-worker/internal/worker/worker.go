@@ -117,8 +117,11 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		return t.fail(ctx, "session runs no workflow", 0)
 	}
 	wf, err := w.workflows.Get(ctx, st.WorkflowRef)
-	if err != nil {
+	if errors.Is(err, eventstore.ErrNotFound) || errors.Is(err, workflow.ErrInvalidBundle) {
 		return t.fail(ctx, err.Error(), 0)
+	}
+	if err != nil {
+		return err // a read that failed: the turn is taken again, not failed
 	}
 	agent, ok := wf.Workflow.Agent(req.Agent)
 	if !ok {

@@ -8,6 +8,7 @@ package selector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
@@ -161,8 +163,13 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		return nil
 	}
 	wf, err := s.workflows.Get(ctx, head.WorkflowRef)
-	if err != nil {
+	if errors.Is(err, eventstore.ErrNotFound) || errors.Is(err, workflow.ErrInvalidBundle) {
 		return consume.Permanent(err)
+	}
+	if err != nil {
+		// A read that failed (a NATS node lost mid-read) is asked again:
+		// given up, the session would never be routed.
+		return err
 	}
 	// A redelivered trigger whose decision is already in the log: finish
 	// what the decision asked for (idempotently), decide nothing new. Only

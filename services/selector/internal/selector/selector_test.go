@@ -8,13 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/fold"
@@ -193,10 +196,12 @@ func TestDecidedSince(t *testing.T) {
 // the tests call directly, as the consumer runner would, redeliveries and
 // concurrency included.
 type rig struct {
-	c   *client.Client
-	s   *Selector
-	wf  *workflow.Workflow
-	ref string
+	c     *client.Client
+	sc    *client.Client // the selector's
+	s     *Selector
+	store *eventstore.Store
+	wf    *workflow.Workflow
+	ref   string
 }
 
 func setup(t *testing.T) *rig {
@@ -227,7 +232,7 @@ func setupWith(t *testing.T, nc *nats.Conn, path string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{c: c, s: New(sc, fold.NewCache(store, fold.CacheConfig{}), workflow.NewLibrary(store.GetBlob), quiet), wf: wf, ref: ref}
+	return &rig{c: c, sc: sc, s: New(sc, fold.NewCache(store, fold.CacheConfig{}), workflow.NewLibrary(store.GetBlob), quiet), store: store, wf: wf, ref: ref}
 }
 
 func (r *rig) start(t *testing.T, id string) events.Stored {
@@ -274,6 +279,43 @@ func ofType(log []events.Stored, typ string) []events.Stored {
 		}
 	}
 	return out
+}
+
+// A workflow whose read fails (a NATS node lost mid-read: the cluster test
+// saw a session never routed so) is asked again, not given up: the
+// trigger's error is transient, and once the read works the session is
+// routed. A workflow that is not stored is given up.
+func TestWorkflowReadFailureIsAskedAgain(t *testing.T) {
+	r := setup(t)
+	ctx := context.Background()
+	var failing atomic.Bool
+	failing.Store(true)
+	lib := workflow.NewLibrary(func(ctx context.Context, ref string) ([]byte, error) {
+		if failing.Load() {
+			return nil, fmt.Errorf("get blob %s: %w", ref, context.DeadlineExceeded)
+		}
+		return r.store.GetBlob(ctx, ref)
+	})
+	s := New(r.sc, fold.NewCache(r.store, fold.CacheConfig{}), lib, quiet)
+	trigger := r.start(t, "s1")
+	if err := s.Handle(ctx, trigger); err == nil || consume.IsPermanent(err) {
+		t.Fatalf("a failed read of the workflow: %v, want a transient error", err)
+	}
+	failing.Store(false)
+	if err := s.Handle(ctx, trigger); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ofType(r.log(t, "s1"), events.TypeSelectorDecided)); n != 1 {
+		t.Fatalf("%d decisions once the read works, want 1", n)
+	}
+
+	a, err := r.c.Start(ctx, "s2", events.SessionStarted{Workflow: r.wf.Name, WorkflowHash: r.wf.Hash(), WorkflowRef: "sha256:" + strings.Repeat("0", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Handle(ctx, r.at(t, "s2", a.Seq)); !consume.IsPermanent(err) {
+		t.Fatalf("a workflow that is not stored: %v, want a permanent error", err)
+	}
 }
 
 // A trigger handled again (a redelivery), one after the other or at the same

@@ -148,7 +148,9 @@ func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) erro
 	if rt.kind == routeRefused {
 		return e.fail(ctx, nil, rt.why, 0, 0)
 	}
-	if allowed, why := r.allowed(ctx, st, req); !allowed {
+	if allowed, why, err := r.allowed(ctx, st, req); err != nil {
+		return err
+	} else if !allowed {
 		return e.fail(ctx, nil, why, 0, 0)
 	}
 	ws, err := r.place(ctx, st, ev, req, takeOver)
@@ -269,16 +271,22 @@ func (r *Runner) inline(ctx context.Context, text string) (string, string, error
 }
 
 // allowed checks the tool against the requesting agent's list in the
-// session's workflow. Sessions without a workflow may use every tool.
-func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.ToolRequested) (bool, string) {
+// session's workflow. Sessions without a workflow may use every tool. A
+// workflow that is missing or does not open refuses the call; one whose
+// read failed (a NATS node lost) is an error, so the request is taken again.
+func (r *Runner) allowed(ctx context.Context, st *session.State, req *events.ToolRequested) (bool, string, error) {
 	if st.WorkflowRef == "" {
-		return true, ""
+		return true, "", nil
 	}
 	wf, err := r.workflows.Get(ctx, st.WorkflowRef)
-	if err != nil {
-		return false, err.Error()
+	if errors.Is(err, eventstore.ErrNotFound) || errors.Is(err, workflow.ErrInvalidBundle) {
+		return false, err.Error(), nil
 	}
-	return wf.Workflow.Allows(req.Agent, req.Tool)
+	if err != nil {
+		return false, "", err
+	}
+	allowed, why := wf.Workflow.Allows(req.Agent, req.Tool)
+	return allowed, why, nil
 }
 
 // routeKind says who runs a requested tool.
