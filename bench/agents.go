@@ -288,6 +288,13 @@ func agentIDs(prefix string, n int) []string {
 	return ids
 }
 
+// sandboxHelper is the tool runner's spawn helper binary (its
+// sandbox.HelperName), which the runner finds beside its executable. In
+// this process it is built and named in the runner's configuration: the
+// harness binary itself would be the helper otherwise, and its start
+// (100 MB) would be most of a tool call's CPU.
+const sandboxHelper = "rath-sandbox-exec"
+
 // startAgentsInProcess runs the selector, the agent worker and the tool
 // runner in this process, as `rath up` does (internal/runtime, each service
 // on an in-process connection of its role, against the harness's server
@@ -301,6 +308,11 @@ func (h *harness) startAgentsInProcess(dir string) (func(), error) {
 	cfg.ToolRunner.Backend = events.BackendLocal
 	cfg.ToolRunner.Sandbox.Root = filepath.Join(h.dir, "workspaces-inproc")
 	cfg.ToolRunner.Seeds = dir
+	bin := filepath.Join(h.dir, "helper-bin")
+	if _, err := buildServices(context.Background(), bin, "tool-runner/"+sandboxHelper); err != nil {
+		return nil, fmt.Errorf("the sandbox helper: %w", err)
+	}
+	cfg.ToolRunner.Sandbox.Helper = filepath.Join(bin, sandboxHelper)
 	var logs []*os.File
 	closeLogs := func() {
 		for _, f := range logs {
@@ -436,6 +448,9 @@ func buildServices(ctx context.Context, dir string, kinds ...string) (map[string
 	for _, k := range kinds {
 		args = append(args, "./services/"+k)
 		bins[k] = filepath.Join(dir, k)
+		if k == "tool-runner" { // its spawn helper, found beside it
+			args = append(args, "./services/tool-runner/"+sandboxHelper)
+		}
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root

@@ -41,6 +41,9 @@ type SandboxStatus struct {
 	Program string `json:"program,omitempty"`
 	// Root is the directory of the backend's workspaces.
 	Root string `json:"root"`
+	// Helper is the spawn helper every command starts as: rath-sandbox-exec,
+	// or /proc/self/exe (the runner's own binary, slower to start).
+	Helper string `json:"helper,omitempty"`
 }
 
 // Sandboxes is the tool runner's sandbox backends on this machine and the
@@ -95,6 +98,7 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 	add := func(name string, b *sandbox.Local, err error, isolation func(string) string, program string, root string) {
 		st := SandboxStatus{Name: name, Development: events.Development(name), Isolation: isolation(events.DefaultTenant), Program: program, Root: root}
 		if err == nil {
+			st.Helper = b.Helper()
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			err = b.Probe(pctx)
 			cancel()

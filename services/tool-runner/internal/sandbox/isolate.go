@@ -318,7 +318,7 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 	}
 	p.env(append(env, "HOME="+insideTmp, "TMPDIR="+insideTmp))
 	cmd.Args = p.helper(slices.Concat([]string{"--", cmd.Path}, cmd.Args[1:])...)
-	cmd.Path = "/proc/self/exe"
+	cmd.Path = l.helper
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + l.cfg.Path}
 	if cmd.SysProcAttr == nil {

@@ -44,7 +44,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	defer statusR.Close()
 	stdout, stderr := &capture{limit: lim.Output}, &capture{limit: lim.Output}
 	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
+		Path:        w.l.helper,
 		Stdin:       c.Stdin,
 		Stdout:      stdout,
 		Stderr:      stderr,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
 
@@ -250,5 +252,46 @@ func TestRunEnvironment(t *testing.T) {
 	}
 	if _, err := os.Stat(strings.TrimSpace(res.Stdout)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("HOME of a finished run still exists: %v", err)
+	}
+}
+
+// The helper as a binary of its own (services/tool-runner/rath-sandbox-exec,
+// Config.Helper) runs commands as the runner's own binary does: the same
+// limits reach the command. The configured helper is what every command
+// starts as (a helper that is `true` runs nothing), and a helper that is
+// not an executable file is refused when the backend is made.
+func TestHelperBinary(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := proctest.BuildCommand(dir, "github.com/openrath/rath/services/tool-runner/rath-sandbox-exec"); err != nil {
+		t.Fatal(err)
+	}
+	helper := filepath.Join(dir, sandbox.HelperName)
+	l := newLocal(t, func(c *sandbox.Config) {
+		c.Helper = helper
+		c.Limits.CPU = 7 * time.Second
+		c.Limits.OpenFiles = 64
+	})
+	if l.Helper() != helper {
+		t.Fatalf("helper %q, want %q", l.Helper(), helper)
+	}
+	res := run(t, place(t, l, "s1", nil), sh("ulimit -t; ulimit -n; echo ran"))
+	if got, want := strings.Fields(res.Stdout), []string{"7", "64", "ran"}; !slices.Equal(got, want) || res.ExitCode != 0 {
+		t.Errorf("through the helper binary: %q, want %q (result %+v)", got, want, res)
+	}
+
+	truth, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal("the test needs true(1) on PATH")
+	}
+	fake := newLocal(t, func(c *sandbox.Config) { c.Helper = truth })
+	if res, err := place(t, fake, "s2", nil).Run(context.Background(), sh("echo ran")); err == nil && strings.Contains(res.Stdout, "ran") {
+		t.Errorf("a command ran past a helper that runs nothing: %+v", res)
+	}
+
+	cfg := sandbox.DefaultConfig()
+	cfg.Root, cfg.Helper = t.TempDir(), dir
+	if _, err := sandbox.NewLocal(cfg); err == nil || !strings.Contains(err.Error(), "not an executable file") {
+		t.Errorf("a directory as the helper: %v", err)
 	}
 }
