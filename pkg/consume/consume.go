@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/tracing"
 )
 
@@ -133,11 +134,18 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			// The ledger creates the streams; a worker may start first.
+			log.Info("waiting for the sessions stream", "handler", h.Name)
+		case eventstore.Forming(err):
+			// A cluster forming, electing a leader, short of a node, or too
+			// busy to answer in time (seen: a worker starting on a 3-node
+			// cluster under load exited, and with it the agent loop).
+			log.Warn("waiting for the JetStream cluster", "handler", h.Name, "retry_in", wait, "err", err)
+		default:
 			return fmt.Errorf("consume %s: consumer: %w", h.Name, err)
 		}
-		// The ledger creates the streams; a worker may start first.
-		log.Info("waiting for the sessions stream", "handler", h.Name)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -170,9 +178,10 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 		f := fnv.New32a()
 		f.Write([]byte(sid))
 		shards[f.Sum32()%uint32(len(shards))] <- m
-	}, jetstream.PullMaxMessages(h.Workers*8), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		r.log.Debug("consumer", "err", err)
-	}))
+	}, jetstream.PullMaxMessages(h.Workers*8), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			r.log.Debug("consumer", "err", err)
+		}))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", h.Name, err)
 	}
@@ -187,6 +196,18 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	wg.Wait()
 	return nil
 }
+
+// A pull request waits at most pullExpiry and the server sends a heartbeat
+// every pullHeartbeat while it waits. A consumer whose leader's node is
+// lost (killed, or hung) takes its pending pull requests with it, and the
+// client notices only when two heartbeats are missing: with nats.go's
+// defaults (30 s, 15 s) a worker then sat idle for 30 s after the new
+// leader was elected (the cluster test's agent sessions closed 31 s after
+// the appends); with these, within 4 s.
+const (
+	pullExpiry    = 10 * time.Second
+	pullHeartbeat = 2 * time.Second
+)
 
 type runner struct {
 	h         Handler

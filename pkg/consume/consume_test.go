@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,10 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
+	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -159,4 +162,74 @@ func TestGivingUpDeadLettersAndRecordsInTheSession(t *testing.T) {
 	if !errors.Is(err, errFound) {
 		t.Fatalf("permanent failure not recorded after one attempt: %v", err)
 	}
+}
+
+// A handler started on a cluster with no meta leader yet (one node of
+// three) waits, saying so, and consumes once the cluster has formed and
+// the ledger created the streams: it never exits. (It exited on a timeout
+// of its consumer's creation, and took the agent loop with it.)
+func TestRunWaitsForAFormingCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a 3-node cluster")
+	}
+	c := natstest.StartClusterPartly(t, 3, 1)
+	waiting := &logWatch{want: "waiting for the JetStream cluster", seen: make(chan struct{})}
+	got := make(chan events.Stored, 1)
+	nc := c.ConnectAs(t, auth.RoleAdmin)
+	h := consume.Handler{Name: "forming", Tokens: []string{events.TokenLifecycle}, Types: []string{events.TypeSessionStarted},
+		Handle: func(_ context.Context, ev events.Stored) error {
+			select {
+			case got <- ev:
+			default:
+			}
+			return nil
+		}}
+	testrig.Run(t, "run", func(ctx context.Context) error {
+		return consume.Run(ctx, nc, h, nil, slog.New(slog.NewTextHandler(waiting, nil)))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	select {
+	case <-waiting.seen:
+	case <-ctx.Done():
+		t.Fatal("the handler never said it waits for the cluster")
+	}
+	for i := 1; i < c.Len(); i++ {
+		c.Restart(i)
+	}
+	c.WaitReady()
+	cfg := ledger.ConfigIn(t.TempDir())
+	cfg.Store.Replicas = 3
+	lnc := c.ConnectAs(t, auth.RoleLedger)
+	testrig.Run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, lnc, cfg, quiet) })
+	cl, err := client.New(c.ConnectAs(t, auth.RoleClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cl.Start(ctx, "", events.SessionStarted{Task: "on a forming cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-got:
+		if ev.Session != a.Session {
+			t.Fatalf("handled %s of %s, want %s", ev.Type, ev.Session, a.Session)
+		}
+	case <-ctx.Done():
+		t.Fatal("the handler never saw the session's start")
+	}
+}
+
+// logWatch is a log destination that closes seen once a line contains want.
+type logWatch struct {
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
 }
