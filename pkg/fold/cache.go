@@ -133,6 +133,33 @@ func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State
 	return c.stateAt(ctx, e, at)
 }
 
+// ErrBehind is StateSince's error when the head it read is below an event
+// the caller got from the stream: the replica of the sessions stream that
+// answered lags (on a cluster, a node that was stopped or restarted and is
+// catching up). Asked again shortly, a current replica answers. It is not
+// an api.Error: a handler that returns it is retried, not given up.
+var ErrBehind = errors.New("a replica of the sessions stream is behind an event delivered from it")
+
+// StateSince returns session id's head, which must include sequence seq: an
+// event delivered from the stream (a handler's trigger). A head below it,
+// or no session at all, was read from a replica that lags, and is ErrBehind
+// rather than a state: taken for the head, it would make a handler drop its
+// trigger as superseded (seen on a cluster whose leader was stopped with
+// SIGSTOP: a turn never taken, a session never closed).
+func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session.State, error) {
+	st, err := c.State(ctx, id, 0)
+	if api.CodeOf(err) == api.CodeNotFound {
+		return nil, fmt.Errorf("state of %s: no events, but %d was delivered: %w", id, seq, ErrBehind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Seq < seq {
+		return nil, fmt.Errorf("state of %s: head %d, but %d was delivered: %w", id, st.Seq, seq, ErrBehind)
+	}
+	return st, nil
+}
+
 // StateAndHead returns the state of session id at sequence at and its head,
 // for a caller that decides on the one and guards with the other (the
 // selector, ADR 0008). The cache stays at at, with the events after it read

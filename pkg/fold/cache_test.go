@@ -196,6 +196,29 @@ func TestStateAndHeadInOrder(t *testing.T) {
 	r.equal(t, h, "s1", 0)
 }
 
+// StateSince is the head when it includes the delivered sequence, and
+// ErrBehind when the head read is below it or there is no session (what a
+// replica that lags answers), never a state a handler would take for the
+// head.
+func TestStateSinceRefusesAHeadBelowTheDeliveredEvent(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s1")
+	r.turn(t, "s1", 0)
+	head := r.head(t, "s1")
+	c := r.cache(t, 0)
+	st, err := c.StateSince(r.ctx, "s1", head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", 0)
+	if _, err := c.StateSince(r.ctx, "s1", head+1); !errors.Is(err, fold.ErrBehind) {
+		t.Fatalf("a head below the delivered sequence: %v, want ErrBehind", err)
+	}
+	if _, err := c.StateSince(r.ctx, "none", 1); !errors.Is(err, fold.ErrBehind) || api.Permanent(err) {
+		t.Fatalf("no session although an event was delivered: %v, want ErrBehind, not permanent", err)
+	}
+}
+
 // Takeover: a fresh cache (another process) loads through the nearest
 // snapshot and agrees at every sequence; so does one that starts mid-walk.
 func TestFreshCacheTakesOver(t *testing.T) {

@@ -50,7 +50,7 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	if req.Tool != s.t.Name {
 		return nil
 	}
-	st, err := s.states.State(ctx, ev.Session, 0)
+	st, err := s.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
 	}

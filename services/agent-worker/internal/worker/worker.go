@@ -105,7 +105,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 		return consume.Permanent(err)
 	}
 	req := d.(*events.TurnRequested)
-	st, err := w.cfg.States.State(ctx, ev.Session, 0)
+	st, err := w.cfg.States.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
 	}

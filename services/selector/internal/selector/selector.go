@@ -156,6 +156,13 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	// Both from the cache, which stays at the trigger: the next trigger of
 	// the session costs the events in between (ADR 0016).
 	at, head, err := s.states.StateAndHead(ctx, ev.Session, ev.Seq)
+	if c := api.CodeOf(err); c == api.CodeNotFound || c == api.CodeOutOfRange {
+		// The trigger was delivered from the stream, so it is stored: a
+		// read that ends below it, or finds no session, was answered by a
+		// replica that lags. Asked again, not given up (which left a
+		// session never routed when a cluster's leader was stopped).
+		return fmt.Errorf("session %s up to its trigger %d: %v: %w", ev.Session, ev.Seq, err, fold.ErrBehind)
+	}
 	if err != nil {
 		return err
 	}

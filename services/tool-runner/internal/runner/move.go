@@ -35,7 +35,7 @@ func (r *Runner) move(ctx context.Context, ev events.Stored, takeOver bool) erro
 		return consume.Permanent(err)
 	}
 	req := d.(*events.SandboxRequested)
-	st, err := r.states.State(ctx, ev.Session, 0)
+	st, err := r.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) erro
 		return consume.Permanent(err)
 	}
 	req := d.(*events.ToolRequested)
-	st, err := r.states.State(ctx, ev.Session, 0)
+	st, err := r.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
 	}
