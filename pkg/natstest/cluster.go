@@ -163,6 +163,21 @@ func (c *Cluster) Server(i int) *server.Server {
 	return c.nodes[i].ns
 }
 
+// ClientURL returns node i's client URL.
+func (c *Cluster) ClientURL(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.nodes[i].clientPort)
+}
+
+// NameOf returns the name of the node whose client URL is url, or "".
+func (c *Cluster) NameOf(url string) string {
+	for i, nd := range c.nodes {
+		if c.ClientURL(i) == url {
+			return nd.name
+		}
+	}
+	return ""
+}
+
 // Name returns node i's server name, as JetStream's cluster info names it.
 func (c *Cluster) Name(i int) string { return c.nodes[i].name }
 
