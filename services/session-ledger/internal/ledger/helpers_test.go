@@ -82,15 +82,14 @@ func serveWith(t *testing.T, nc *nats.Conn, name string, edit func(*ledger.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Serve subscribes asynchronously: wait until the ledger answers.
-	for {
-		_, err := c.List(ctx, api.ListRequest{})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
+	// Serve subscribes asynchronously, each operation in turn: wait until it
+	// answers them all (one answering, such as list, does not say append
+	// does: "no responders" to a first start, seen under load).
+	select {
+	case <-l.Ready():
+	case err := <-done:
+		done <- err // for stop
+		t.Fatalf("serve ended before it was ready: %v", err)
 	}
 	return &rig{nc: nc, c: c, store: store, l: l, stop: stop}
 }

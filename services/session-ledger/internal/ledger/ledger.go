@@ -83,6 +83,8 @@ type Ledger struct {
 	heads *headBook
 	// records caches the signature records that batched events refer to.
 	records *lru.Sized[string, *sigRecord]
+	// ready is closed once Serve answers every operation.
+	ready chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *entry, most recently used first
@@ -154,6 +156,7 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		lru:     list.New(),
 		reader:  fold.NewReader(store, cfg.SnapshotEvery),
 		records: lru.New[string, *sigRecord](recordCacheBytes),
+		ready:   make(chan struct{}),
 	}
 	if !cfg.Unsigned { // an unsigned ledger (the bench's baseline) records no heads
 		l.heads = newHeadBook(store, cfg.HeadEvery, log, l.fullSig)

@@ -72,6 +72,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	l.log.Info("ledger serving", "name", l.cfg.Name, "subjects", events.LedgerPrefix+"<tenant>.<user>.<op>", "inbox", events.StreamInbox)
+	close(l.ready)
 	defer l.startRetention(ctx)()
 	heads := make(chan struct{})
 	go func() { l.heads.run(ctx); close(heads) }()
@@ -88,6 +89,12 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 	}
 	return nil
 }
+
+// Ready is closed once Serve has subscribed to every operation and the
+// server has them all: a request of any operation, from any connection, is
+// answered from then on. One operation answering says nothing of the
+// others, which Serve subscribes to in no set order.
+func (l *Ledger) Ready() <-chan struct{} { return l.ready }
 
 func decodeRequest(m *nats.Msg, v any) error { return reqrep.Decode(m, v) }
 
