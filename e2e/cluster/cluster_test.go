@@ -53,18 +53,23 @@ func TestClusterLosesNoAcknowledgedAppend(t *testing.T) {
 	}
 	c := natstest.StartCluster(t, 3)
 	runLoss(t, c, loss{
-		what: "shut down",
-		lose: c.Shutdown,
-		back: func(i int) { c.Restart(i) },
+		what:     "shut down",
+		sessions: *numSessions,
+		events:   *numEvents,
+		lose:     c.Shutdown,
+		back:     func(i int) { c.Restart(i) },
 	})
 }
 
 // loss is how a run loses the node leading RATH_SESSIONS and brings it
 // back, and what else runs meanwhile.
 type loss struct {
-	what string    // what lose does, for the log: "shut down", "killed"
-	lose func(int) // takes node i away, after a third of the acks
-	back func(int) // brings node i back, after two thirds of the acks
+	what string // what lose does, for the log: "shut down", "killed"
+	// sessions and events: the client appends events over sessions (their
+	// starts included).
+	sessions, events int
+	lose             func(int) // takes node i away, after a third of the acks
+	back             func(int) // brings node i back, after two thirds of the acks
 	// backAfter, if set, brings the node back this long after its loss
 	// even if two thirds of the acks are not in: a node that hangs is a
 	// pause of a length, and appends may wait for it.
@@ -82,9 +87,9 @@ type loss struct {
 // its ack put it, that every chain verifies, and that every agent session
 // closed.
 func runLoss(t *testing.T, c *natstest.Cluster, l loss) {
-	sessions, total := *numSessions, *numEvents
+	sessions, total := l.sessions, l.events
 	if sessions < 1 || total < sessions {
-		t.Fatalf("-cluster.events %d must be at least -cluster.sessions %d", total, sessions)
+		t.Fatalf("%d events must be at least %d sessions", total, sessions)
 	}
 
 	// The ledgers' warnings are kept, and shown when an append was slow.

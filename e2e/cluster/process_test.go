@@ -22,9 +22,14 @@ import (
 	"github.com/openrath/rath/pkg/workflow"
 )
 
+// CI-sized by default (each case well under a minute on two cores); the
+// issue's full scale is -cluster.proc.events 5000 -cluster.proc.sessions
+// 100 -cluster.agents 20.
 var (
-	numAgents = flag.Int("cluster.agents", 6, "scripted agent sessions run alongside the appends in the process cases")
-	pauseFor  = flag.Duration("cluster.pause", 10*time.Second, "how long the SIGSTOP case keeps the leader stopped, at most (it resumes it once two thirds of the appends are acknowledged): longer than JetStream's election timeout (4-9 s), so that a new leader is elected while the old one is stopped")
+	procEvents   = flag.Int("cluster.proc.events", 1200, "appends over all sessions in the process cases (session starts included)")
+	procSessions = flag.Int("cluster.proc.sessions", 40, "sessions appended to concurrently in the process cases")
+	numAgents    = flag.Int("cluster.agents", 6, "scripted agent sessions run alongside the appends in the process cases")
+	pauseFor     = flag.Duration("cluster.pause", 10*time.Second, "how long the SIGSTOP case keeps the leader stopped, at most (it resumes it once two thirds of the appends are acknowledged): longer than JetStream's election timeout (4-9 s), so that a new leader is elected while the old one is stopped")
 )
 
 // The cluster's nodes are nats-server processes, lost as a machine loses
@@ -41,16 +46,20 @@ func TestClusterProcessesLoseNothing(t *testing.T) {
 	t.Run("kill-9", func(t *testing.T) {
 		c := natstest.StartClusterProcesses(t, 3)
 		runLoss(t, c, loss{
-			what:   "killed with SIGKILL",
-			lose:   c.Kill,
-			back:   func(i int) { c.Restart(i) },
-			agents: *numAgents,
+			what:     "killed with SIGKILL",
+			sessions: *procSessions,
+			events:   *procEvents,
+			lose:     c.Kill,
+			back:     func(i int) { c.Restart(i) },
+			agents:   *numAgents,
 		})
 	})
 	t.Run("sigstop", func(t *testing.T) {
 		c := natstest.StartClusterProcesses(t, 3)
 		runLoss(t, c, loss{
 			what:      "stopped with SIGSTOP",
+			sessions:  *procSessions,
+			events:    *procEvents,
 			lose:      c.Pause,
 			back:      c.Resume,
 			backAfter: *pauseFor,
