@@ -77,6 +77,21 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// The durability section runs only when named, after the default sections.
+func TestDurabilityIsOptional(t *testing.T) {
+	def, err := parseFlags(nil)
+	if err != nil || def.has(sectionDurability) {
+		t.Fatalf("default sections %v (%v) include %s", def.sections, err, sectionDurability)
+	}
+	cfg, err := parseFlags([]string{"--sections", "durability,append"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{sectionAppend, sectionDurability}; !slices.Equal(cfg.sections, want) {
+		t.Fatalf("sections %v, want %v", cfg.sections, want)
+	}
+}
+
 func TestSizes(t *testing.T) {
 	full, _ := parseFlags(nil)
 	if got, want := full.histories(), []int{10, 1_000, 10_000, 100_000}; !slices.Equal(got, want) {

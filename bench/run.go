@@ -266,6 +266,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runRecall(ctx)
 	case sectionLong:
 		err = h.runLong(ctx)
+	case sectionDurability:
+		err = h.runDurability(ctx)
 	}
 	return errors.Join(err, stop())
 }
