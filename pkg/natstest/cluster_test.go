@@ -96,7 +96,7 @@ func TestClusterProcessesSurviveKillAndPause(t *testing.T) {
 		}
 		return c.Index(info.Cluster.Leader)
 	}
-	publish := func(id string) {
+	publish := func(js jetstream.JetStream, id string) {
 		t.Helper()
 		for {
 			actx, acancel := context.WithTimeout(ctx, time.Second)
@@ -110,15 +110,21 @@ func TestClusterProcessesSurviveKillAndPause(t *testing.T) {
 			}
 		}
 	}
-	publish("one")
+	publish(js, "one")
 	killed := leader()
 	c.Kill(killed)
-	publish("two")
+	publish(js, "two")
 	c.Restart(killed)
 	c.WaitReady()
 	paused := leader()
+	// A connection to the paused node hangs until it resumes (its socket
+	// stays open): publish through another.
+	other, err := jetstream.New(natstest.ConnectAs(t, c.ClientURL((paused+1)%c.Len()), auth.RoleAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.Pause(paused)
-	publish("three")
+	publish(other, "three")
 	c.Resume(paused)
 	c.WaitReady()
 	info, err := st.Info(ctx)
