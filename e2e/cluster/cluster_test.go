@@ -1,8 +1,12 @@
 // Package cluster_test runs the session ledger on a real 3-node JetStream
-// cluster (pkg/natstest.StartCluster) with R3 streams, loses the node that
-// leads the sessions stream while a client appends, restarts it on its
-// store, and checks with internal/clustercheck that no acknowledged event
-// was lost or stored twice and that every chain verifies.
+// cluster with R3 streams, loses the node that leads the sessions stream
+// while a client appends, brings it back, and checks with
+// internal/clustercheck that no acknowledged event was lost or stored twice
+// and that every chain verifies. The nodes run in the test's process
+// (natstest.StartCluster: a clean shutdown and restart), or as nats-server
+// processes (natstest.StartClusterProcesses) killed with SIGKILL or frozen
+// with SIGSTOP while the agent loop runs scripted agent sessions, each of
+// which must close.
 package cluster_test
 
 import (
