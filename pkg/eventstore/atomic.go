@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,7 +63,7 @@ func (s *Store) AppendAtomic(ctx context.Context, tenant, session string, evs []
 		msgs[i] = appendMsg(ctx, tenant, session, e.Token, e.Body, e.Seq, e.Hash)
 		msgs[i].Header.Set(jetstream.MsgIDHeader, MsgID(tenant, e.EventID))
 	}
-	last, err := PublishAtomic(ctx, s.nc, msgs, events.SessionFilter(session), expectLast)
+	last, err := s.publishAtomic(ctx, msgs, events.SessionFilter(session), expectLast)
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
@@ -71,6 +72,34 @@ func (s *Store) AppendAtomic(ctx context.Context, tenant, session string, evs []
 		return Appended{}, fmt.Errorf("atomic append to session %s: %w", session, err)
 	}
 	return Appended{}, appendErr(session, expectLast, size, apiErr)
+}
+
+// publishAtomic is PublishAtomic attempt by attempt, as publish does for
+// one message: a commit with no reply within its bound (the stream's leader
+// lost mid-batch, or no leader yet) is published again as a new batch, with
+// the same message IDs, until ctx ends, instead of waiting out the
+// caller's deadline (the ledger's 30 s: agent turns stalled that long when
+// a cluster's leader was killed). A repeat of a batch that was stored is
+// refused as a duplicate or a wrong last sequence, which the ledger
+// resolves by reading the session; it is never stored twice.
+func (s *Store) publishAtomic(ctx context.Context, msgs []*nats.Msg, filter string, expectLast uint64) (uint64, error) {
+	bound := ackAttempt
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		last, err := PublishAtomic(actx, s.nc, msgs, filter, expectLast)
+		cancel()
+		if err == nil && attempt > 1 {
+			s.log.Info("atomic append acknowledged after the stream's leader was lost or slow", "filter", filter, "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
+		}
+		if err == nil || ctx.Err() != nil || !ackLost(err) {
+			return last, err
+		}
+		if attempt == 1 {
+			s.log.Warn("no reply to an atomic append's commit: publishing the batch again (the stream's leader may be lost; a new one is elected)", "filter", filter, "after", bound, "err", err)
+		}
+		bound = min(2*bound, ackAttemptMax)
+	}
 }
 
 // PublishAtomic publishes msgs (with their headers, message IDs included)

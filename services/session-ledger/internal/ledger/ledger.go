@@ -245,10 +245,12 @@ func (l *Ledger) load(ctx context.Context, e *entry) error {
 		}
 	}
 	st, streamSeq, err := l.stateAt(ctx, e.id, head.Seq)
-	if api.CodeOf(err) == api.CodeOutOfRange {
-		// The log, read after its head, ends below it: the replica that
-		// answered the direct gets lags (one catching up after a restart
-		// on a cluster). Transient: asked again, a current one answers.
+	if c := api.CodeOf(err); c == api.CodeOutOfRange || c == api.CodeNotFound {
+		// The log, read after its head, ends below it or is not there yet:
+		// the replica that answered the direct gets lags (one catching up
+		// after a restart, or resumed after a stop, on a cluster; seen with
+		// a SIGSTOPped leader). Transient: asked again, a current one
+		// answers.
 		return api.Errorf(api.CodeUnavailable, "load session %s: a replica of %s is behind its head %d: %v", e.id, events.StreamSessions, head.Seq, err)
 	}
 	if err != nil {
