@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // The worker kinds of the agent loop, named as their binaries under

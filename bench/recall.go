@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	memory "github.com/openrath/rath/services/memory-svc/service"

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -147,7 +147,7 @@ func TestComposeClusterForms(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	defer cancelShort()
 	if _, err := client.CreateStream(short, jetstream.StreamConfig{Name: "RATH_CLIENT_STREAM", Subjects: []string{"x.>"}}); err == nil {
-		t.Error("the client identity created a stream: the cluster does not enforce pkg/auth's table")
+		t.Error("the client identity created a stream: the cluster does not enforce internal/auth's table")
 	}
 	select {
 	case err := <-violations:

@@ -21,7 +21,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -414,7 +414,7 @@ func natsConfig(t *testing.T, where, path, serverName string, routeHosts []strin
 			fail("the %s user is not in the account %s", r, auth.Account)
 		case u.Permissions == nil || u.Permissions.Publish == nil ||
 			!slices.Equal(u.Permissions.Publish.Allow, r.Permissions().Publish.Allow):
-			fail("the %s user's publish permissions differ from pkg/auth's table", r)
+			fail("the %s user's publish permissions differ from internal/auth's table", r)
 		}
 	}
 	return opts, errs

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/openapi"
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -32,7 +32,7 @@ func TestKubernetes(t *testing.T) {
 }
 
 // TestKubernetesNATSConfigIsDeploys keeps the kustomization's copy of
-// nats-server.conf equal to deploy/nats-server.conf, which pkg/auth generates
+// nats-server.conf equal to deploy/nats-server.conf, which internal/auth generates
 // (kustomize reads no file outside the kustomization's directory).
 func TestKubernetesNATSConfigIsDeploys(t *testing.T) {
 	want, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "nats-server.conf"))
@@ -50,7 +50,7 @@ func TestKubernetesNATSConfigIsDeploys(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("deploy/kubernetes/nats/nats-server.conf differs from deploy/nats-server.conf (regenerated from pkg/auth?): run go test ./deploy -update")
+		t.Errorf("deploy/kubernetes/nats/nats-server.conf differs from deploy/nats-server.conf (regenerated from internal/auth?): run go test ./deploy -update")
 	}
 }
 
@@ -369,7 +369,7 @@ func checkKubernetes(t *testing.T, root string) []error {
 	for d, owner := range owners {
 		b := bins[owner]
 		if b == nil || !slices.Contains(auth.Durables(b.role), d) {
-			fail("durable %q of services/%s is not in pkg/auth's permission table", d, owner)
+			fail("durable %q of services/%s is not in internal/auth's permission table", d, owner)
 		}
 	}
 	for _, worker := range []string{"selector", "agent-worker", "tool-runner"} {

@@ -19,12 +19,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
 

@@ -28,16 +28,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/natstest"
 )
 

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/pkg/toolserver"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // One agent turn calls a tool of the workflow's MCP server and a custom

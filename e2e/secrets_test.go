@@ -19,7 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/natstest"
 )
 

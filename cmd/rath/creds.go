@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
 )
 

@@ -20,13 +20,13 @@ import (
 	"gopkg.in/yaml.v3"
 
 	demoex "github.com/openrath/rath/examples/demo"
+	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
-	"github.com/openrath/rath/pkg/workflow"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
 

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	demoex "github.com/openrath/rath/examples/demo"
+	"github.com/openrath/rath/internal/dossier"
+	dt "github.com/openrath/rath/internal/dossier/dossiertest"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/dossier"
-	dt "github.com/openrath/rath/pkg/dossier/dossiertest"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // TestDemo runs `rath demo` as CI does and checks what it claims: the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openrath/rath/pkg/replay"
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/pkg/session"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/doctor"
-	"github.com/openrath/rath/pkg/auth"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
 

@@ -7,9 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/rerun"
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/pkg/auth"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/dossier"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )

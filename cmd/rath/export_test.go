@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openrath/rath/internal/dossier"
+	dt "github.com/openrath/rath/internal/dossier/dossiertest"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/dossier"
-	dt "github.com/openrath/rath/pkg/dossier/dossiertest"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openrath/rath/pkg/dossier"
+	"github.com/openrath/rath/internal/dossier"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/internal/rerun"
-	"github.com/openrath/rath/pkg/replay"
-	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/internal/workflow"
 )
 
 // replayOptions are the flags of rath replay.

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/replay"
 )
 
 // TestReplayDemo runs the demo once in-process and, against its runtime:

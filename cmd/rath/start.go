@@ -13,10 +13,10 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 func (a *app) startCmd() *cobra.Command {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/telemetry"
-	"github.com/openrath/rath/pkg/auth"
 )
 
 // defaultHTTP is where rath up serves its metrics and health unless --http

@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/tracing"
+	"github.com/openrath/rath/internal/tracing"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	"github.com/openrath/rath/services/session-ledger/service"
 )

@@ -16,8 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/pkg/auth"
 )
 
 func TestUp(t *testing.T) {

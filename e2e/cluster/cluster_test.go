@@ -27,9 +27,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/clustercheck"
 	"github.com/openrath/rath/internal/testrig"
-	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"

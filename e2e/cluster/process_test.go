@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/clustercheck"
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // CI-sized by default (each case well under a minute on two cores); the

@@ -22,7 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/toolserver"
 )
 

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/internal/workflow"
 )
 
 // Write lays the example out as rath demo reads it: a workflow whose

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 )
@@ -203,7 +203,7 @@ func checkIdentity(ctx context.Context, r *report, nc *nats.Conn) (string, bool)
 	case exact:
 		r.add("identity", OK, "", "user %s (account %s): the %s role's permissions exactly", short(who), ui.Data.Account, role)
 	default:
-		r.add("identity", Warn, "mint this identity's permissions from the role (deploy/nats-server.conf is generated from pkg/auth)", "user %s (account %s) may publish what the %s role may, and differs from it elsewhere", short(who), ui.Data.Account, role)
+		r.add("identity", Warn, "mint this identity's permissions from the role (deploy/nats-server.conf is generated from internal/auth)", "user %s (account %s) may publish what the %s role may, and differs from it elsewhere", short(who), ui.Data.Account, role)
 	}
 	p := ui.Data.Permissions
 	js := p == nil || p.Publish == nil || slices.ContainsFunc(p.Publish.Allow, func(s string) bool { return matches(s, "$JS.API.INFO") })

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/reqrep"
-	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"

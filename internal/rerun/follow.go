@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
-	"github.com/openrath/rath/pkg/replay"
 )
 
 // run follows a replay as its events arrive: it maps the replay's

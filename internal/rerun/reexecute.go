@@ -13,12 +13,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	demoex "github.com/openrath/rath/examples/demo"
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
-	"github.com/openrath/rath/pkg/replay"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // Report is what a re-execution found: rath replay prints it, as JSON with

@@ -2,7 +2,7 @@
 // tree in a private runtime and compares the two trees (rath replay);
 // WhatIf forks it between two turns in its own system and continues the
 // fork live, perhaps on another model, then contrasts the two branches
-// (rath replay --fork). pkg/replay reads, normalises and compares trees;
+// (rath replay --fork). internal/replay reads, normalises and compares trees;
 // this package drives the runs.
 package rerun
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/pkg/replay"
 )
 
 func stored(t *testing.T, session string, seq uint64, data any) events.Stored {

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/pkg/replay"
 	"github.com/openrath/rath/pkg/session"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )

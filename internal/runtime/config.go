@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/embedded"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	memory "github.com/openrath/rath/services/memory-svc/service"
 	selector "github.com/openrath/rath/services/selector/service"

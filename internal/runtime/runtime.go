@@ -23,8 +23,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/embedded"
 	ledger "github.com/openrath/rath/services/session-ledger/service"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )

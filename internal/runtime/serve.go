@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	memory "github.com/openrath/rath/services/memory-svc/service"
 	selector "github.com/openrath/rath/services/selector/service"

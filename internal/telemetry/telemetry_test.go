@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/telemetry"
-	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 )

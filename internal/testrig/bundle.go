@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // Bundle stores wf's bundle (the workflow file and its scripts) in store's

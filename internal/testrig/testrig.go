@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/natstest"
 	ledger "github.com/openrath/rath/services/session-ledger/service"
 )

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // A ledger from the rig stores what a client appends, and stops cleanly

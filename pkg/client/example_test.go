@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/embedded"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/services/session-ledger/service"

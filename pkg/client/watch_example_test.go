@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/embedded"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/services/session-ledger/service"
 )

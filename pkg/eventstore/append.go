@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/tracing"
 )
 
 // Headers Rath sets on every stored event besides the CloudEvent body, so

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/embedded"
 )
 
 // Cluster is a JetStream cluster of real nats-server instances in the test's

@@ -1,6 +1,6 @@
 // Package natstest starts a real embedded NATS server with JetStream for tests:
 // file storage in a temporary directory, a random loopback port, and the
-// same authentication as rath up: one identity per role (pkg/auth), each
+// same authentication as rath up: one identity per role (internal/auth), each
 // with its role's permissions, and no anonymous access.
 //
 // Start and Connect return connections of the admin role, which may do
@@ -25,8 +25,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/embedded"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/embedded"
 	"github.com/openrath/rath/pkg/events"
 )
 

@@ -19,8 +19,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/proctest"
-	"github.com/openrath/rath/pkg/auth"
 )
 
 // natsServerModule is the module whose command the process nodes run: the

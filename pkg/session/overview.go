@@ -78,7 +78,7 @@ func (o OverviewOptions) norm() OverviewOptions {
 // bytes. A chunk's content is clipped to the request's Clip and says its
 // full Size: the whole chunk is the event at its Seq (the ledger's log
 // operation with from = to = Seq). The whole State is the fold of the log
-// (client.State, pkg/fold).
+// (client.State, internal/fold).
 type Overview struct {
 	Format       string            `json:"format"`
 	ID           string            `json:"id"`

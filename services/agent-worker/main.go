@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/daemon"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/daemon"
 	"github.com/openrath/rath/services/agent-worker/service"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/auth"
-	"github.com/openrath/rath/pkg/daemon"
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/daemon"
 	"github.com/openrath/rath/services/memory-svc/service"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/proctest"
-	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"

@@ -11,12 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/consume"
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
 )

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/toolserver"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 const rememberWorkflow = `name: remember-test

@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/toolserver"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/memory-svc/internal/memory"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/testrig"
-	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"

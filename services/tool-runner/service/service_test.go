@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/testrig"
-	"github.com/openrath/rath/pkg/auth"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/tool-runner/service"
 )
 

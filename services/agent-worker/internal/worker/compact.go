@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // compact compacts the session's transcript before a turn when the context

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
 )

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/openrath/rath/internal/lru"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/lru"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )

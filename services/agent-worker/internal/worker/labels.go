@@ -1,6 +1,6 @@
 package worker
 
-import "github.com/openrath/rath/pkg/workflow"
+import "github.com/openrath/rath/internal/workflow"
 
 // Labels of a session that run its agents on another model than their
 // workflow names (a what-if fork: `rath replay --from N --fork --provider`).

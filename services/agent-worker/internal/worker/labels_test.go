@@ -3,7 +3,7 @@ package worker
 import (
 	"testing"
 
-	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/internal/workflow"
 )
 
 func TestWithModelLabels(t *testing.T) {

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // DefaultRecallWait is how long a turn waits for the memory service to

@@ -7,9 +7,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/internal/tracing"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/tracing"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
 

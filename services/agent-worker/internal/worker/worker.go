@@ -18,14 +18,14 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/openrath/rath/internal/answer"
+	"github.com/openrath/rath/internal/consume"
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
 
@@ -299,7 +299,7 @@ func (w *Worker) toolWait() time.Duration {
 
 // waitTool waits for a tool to be registered: at start-up a turn can come
 // before the tool runner or a tool server has offered its tools. The
-// delivery stays in progress meanwhile (pkg/consume extends it).
+// delivery stays in progress meanwhile (internal/consume extends it).
 func (w *Worker) waitTool(ctx context.Context, name string) (eventstore.ToolSpec, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.toolWait())
 	defer cancel()

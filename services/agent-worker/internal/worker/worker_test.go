@@ -20,14 +20,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
 )

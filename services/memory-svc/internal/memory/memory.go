@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 )

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/toolserver"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // RememberTool is the name agents call the remember tool by (and list in a

@@ -3,7 +3,7 @@ package memory
 import (
 	"context"
 
-	"github.com/openrath/rath/pkg/fold"
+	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/pkg/session"
 )
 

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/testrig"
-	"github.com/openrath/rath/pkg/auth"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/natstest"

@@ -15,15 +15,15 @@ import (
 	"strings"
 
 	"github.com/openrath/rath/internal/answer"
+	"github.com/openrath/rath/internal/consume"
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // Durable is the selector's consumer name. Never derive it from code: a new

@@ -8,7 +8,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/pkg/archive"
+	"github.com/openrath/rath/internal/archive"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -29,7 +29,7 @@ import (
 //
 // Reads never depend on a cache being told about a purge: every scan of a
 // session's own events looks at the first hot message it gets and reads what
-// was purged from the archive bundle (pkg/fold, archive.go).
+// was purged from the archive bundle (internal/fold, archive.go).
 
 // Archive archives a closed session now (see the comment at the top of this
 // file); with req.Purge it also purges it. Refusals are recorded on the

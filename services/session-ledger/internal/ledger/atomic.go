@@ -12,11 +12,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openrath/rath/internal/telemetry"
+	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/tracing"
 )
 
 // maxBusyRetries bounds how often an atomic append is tried again while

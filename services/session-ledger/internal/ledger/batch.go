@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/pkg/tracing"
 )
 
 // AppendBatch decides a batch of proposals, each as Append would, and returns

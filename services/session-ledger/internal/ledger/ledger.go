@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/lru"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
-	"github.com/openrath/rath/pkg/lru"
 	"github.com/openrath/rath/pkg/session"
 )
 

@@ -3,13 +3,13 @@ package ledger
 import (
 	"context"
 
+	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	"github.com/openrath/rath/pkg/fold"
 	"github.com/openrath/rath/pkg/session"
 )
 
-// The ledger reads sessions through pkg/fold, the one reading of a logical
+// The ledger reads sessions through internal/fold, the one reading of a logical
 // log that the worker services' caches share (ADR 0016). These are its
 // names for it inside the ledger.
 

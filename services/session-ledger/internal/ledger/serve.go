@@ -17,11 +17,11 @@ import (
 
 	"github.com/openrath/rath/internal/reqrep"
 	"github.com/openrath/rath/internal/telemetry"
+	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/tracing"
 )
 
 const (

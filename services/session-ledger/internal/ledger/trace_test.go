@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/tracing"
 )
 
 // A producer's trace continues through the ledger: the ledger's append span

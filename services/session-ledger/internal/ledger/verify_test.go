@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/embedded"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/embedded"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"

@@ -25,7 +25,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/openrath/rath/pkg/workflow"
+	"github.com/openrath/rath/internal/workflow"
 )
 
 // Config configures the pool.

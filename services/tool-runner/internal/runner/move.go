@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 
 	"github.com/openrath/rath/internal/answer"
+	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/consume"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/openrath/rath/internal/answer"
-	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"

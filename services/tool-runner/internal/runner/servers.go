@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/openrath/rath/pkg/consume"
+	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 )

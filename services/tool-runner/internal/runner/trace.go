@@ -8,9 +8,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/tracing"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 	"github.com/openrath/rath/services/tool-runner/internal/tools"
 )

@@ -1,0 +1,318 @@
+// Package consume is the one consumer runner of Rath's worker services: it
+// feeds stored session events to a typed handler through a durable JetStream
+// consumer and owns the ack policy, so no service acks by hand.
+//
+// The policy: a handler that returns nil has handled the event (Ack). A
+// Permanent error, or a transient one on the last allowed attempt, sends the
+// event to the dead-letter subject rath.dead.<handler> with the error, records
+// a rath.handler.failed event in the session, and ends delivery (Term). Any
+// other error is retried after a growing delay (NakWithDelay). A handler that
+// runs long keeps its delivery alive automatically (InProgress).
+//
+// Handlers must be idempotent: an event can be delivered again after a crash.
+// Emitting outputs with events.DerivedID makes the emitted events themselves
+// deduplicate; checking the session state before acting makes side effects
+// happen once.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/openrath/rath/internal/tracing"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+)
+
+// Handler describes one durable handler of session events.
+type Handler struct {
+	// Name is the durable consumer name. Declare it as a constant beside the
+	// handler: renaming it starts a new consumer from the beginning.
+	Name string
+	// Tokens selects the kinds of stored events to receive (subject tokens).
+	Tokens []string
+	// Types, if set, are the event types handled; others are acked unseen.
+	Types []string
+	// Handle handles one event.
+	Handle func(ctx context.Context, ev events.Stored) error
+	// MaxAttempts bounds the deliveries of one event (default 5).
+	MaxAttempts int
+	// Workers is how many events are handled at once (default 8). Events of
+	// one session are always handled one at a time, in order.
+	Workers int
+	// AckWait is how long a delivery may go without progress before it is
+	// redelivered (default 30s); running handlers are kept alive.
+	AckWait time.Duration
+}
+
+// ShutdownGrace is how long handlers in progress may run on after Run was
+// asked to stop.
+const ShutdownGrace = 10 * time.Second
+
+// Failure records a given-up event in its session. The runner calls it
+// before ending the event's delivery.
+type Failure func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent marks an error that retrying cannot fix.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+type attemptKey struct{}
+
+// Attempt is the delivery attempt (from 1) of the event a handler is
+// handling; 0 outside a handler.
+func Attempt(ctx context.Context) int {
+	n, _ := ctx.Value(attemptKey{}).(int)
+	return n
+}
+
+// IsPermanent reports whether err was marked Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// Run consumes until ctx ends, then stops taking events, lets the handlers
+// in progress finish, and returns. Unfinished events are redelivered to the
+// next consumer: none is lost.
+func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *slog.Logger) error {
+	if h.Name == "" || h.Handle == nil || len(h.Tokens) == 0 {
+		return errors.New("consume: handler needs a name, tokens and a handle func")
+	}
+	if h.MaxAttempts <= 0 {
+		h.MaxAttempts = 5
+	}
+	if h.Workers <= 0 {
+		h.Workers = 8
+	}
+	if h.AckWait <= 0 {
+		h.AckWait = 30 * time.Second
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", h.Name, err)
+	}
+	filters := make([]string, len(h.Tokens))
+	for i, t := range h.Tokens {
+		filters[i] = events.KindFilter(t)
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:        h.Name,
+		Description:    "Rath handler " + h.Name,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        h.AckWait,
+		MaxAckPending:  h.Workers * 64,
+	}
+	var cons jetstream.Consumer
+	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, events.StreamSessions, cfg)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			// The ledger creates the streams; a worker may start first.
+			log.Info("waiting for the sessions stream", "handler", h.Name)
+		case eventstore.Forming(err):
+			// A cluster forming, electing a leader, short of a node, or too
+			// busy to answer in time (seen: a worker starting on a 3-node
+			// cluster under load exited, and with it the agent loop).
+			log.Warn("waiting for the JetStream cluster", "handler", h.Name, "retry_in", wait, "err", err)
+		default:
+			return fmt.Errorf("consume %s: consumer: %w", h.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	r := &runner{h: h, js: js, onFailure: onFailure, log: log.With("handler", h.Name), types: map[string]bool{}}
+	for _, t := range h.Types {
+		r.types[t] = true
+	}
+	// Handlers outlive a shutdown request by a grace period, so that work in
+	// progress can finish; then their context ends too. What they did not
+	// finish is redelivered.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	shards := make([]chan jetstream.Msg, h.Workers)
+	var wg sync.WaitGroup
+	for i := range shards {
+		shards[i] = make(chan jetstream.Msg, 32)
+		wg.Add(1)
+		go func(ch chan jetstream.Msg) {
+			defer wg.Done()
+			for m := range ch {
+				r.deliver(hctx, m)
+			}
+		}(shards[i])
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		sid, _ := events.SessionFromSubject(m.Subject())
+		f := fnv.New32a()
+		f.Write([]byte(sid))
+		shards[f.Sum32()%uint32(len(shards))] <- m
+	}, jetstream.PullMaxMessages(h.Workers*8), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			r.log.Debug("consumer", "err", err)
+		}))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", h.Name, err)
+	}
+	<-ctx.Done()
+	grace := time.AfterFunc(ShutdownGrace, hcancel)
+	defer grace.Stop()
+	cc.Drain()
+	<-cc.Closed()
+	for _, ch := range shards {
+		close(ch)
+	}
+	wg.Wait()
+	return nil
+}
+
+// A pull request waits at most pullExpiry and the server sends a heartbeat
+// every pullHeartbeat while it waits. A consumer whose leader's node is
+// lost (killed, or hung) takes its pending pull requests with it, and the
+// client notices only when two heartbeats are missing: with nats.go's
+// defaults (30 s, 15 s) a worker then sat idle for 30 s after the new
+// leader was elected (the cluster test's agent sessions closed 31 s after
+// the appends); with these, within 4 s.
+const (
+	pullExpiry    = 10 * time.Second
+	pullHeartbeat = 2 * time.Second
+)
+
+type runner struct {
+	h         Handler
+	js        jetstream.JetStream
+	onFailure Failure
+	log       *slog.Logger
+	types     map[string]bool
+}
+
+func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
+	ev, err := events.ParseStored(m.Data())
+	if err != nil {
+		r.giveUp(ctx, m, events.Stored{}, 1, Permanent(err))
+		return
+	}
+	if len(r.types) > 0 && !r.types[ev.Type] {
+		_ = m.Ack()
+		return
+	}
+	attempt := 1
+	if meta, err := m.Metadata(); err == nil {
+		attempt = int(meta.NumDelivered)
+	}
+	// The handler continues the trace of the append that stored the event
+	// (the ledger puts its context on the stored message).
+	ctx, span := tracing.Tracer("consume").Start(tracing.Extract(ctx, nats.Header(m.Headers())), "rath.handle "+r.h.Name,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject()),
+			attribute.String("rath.session", ev.Session), attribute.Int64("rath.seq", int64(ev.Seq)),
+			attribute.String("rath.event.type", ev.Type), attribute.String("rath.event.id", ev.ID), attribute.Int("rath.attempt", attempt)))
+	defer span.End()
+	err = r.handle(context.WithValue(ctx, attemptKey{}, attempt), m, ev)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	switch {
+	case err == nil:
+		if err := m.DoubleAck(ctx); err != nil {
+			r.log.Warn("ack lost; the event will be redelivered", "event", ev.ID, "err", err)
+		}
+	case IsPermanent(err) || attempt >= r.h.MaxAttempts:
+		r.giveUp(ctx, m, ev, attempt, err)
+	default:
+		delay := min(100*time.Millisecond<<min(attempt-1, 7), 10*time.Second)
+		r.log.Warn("handler failed; retrying", "event", ev.ID, "type", ev.Type, "session", ev.Session, "attempt", attempt, "retry_in", delay, "err", err)
+		_ = m.NakWithDelay(delay)
+	}
+}
+
+// handle runs the handler, keeping the delivery alive while it works.
+func (r *runner) handle(ctx context.Context, m jetstream.Msg, ev events.Stored) (err error) {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(r.h.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(fmt.Errorf("handler panicked: %v", p))
+		}
+	}()
+	return r.h.Handle(ctx, ev)
+}
+
+// giveUp dead-letters the event, records the failure in its session and ends
+// its delivery. If either record cannot be written the event is retried
+// later instead: a failure is never silent.
+func (r *runner) giveUp(ctx context.Context, m jetstream.Msg, ev events.Stored, attempts int, cause error) {
+	subject := events.DeadSubject(r.h.Name)
+	dead := nats.NewMsg(subject)
+	dead.Data = m.Data()
+	dead.Header.Set("Rath-Handler", r.h.Name)
+	dead.Header.Set("Rath-Error", cause.Error())
+	dead.Header.Set("Rath-Attempts", strconv.Itoa(attempts))
+	dead.Header.Set("Rath-Subject", m.Subject())
+	if _, err := r.js.PublishMsg(ctx, dead, jetstream.WithMsgID(r.h.Name+"/"+ev.ID)); err != nil {
+		r.log.Error("dead letter not stored; retrying later", "event", ev.ID, "err", err)
+		_ = m.NakWithDelay(10 * time.Second)
+		return
+	}
+	if ev.Session != "" && r.onFailure != nil {
+		f := events.HandlerFailed{Handler: r.h.Name, EventID: ev.ID, EventType: ev.Type, Attempts: attempts, Error: cause.Error(), DeadLetter: subject}
+		if err := r.onFailure(ctx, ev, f); err != nil {
+			r.log.Error("failure not recorded in the session; retrying later", "event", ev.ID, "session", ev.Session, "err", err)
+			_ = m.NakWithDelay(10 * time.Second)
+			return
+		}
+	}
+	r.log.Error("handler gave up", "event", ev.ID, "type", ev.Type, "session", ev.Session, "attempts", attempts, "err", cause)
+	_ = m.TermWithReason(truncate(cause.Error(), 256))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

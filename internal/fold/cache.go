@@ -1,0 +1,369 @@
+package fold
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/openrath/rath/internal/lru"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// DefaultMaxBytes bounds the states a Cache keeps when its Config says 0.
+const DefaultMaxBytes = 256 << 20
+
+// CacheConfig tunes a Cache.
+type CacheConfig struct {
+	// MaxBytes bounds, approximately, the bytes of the folded states kept
+	// (their JSON size when loaded plus the stored size of each event folded
+	// since); the least recently used sessions are dropped beyond it, and
+	// the session in use is kept even if it alone exceeds it. 0:
+	// DefaultMaxBytes.
+	MaxBytes int64
+	// SnapshotEvery is the ledger's K (0: DefaultSnapshotEvery): where the
+	// cache looks for snapshots when it loads a session.
+	SnapshotEvery uint64
+}
+
+// Validate reports every problem at once.
+func (c CacheConfig) Validate() error {
+	var errs []error
+	if c.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("state cache size must not be negative, got %d", c.MaxBytes))
+	}
+	if c.SnapshotEvery == 1 {
+		errs = append(errs, errors.New("snapshot interval must be at least 2"))
+	}
+	return errors.Join(errs...)
+}
+
+// Cache keeps the folded states of the sessions a worker handles and brings
+// each up to date by applying only the events it has not folded yet: a
+// session it does not hold is loaded from the nearest snapshot and the log
+// after it (Reader.StateAt, as the ledger does), and a session it holds is
+// refreshed by reading the session's own log from the stream sequence after
+// the last event it folded. A state it returns is the caller's own (a
+// session.State.View), equal to what the ledger's State answers for the
+// same session and sequence, whatever happened in between: redeliveries,
+// another process folding the same session, eviction, forks, merges,
+// compactions, purges. It is safe for concurrent use; calls for one session
+// are serialised.
+type Cache struct {
+	reader  *Reader
+	entries *lru.Sized[string, *entry]
+
+	loads, refolds atomic.Int64
+}
+
+// entry is one session's folded state. st is folded up to some sequence;
+// tail holds the session's own events read after it and not folded yet (a
+// caller asked for an earlier sequence than the head, and may ask for the
+// next ones); head, while the tail is not empty and a caller asked for it,
+// is st with the tail folded in, kept up to date as events are read, so a
+// burst of events costs each one fold into each state, not a fold of the
+// whole tail per call. Its mutex serialises every use of the session.
+type entry struct {
+	id string
+	mu sync.Mutex
+
+	st        *session.State // nil until loaded
+	streamSeq uint64         // stream sequence of the last event read (folded or in tail)
+	tail      []events.Stored
+	head      *session.State // nil: st is the head, or nobody asked
+	// Approximate bytes of st, tail and head: a state's JSON size when
+	// loaded, plus the stored size of each event folded into it since.
+	stSize, tailSize, headSize int64
+}
+
+// NewCache returns a cache reading from store.
+func NewCache(store *eventstore.Store, cfg CacheConfig) *Cache {
+	max := cfg.MaxBytes
+	if max == 0 {
+		max = DefaultMaxBytes
+	}
+	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), entries: lru.New[string, *entry](max)}
+}
+
+// Reader returns the reader the cache folds with.
+func (c *Cache) Reader() *Reader { return c.reader }
+
+// Stats counts what a cache did since it was made.
+type Stats struct {
+	// Sessions and Bytes are what it holds now.
+	Sessions int
+	Bytes    int64
+	// Loads counts sessions loaded from a snapshot and the log (a session
+	// seen for the first time, or again after eviction).
+	Loads int64
+	// Refolds counts states asked for at a sequence below what the cache
+	// had folded, folded anew from a snapshot.
+	Refolds int64
+}
+
+// Stats returns the cache's counters.
+func (c *Cache) Stats() Stats {
+	return Stats{Sessions: c.entries.Len(), Bytes: c.entries.Bytes(), Loads: c.loads.Load(), Refolds: c.refolds.Load()}
+}
+
+// State returns the state of session id at sequence at, 0 for its head (the
+// last event stored, as of the call), like the ledger's State. A sequence at
+// or after what the cache has folded costs the events in between; an
+// earlier one is folded anew from a snapshot.
+func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State, error) {
+	slot := c.entries.Get(id, newEntry)
+	e := slot.Value
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer c.account(slot)
+	if at == 0 {
+		if err := c.current(ctx, e); err != nil {
+			return nil, err
+		}
+		if err := c.foldTail(ctx, e, 0); err != nil {
+			return nil, err
+		}
+		return e.st.View(), nil
+	}
+	return c.stateAt(ctx, e, at)
+}
+
+// ErrBehind is StateSince's error when the head it read is below an event
+// the caller got from the stream: the replica of the sessions stream that
+// answered lags (on a cluster, a node that was stopped or restarted and is
+// catching up). Asked again shortly, a current replica answers. It is not
+// an api.Error: a handler that returns it is retried, not given up.
+var ErrBehind = errors.New("a replica of the sessions stream is behind an event delivered from it")
+
+// StateSince returns session id's head, which must include sequence seq: an
+// event delivered from the stream (a handler's trigger). A head below it,
+// or no session at all, was read from a replica that lags, and is ErrBehind
+// rather than a state: taken for the head, it would make a handler drop its
+// trigger as superseded (seen on a cluster whose leader was stopped with
+// SIGSTOP: a turn never taken, a session never closed).
+func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session.State, error) {
+	st, err := c.State(ctx, id, 0)
+	if api.CodeOf(err) == api.CodeNotFound {
+		return nil, fmt.Errorf("state of %s: no events, but %d was delivered: %w", id, seq, ErrBehind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Seq < seq {
+		return nil, fmt.Errorf("state of %s: head %d, but %d was delivered: %w", id, st.Seq, seq, ErrBehind)
+	}
+	return st, nil
+}
+
+// StateAndHead returns the state of session id at sequence at and its head,
+// for a caller that decides on the one and guards with the other (the
+// selector, ADR 0008). The cache stays at at, with the events after it read
+// but not folded: the next call for at+1 costs one event, not a refold. When
+// nothing was stored after at, both are the same state.
+func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState, head *session.State, err error) {
+	slot := c.entries.Get(id, newEntry)
+	e := slot.Value
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer c.account(slot)
+	if at == 0 {
+		return nil, nil, fmt.Errorf("state of %s: StateAndHead needs a sequence", id)
+	}
+	if atState, err = c.stateAt(ctx, e, at); err != nil {
+		return nil, nil, err
+	}
+	if err := c.refresh(ctx, e); err != nil {
+		return nil, nil, err
+	}
+	if e.st.Seq != at {
+		// at was below the cache and folded anew: the head is the cache
+		// folded on.
+		if err := c.foldTail(ctx, e, 0); err != nil {
+			return nil, nil, err
+		}
+		return atState, e.st.View(), nil
+	}
+	if len(e.tail) == 0 {
+		return atState, atState, nil
+	}
+	if e.head == nil {
+		head := e.st.View()
+		for _, ev := range e.tail {
+			if err := c.reader.Fold(ctx, head, ev); err != nil {
+				return nil, nil, c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
+			}
+		}
+		e.head = head
+		// About as much again: the head's slices part from st's as it grows.
+		e.headSize = e.stSize + e.tailSize
+	}
+	return atState, e.head.View(), nil
+}
+
+// stateAt serves State(at) for at > 0; the caller holds e.mu.
+func (c *Cache) stateAt(ctx context.Context, e *entry, at uint64) (*session.State, error) {
+	if e.st == nil {
+		if err := c.load(ctx, e, at); err != nil {
+			return nil, err
+		}
+	}
+	if at < e.st.Seq {
+		// Below what is folded: a state cannot be unfolded.
+		c.refolds.Add(1)
+		st, _, err := c.reader.StateAt(ctx, e.id, at)
+		if err != nil {
+			return nil, fmt.Errorf("state of %s at %d: %w", e.id, at, err)
+		}
+		return st, nil
+	}
+	if err := c.foldTail(ctx, e, at); err != nil {
+		return nil, err
+	}
+	if e.st.Seq < at {
+		if err := c.refresh(ctx, e); err != nil {
+			return nil, err
+		}
+		if err := c.foldTail(ctx, e, at); err != nil {
+			return nil, err
+		}
+	}
+	if e.st.Seq != at {
+		return nil, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d (head %d)", e.id, at, e.st.Seq)
+	}
+	return e.st.View(), nil
+}
+
+// current loads or refreshes an entry up to the last stored event.
+func (c *Cache) current(ctx context.Context, e *entry) error {
+	if e.st == nil {
+		return c.load(ctx, e, 0)
+	}
+	return c.refresh(ctx, e)
+}
+
+// load folds the session from the nearest snapshot at or below at (0: its
+// last stored event), as the ledger loads a session.
+func (c *Cache) load(ctx context.Context, e *entry, at uint64) error {
+	if err := events.ValidateSessionID(e.id); err != nil {
+		return api.Errorf(api.CodeInvalidSession, "%v", err)
+	}
+	if at == 0 {
+		last, err := c.reader.store.Last(ctx, e.id)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return api.Errorf(api.CodeNotFound, "session %s does not exist", e.id)
+		}
+		if err != nil {
+			return fmt.Errorf("load session %s: %w", e.id, err)
+		}
+		head, err := events.ParseStored(last.Body)
+		if err != nil {
+			return fmt.Errorf("load session %s: %w", e.id, err)
+		}
+		at = head.Seq
+	} else if segs, err := c.reader.Lineage(ctx, e.id); err != nil {
+		return fmt.Errorf("load session %s: %w", e.id, err)
+	} else if own := segs[len(segs)-1]; at < own.From {
+		// At or before a fork point: the cache of a session holds its own
+		// events on top, so it starts at its first own event.
+		at = own.From
+	}
+	st, streamSeq, err := c.reader.StateAt(ctx, e.id, at)
+	if err != nil {
+		return fmt.Errorf("load session %s: %w", e.id, err)
+	}
+	c.loads.Add(1)
+	e.st, e.streamSeq, e.tail, e.head = st, streamSeq, nil, nil
+	e.stSize, e.tailSize, e.headSize = approxSize(st), 0, 0
+	return nil
+}
+
+// approxSize is a state's JSON size, what the cache counts it as when it
+// loads it (a load is O(state) already).
+func approxSize(st *session.State) int64 {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return 0
+	}
+	return int64(len(b))
+}
+
+// refresh reads the session's own events stored after the last one read
+// into the tail. They must continue the sequence: anything else is a log
+// written around the ledger, which the ledger refuses too.
+func (c *Cache) refresh(ctx context.Context, e *entry) error {
+	next := e.st.Seq + 1
+	if n := len(e.tail); n > 0 {
+		next = e.tail[n-1].Seq + 1
+	}
+	err := c.reader.ScanOwn(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
+		if ev.Session != e.id || ev.Seq != next {
+			return api.Errorf(api.CodeDamaged, "session %s: after sequence %d its log holds %s's event %d at stream sequence %d", e.id, next-1, ev.Session, ev.Seq, m.StreamSeq)
+		}
+		if e.head != nil {
+			if err := c.reader.Fold(ctx, e.head, ev); err != nil {
+				return err
+			}
+			e.headSize += int64(len(ev.Raw))
+		}
+		e.tail = append(e.tail, ev)
+		e.streamSeq = m.StreamSeq
+		e.tailSize += int64(len(ev.Raw))
+		next++
+		return nil
+	})
+	if err != nil {
+		return c.fail(e, fmt.Errorf("refresh session %s: %w", e.id, err))
+	}
+	return nil
+}
+
+// foldTail folds the tail into the state up to sequence upTo (0: all of it).
+func (c *Cache) foldTail(ctx context.Context, e *entry, upTo uint64) error {
+	n := 0
+	for _, ev := range e.tail {
+		if upTo != 0 && ev.Seq > upTo {
+			break
+		}
+		if err := c.reader.Fold(ctx, e.st, ev); err != nil {
+			return c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
+		}
+		e.stSize += int64(len(ev.Raw))
+		e.tailSize -= int64(len(ev.Raw))
+		n++
+	}
+	e.tail = e.tail[n:]
+	if len(e.tail) == 0 {
+		e.tail = nil                               // let the folded events go
+		e.head, e.headSize, e.tailSize = nil, 0, 0 // st is the head again
+	}
+	return nil
+}
+
+// fail forgets an entry whose state may be half folded: the next use loads
+// it again.
+func (c *Cache) fail(e *entry, err error) error {
+	e.st, e.tail, e.head, e.streamSeq = nil, nil, nil, 0
+	e.stSize, e.tailSize, e.headSize = 0, 0, 0
+	return err
+}
+
+func newEntry(id string) *entry { return &entry{id: id} }
+
+// account records an entry's new size; the least recently used entries
+// beyond the bound are evicted, never the one just used. An entry evicted
+// while in use stays with its holder and is dropped when it is done. The
+// caller holds the entry's mutex.
+func (c *Cache) account(slot *lru.Slot[string, *entry]) {
+	e := slot.Value
+	if e.st == nil {
+		// Nothing folded (an error or an unknown session): hold nothing.
+		c.entries.Drop(slot)
+		return
+	}
+	c.entries.Account(slot, e.stSize+e.tailSize+e.headSize)
+}

@@ -1,0 +1,398 @@
+package fold_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
+	ledger "github.com/openrath/rath/services/session-ledger/service"
+)
+
+// snapshotEvery is small, so that every test loads through snapshots.
+const snapshotEvery = 4
+
+// rig is a real JetStream and ledger; caches read as a worker role does.
+type rig struct {
+	c   *client.Client // the ledger's answers, to compare with
+	url string
+	ctx context.Context
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	ns, nc := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL(), func(c *ledger.Config) { c.Ledger.SnapshotEvery = snapshotEvery })
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{c: c, url: ns.ClientURL(), ctx: context.Background()}
+}
+
+// cache returns a fresh cache on a connection of a worker role: what a new
+// process (or another one, taking a session over) starts with.
+func (r *rig) cache(t *testing.T, maxBytes int64) *fold.Cache {
+	t.Helper()
+	nc := natstest.ConnectAs(t, r.url, auth.RoleSelector)
+	store, err := eventstore.AttachWait(r.ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fold.NewCache(store, fold.CacheConfig{MaxBytes: maxBytes, SnapshotEvery: snapshotEvery})
+}
+
+func (r *rig) emit(t *testing.T, id string, data any) api.Ack {
+	t.Helper()
+	a, err := r.c.Emit(r.ctx, id, data)
+	if err != nil {
+		t.Fatalf("emit %T to %s: %v", data, id, err)
+	}
+	return a
+}
+
+func (r *rig) start(t *testing.T, id string) {
+	t.Helper()
+	if _, err := r.c.Start(r.ctx, id, events.SessionStarted{Task: "fold " + id, Labels: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// turn appends one agent turn with a tool call: nine events that touch the
+// transcript, the tool index, usage, decisions and the turn in flight.
+func (r *rig) turn(t *testing.T, id string, n int) {
+	t.Helper()
+	turn, call := fmt.Sprintf("turn-%d", n), fmt.Sprintf("call-%d", n)
+	for _, d := range []any{
+		&events.SelectorDecided{Rule: "continue", Route: "agent:coder", Agent: "coder", TurnID: turn},
+		&events.TurnRequested{TurnID: turn, Agent: "coder"},
+		&events.ChunkAppended{Role: "assistant", Agent: "coder", Content: fmt.Sprintf("answer %d", n)},
+		&events.ToolRequested{CallID: call, Tool: "run", Agent: "coder", Arguments: json.RawMessage(`{"cmd":"echo"}`)},
+		&events.ModelCalled{Agent: "coder", Provider: "scripted", Model: "m", TokensIn: 10, TokensOut: int64(n)},
+		&events.TurnCompleted{TurnID: turn, Agent: "coder", ToolCalls: 1},
+		&events.ToolStarted{CallID: call, Tool: "run", Attempt: 1},
+		&events.ChunkAppended{Role: "tool", Agent: "coder", Content: fmt.Sprintf("result %d", n), ToolCallID: call},
+		&events.ToolCompleted{CallID: call, Tool: "run", Attempt: 1},
+	} {
+		r.emit(t, id, d)
+	}
+}
+
+// same fails unless the cache's state of id at at is the ledger's.
+func (r *rig) same(t *testing.T, c *fold.Cache, id string, at uint64) {
+	t.Helper()
+	got, err := c.State(r.ctx, id, at)
+	if err != nil {
+		t.Fatalf("cache state of %s at %d: %v", id, at, err)
+	}
+	r.equal(t, got, id, at)
+}
+
+func (r *rig) equal(t *testing.T, got *session.State, id string, at uint64) {
+	t.Helper()
+	want, err := r.c.StateAt(r.ctx, id, at)
+	if err != nil {
+		t.Fatalf("ledger state of %s at %d: %v", id, at, err)
+	}
+	if g, w := js(t, got), js(t, want); g != w {
+		t.Fatalf("state of %s at %d:\ncache  %s\nledger %s", id, at, g, w)
+	}
+}
+
+func js(t *testing.T, st *session.State) string {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func (r *rig) head(t *testing.T, id string) uint64 {
+	t.Helper()
+	st, err := r.c.State(r.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Seq
+}
+
+// The steady state: a cache that follows a session folds each event once
+// and loads the session once; a redelivered (earlier) event is answered by a
+// refold equal to the ledger's.
+func TestCacheFollowsTheLedger(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	r.same(t, c, "s1", 0)
+	for n := range 4 {
+		r.turn(t, "s1", n)
+		r.same(t, c, "s1", 0)
+	}
+	if st := c.Stats(); st.Loads != 1 || st.Refolds != 0 || st.Sessions != 1 || st.Bytes <= 0 {
+		t.Fatalf("after following one session: %+v, want one load, no refold", st)
+	}
+	// Redeliveries: every earlier sequence, as the ledger answers it.
+	head := r.head(t, "s1")
+	for at := uint64(1); at <= head; at++ {
+		r.same(t, c, "s1", at)
+	}
+	if st := c.Stats(); st.Loads != 1 || st.Refolds != int64(head-1) {
+		t.Fatalf("after redeliveries: %+v, want %d refolds", st, head-1)
+	}
+	// The cache goes on from its head.
+	r.turn(t, "s1", 9)
+	r.same(t, c, "s1", 0)
+	if _, err := c.State(r.ctx, "s1", head+100); !errors.Is(err, api.ErrOutOfRange) {
+		t.Fatalf("state past the head: %v, want %s", err, api.CodeOutOfRange)
+	}
+	if _, err := c.State(r.ctx, "nobody", 0); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("state of a session without events: %v, want %s", err, api.CodeNotFound)
+	}
+}
+
+// The selector's walk: each event decided on the state at it, guarded by the
+// head, in order, with events stored after it; no refold.
+func TestStateAndHeadInOrder(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s1")
+	for n := range 3 {
+		r.turn(t, "s1", n)
+	}
+	head := r.head(t, "s1")
+	c := r.cache(t, 0)
+	for at := uint64(1); at <= head; at++ {
+		st, h, err := c.StateAndHead(r.ctx, "s1", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.equal(t, st, "s1", at)
+		r.equal(t, h, "s1", 0)
+		if at == 5 {
+			// Stored while the walk is under way: the head moves on.
+			r.turn(t, "s1", 7)
+			head = r.head(t, "s1")
+		}
+	}
+	if st := c.Stats(); st.Loads != 1 || st.Refolds != 0 {
+		t.Fatalf("walk in order: %+v, want one load and no refold", st)
+	}
+	// A redelivery below the walk is folded anew, and equal.
+	st, h, err := c.StateAndHead(r.ctx, "s1", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", 3)
+	r.equal(t, h, "s1", 0)
+}
+
+// StateSince is the head when it includes the delivered sequence, and
+// ErrBehind when the head read is below it or there is no session (what a
+// replica that lags answers), never a state a handler would take for the
+// head.
+func TestStateSinceRefusesAHeadBelowTheDeliveredEvent(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s1")
+	r.turn(t, "s1", 0)
+	head := r.head(t, "s1")
+	c := r.cache(t, 0)
+	st, err := c.StateSince(r.ctx, "s1", head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", 0)
+	if _, err := c.StateSince(r.ctx, "s1", head+1); !errors.Is(err, fold.ErrBehind) {
+		t.Fatalf("a head below the delivered sequence: %v, want ErrBehind", err)
+	}
+	if _, err := c.StateSince(r.ctx, "none", 1); !errors.Is(err, fold.ErrBehind) || api.Permanent(err) {
+		t.Fatalf("no session although an event was delivered: %v, want ErrBehind, not permanent", err)
+	}
+}
+
+// Takeover: a fresh cache (another process) loads through the nearest
+// snapshot and agrees at every sequence; so does one that starts mid-walk.
+func TestFreshCacheTakesOver(t *testing.T) {
+	r := newRig(t)
+	first := r.cache(t, 0)
+	r.start(t, "s1")
+	for n := range 3 {
+		r.turn(t, "s1", n)
+	}
+	r.same(t, first, "s1", 0)
+	r.turn(t, "s1", 3)
+	head := r.head(t, "s1")
+	for at := uint64(1); at <= head; at++ {
+		c := r.cache(t, 0)
+		r.same(t, c, "s1", at)
+		r.turn(t, "s1", 100+int(at)) // the session moves on under the new owner
+		r.same(t, c, "s1", 0)
+		if at > 3 {
+			break
+		}
+	}
+	r.same(t, first, "s1", 0) // and the old owner catches up
+}
+
+// Eviction: a cache of a few bytes holds one session at a time, and every
+// answer stays the ledger's.
+func TestEvictionUnderATinyBound(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 1)
+	ids := []string{"a1", "b1", "c1"}
+	for _, id := range ids {
+		r.start(t, id)
+	}
+	for n := range 3 {
+		for _, id := range ids {
+			r.turn(t, id, n)
+			r.same(t, c, id, 0)
+			r.same(t, c, id, uint64(n+2))
+		}
+	}
+	st := c.Stats()
+	if st.Sessions != 1 || st.Loads < int64(3*len(ids)) {
+		t.Fatalf("tiny cache: %+v, want one session held and a load per use", st)
+	}
+}
+
+// Fork: the fork's state starts from its parent's at the fork point, loaded
+// fresh or followed, and below the fork point it is the parent's.
+func TestFork(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "p1")
+	for n := range 2 {
+		r.turn(t, "p1", n)
+	}
+	at := r.head(t, "p1") - 4 // mid-turn: a turn and a tool call in flight
+	r.same(t, c, "p1", 0)
+	if _, err := r.c.Fork(r.ctx, api.ForkRequest{Parent: "p1", At: at, ID: "f1", Labels: map[string]string{"try": "2"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.same(t, c, "f1", 0)
+	r.turn(t, "f1", 5)
+	r.turn(t, "p1", 6)
+	r.same(t, c, "f1", 0)
+	r.same(t, c, "p1", 0)
+	for _, n := range []uint64{1, at, at + 1, at + 3} {
+		r.same(t, c, "f1", n)
+		r.same(t, r.cache(t, 0), "f1", n)
+	}
+	// A fork of a fork, loaded fresh.
+	if _, err := r.c.Fork(r.ctx, api.ForkRequest{Parent: "f1", At: at + 2, ID: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.turn(t, "g1", 8)
+	r.same(t, r.cache(t, 0), "g1", 0)
+	r.same(t, c, "g1", 0)
+}
+
+// Merge: a merged event folds in the source's events the target does not
+// hold, followed or loaded fresh, nested merges included.
+func TestMerge(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "m1")
+	r.turn(t, "m1", 0)
+	at := r.head(t, "m1")
+	for _, id := range []string{"x1", "y1"} {
+		if _, err := r.c.Fork(r.ctx, api.ForkRequest{Parent: "m1", At: at, ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.turn(t, "x1", 1)
+	r.turn(t, "y1", 2)
+	r.same(t, c, "m1", 0)
+	r.same(t, c, "y1", 0)
+	// y takes x in, then m takes y in (x through y).
+	if _, err := r.c.Merge(r.ctx, api.MergeRequest{Target: "y1", Source: "x1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.same(t, c, "y1", 0)
+	r.turn(t, "m1", 3)
+	if _, err := r.c.Merge(r.ctx, api.MergeRequest{Target: "m1", Source: "y1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.same(t, c, "m1", 0)
+	r.turn(t, "m1", 4)
+	r.same(t, c, "m1", 0)
+	fresh := r.cache(t, 0)
+	for at := uint64(1); at <= r.head(t, "m1"); at++ {
+		r.same(t, fresh, "m1", at)
+	}
+}
+
+// Compaction is an event like any other: the summary is folded once, in
+// order, and the chunks stay.
+func TestCompaction(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "k1")
+	r.turn(t, "k1", 0)
+	r.same(t, c, "k1", 0)
+	r.emit(t, "k1", &events.TranscriptCompacted{FromSeq: 2, ToSeq: 9, Summary: "turn 0 ran echo", TokensBefore: 40, TokensAfter: 10})
+	r.turn(t, "k1", 1)
+	r.emit(t, "k1", &events.TranscriptCompacted{FromSeq: 2, ToSeq: 18, Summary: "turns 0 and 1 ran echo", TokensBefore: 50, TokensAfter: 12})
+	r.same(t, c, "k1", 0)
+	st, err := c.State(r.ctx, "k1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Compactions) != 2 || len(st.ActiveCompactions()) != 1 {
+		t.Fatalf("compactions %+v", st.Compactions)
+	}
+	r.same(t, r.cache(t, 0), "k1", 0)
+}
+
+// Archive and purge: a followed session reads on past the purge, and a fresh
+// cache reads the purged events back from the archive.
+func TestArchivedAndPurged(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "z1")
+	r.turn(t, "z1", 0)
+	r.same(t, c, "z1", 0)
+	r.turn(t, "z1", 1)
+	r.emit(t, "z1", &events.SessionClosed{Outcome: "succeeded", Reason: "done"})
+	if _, err := r.c.Archive(r.ctx, api.ArchiveRequest{Session: "z1", Purge: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.same(t, c, "z1", 0)
+	fresh := r.cache(t, 0)
+	r.same(t, fresh, "z1", 0)
+	r.same(t, fresh, "z1", 3)
+}
+
+// Views handed out are the caller's: changing one, or folding on, changes
+// nothing the cache or another caller holds.
+func TestStatesAreTheCallersOwn(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "v1")
+	r.turn(t, "v1", 0)
+	st, err := c.State(r.ctx, "v1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := js(t, st)
+	st.Tools["call-0"].Status = "scribbled"
+	st.Labels["k"] = "scribbled"
+	st.Chunks = append(st.Chunks, session.Chunk{Content: "scribbled"})
+	r.same(t, c, "v1", 0)
+	r.turn(t, "v1", 1)
+	r.same(t, c, "v1", 0)
+	st.Tools["call-0"].Status, st.Labels["k"], st.Chunks = session.ToolCompleted, "v", st.Chunks[:len(st.Chunks)-1]
+	if js(t, st) != before {
+		t.Fatal("folding on changed a state handed out")
+	}
+}

@@ -1,0 +1,116 @@
+package workflow_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+)
+
+func TestActivation(t *testing.T) {
+	evs := history(t,
+		&events.SessionStarted{Workflow: "fix-issue", Task: "fix TestParse", Labels: map[string]string{"team": "core"}},
+		&events.SessionForked{Parent: "p", AtSeq: 1, ParentHash: "h1", Reason: "retry"},
+		&events.TurnRequested{TurnID: "t1", Agent: "researcher"},
+		&events.ModelCalled{Agent: "researcher", Provider: "anthropic", Model: "m", TokensIn: 100, TokensOut: 20},
+		&events.TurnCompleted{TurnID: "t1", Agent: "researcher"},
+		&events.SelectorDecided{Rule: "code", Route: "agent:coder", Agent: "coder", TurnID: "t2"},
+		&events.TurnRequested{TurnID: "t2", Agent: "coder"},
+		&events.ModelCallFailed{Agent: "coder", Provider: "openai", Model: "m", Attempt: 1, Error: "429"},
+		&events.TurnFailed{TurnID: "t2", Agent: "coder", Error: "429"},
+		&events.TurnRequested{TurnID: "t3", Agent: "coder"},
+		&events.ModelCalled{Agent: "coder", Provider: "openai", Model: "m", TokensIn: 300, TokensOut: 50},
+		&events.ToolRequested{CallID: "c1", Tool: "shell", Agent: "coder"},
+		&events.ValidationFailed{Validator: "go test", Reason: "fails"},
+		&events.ValidationPassed{Validator: "go vet"},
+		&events.ToolCompleted{CallID: "c1", Tool: "shell", ExitCode: 1, DurationMS: 1500, Result: "FAIL"},
+	)
+	st := fold(evs)
+	last := evs[len(evs)-1]
+	act, err := workflow.Activation(st, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"event": map[string]any{
+			"type": events.TypeToolCompleted, "id": last.ID, "seq": int64(15), "session": "s",
+			"data": map[string]any{"call_id": "c1", "tool": "shell", "exit_code": int64(1), "duration_ms": int64(1500), "result": "FAIL"},
+		},
+		"state": map[string]any{
+			"status":             "active",
+			"turns":              int64(1),
+			"turns_failed":       int64(1),
+			"tool_calls":         int64(1),
+			"model_calls":        int64(2),
+			"events":             int64(15),
+			"last_agent":         "coder",
+			"turn_in_flight":     true,
+			"tokens_in":          int64(400),
+			"tokens_out":         int64(70),
+			"tokens":             int64(470),
+			"validations_failed": int64(1),
+			"validations_passed": int64(1),
+			"parent":             "p",
+			"fork_seq":           int64(1),
+			"fork_depth":         int64(1),
+			"seq":                int64(15),
+			"labels":             map[string]any{"team": "core"},
+			"agent_turns":        map[string]any{"researcher": int64(1)}, // coder: one turn failed, one in flight
+			"decisions":          []any{map[string]any{"seq": int64(6), "rule": "code", "route": "agent:coder"}},
+			"task":               "fix TestParse",
+		},
+	}
+	if !reflect.DeepEqual(act, want) {
+		gotJSON, _ := json.MarshalIndent(act, "", "  ")
+		wantJSON, _ := json.MarshalIndent(want, "", "  ")
+		t.Fatalf("activation\n%s\nwant\n%s", gotJSON, wantJSON)
+	}
+}
+
+func TestActivationData(t *testing.T) {
+	st := &session.State{}
+	tests := []struct {
+		name string
+		data string
+		want map[string]any
+		ok   bool
+	}{
+		{"none", "", map[string]any{}, true},
+		{"null", "null", map[string]any{}, true},
+		{"numbers", `{"n": 3, "x": 0.5, "big": 1e3, "list": [1, {"k": 2}]}`,
+			map[string]any{"n": int64(3), "x": 0.5, "big": 1000.0, "list": []any{int64(1), map[string]any{"k": int64(2)}}}, true},
+		{"not an object", `[1, 2]`, nil, false},
+		{"not JSON", `{`, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			act, err := workflow.Activation(st, events.Stored{ID: "e", Type: "rath.work.done", Data: json.RawMessage(tc.data)})
+			if (err == nil) != tc.ok {
+				t.Fatalf("error %v", err)
+			}
+			if tc.ok && !reflect.DeepEqual(act["event"].(map[string]any)["data"], tc.want) {
+				t.Fatalf("data %#v, want %#v", act["event"].(map[string]any)["data"], tc.want)
+			}
+		})
+	}
+}
+
+// TestNumbersCompareAcrossTypes: JSON numbers with a fraction are doubles,
+// and rules compare them with int literals.
+func TestNumbersCompareAcrossTypes(t *testing.T) {
+	w := mustParse(t, `name: n
+agents: [{name: a, provider: openai}]
+rules:
+  - {name: low, when: "event.data.score < 1 && event.data.n == 3", route: {agent: a}}
+`)
+	act, err := workflow.Activation(&session.State{}, events.Stored{Type: "rath.work.done", Data: json.RawMessage(`{"score": 0.5, "n": 3}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok, err := w.Decide(act); err != nil || !ok || d.Rule != "low" {
+		t.Fatalf("got %+v %v %v", d, ok, err)
+	}
+}
