@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 )
 
@@ -20,11 +22,18 @@ type Bundle struct {
 	Spec []byte `json:"spec"`
 	// Files holds each script by the path written in the spec.
 	Files map[string][]byte `json:"files,omitempty"`
+	// Tools holds each agent's tools (Agent.Tools) by the agent's name, so
+	// that a custom tool server (pkg/toolserver) checks a call against the
+	// requesting agent's list without parsing the spec: YAML and CEL stay
+	// out of it. A bundle without it (written by an older rath start, or a
+	// program that leaves it out) still opens; OpenBundle refuses one that
+	// disagrees with its spec.
+	Tools map[string][]string `json:"tools,omitempty"`
 }
 
 // NewBundle reads the scripts a parsed workflow names.
 func NewBundle(w *Workflow) (Bundle, error) {
-	b := Bundle{Path: w.path, Spec: w.source, Files: map[string][]byte{}}
+	b := Bundle{Path: w.path, Spec: w.source, Files: map[string][]byte{}, Tools: tools(w)}
 	for _, a := range w.Agents {
 		if a.Script == "" {
 			continue
@@ -56,7 +65,20 @@ func OpenBundle(data []byte) (*Workflow, Bundle, error) {
 			return nil, Bundle{}, fmt.Errorf("workflow bundle %s: agent %s: script %s missing", b.Path, a.Name, a.Script)
 		}
 	}
+	if b.Tools != nil && !maps.EqualFunc(b.Tools, tools(w), slices.Equal) {
+		return nil, Bundle{}, fmt.Errorf("workflow bundle %s: its tools table differs from the agents' tools in its spec", b.Path)
+	}
 	return w, b, nil
+}
+
+// tools is the bundle's table of each agent's tools ([] for none, so that
+// every agent is named).
+func tools(w *Workflow) map[string][]string {
+	out := make(map[string][]string, len(w.Agents))
+	for _, a := range w.Agents {
+		out[a.Name] = append([]string{}, a.Tools...)
+	}
+	return out
 }
 
 // Loaded is a workflow opened from a bundle.

@@ -16,8 +16,6 @@ import (
 
 	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/internal/consume"
-	"github.com/openrath/rath/internal/fold"
-	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -30,13 +28,13 @@ import (
 const inlineLimit = 16 << 10
 
 type server struct {
-	t         Tool
-	durable   string
-	c         *client.Client
-	states    *fold.Cache
-	store     *eventstore.Store
-	workflows *workflow.Library
-	schema    *jsonschema.Schema
+	t       Tool
+	durable string
+	c       *client.Client
+	states  States
+	store   *eventstore.Store
+	allow   *allowList
+	schema  *jsonschema.Schema
 }
 
 // handle runs one requested call of the tool, once: requests of other tools,
@@ -104,15 +102,7 @@ func (s *server) run(ctx context.Context, args json.RawMessage) (result string, 
 // the call is refused ("" if it is not). Sessions without a workflow may use
 // every tool.
 func (s *server) allowed(ctx context.Context, st *session.State, req *events.ToolRequested) string {
-	if st.WorkflowRef == "" {
-		return ""
-	}
-	wf, err := s.workflows.Get(ctx, st.WorkflowRef)
-	if err != nil {
-		return err.Error()
-	}
-	_, why := wf.Workflow.Allows(req.Agent, req.Tool)
-	return why
+	return s.allow.check(ctx, st, req.Agent, req.Tool)
 }
 
 // compile compiles the tool's parameter schema.

@@ -39,10 +39,10 @@ import (
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
-	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // Tool is a custom tool and its implementation.
@@ -110,7 +110,7 @@ type options struct {
 	log     *slog.Logger
 	workers int
 	as      events.Principal
-	states  *fold.Cache
+	states  States
 	bytes   int64
 }
 
@@ -127,18 +127,27 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithWorkers(n int) Option { return func(o *options) { o.workers = n } }
 
 // WithStateCache bounds the server's cache of folded session states in
-// approximate bytes (default fold.DefaultMaxBytes): each call is checked
+// approximate bytes (default 256 MiB): each call is checked
 // against its session's state, which the server keeps folded and brings up
 // to date from the session's log (ADR 0016).
 func WithStateCache(bytes int64) Option { return func(o *options) { o.bytes = bytes } }
 
+// States gives a session's head, which must include sequence seq (the
+// requested call's event), as Rath's cache of folded states does: each call
+// is checked against it. A head below seq was read from a replica that lags
+// and is an error, so that the request is delivered again rather than
+// dropped.
+type States interface {
+	StateSince(ctx context.Context, id string, seq uint64) (*session.State, error)
+}
+
 // WithStates makes the server read sessions' states from a cache it shares
-// with its caller (a service serving a tool beside its own work); it
-// overrides WithStateCache.
-func WithStates(c *fold.Cache) Option { return func(o *options) { o.states = c } }
+// with its caller (a service serving a tool beside its own work, with
+// Rath's cache of folded states); it overrides WithStateCache.
+func WithStates(s States) Option { return func(o *options) { o.states = s } }
 
 // Serve registers t and runs its calls until ctx ends, then lets the calls
-// in progress finish (for up to consume.ShutdownGrace) and returns nil.
+// in progress finish (for up to 10 seconds) and returns nil.
 // Calls requested while no server runs wait in the durable consumer for the
 // next one. It returns ErrTaken if another server registered the name.
 //
@@ -176,7 +185,7 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 		return err
 	}
 	s := &server{t: t, durable: Durable(t.Name), c: c, states: o.states, store: store, schema: schema,
-		workflows: workflow.NewLibrary(store.GetBlob)}
+		allow: newAllowList(store.GetBlob)}
 	h := consume.Handler{
 		Name: s.durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
 		Handle: s.handle, Workers: o.workers, AckWait: time.Minute,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -236,31 +237,54 @@ func TestFailedCallsSayWhy(t *testing.T) {
 	}
 }
 
-// A session's workflow decides which agents may call the tool.
+// A session's workflow decides which agents may call the tool, read from
+// its bundle's tools table (the server does not parse the spec); a bundle
+// without the table refuses every call.
 func TestWorkflowAllowList(t *testing.T) {
 	r := setup(t)
 	var calls atomic.Int32
 	r.serve(t, wordCount(&calls))
-	wf, err := workflow.Parse([]byte(`name: w
-agents:
-  - {name: a, provider: openai, model: m, tools: [read_file]}
-rules:
-  - {name: r, when: "false", route: {agent: a}}
-`), "w.yaml")
+	bundle := func(spec string) string {
+		wf, err := workflow.Parse([]byte(spec), "w.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testrig.Bundle(t, r.store, wf)
+	}
+	const rules = "rules:\n  - {name: r, when: \"false\", route: {agent: a}}\n"
+	noTable, err := r.store.PutBlob(context.Background(), []byte(`{"path":"w.yaml","spec":"bmFtZTogdwo="}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := testrig.Bundle(t, r.store, wf)
-	if _, err := r.c.Start(context.Background(), "s3", events.SessionStarted{WorkflowRef: ref}); err != nil {
-		t.Fatal(err)
-	}
-	r.request(t, "s3", "c", "word_count", `{"text":"a"}`)
-	_, last := r.finish(t, "s3", "c")
-	if failed, ok := last.(*events.ToolFailed); !ok || !strings.Contains(failed.Error, "not allowed for agent a") {
-		t.Fatalf("%#v", last)
-	}
-	if calls.Load() != 0 {
-		t.Fatal("Handle ran for an agent not allowed the tool")
+	for i, tc := range []struct {
+		name, ref, want string // want: "" for a completed call
+	}{
+		{"tool not listed", bundle("name: w\nagents:\n  - {name: a, provider: openai, model: m, tools: [read_file]}\n" + rules), "tool word_count is not allowed for agent a"},
+		{"tool listed", bundle("name: w\nagents:\n  - {name: a, provider: openai, model: m, tools: [word_count]}\n" + rules), ""},
+		{"agent not in the workflow", bundle("name: w\nagents:\n  - {name: b, provider: openai, model: m, tools: [word_count]}\nrules:\n  - {name: r, when: \"false\", route: {agent: b}}\n"), `agent "a" is not in workflow w`},
+		{"bundle without a tools table", noTable, "has no tools table"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("allow%d", i)
+			if _, err := r.c.Start(context.Background(), id, events.SessionStarted{Workflow: "w", WorkflowRef: tc.ref}); err != nil {
+				t.Fatal(err)
+			}
+			before := calls.Load()
+			r.request(t, id, "c", "word_count", `{"text":"a"}`)
+			_, last := r.finish(t, id, "c")
+			if tc.want == "" {
+				if _, ok := last.(*events.ToolCompleted); !ok || calls.Load() != before+1 {
+					t.Fatalf("%#v after %d runs", last, calls.Load()-before)
+				}
+				return
+			}
+			if failed, ok := last.(*events.ToolFailed); !ok || !strings.Contains(failed.Error, tc.want) {
+				t.Fatalf("%#v, want a failure with %q", last, tc.want)
+			}
+			if calls.Load() != before {
+				t.Fatal("Handle ran for a call the workflow does not allow")
+			}
+		})
 	}
 }
 
@@ -280,7 +304,7 @@ func TestRedeliveryRecordsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: tool, durable: Durable(tool.Name), c: c, states: fold.NewCache(store, fold.CacheConfig{}), store: store, schema: schema, workflows: workflow.NewLibrary(store.GetBlob)}
+	s := &server{t: tool, durable: Durable(tool.Name), c: c, states: fold.NewCache(store, fold.CacheConfig{}), store: store, schema: schema, allow: newAllowList(store.GetBlob)}
 	if _, err := r.c.Start(context.Background(), "s4", events.SessionStarted{}); err != nil {
 		t.Fatal(err)
 	}
