@@ -22,7 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/toolserver"
 )
 
@@ -42,7 +42,7 @@ func main() {
 func run(ctx context.Context, url, creds string, log *slog.Logger) error {
 	opts := []nats.Option{nats.Name("custom-tool"), nats.MaxReconnects(-1)}
 	if creds != "" {
-		auth, _, err := auth.Options(creds)
+		auth, _, err := client.Credentials(creds)
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,9 @@ func TestREADMEGoProgramCompiles(t *testing.T) {
 	if !ok {
 		t.Fatal("the section's go block does not end")
 	}
+	if strings.Contains(code, "/internal/") {
+		t.Fatalf("the README's Go program imports an internal package, which a program outside this module cannot:\n%s", code)
+	}
 	// testdata keeps the package out of ./... for anyone building the tree
 	// meanwhile; the directory is inside the module, so its imports resolve.
 	if _, err := os.Stat("testdata"); os.IsNotExist(err) {
