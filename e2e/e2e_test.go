@@ -69,7 +69,7 @@ func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 // test's directories, and the tool runner seeding workspaces from seeds.
 func suiteConfig(t *testing.T, url, seeds string) runtime.Config {
 	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.Creds(t, url).Dir, t.TempDir()
+	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
 	// The local backend, whatever this machine offers: these tests are
 	// about the loop (the placement tests of services/tool-runner/service
 	// run the bwrap backend).

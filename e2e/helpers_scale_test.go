@@ -208,7 +208,7 @@ func (r *scaleRig) startProc(t *testing.T, kind, name string, extra ...string) *
 	if kind == kindLedger {
 		role = auth.RoleLedger
 	}
-	args := append([]string{"--nats", r.url, "--creds", natstest.Creds(t, r.url).Path(role)}, extra...)
+	args := append([]string{"--nats", r.url, "--creds", natstest.CredsFile(t, r.url, role)}, extra...)
 	p.cmd = exec.Command(serviceBinary(t, kind), args...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), "RATH_NATS_URL=", "RATH_CREDS=") // only the flags count

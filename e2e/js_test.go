@@ -86,7 +86,7 @@ func TestJavaScriptClient(t *testing.T) {
 	const id = "js-fix"
 	run := exec.CommandContext(ctx, node, filepath.Join(dir, "watch.mjs"),
 		"--nats", r.url,
-		"--creds", natstest.Creds(t, r.url).Path(auth.RoleClient),
+		"--creds", natstest.CredsFile(t, r.url, auth.RoleClient),
 		"--workflow", filepath.Join("examples", "fix-calc", "workflow.yaml"),
 		"--workspace", "repo",
 		"--id", id,

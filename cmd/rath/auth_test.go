@@ -23,7 +23,7 @@ func rathWith(e env, args ...string) result {
 // message naming the file, never a timeout or NATS jargon alone.
 func TestCredentialErrors(t *testing.T) {
 	url := startLedger(t)
-	creds := natstest.Creds(t, url)
+	creds := func(r auth.Role) string { return natstest.CredsFile(t, url, r) }
 
 	t.Run("default file missing", func(t *testing.T) {
 		r := rathWith(env{}, "--nats", url, "ls")
@@ -53,7 +53,7 @@ func TestCredentialErrors(t *testing.T) {
 		}
 	})
 	t.Run("RATH_CREDS", func(t *testing.T) {
-		r := rathWith(env{Creds: creds.Path(auth.RoleClient)}, "--nats", url, "ls")
+		r := rathWith(env{Creds: creds(auth.RoleClient)}, "--nats", url, "ls")
 		if r.code != exitOK {
 			t.Errorf("ls with RATH_CREDS: exit %d, stderr %q", r.code, r.stderr)
 		}
@@ -61,12 +61,12 @@ func TestCredentialErrors(t *testing.T) {
 	t.Run("permission lacking", func(t *testing.T) {
 		// The ledger's identity answers requests; it may not ask them.
 		wf := filepath.Join("..", "..", "examples", "fix-calc", "workflow.yaml")
-		r := rathWith(env{}, "--nats", url, "--creds", creds.Path(auth.RoleLedger), "--timeout", "2s", "start", "--workflow", wf)
-		if r.code != exitDenied || !strings.Contains(r.stderr, creds.Path(auth.RoleLedger)) || !strings.Contains(r.stderr, "rath.ledger.rath.ledger.putblob") {
+		r := rathWith(env{}, "--nats", url, "--creds", creds(auth.RoleLedger), "--timeout", "2s", "start", "--workflow", wf)
+		if r.code != exitDenied || !strings.Contains(r.stderr, creds(auth.RoleLedger)) || !strings.Contains(r.stderr, "rath.ledger.rath.ledger.putblob") {
 			t.Errorf("exit %d, stderr %q; want %d naming the credentials and the subject", r.code, r.stderr, exitDenied)
 		}
 		// The client's may.
-		r = rathWith(env{}, "--nats", url, "--creds", creds.Path(auth.RoleClient), "start", "--workflow", wf)
+		r = rathWith(env{}, "--nats", url, "--creds", creds(auth.RoleClient), "start", "--workflow", wf)
 		if r.code != exitOK {
 			t.Errorf("start --workflow as client: exit %d, stderr %q", r.code, r.stderr)
 		}

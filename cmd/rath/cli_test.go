@@ -42,8 +42,8 @@ func credsArgs(url string) []string {
 	if p, ok := upCreds.Load(url); ok {
 		return []string{"--creds", p.(string)}
 	}
-	if set, ok := natstest.Lookup(url); ok {
-		return []string{"--creds", set.Path(auth.RoleClient)}
+	if dir, ok := natstest.Lookup(url); ok {
+		return []string{"--creds", filepath.Join(dir, auth.FileName(auth.RoleClient))}
 	}
 	return nil
 }

@@ -217,8 +217,7 @@ rath demo: WARNING: sessions are placed on local
 // admin; a server where no ledger ever ran fails, naming the fix.
 func TestDoctorChecksTheDeployment(t *testing.T) {
 	url := startLedger(t)
-	set, _ := natstest.Lookup(url)
-	r := rath(t, url, "doctor", "--creds", set.Path(auth.RoleAdmin))
+	r := rath(t, url, "doctor", "--creds", natstest.CredsFile(t, url, auth.RoleAdmin))
 	if r.code != exitOK || !strings.Contains(r.stdout, "  ok    stream RATH_SESSIONS: ") || !strings.Contains(r.stdout, "the admin role's permissions exactly") {
 		t.Fatalf("doctor of a healthy deployment: %+v", r)
 	}
@@ -229,8 +228,7 @@ func TestDoctorChecksTheDeployment(t *testing.T) {
 
 	ns, _ := natstest.Start(t)
 	empty := ns.ClientURL()
-	set, _ = natstest.Lookup(empty)
-	r = rath(t, empty, "doctor", "--creds", set.Path(auth.RoleAdmin))
+	r = rath(t, empty, "doctor", "--creds", natstest.CredsFile(t, empty, auth.RoleAdmin))
 	if r.code != exitError || !strings.Contains(r.stdout, "  FAIL  stream RATH_SESSIONS: RATH_SESSIONS does not exist") ||
 		!strings.Contains(r.stdout, "fix: start a ledger") || !strings.Contains(r.stderr, "the NATS deployment has problems") {
 		t.Fatalf("doctor of a server without a ledger: %+v", r)

@@ -16,7 +16,7 @@ import (
 // export or verify (exit 3, not found).
 func TestTenantsFromTheCommandLine(t *testing.T) {
 	url := startLedger(t)
-	dir := natstest.Creds(t, url).Dir
+	dir := natstest.CredsDir(t, url)
 	add := func(tenant, user string) string {
 		t.Helper()
 		r := rathWith(env{}, "creds", "add", "--dir", dir, "--tenant", tenant, "--user", user)

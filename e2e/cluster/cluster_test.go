@@ -127,18 +127,18 @@ func runLoss(t *testing.T, c *natstest.Cluster, l loss) {
 		cfg := ledger.ConfigIn(keyDir)
 		cfg.Ledger.Name = fmt.Sprintf("ledger-%d", i)
 		cfg.Store.Replicas = 3
-		nc := c.ConnectAs(t, auth.RoleLedger, nats.ErrorHandler(lateReplies(t, cfg.Ledger.Name, &refused)), reconnects(t, cfg.Ledger.Name))
+		nc := natstest.ConnectAs(t, c.URL(), auth.RoleLedger, nats.ErrorHandler(lateReplies(t, cfg.Ledger.Name, &refused)), reconnects(t, cfg.Ledger.Name))
 		t.Logf("%s connected to %s", cfg.Ledger.Name, c.NameOf(nc.ConnectedUrl()))
 		l := log.With("ledger", i)
 		testrig.Run(t, cfg.Ledger.Name, func(ctx context.Context) error { return ledger.Run(ctx, nc, cfg, l) })
 	}
-	clientConn := c.ConnectAs(t, auth.RoleClient, reconnects(t, "client"))
+	clientConn := natstest.ConnectAs(t, c.URL(), auth.RoleClient, reconnects(t, "client"))
 	t.Logf("client connected to %s", c.NameOf(clientConn.ConnectedUrl()))
 	cl, err := client.New(clientConn, client.WithSource("cluster-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := jetstream.New(c.ConnectAs(t, auth.RoleAdmin))
+	admin, err := jetstream.New(natstest.ConnectAs(t, c.URL(), auth.RoleAdmin))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func startAgents(ctx context.Context, t *testing.T, c *natstest.Cluster, cl *cli
 		t.Fatal(err)
 	}
 	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = c.URL(), c.Creds().Dir, t.TempDir()
+	cfg.NATSURL, cfg.CredsDir, cfg.Data = c.URL(), natstest.CredsDir(t, c.URL()), t.TempDir()
 	cfg.Ledger.Store.Replicas = 3 // the memory service's stream too
 	cfg.ToolRunner.Backend = events.BackendLocal
 	cfg.ToolRunner.Sandbox.Root = t.TempDir()

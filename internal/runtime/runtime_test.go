@@ -79,7 +79,7 @@ func TestStartStop(t *testing.T) {
 func TestExternalServerSomeRoles(t *testing.T) {
 	ns := natstest.StartServer(t, t.TempDir())
 	cfg := testConfig(t)
-	cfg.NATSURL, cfg.CredsDir = ns.ClientURL(), natstest.Creds(t, ns.ClientURL()).Dir
+	cfg.NATSURL, cfg.CredsDir = ns.ClientURL(), natstest.CredsDir(t, ns.ClientURL())
 	rt, err := Start(context.Background(), cfg, WithServer(ns), WithClient("runtime-test"),
 		WithRoles(auth.RoleSelector, auth.RoleAgentWorker, auth.RoleToolRunner))
 	if err != nil {

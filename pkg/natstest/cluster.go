@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/embedded"
@@ -148,9 +147,6 @@ func freePorts(t testing.TB, n int) []int {
 // URL lists every node's client URL, comma-separated, as nats.Connect
 // takes them.
 func (c *Cluster) URL() string { return c.url }
-
-// Creds returns the identities every node accepts.
-func (c *Cluster) Creds() *auth.Set { return c.creds }
 
 // Len is the number of nodes.
 func (c *Cluster) Len() int { return len(c.nodes) }
@@ -328,11 +324,4 @@ func (c *Cluster) WaitReady() {
 		}
 		<-tick.C
 	}
-}
-
-// ConnectAs opens a connection of the given role to the cluster (any node,
-// failing over to the others), closed when the test ends.
-func (c *Cluster) ConnectAs(t testing.TB, role auth.Role, opts ...nats.Option) *nats.Conn {
-	t.Helper()
-	return ConnectAs(t, c.url, role, opts...)
 }

@@ -16,7 +16,7 @@ import (
 // on the same store and ports, and accepts only its identities.
 func TestClusterReplicatesAndRestartsANode(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
-	nc := c.ConnectAs(t, auth.RoleAdmin)
+	nc := natstest.ConnectAs(t, c.URL(), auth.RoleAdmin)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -74,24 +74,33 @@ func StartServer(t testing.TB, storeDir string) *server.Server {
 	return ns
 }
 
-// Creds returns the identities of the server at url (for processes started
-// by a test: pass them Creds(t, url).Path(role)).
-func Creds(t testing.TB, url string) *auth.Set {
+// CredsDir returns the credentials directory of the server at url, laid out
+// as rath up's: <role>.creds for each role, tenants/<tenant>/<user>.creds
+// for tenants' users. Pass it (or CredsFile) to processes a test starts.
+func CredsDir(t testing.TB, url string) string {
 	t.Helper()
-	set, ok := Lookup(url)
+	dir, ok := Lookup(url)
 	if !ok {
 		t.Fatalf("natstest: no server started at %s", url)
 	}
-	return set
+	return dir
 }
 
-// Lookup returns the identities of the server at url, if natstest runs it.
-func Lookup(url string) (*auth.Set, bool) {
+// CredsFile returns the credentials file of a role (its name, such as
+// "tool-runner" or "client") on the server at url.
+func CredsFile[R ~string](t testing.TB, url string, role R) string {
+	t.Helper()
+	return filepath.Join(CredsDir(t, url), auth.FileName(auth.Role(role)))
+}
+
+// Lookup returns the credentials directory of the server at url, if
+// natstest runs it.
+func Lookup(url string) (string, bool) {
 	v, ok := servers.Load(url)
 	if !ok {
-		return nil, false
+		return "", false
 	}
-	return v.(started).set, true
+	return v.(started).set.Dir, true
 }
 
 // Connect opens a client connection of the admin role, closed when the test
@@ -104,12 +113,14 @@ func Connect(t testing.TB, url string) *nats.Conn {
 	return ConnectAs(t, url, auth.RoleAdmin)
 }
 
-// ConnectAs opens a connection of the given role to the server at url,
-// closed when the test ends. A permission violation the server reports on
-// it fails the test, unless opts set their own nats.ErrorHandler.
-func ConnectAs(t testing.TB, url string, role auth.Role, opts ...nats.Option) *nats.Conn {
+// ConnectAs opens a connection of the given role (its name, such as
+// "tool-runner" or "client": a credentials file's base name) to the server
+// at url, closed when the test ends. A permission violation the server
+// reports on it fails the test, unless opts set their own nats.ErrorHandler.
+// A cluster's URL (Cluster.URL) connects to any of its nodes.
+func ConnectAs[R ~string](t testing.TB, url string, role R, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	return dial(t, url, role, opts)
+	return dial(t, url, auth.Role(role), opts)
 }
 
 func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.Conn {
@@ -117,7 +128,7 @@ func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.C
 	if role == "" {
 		return dialFile(t, url, "", "", extra)
 	}
-	return dialFile(t, url, Creds(t, url).Path(role), string(role), extra)
+	return dialFile(t, url, CredsFile(t, url, role), string(role), extra)
 }
 
 // dialFile connects with the credentials file at path (none: anonymously);

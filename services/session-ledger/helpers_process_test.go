@@ -84,7 +84,7 @@ func keyFileOf(t *testing.T) string {
 // it is serving. The process is killed at the end of the test if it still runs.
 func startLedger(t *testing.T, url, name string, extra ...string) *ledgerProc {
 	t.Helper()
-	args := append([]string{"--nats", url, "--creds", natstest.Creds(t, url).Path(auth.RoleLedger), "--name", name, "--snapshot-every", "8", "--key", keyFileOf(t)}, extra...)
+	args := append([]string{"--nats", url, "--creds", natstest.CredsFile(t, url, auth.RoleLedger), "--name", name, "--snapshot-every", "8", "--key", keyFileOf(t)}, extra...)
 	p := &ledgerProc{name: name, stderr: &proctest.LogBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ledgerBinary(t), args...)
 	p.cmd.Stderr = p.stderr

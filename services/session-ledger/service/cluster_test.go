@@ -33,7 +33,7 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(waiting, nil))
 			cfg := service.ConfigIn(t.TempDir())
 			cfg.Store.Replicas = 3
-			lnc := c.ConnectAs(t, auth.RoleLedger)
+			lnc := natstest.ConnectAs(t, c.URL(), auth.RoleLedger)
 			testrig.Run(t, "ledger", func(ctx context.Context) error { return service.Run(ctx, lnc, cfg, log) })
 
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -47,7 +47,7 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 			for i := tc.up; i < c.Len(); i++ {
 				c.Restart(i)
 			}
-			cl, err := client.New(c.ConnectAs(t, auth.RoleAdmin))
+			cl, err := client.New(natstest.ConnectAs(t, c.URL(), auth.RoleAdmin))
 			if err != nil {
 				t.Fatal(err)
 			}
