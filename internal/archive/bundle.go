@@ -102,55 +102,37 @@ func Parse(data []byte) (*Bundle, error) {
 	return &b, nil
 }
 
-// Verify recomputes the chain of the bundle's events: every hash from the
-// body, every sequence one more than the one before from FromSeq, every
-// rathprev the previous hash (the first one Prev), every event of the
-// bundle's session and stored on its subjects, in stream order, and the head
-// as the header says. A fork's first event must record the fork point and
-// the parent hash it chains onto.
+// Verify recomputes the chain of the bundle's events with the chain walker
+// (events.Chain): every hash from the body, every sequence one more than the
+// one before from FromSeq, every rathprev the previous hash (the first one
+// Prev), every event of the bundle's session, and a fork's first event
+// recording the fork point and the parent hash it chains onto. Then what
+// only a bundle says: each event stored on its session's subjects, in
+// stream order, and the head as the header says.
 func (b *Bundle) Verify() error {
 	if len(b.Entries) != b.Events || b.Events == 0 {
 		return fmt.Errorf("archive of %s: header says %d events, bundle holds %d", b.Session, b.Events, len(b.Entries))
 	}
-	want, prev := b.FromSeq, b.Prev
+	if b.FromSeq == 0 {
+		return fmt.Errorf("archive of %s: header says from_seq 0; sequences start at 1", b.Session)
+	}
+	chain := events.Chain{Session: b.Session, Seq: b.FromSeq - 1, Hash: b.Prev}
 	var lastStream uint64
 	for i, e := range b.Entries {
-		ev, err := events.ParseStored(e.Event)
+		ev, err := chain.Next(e.Event)
 		if err != nil {
 			return fmt.Errorf("archive of %s: entry %d: %w", b.Session, i+1, err)
 		}
-		sum, err := events.ComputeHash(e.Event)
-		if err != nil {
-			return fmt.Errorf("archive of %s: entry %d: %w", b.Session, i+1, err)
-		}
-		switch {
-		case sum != ev.Hash:
-			return fmt.Errorf("archive of %s: sequence %d: hash mismatch (stored %s, recomputed %s)", b.Session, ev.Seq, ev.Hash, sum)
-		case ev.Seq != want:
-			return fmt.Errorf("archive of %s: expected sequence %d, found %d", b.Session, want, ev.Seq)
-		case ev.Prev != prev:
-			return fmt.Errorf("archive of %s: sequence %d links to %q, previous hash is %q", b.Session, ev.Seq, ev.Prev, prev)
-		case ev.Session != b.Session:
-			return fmt.Errorf("archive of %s: sequence %d names session %q", b.Session, ev.Seq, ev.Session)
-		case e.StreamSeq <= lastStream:
+		if e.StreamSeq <= lastStream {
 			return fmt.Errorf("archive of %s: sequence %d out of stream order", b.Session, ev.Seq)
 		}
 		if sid, _ := events.SessionFromSubject(e.Subject); sid != b.Session {
 			return fmt.Errorf("archive of %s: sequence %d stored on %s", b.Session, ev.Seq, e.Subject)
 		}
-		if i == 0 && ev.Type == events.TypeSessionForked {
-			d, err := ev.Decode()
-			if err != nil {
-				return fmt.Errorf("archive of %s: fork record: %w", b.Session, err)
-			}
-			if f := d.(*events.SessionForked); f.AtSeq != ev.Seq-1 || f.ParentHash != prev {
-				return fmt.Errorf("archive of %s: fork record names %d (%s), chain says %d (%s)", b.Session, f.AtSeq, f.ParentHash, ev.Seq-1, prev)
-			}
-		}
-		prev, want, lastStream = ev.Hash, ev.Seq+1, e.StreamSeq
+		lastStream = e.StreamSeq
 	}
-	if want-1 != b.HeadSeq || prev != b.HeadHash || lastStream != b.HeadStreamSeq {
-		return fmt.Errorf("archive of %s: ends at %d (%s, stream %d), header says %d (%s, stream %d)", b.Session, want-1, prev, lastStream, b.HeadSeq, b.HeadHash, b.HeadStreamSeq)
+	if chain.Seq != b.HeadSeq || chain.Hash != b.HeadHash || lastStream != b.HeadStreamSeq {
+		return fmt.Errorf("archive of %s: ends at %d (%s, stream %d), header says %d (%s, stream %d)", b.Session, chain.Seq, chain.Hash, lastStream, b.HeadSeq, b.HeadHash, b.HeadStreamSeq)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -41,9 +42,10 @@ type BranchHead struct {
 
 // Verify checks a dossier directory without NATS:
 //
-//   - every stored event's hash, recomputed from its body (events.ComputeHash);
-//   - each branch's chain: sequences without gaps, each rathprev the previous
-//     event's hash, the events stored under the branch's own session ID;
+//   - each branch's chain, with the chain walker (events.Chain): every stored
+//     event's hash recomputed from its body, sequences without gaps, each
+//     rathprev the previous event's hash, the events stored under the
+//     branch's own session ID;
 //   - each fork link: the fork's first event chains onto the parent's hash at
 //     the fork point and its data names that parent, point and hash;
 //   - each merge's source head, when the dossier holds the source;
@@ -117,50 +119,38 @@ func checkChains(r *raw, rep *Report) *Fault {
 	forks := map[string]*events.SessionForked{}
 	for _, b := range r.d.Branches {
 		evs := r.own[b.ID]
+		// The one chain walker (events.Chain) checks each link. A root's
+		// chain starts from nothing; any other branch's from its first
+		// event's claims, which must be a fork record whose parent link is
+		// checked below, across branches.
+		chain := events.Chain{Session: b.ID}
 		for i, e := range evs {
 			rep.Events++
-			_, same, err := events.StoredHash(e.Raw, e.Hash)
-			if err != nil {
-				return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("event %d of %s is not a stored event: %v", i+1, b.EventsFile, err)}
+			if i == 0 && e.Type != events.TypeSessionStarted {
+				chain.Seq, chain.Hash = e.Seq-1, e.Prev
 			}
-			if !same {
-				return &Fault{Session: b.ID, Seq: e.Seq, Reason: "hash mismatch (event altered)"}
+			if want := chain.Seq + 1; i > 0 && e.Seq > want && slices.ContainsFunc(evs[i:], func(x events.Stored) bool { return x.Seq == want }) {
+				// The walker sees one event at a time; the dossier holds the
+				// branch, so it tells a reordered event from a removed one.
+				return &Fault{Session: b.ID, Seq: want, Reason: fmt.Sprintf("expected seq %d, found %d (reordered or duplicated)", want, e.Seq)}
 			}
-			if e.Session != b.ID {
-				return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("the event belongs to session %s", e.Session)}
-			}
-			if i == 0 {
-				switch e.Type {
-				case events.TypeSessionStarted:
-					if e.Seq != 1 || e.Prev != "" {
-						return &Fault{Session: b.ID, Seq: e.Seq, Reason: "a root's start must be event 1 with no rathprev"}
-					}
-				case events.TypeSessionForked:
-					var fk events.SessionForked
-					if err := json.Unmarshal(e.Data, &fk); err != nil {
-						return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("fork record: %v", err)}
-					}
-					if e.Seq != fk.AtSeq+1 {
-						return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("fork record does not match the chain: at_seq %d, seq %d", fk.AtSeq, e.Seq)}
-					}
-					forks[b.ID] = &fk
-				default:
-					return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("the branch's first event is a %s, not a start or a fork (events removed?)", e.Type)}
+			if err := chain.Link(e); err != nil {
+				f := &Fault{Session: b.ID, Seq: e.Seq, Reason: err.Error()}
+				if cf, ok := errors.AsType[*events.ChainFault](err); ok {
+					f.Seq = cf.Seq
 				}
-				continue
+				return f
 			}
-			prev := evs[i-1]
 			switch {
-			case e.Seq == prev.Seq+1:
-			case e.Seq > prev.Seq+1 && !slices.ContainsFunc(evs[i:], func(x events.Stored) bool { return x.Seq == prev.Seq+1 }):
-				return &Fault{Session: b.ID, Seq: prev.Seq + 1, Reason: fmt.Sprintf("missing sequence (the next event is %d: removed)", e.Seq)}
-			default:
-				return &Fault{Session: b.ID, Seq: prev.Seq + 1, Reason: fmt.Sprintf("expected seq %d, found %d (reordered or duplicated)", prev.Seq+1, e.Seq)}
-			}
-			if e.Prev != prev.Hash {
-				return &Fault{Session: b.ID, Seq: e.Seq, Reason: "rathprev does not name the previous hash"}
-			}
-			if e.Type == events.TypeSessionForked || e.Type == events.TypeSessionStarted {
+			case i == 0 && e.Type == events.TypeSessionForked:
+				var fk events.SessionForked
+				if err := json.Unmarshal(e.Data, &fk); err != nil {
+					return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("fork record: %v", err)}
+				}
+				forks[b.ID] = &fk
+			case i == 0 && e.Type != events.TypeSessionStarted:
+				return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("the branch's first event is a %s, not a start or a fork (events removed?)", e.Type)}
+			case i > 0 && (e.Type == events.TypeSessionForked || e.Type == events.TypeSessionStarted):
 				return &Fault{Session: b.ID, Seq: e.Seq, Reason: fmt.Sprintf("a %s inside the log", e.Type)}
 			}
 		}

@@ -40,13 +40,14 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 		return api.Report{}, err
 	}
 	r := api.Report{Session: id}
-	v := verifier{report: &r, next: 1}
+	v := verifier{report: &r}
 	for i, seg := range segs {
 		end := uint64(0)
 		if i+1 < len(segs) {
 			end = segs[i+1].From - 1
 		}
 		v.seg, v.segIndex, v.segs, v.end = seg, i, segs, end
+		v.chain.Session = seg.Session // a fork's first event chains onto its parent's
 		err := l.scanOwnMsgs(ctx, seg.Session, seg.StreamSeq, 0, func(m eventstore.Msg) error {
 			return v.check(ctx, l, m)
 		})
@@ -56,8 +57,8 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 		if r.Fault != nil {
 			return r, nil
 		}
-		if end != 0 && v.next <= end {
-			r.Fault = &api.Fault{Seq: v.next, Session: seg.Session, Reason: fmt.Sprintf("missing sequence %d: the log of %s ends before the fork point %d", v.next, seg.Session, end)}
+		if next := v.chain.Seq + 1; end != 0 && next <= end {
+			r.Fault = &api.Fault{Seq: next, Session: seg.Session, Reason: fmt.Sprintf("missing sequence %d: the log of %s ends before the fork point %d", next, seg.Session, end)}
 			return r, nil
 		}
 	}
@@ -94,9 +95,8 @@ type verifier struct {
 	segIndex int
 	segs     []segment
 	end      uint64
-	next     uint64
-	prev     string
-	signed   []signedAt // every checked event, in chain order
+	chain    events.Chain // the one chain walker, across the lineage's segments
+	signed   []signedAt   // every checked event, in chain order
 }
 
 // signedAt is what a signature of an event covers, and where it is stored.
@@ -168,29 +168,20 @@ func (v *verifier) fail(m eventstore.Msg, seq uint64, format string, args ...any
 	return errStop
 }
 
+// check steps the chain walker over the next stored message, then checks
+// what only the ledger knows: the subject it is stored on, its signing key,
+// a fork's parent, a merge's source.
 func (v *verifier) check(ctx context.Context, l *Ledger, m eventstore.Msg) error {
-	if v.end != 0 && v.next > v.end {
+	if v.end != 0 && v.chain.Seq >= v.end {
 		return errStop // past the fork point: later events are not in this log
 	}
-	ev, err := events.ParseStored(m.Body)
-	if err != nil {
-		return v.fail(m, v.next, "event at stream %d does not parse: %v", m.StreamSeq, err)
+	prev := v.chain.Hash
+	ev, err := v.chain.Next(m.Body)
+	if f, ok := errors.AsType[*events.ChainFault](err); ok {
+		return v.fail(m, f.Seq, "%s", f.Reason)
 	}
-	sum, same, err := events.StoredHash(m.Body, ev.Hash)
 	if err != nil {
-		return v.fail(m, v.next, "event at stream %d cannot be hashed: %v", m.StreamSeq, err)
-	}
-	switch {
-	case !same:
-		return v.fail(m, ev.Seq, "hash mismatch at sequence %d: stored %s, recomputed %s (event altered)", ev.Seq, short(ev.Hash), short(sum))
-	case ev.Seq < v.next:
-		return v.fail(m, ev.Seq, "sequence %d appears after %d (event inserted or reordered)", ev.Seq, v.next-1)
-	case ev.Seq > v.next:
-		return v.fail(m, v.next, "missing sequence %d: next stored event is %d (event removed)", v.next, ev.Seq)
-	case ev.Prev != v.prev:
-		return v.fail(m, ev.Seq, "sequence %d links to %s, previous hash is %s (event inserted or reordered)", ev.Seq, short(ev.Prev), short(v.prev))
-	case ev.Session != v.seg.Session:
-		return v.fail(m, ev.Seq, "sequence %d names session %q but is stored under %s", ev.Seq, ev.Session, v.seg.Session)
+		return v.fail(m, v.chain.Seq+1, "%v", err)
 	}
 	if sid, _ := events.SessionFromSubject(m.Subject); sid != v.seg.Session {
 		return v.fail(m, ev.Seq, "sequence %d stored on subject %s, outside session %s", ev.Seq, m.Subject, v.seg.Session)
@@ -204,8 +195,9 @@ func (v *verifier) check(ctx context.Context, l *Ledger, m eventstore.Msg) error
 		if err != nil || !ok {
 			return v.fail(m, ev.Seq, "first event of fork %s is %s, not %s", v.seg.Session, ev.Type, events.TypeSessionForked)
 		}
-		if parent := v.segs[v.segIndex-1].Session; f.Parent != parent || f.AtSeq != ev.Seq-1 || f.ParentHash != v.prev {
-			return v.fail(m, ev.Seq, "fork record names %s at %d (%s), chain says %s at %d (%s)", f.Parent, f.AtSeq, short(f.ParentHash), parent, ev.Seq-1, short(v.prev))
+		// The walker checked the fork point and hash; the parent is the lineage's.
+		if parent := v.segs[v.segIndex-1].Session; f.Parent != parent {
+			return v.fail(m, ev.Seq, "fork record names %s at %d (%s), chain says %s at %d (%s)", f.Parent, f.AtSeq, short(f.ParentHash), parent, ev.Seq-1, short(prev))
 		}
 	}
 	if ev.Type == events.TypeSessionMerged {
@@ -214,7 +206,6 @@ func (v *verifier) check(ctx context.Context, l *Ledger, m eventstore.Msg) error
 		}
 	}
 	v.signed = append(v.signed, signedAt{session: ev.Session, hash: ev.Hash, sig: ev.Sig, seq: ev.Seq, streamSeq: m.StreamSeq})
-	v.prev, v.next = ev.Hash, ev.Seq+1
 	v.report.Head, v.report.HeadHash = ev.Seq, ev.Hash
 	v.report.Checked++
 	return nil
