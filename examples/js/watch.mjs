@@ -301,7 +301,7 @@ async function run(nc, me) {
   const id = opt.id;
   const forkID = `${id}-b`;
 
-  // The workflow bundle: the workflow file's bytes and each script it names,
+  // The workflow bundle: the workflow file's bytes, each script it names and each agent's tools,
   // as one JSON document stored with putblob (written as rath start writes
   // it, scripts sorted by name, so the same files give the same reference).
   const specBytes = readFileSync(opt.workflow);
@@ -309,7 +309,11 @@ async function run(nc, me) {
   const files = {};
   const scripts = [...new Set((spec.agents ?? []).map((a) => a.script).filter(Boolean))].sort();
   for (const name of scripts) files[name] = readFileSync(resolve(dirname(opt.workflow), name)).toString("base64");
-  const bundle = { path: relative(process.cwd(), opt.workflow), spec: specBytes.toString("base64"), files };
+  // Each agent's tools, agents sorted by name: custom tool servers check calls against
+  // this table without parsing the YAML.
+  const tools = {};
+  for (const a of [...(spec.agents ?? [])].sort((x, y) => (x.name < y.name ? -1 : x.name > y.name ? 1 : 0))) tools[a.name] = a.tools ?? [];
+  const bundle = { path: relative(process.cwd(), opt.workflow), spec: specBytes.toString("base64"), files, tools };
   const { ref } = await ask(nc, me, "putblob", enc.encode(JSON.stringify(bundle)));
   const workflowHash = `sha256:${createHash("sha256").update(specBytes).digest("hex")}`;
   say(`workflow ${spec.name} stored as ${ref}`);
