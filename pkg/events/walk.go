@@ -34,6 +34,7 @@ type ChainFault struct {
 	Reason string
 }
 
+// Error returns the reason.
 func (f *ChainFault) Error() string { return f.Reason }
 
 // Next parses the next stored body and checks it (Link), returning the
