@@ -78,7 +78,7 @@ func TestClusterProcessesSurviveKillAndPause(t *testing.T) {
 	if c.Server(0) != nil {
 		t.Fatal("a process node has an in-process server")
 	}
-	js, err := jetstream.New(c.ConnectAs(t, auth.RoleAdmin))
+	js, err := jetstream.New(natstest.ConnectAs(t, c.URL(), auth.RoleAdmin))
 	if err != nil {
 		t.Fatal(err)
 	}

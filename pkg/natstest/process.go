@@ -34,7 +34,7 @@ const natsServerModule = "github.com/nats-io/nats-server/v2"
 // (SIGSTOP and SIGCONT: a node that hangs with its connections open), and
 // Restart on the same store and ports. Everything else is as StartCluster:
 // the identities, their permissions (from a configuration file, as
-// deploy/nats-server.conf gives them), ConnectAs and WaitReady. Server
+// deploy/nats-server.conf gives them), ConnectAs on URL and WaitReady. Server
 // returns nil for its nodes. The processes die with the test's process.
 func StartClusterProcesses(t testing.TB, n int) *Cluster {
 	t.Helper()
