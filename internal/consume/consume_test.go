@@ -175,7 +175,7 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 	c := natstest.StartClusterPartly(t, 3, 1)
 	waiting := &logWatch{want: "waiting for the JetStream cluster", seen: make(chan struct{})}
 	got := make(chan events.Stored, 1)
-	nc := c.ConnectAs(t, auth.RoleAdmin)
+	nc := natstest.ConnectAs(t, c.URL(), auth.RoleAdmin)
 	h := consume.Handler{Name: "forming", Tokens: []string{events.TokenLifecycle}, Types: []string{events.TypeSessionStarted},
 		Handle: func(_ context.Context, ev events.Stored) error {
 			select {
@@ -200,9 +200,9 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 	c.WaitReady()
 	cfg := ledger.ConfigIn(t.TempDir())
 	cfg.Store.Replicas = 3
-	lnc := c.ConnectAs(t, auth.RoleLedger)
+	lnc := natstest.ConnectAs(t, c.URL(), auth.RoleLedger)
 	testrig.Run(t, "ledger", func(ctx context.Context) error { return ledger.Run(ctx, lnc, cfg, quiet) })
-	cl, err := client.New(c.ConnectAs(t, auth.RoleClient))
+	cl, err := client.New(natstest.ConnectAs(t, c.URL(), auth.RoleClient))
 	if err != nil {
 		t.Fatal(err)
 	}
