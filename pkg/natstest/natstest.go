@@ -1,7 +1,8 @@
 // Package natstest starts a real embedded NATS server with JetStream for tests:
 // file storage in a temporary directory, a random loopback port, and the
-// same authentication as rath up: one identity per role (internal/auth), each
-// with its role's permissions, and no anonymous access.
+// same authentication as rath up: one identity per role (ledger, selector,
+// agent-worker, tool-runner, memory-svc, admin, client), each with its
+// role's permissions, and no anonymous access.
 //
 // Start and Connect return connections of the admin role, which may do
 // anything, so that a test can set up and inspect whatever it needs;
