@@ -114,10 +114,11 @@ var examples = map[string]any{
 		TokensOut: 0,
 	},
 	events.TypeToolRequested: events.ToolRequested{
-		CallID:    "call_01JDQ9B2",
-		Tool:      "shell",
-		Arguments: json.RawMessage(`{"cmd":["go","test","./internal/config","-run","TestParseConfig"],"timeout_s":120}`),
-		Agent:     "coder",
+		CallID:     "call_01JDQ9B2",
+		Tool:       "shell",
+		Arguments:  json.RawMessage(`{"cmd":["go","test","./internal/config","-run","TestParseConfig"],"timeout_s":120}`),
+		Agent:      "coder",
+		ApprovalID: "ap-3f9c0d2e4b1a7c55",
 	},
 	events.TypeToolStarted: events.ToolStarted{
 		CallID:  "call_01JDQ9B2",
@@ -231,6 +232,9 @@ var examples = map[string]any{
 		ApprovalID: "appr_01JDQ9E8",
 		Action:     "push branch fix/config-defaults to origin",
 		Approver:   "ana",
+		CallID:     "call_01JDQ9B2",
+		Tool:       "run",
+		Gate:       "push-needs-approval",
 	},
 	events.TypeApprovalGranted: events.ApprovalGranted{
 		ApprovalID: "appr_01JDQ9E8",

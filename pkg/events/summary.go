@@ -181,7 +181,7 @@ func (d ModelCallFailed) Summarize() string {
 
 // Summarize is "agent calls tool CALL arguments".
 func (d ToolRequested) Summarize() string {
-	l := newLine("calls").add(" %s", d.Tool).add(" %s", d.CallID).add(" %s", Clip(string(d.Arguments), clipWidth))
+	l := newLine("calls").add(" %s", d.Tool).add(" %s", d.CallID).add(" %s", Clip(string(d.Arguments), clipWidth)).add(", waits for approval %s", d.ApprovalID)
 	if d.Agent == "" {
 		return l.String()
 	}
@@ -283,7 +283,7 @@ func (d ValidationFailed) Summarize() string {
 
 // Summarize is "approval ID requested of approver: action".
 func (d ApprovalRequested) Summarize() string {
-	return newLine("approval %s requested", d.ApprovalID).add(" of %s", d.Approver).text(d.Action).String()
+	return newLine("approval %s requested", d.ApprovalID).add(" of %s", d.Approver).add(" for call %s", d.CallID).add(" (%s)", d.Tool).text(d.Action).String()
 }
 
 // Summarize is "approval ID granted by B: comment".

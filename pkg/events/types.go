@@ -194,12 +194,18 @@ type Sandbox struct {
 	SandboxID string `json:"sandbox_id"`
 }
 
-// ToolRequested asks for a tool call.
+// ToolRequested asks for a tool call. A call with an ApprovalID is gated:
+// its approval (a rath.approval.requested with that ID and this CallID,
+// stored before it in the same atomic append) must be granted before any
+// runner executes it, and a rejection fails it.
 type ToolRequested struct {
 	CallID    string          `json:"call_id"`
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	Agent     string          `json:"agent,omitempty"`
+	// ApprovalID names the approval the call waits for; absent: the call
+	// is not gated.
+	ApprovalID string `json:"approval_id,omitempty"`
 }
 
 // ToolStarted records that a runner began a tool call attempt.
@@ -404,24 +410,38 @@ type ValidationFailed struct {
 	Details   json.RawMessage `json:"details,omitempty"`
 }
 
-// ApprovalRequested asks a human (or policy) to approve an action.
+// ApprovalRequested asks a human (or policy) to approve an action. A
+// workflow's gate asks for one per gated tool call (CallID, Tool and Gate
+// set), in the atomic append that records the call; a rule's approval route
+// asks for one about the session (CallID absent).
 type ApprovalRequested struct {
 	ApprovalID string `json:"approval_id"`
 	Action     string `json:"action"`
-	Approver   string `json:"approver,omitempty"`
+	// Approver is the role asked to decide ("maintainers").
+	Approver string `json:"approver,omitempty"`
+	// CallID is the tool call the approval gates; Tool its tool; Gate the
+	// workflow gate that asked.
+	CallID string `json:"call_id,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+	Gate   string `json:"gate,omitempty"`
 }
 
-// ApprovalGranted approves a requested action.
+// ApprovalGranted approves a requested action. Who approved is the event's
+// authenticated actor (rathactor), which the ledger stamps; By is free text
+// for display and counts for nothing. The ledger refuses a grant of an
+// approval the session has not requested, or has settled already.
 type ApprovalGranted struct {
 	ApprovalID string `json:"approval_id"`
-	By         string `json:"by"`
+	By         string `json:"by,omitempty"`
 	Comment    string `json:"comment,omitempty"`
 }
 
-// ApprovalRejected refuses a requested action.
+// ApprovalRejected refuses a requested action, with the reason a gated
+// call fails with. As for ApprovalGranted, the rejecter is the event's
+// actor, By is free text, and only a pending approval can be rejected.
 type ApprovalRejected struct {
 	ApprovalID string `json:"approval_id"`
-	By         string `json:"by"`
+	By         string `json:"by,omitempty"`
 	Reason     string `json:"reason"`
 }
 

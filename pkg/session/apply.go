@@ -126,7 +126,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		s.Usage.AddEvent(d)
 	case *events.ToolRequested:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
-		t.Agent, t.Arguments, t.Origin = d.Agent, d.Arguments, origin
+		t.Agent, t.Arguments, t.Origin, t.Approval = d.Agent, d.Arguments, origin, d.ApprovalID
 		s.Counts.ToolCalls++
 	case *events.ToolStarted:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
@@ -181,7 +181,8 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		if s.Approvals == nil {
 			s.Approvals = map[string]Approval{}
 		}
-		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, RequestedBy: e.Actor}
+		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, Approver: d.Approver, CallID: d.CallID, Tool: d.Tool, Gate: d.Gate,
+			Requested: e.Time, RequestedBy: e.Actor}
 	case *events.TurnRequested:
 		// A second request of the turn that just ended (the ledger does not
 		// refuse one) does not open it again: the agent worker would take
@@ -210,9 +211,9 @@ func apply(s *State, e events.Stored, merged bool) bool {
 	case *events.HandlerFailed:
 		s.Counts.HandlerFailures++
 	case *events.ApprovalGranted:
-		s.settleApproval(d.ApprovalID, "granted", d.By, e.Actor)
+		s.settleApproval(d.ApprovalID, ApprovalGranted, d.By, e.Actor, d.Comment, e.Seq)
 	case *events.ApprovalRejected:
-		s.settleApproval(d.ApprovalID, "rejected", d.By, e.Actor)
+		s.settleApproval(d.ApprovalID, ApprovalRejected, d.By, e.Actor, d.Reason, e.Seq)
 	case *events.SandboxRequested, *events.SandboxRefused:
 		// The placement changes with the runner's answer (SandboxPlaced).
 	default:
@@ -250,12 +251,16 @@ func (s *State) endsAgain(id string, merged bool) bool {
 	return !merged && id != "" && id == s.LastTurn
 }
 
-func (s *State) settleApproval(id, outcome, by, actor string) {
+// settleApproval records the first decision of a requested approval. A
+// second decision, which the ledger refuses now but may have accepted
+// before it checked, changes nothing: the first is what the gated call
+// acted on.
+func (s *State) settleApproval(id, outcome, by, actor, reason string, seq uint64) {
 	a, ok := s.Approvals[id]
-	if !ok {
+	if !ok || a.Outcome != "" {
 		return
 	}
-	a.Outcome, a.By, a.Actor = outcome, by, actor
+	a.Outcome, a.By, a.Actor, a.Reason, a.DecidedSeq = outcome, by, actor, reason, seq
 	s.Approvals[id] = a
 }
 

@@ -262,3 +262,44 @@ func TestMemoryEventActor(t *testing.T) {
 		})
 	}
 }
+
+// A gated call waits for its approval, runs once it is granted and fails
+// with the reason once it is rejected; the first decision is the one that
+// counts, and the decider is the authenticated actor, not the free text.
+func TestGateOf(t *testing.T) {
+	actor := func(e events.Stored, who string) events.Stored { e.Actor = who; return e }
+	base := []events.Stored{
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.ApprovalRequested{ApprovalID: "ap-1", Action: "git push", Approver: "maintainers", CallID: "c1", Tool: "run", Gate: "push"}),
+		stored(t, "s", 3, &events.ToolRequested{CallID: "c1", Tool: "run", ApprovalID: "ap-1"}),
+		stored(t, "s", 4, &events.ToolRequested{CallID: "c2", Tool: "read_file"}),
+	}
+	st := fold(base...)
+	if g := st.GateOf("c1"); g.ApprovalID != "ap-1" || g.Outcome != "" || g.Runnable() {
+		t.Fatalf("pending gate %+v", g)
+	}
+	if g := st.GateOf("c2"); g.ApprovalID != "" || !g.Runnable() {
+		t.Fatalf("ungated call %+v", g)
+	}
+	if g := st.GateOf("nope"); !g.Runnable() {
+		t.Fatalf("unknown call %+v", g)
+	}
+	if a := st.Approvals["ap-1"]; a.CallID != "c1" || a.Tool != "run" || a.Gate != "push" || a.Approver != "maintainers" || a.Requested.IsZero() {
+		t.Fatalf("approval %+v", a)
+	}
+
+	granted := fold(append(base,
+		actor(stored(t, "s", 5, &events.ApprovalGranted{ApprovalID: "ap-1", By: "someone else"}), "default/ana"),
+		actor(stored(t, "s", 6, &events.ApprovalRejected{ApprovalID: "ap-1", Reason: "late"}), "default/bob"))...)
+	if g := granted.GateOf("c1"); !g.Runnable() || g.Outcome != session.ApprovalGranted || g.Actor != "default/ana" {
+		t.Fatalf("granted gate %+v", g)
+	}
+	if a := granted.Approvals["ap-1"]; a.By != "someone else" || a.DecidedSeq != 5 {
+		t.Fatalf("granted approval %+v", a)
+	}
+
+	rejected := fold(append(base, actor(stored(t, "s", 5, &events.ApprovalRejected{ApprovalID: "ap-1", Reason: "not on Friday"}), "default/bob"))...)
+	if g := rejected.GateOf("c1"); g.Runnable() || g.Outcome != session.ApprovalRejected || g.Reason != "not on Friday" || g.Actor != "default/bob" {
+		t.Fatalf("rejected gate %+v", g)
+	}
+}

@@ -269,6 +269,8 @@ type ToolEntry struct {
 	LastSeq       uint64          `json:"last_seq"`
 	Events        int             `json:"events"`
 	Origin        string          `json:"origin,omitempty"`
+	// Approval is the approval the call waits for, if a gate holds it.
+	Approval string `json:"approval,omitempty"`
 }
 
 // Open reports whether the call is requested or running.
@@ -341,6 +343,7 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 		for i := range list {
 			a := &list[i]
 			a.ID, a.Action, a.Outcome, a.By, a.Actor, a.RequestedBy = name(a.ID), text(a.Action, maxText), name(a.Outcome), name(a.By), name(a.Actor), name(a.RequestedBy)
+			a.Approver, a.CallID, a.Tool, a.Gate, a.Reason = name(a.Approver), name(a.CallID), name(a.Tool), name(a.Gate), text(a.Reason, maxText)
 		}
 	}
 
@@ -429,7 +432,7 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 func toolEntry(t *Tool) ToolEntry {
 	e := ToolEntry{CallID: name(t.CallID), Tool: name(t.Tool), Agent: name(t.Agent), Status: name(t.Status), Attempts: t.Attempts,
 		ExitCode: t.ExitCode, CommitBefore: name(t.CommitBefore), CommitAfter: name(t.CommitAfter), Error: text(t.Error, maxText),
-		Events: len(t.Seqs), Origin: name(t.Origin)}
+		Events: len(t.Seqs), Origin: name(t.Origin), Approval: name(t.Approval)}
 	if rawCost(t.Arguments) <= maxArguments && json.Valid(t.Arguments) {
 		e.Arguments = t.Arguments
 	} else {

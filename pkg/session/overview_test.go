@@ -47,7 +47,8 @@ func worstState(n, content int) *State {
 		if i%2 == 0 {
 			outcome = long
 		}
-		st.Approvals[k] = Approval{Seq: seq, Action: long, Outcome: outcome, By: long, Actor: long, RequestedBy: long}
+		st.Approvals[k] = Approval{Seq: seq, Action: long, Outcome: outcome, By: long, Actor: long, RequestedBy: long,
+			Approver: long, CallID: long, Tool: long, Gate: long, Reason: long}
 		status := ToolRunning
 		if i%2 == 0 {
 			status = long + fmt.Sprint(i)

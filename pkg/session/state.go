@@ -262,15 +262,72 @@ type Work struct {
 
 // Approval is a requested approval and its outcome ("" while pending).
 type Approval struct {
-	Seq     uint64 `json:"seq"`
-	Action  string `json:"action"`
-	Outcome string `json:"outcome,omitempty"`
-	// By is who the approval says decided (free text); Actor is who
-	// proposed the decision, as the ledger authenticated it (tenant/user).
-	By    string `json:"by,omitempty"`
+	Seq    uint64 `json:"seq"`
+	Action string `json:"action"`
+	// Approver is the role asked to decide.
+	Approver string `json:"approver,omitempty"`
+	// CallID, Tool and Gate name the tool call the approval gates and the
+	// workflow gate that asked; empty for an approval about the session.
+	CallID string `json:"call_id,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+	Gate   string `json:"gate,omitempty"`
+	// Requested is when it was asked for (the event's time).
+	Requested time.Time `json:"requested,omitzero"`
+	Outcome   string    `json:"outcome,omitempty"`
+	// Actor is who decided, as the ledger authenticated the decision's
+	// proposer (tenant/user): what counts. By is who the decision says
+	// decided, free text for display.
 	Actor string `json:"actor,omitempty"`
+	By    string `json:"by,omitempty"`
+	// Reason is a rejection's reason or a grant's comment; DecidedSeq the
+	// decision's sequence.
+	Reason     string `json:"reason,omitempty"`
+	DecidedSeq uint64 `json:"decided_seq,omitempty"`
 	// RequestedBy is the authenticated actor that asked for the approval.
 	RequestedBy string `json:"requested_by,omitempty"`
+}
+
+// Approval outcomes; a pending approval has none.
+const (
+	ApprovalGranted  = "granted"
+	ApprovalRejected = "rejected"
+)
+
+// Gate is what a session's state says about running a tool call: whether
+// it waits for an approval and how that approval was decided.
+type Gate struct {
+	// ApprovalID is the approval the call waits for; "" for a call no gate
+	// holds (it may run).
+	ApprovalID string
+	// Outcome is the approval's outcome: "" while pending (or when the
+	// approval itself is not in the state: a fork taken between the two,
+	// which cannot happen as the request precedes the call in one atomic
+	// append), ApprovalGranted or ApprovalRejected.
+	Outcome string
+	// Reason is a rejection's reason.
+	Reason string
+	// Actor decided.
+	Actor string
+}
+
+// Runnable reports whether a call under the gate may run now: it is not
+// gated, or its approval is granted.
+func (g Gate) Runnable() bool { return g.ApprovalID == "" || g.Outcome == ApprovalGranted }
+
+// GateOf is the gate of the tool call callID: every runner (the tool
+// runner, pkg/toolserver, any other) asks it before running a call, so a
+// gated call runs only once its approval is granted, wherever and whenever
+// the call is delivered. A call the state does not hold has no gate.
+func (s *State) GateOf(callID string) Gate {
+	t := s.Tools[callID]
+	if t == nil || t.Approval == "" {
+		return Gate{}
+	}
+	a, ok := s.Approvals[t.Approval]
+	if !ok {
+		return Gate{ApprovalID: t.Approval}
+	}
+	return Gate{ApprovalID: t.Approval, Outcome: a.Outcome, Reason: a.Reason, Actor: a.Actor}
 }
 
 // Tool is the evidence index of one tool call: where to find each of its
@@ -288,6 +345,9 @@ type Tool struct {
 	Error        string          `json:"error,omitempty"`
 	Seqs         []uint64        `json:"seqs"`
 	Origin       string          `json:"origin,omitempty"`
+	// Approval is the approval the call waits for (GateOf); "" when no
+	// gate holds it.
+	Approval string `json:"approval,omitempty"`
 }
 
 // Tool call statuses.
