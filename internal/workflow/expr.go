@@ -11,18 +11,21 @@ import (
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/ext"
 )
 
 // env is the CEL environment of every expression: the two variables of an
-// activation (see Activation), optional values (event.data.?reason) and
+// activation (see Activation), optional values (event.data.?reason),
 // comparisons between ints and doubles, since JSON numbers in event data may
-// be either.
+// be either, and the string extensions (a gate joins a command's argv:
+// command.join(" ")).
 var env = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("state", cel.MapType(cel.StringType, cel.DynType)),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
+		ext.Strings(),
 	)
 })
 
@@ -52,6 +55,7 @@ func (p *parser) compile(w *Workflow) {
 			rc.query, _ = p.compileExpr(e, fmt.Sprintf("agents[%d].recall.query", i), rc.Query, types.StringType)
 		}
 	}
+	p.compileGates(e, w)
 	for i := range w.Stop {
 		s := &w.Stop[i]
 		if s.When != "" {

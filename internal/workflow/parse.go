@@ -47,7 +47,7 @@ func Parse(data []byte, path string) (*Workflow, error) {
 // Fields each mapping of the file may have; anything else is a problem, so a
 // misspelt key never silently means "unset".
 var (
-	workflowFields  = []string{"name", "description", "sandbox", "network", "agents", "mcp_servers", "rules", "budgets", "stop", "compaction", "memory"}
+	workflowFields  = []string{"name", "description", "sandbox", "network", "agents", "mcp_servers", "rules", "gates", "budgets", "stop", "compaction", "memory"}
 	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "network", "script", "max_tokens", "recall"}
 	recallFields    = []string{"query", "scopes", "tags", "k"}
 	memoryFields    = []string{"scope"}
@@ -168,6 +168,8 @@ func (p *parser) workflow(n *yaml.Node, w *Workflow) {
 			p.list(v, f, func(v *yaml.Node, f string) { w.MCPServers = append(w.MCPServers, p.mcpServer(v, f)) })
 		case "rules":
 			p.list(v, f, func(v *yaml.Node, f string) { w.Rules = append(w.Rules, p.rule(v, f)) })
+		case "gates":
+			p.list(v, f, func(v *yaml.Node, f string) { w.Gates = append(w.Gates, p.gate(v, f)) })
 		case "budgets":
 			w.Budgets = p.budgets(v, f)
 		case "stop":

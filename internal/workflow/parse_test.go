@@ -46,7 +46,7 @@ func TestLoadExample(t *testing.T) {
 	}
 	coder, _ := w.Agent("coder")
 	if coder.Model != "gpt-4.1" || coder.BaseURL != "https://api.openai.com/v1" || coder.MaxTokens != 8192 ||
-		coder.Sandbox != "" || w.Sandbox != "bwrap" || !reflect.DeepEqual(coder.Tools, []string{"fs.read_file", "fs.write_file", "shell"}) ||
+		coder.Sandbox != "" || w.Sandbox != "bwrap" || !reflect.DeepEqual(coder.Tools, []string{"read_file", "write_file", "apply_patch", "run"}) ||
 		!strings.HasPrefix(coder.System, "Implement the plan") {
 		t.Fatalf("coder %+v", coder)
 	}
@@ -54,21 +54,24 @@ func TestLoadExample(t *testing.T) {
 	if validator.Script != "scripts/validator.yaml" || validator.ScriptPath != filepath.Join("testdata", "scripts", "validator.yaml") {
 		t.Fatalf("validator script %q path %q", validator.Script, validator.ScriptPath)
 	}
-	fs, ok := w.MCPServer("fs")
-	if !ok || !reflect.DeepEqual(fs.Command, []string{"rath-mcp-fs", "--root", "."}) || fs.Env["LOG_LEVEL"] != "warn" {
-		t.Fatalf("mcp server %+v", fs)
+	if err := w.CheckScripts(); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Gates) != 1 || w.Gates[0].Name != "push-needs-approval" || w.Gates[0].Approver != "maintainers" ||
+		!reflect.DeepEqual(w.Gates[0].Tools, []string{"run"}) {
+		t.Fatalf("gates %+v", w.Gates)
 	}
 
 	var routes []string
 	for _, r := range w.Rules {
 		routes = append(routes, r.Name+"="+r.Route.String())
 	}
-	want := "push-needs-approval=approval:git push start=agent:researcher plan-ready=agent:coder " +
+	want := "start=agent:researcher plan-ready=agent:coder " +
 		"fix-ready=agent:validator passed=close:success retry=fork:coder give-up=close:failed"
 	if got := strings.Join(routes, " "); got != want {
 		t.Fatalf("routes\n got %s\nwant %s", got, want)
 	}
-	if f := w.Rules[5].Route.Fork; f.At != "event.seq" || f.Reason != "validation failed; retry the fix" {
+	if f := w.Rules[4].Route.Fork; f.At != "event.seq" || f.Reason != "validation failed; retry the fix" {
 		t.Fatalf("fork %+v", f)
 	}
 	if b := w.Budgets; b != (workflow.Budgets{MaxTurns: 12, MaxTokens: 400000, MaxToolCalls: 60, WallTime: 45 * time.Minute}) {
@@ -202,7 +205,7 @@ func TestParseProblems(t *testing.T) {
 		{"unknown field", strings.Replace(base, "openai", "openai\n    temperature: 0.2", 1),
 			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, network, script, max_tokens, recall)"}}},
 		{"unknown top-level field", base + "budget:\n  max_turns: 3\n",
-			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, sandbox, network, agents, mcp_servers, rules, budgets, stop, compaction, memory)"}}},
+			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, sandbox, network, agents, mcp_servers, rules, gates, budgets, stop, compaction, memory)"}}},
 		{"field given twice", strings.Replace(base, "openai", "openai\n    provider: anthropic", 1),
 			[]workflow.Problem{{5, "agents[0].provider", "given twice (first at line 4)"}}},
 		{"bad duration", base + "budgets:\n  wall_time: 30 minutes\n",

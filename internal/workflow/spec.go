@@ -37,7 +37,10 @@ type Workflow struct {
 	Agents      []Agent
 	MCPServers  []MCPServer
 	// Rules are evaluated in order; the first whose When holds wins.
-	Rules   []Rule
+	Rules []Rule
+	// Gates hold tool calls until an approver allows them; the first gate
+	// that matches a call holds it.
+	Gates   []Gate
 	Budgets Budgets
 	// Stop conditions close the session with outcome OutcomeStopped.
 	Stop []StopCondition

@@ -44,6 +44,7 @@ func (p *parser) validate(w *Workflow) {
 	p.validateMCPServers(w)
 	p.validateAgents(w)
 	p.validateRules(w)
+	p.validateGates(w)
 	if c := w.Compaction; c.KeepLast > 0 && c.MaxContextTokens == 0 && !p.reported("compaction.max_context_tokens") {
 		p.add(p.line("compaction"), "compaction.max_context_tokens", "required with keep_last: the estimated context tokens above which the transcript is compacted")
 	}

@@ -1,0 +1,190 @@
+package workflow
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"gopkg.in/yaml.v3"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// Gate holds the tool calls it matches until an approver allows them: the
+// agent worker records a matched call together with its approval request
+// (rath.approval.requested), and no runner executes the call before the
+// approval is granted; a rejection fails it with the reason.
+//
+// A gate matches a call when every condition it sets holds: the call's tool
+// is one of Tools, its agent one of Agents, and When yields true. A gate
+// sets at least one of them.
+type Gate struct {
+	// Name is unique among the workflow's gates and recorded with each
+	// approval the gate asks for.
+	Name string
+	// Tools and Agents, if set, restrict the gate to calls of these tools
+	// and by these agents.
+	Tools  []string
+	Agents []string
+	// When, if set, is a CEL expression over event (the call's
+	// rath.tool.call.requested, not yet stored: event.seq is 0) and state
+	// (the session before the answer that makes the call) yielding a bool:
+	// `event.data.?arguments.?command.orValue([]).join(" ").startsWith("git push")`.
+	When string
+	// Action says what is approved, for the approver; empty: "<tool> call".
+	Action string
+	// Approver is the role asked to decide ("maintainers").
+	Approver string
+
+	when cel.Program
+}
+
+// Match is a gate that holds one tool call: the approval to ask for.
+type Match struct {
+	Gate     string
+	Action   string
+	Approver string
+	// ApprovalID is the approval's ID (ApprovalID).
+	ApprovalID string
+	// Err is set when the gate's When failed to evaluate: the gate holds
+	// the call anyway (a gate fails closed), and Action says why.
+	Err error
+}
+
+// Request is the approval request the match asks for, for call.
+func (m Match) Request(call *events.ToolRequested) *events.ApprovalRequested {
+	return &events.ApprovalRequested{ApprovalID: m.ApprovalID, Action: m.Action, Approver: m.Approver,
+		CallID: call.CallID, Tool: call.Tool, Gate: m.Gate}
+}
+
+// ApprovalID derives the ID of the approval that gates a tool call from the
+// call's ID, the approver role, the action and the arguments: a
+// redelivered answer asks for the same approval, and an approval granted
+// for one call never matches another call, or the same call with other
+// arguments.
+func ApprovalID(callID, approver, action string, args json.RawMessage) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(callID), []byte(approver), []byte(action), args} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return "ap-" + hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// GateFor returns the first gate, in file order, that holds the call, with
+// the approval it asks for; false when no gate does. session is the call's
+// session and st its state before the answer that makes the call. A gate
+// whose When fails to evaluate holds the call (Match.Err says why): a
+// defect of the workflow must not let a call through unapproved.
+func (w *Workflow) GateFor(st *session.State, sessionID string, call *events.ToolRequested) (Match, bool) {
+	var act map[string]any
+	for i := range w.Gates {
+		g := &w.Gates[i]
+		if len(g.Tools) > 0 && !slices.Contains(g.Tools, call.Tool) {
+			continue
+		}
+		if len(g.Agents) > 0 && !slices.Contains(g.Agents, call.Agent) {
+			continue
+		}
+		m := Match{Gate: g.Name, Action: g.Action, Approver: g.Approver}
+		if m.Action == "" {
+			m.Action = call.Tool + " call"
+		}
+		if g.When != "" {
+			if act == nil {
+				var err error
+				if act, err = callActivation(st, sessionID, call); err != nil {
+					m.Err = err
+				}
+			}
+			if m.Err == nil {
+				held, err := holds(g.when, act)
+				if err != nil {
+					m.Err = &RuleError{Rule: g.Name, Field: "when", Err: err}
+				} else if !held {
+					continue
+				}
+			}
+			if m.Err != nil {
+				m.Action = fmt.Sprintf("%s (gate %s held the call: its condition failed: %v)", m.Action, g.Name, m.Err)
+			}
+		}
+		m.ApprovalID = ApprovalID(call.CallID, m.Approver, m.Action, call.Arguments)
+		return m, true
+	}
+	return Match{}, false
+}
+
+// callActivation is the activation of a gate's When: the call as the event
+// it will be stored as, and the state.
+func callActivation(st *session.State, sessionID string, call *events.ToolRequested) (map[string]any, error) {
+	data, err := json.Marshal(call)
+	if err != nil {
+		return nil, fmt.Errorf("gate activation of call %s: %w", call.CallID, err)
+	}
+	return Activation(st, events.Stored{ID: call.CallID, Type: events.TypeToolRequested, Session: sessionID, Data: data})
+}
+
+var gateFields = []string{"name", "tools", "agents", "when", "action", "approver"}
+
+func (p *parser) gate(n *yaml.Node, field string) Gate {
+	var g Gate
+	p.mapping(n, field, gateFields, func(key string, v *yaml.Node, f string) {
+		switch key {
+		case "name":
+			g.Name = p.str(v, f)
+		case "tools":
+			g.Tools = p.strs(v, f)
+		case "agents":
+			g.Agents = p.strs(v, f)
+		case "when":
+			g.When = p.str(v, f)
+		case "action":
+			g.Action = p.str(v, f)
+		case "approver":
+			g.Approver = p.str(v, f)
+		}
+	})
+	return g
+}
+
+// validateGates checks each gate's name, that it sets a condition and names
+// an approver, and that its agents exist and its tools are some agent's:
+// a misspelt tool would gate nothing.
+func (p *parser) validateGates(w *Workflow) {
+	names := map[string]int{}
+	for i, g := range w.Gates {
+		f := fmt.Sprintf("gates[%d]", i)
+		p.checkName(f+".name", g.Name, plainName, "gate", names)
+		if len(g.Tools) == 0 && len(g.Agents) == 0 && g.When == "" {
+			p.add(p.line(f), f, "a gate needs tools, agents or when: it would hold every tool call")
+		}
+		if g.Approver == "" {
+			p.add(p.line(f), f+".approver", "required")
+		}
+		for j, a := range g.Agents {
+			p.checkAgent(w, fmt.Sprintf("%s.agents[%d]", f, j), a, true)
+		}
+		for j, t := range g.Tools {
+			if !slices.ContainsFunc(w.Agents, func(a Agent) bool { return slices.Contains(a.Tools, t) }) {
+				tf := fmt.Sprintf("%s.tools[%d]", f, j)
+				p.add(p.line(tf), tf, "%q is no agent's tool: the gate would hold nothing", t)
+			}
+		}
+	}
+}
+
+// compileGates compiles the gates' conditions.
+func (p *parser) compileGates(e *cel.Env, w *Workflow) {
+	for i := range w.Gates {
+		g := &w.Gates[i]
+		if g.When != "" {
+			g.when, _ = p.compileExpr(e, fmt.Sprintf("gates[%d].when", i), g.When, types.BoolType)
+		}
+	}
+}

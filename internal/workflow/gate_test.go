@@ -1,0 +1,133 @@
+package workflow_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/pkg/workflow"
+)
+
+const gated = `name: gated
+agents:
+  - name: coder
+    provider: openai
+    tools: [run, write_file]
+  - name: reviewer
+    provider: openai
+    tools: [read_file, run]
+rules:
+  - name: go
+    when: "true"
+    route: {agent: coder}
+gates:
+  - name: push
+    tools: [run]
+    when: event.data.?arguments.?command.orValue([]).join(" ").startsWith("git push")
+    action: git push
+    approver: maintainers
+  - name: reviewer-writes
+    agents: [reviewer]
+    approver: leads
+  - name: broken
+    tools: [write_file]
+    when: event.data.arguments.size > 1
+    approver: maintainers
+`
+
+// GateFor: per tool with a condition over the arguments, per agent, the
+// first gate in file order wins, and a condition that fails holds the call.
+func TestGateFor(t *testing.T) {
+	w := mustParse(t, gated)
+	st := &session.State{ID: "s"}
+	call := func(agent, tool, args string) *events.ToolRequested {
+		return &events.ToolRequested{CallID: "c1", Tool: tool, Agent: agent, Arguments: json.RawMessage(args)}
+	}
+	tests := []struct {
+		name     string
+		call     *events.ToolRequested
+		gate     string
+		approver string
+		action   string
+	}{
+		{"git push by the coder", call("coder", "run", `{"command":["git","push","origin","fix"]}`), "push", "maintainers", "git push"},
+		{"go test by the coder", call("coder", "run", `{"command":["go","test","./..."]}`), "", "", ""},
+		{"run without arguments", call("coder", "run", ``), "", "", ""},
+		{"anything by the reviewer", call("reviewer", "read_file", `{"path":"a"}`), "reviewer-writes", "leads", "read_file call"},
+		{"a push by the reviewer: the first gate", call("reviewer", "run", `{"command":["git","push"]}`), "push", "maintainers", "git push"},
+		{"a failing condition holds", call("coder", "write_file", `{"path":"a"}`), "broken", "maintainers", "write_file call (gate broken held the call: its condition failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := w.GateFor(st, "s", tc.call)
+			if ok != (tc.gate != "") {
+				t.Fatalf("gated %v (%+v), want %q", ok, m, tc.gate)
+			}
+			if !ok {
+				return
+			}
+			if m.Gate != tc.gate || m.Approver != tc.approver || !strings.HasPrefix(m.Action, tc.action) {
+				t.Errorf("match %+v, want gate %s approver %s action %s", m, tc.gate, tc.approver, tc.action)
+			}
+			if want := workflow.ApprovalID(tc.call.CallID, m.Approver, m.Action, tc.call.Arguments); m.ApprovalID != want {
+				t.Errorf("approval ID %s, want %s", m.ApprovalID, want)
+			}
+			req := m.Request(tc.call)
+			if req.CallID != "c1" || req.Tool != tc.call.Tool || req.Gate != tc.gate || req.ApprovalID != m.ApprovalID {
+				t.Errorf("request %+v", req)
+			}
+		})
+	}
+}
+
+// The approval ID is a function of the call ID, approver, action and
+// arguments, and of each of them.
+func TestApprovalID(t *testing.T) {
+	base := workflow.ApprovalID("c1", "maintainers", "git push", json.RawMessage(`{"command":["git","push"]}`))
+	if again := workflow.ApprovalID("c1", "maintainers", "git push", json.RawMessage(`{"command":["git","push"]}`)); again != base {
+		t.Fatalf("not deterministic: %s %s", base, again)
+	}
+	for _, other := range []string{
+		workflow.ApprovalID("c2", "maintainers", "git push", json.RawMessage(`{"command":["git","push"]}`)),
+		workflow.ApprovalID("c1", "leads", "git push", json.RawMessage(`{"command":["git","push"]}`)),
+		workflow.ApprovalID("c1", "maintainers", "push", json.RawMessage(`{"command":["git","push"]}`)),
+		workflow.ApprovalID("c1", "maintainers", "git push", json.RawMessage(`{"command":["git","push","-f"]}`)),
+	} {
+		if other == base {
+			t.Errorf("%s collides", other)
+		}
+	}
+}
+
+func TestGateProblems(t *testing.T) {
+	base := "name: w\nagents:\n  - name: coder\n    provider: openai\n    tools: [run]\nrules:\n  - name: go\n    when: \"true\"\n    route: {agent: coder}\ngates:\n"
+	tests := []struct {
+		name, gates string
+		want        workflow.Problem
+	}{
+		{"no condition", "  - name: g\n    approver: m\n", workflow.Problem{Line: 11, Field: "gates[0]", Message: "a gate needs tools, agents or when"}},
+		{"no approver", "  - name: g\n    tools: [run]\n", workflow.Problem{Line: 11, Field: "gates[0].approver", Message: "required"}},
+		{"unknown agent", "  - name: g\n    agents: [coderr]\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].agents[0]", Message: `"coderr" is not an agent`}},
+		{"nobody's tool", "  - name: g\n    tools: [shell]\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].tools[0]", Message: `"shell" is no agent's tool`}},
+		{"bad CEL", "  - name: g\n    when: event.dat\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].when", Message: `event has no field "dat"`}},
+		{"unknown field", "  - name: g\n    tool: run\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].tool", Message: "unknown field (fields: name, tools, agents, when, action, approver)"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := workflow.Parse([]byte(base+tc.gates), "w.yaml")
+			var se *workflow.SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("err %v, want a SpecError", err)
+			}
+			for _, p := range se.Problems {
+				if p.Line == tc.want.Line && p.Field == tc.want.Field && strings.HasPrefix(p.Message, tc.want.Message) {
+					return
+				}
+			}
+			t.Fatalf("problems %+v, want %+v", se.Problems, tc.want)
+		})
+	}
+}
