@@ -32,24 +32,26 @@ type Code string
 
 // Error codes.
 const (
-	CodeMalformed      Code = "malformed"         // not a conformant CloudEvent, or a bad request body
-	CodeUnknownType    Code = "unknown_type"      // type not in the catalog
-	CodeSchema         Code = "schema"            // data fails the kind's JSON Schema
-	CodeInvalidSession Code = "invalid_session"   // session ID unusable
-	CodeNotFound       Code = "session_not_found" // no such session
-	CodeBlobNotFound   Code = "blob_not_found"    // no blob with that reference
-	CodeExists         Code = "session_exists"    // started twice, or fork onto an existing ID
-	CodeClosed         Code = "session_closed"    // session is closed
-	CodeStale          Code = "stale_sequence"    // expected sequence is not the head
-	CodeTransition     Code = "bad_transition"    // lifecycle event not allowed now
-	CodeUseOperation   Code = "use_operation"     // forked/merged events come from the fork/merge operations
-	CodeOutOfRange     Code = "out_of_range"      // a sequence beyond the head
-	CodeNothingToMerge Code = "nothing_to_merge"  // source has nothing the target lacks
-	CodeTooLarge       Code = "too_large"         // the stored event would exceed the size limit
-	CodeDuplicateID    Code = "duplicate_id"      // the event ID is stored already, in another session
-	CodeConflict       Code = "conflict"          // concurrent appenders kept winning; retry
-	CodeDamaged        Code = "damaged"           // a stored event is not the ledger's (forged, altered or lost): nothing more is appended
-	CodeUnavailable    Code = "unavailable"       // JetStream or the ledger failed; retry
+	CodeMalformed       Code = "malformed"         // not a conformant CloudEvent, or a bad request body
+	CodeUnknownType     Code = "unknown_type"      // type not in the catalog
+	CodeSchema          Code = "schema"            // data fails the kind's JSON Schema
+	CodeInvalidSession  Code = "invalid_session"   // session ID unusable
+	CodeNotFound        Code = "session_not_found" // no such session
+	CodeBlobNotFound    Code = "blob_not_found"    // no blob with that reference
+	CodeExists          Code = "session_exists"    // started twice, or fork onto an existing ID
+	CodeClosed          Code = "session_closed"    // session is closed
+	CodeStale           Code = "stale_sequence"    // expected sequence is not the head
+	CodeTransition      Code = "bad_transition"    // lifecycle event not allowed now
+	CodeUseOperation    Code = "use_operation"     // forked/merged events come from the fork/merge operations
+	CodeOutOfRange      Code = "out_of_range"      // a sequence beyond the head
+	CodeNothingToMerge  Code = "nothing_to_merge"  // source has nothing the target lacks
+	CodeTooLarge        Code = "too_large"         // the stored event would exceed the size limit
+	CodeDuplicateID     Code = "duplicate_id"      // the event ID is stored already, in another session
+	CodeApprovalUnknown Code = "unknown_approval"  // a grant or rejection of an approval the session never requested
+	CodeApprovalSettled Code = "approval_settled"  // a grant or rejection of an approval already granted or rejected
+	CodeConflict        Code = "conflict"          // concurrent appenders kept winning; retry
+	CodeDamaged         Code = "damaged"           // a stored event is not the ledger's (forged, altered or lost): nothing more is appended
+	CodeUnavailable     Code = "unavailable"       // JetStream or the ledger failed; retry
 )
 
 // Error is a refusal with a code and a message naming the problem. Match a
@@ -78,23 +80,25 @@ func (e *Error) Is(target error) bool {
 // refusal with code X. They are for matching only; the errors returned
 // carry the message that names the problem.
 var (
-	ErrMalformed      = &Error{Code: CodeMalformed, Message: "malformed event or request"}
-	ErrUnknownType    = &Error{Code: CodeUnknownType, Message: "event type not in the catalog"}
-	ErrSchema         = &Error{Code: CodeSchema, Message: "event data fails its schema"}
-	ErrInvalidSession = &Error{Code: CodeInvalidSession, Message: "unusable session ID"}
-	ErrNotFound       = &Error{Code: CodeNotFound, Message: "no such session"}
-	ErrBlobNotFound   = &Error{Code: CodeBlobNotFound, Message: "no such blob"}
-	ErrExists         = &Error{Code: CodeExists, Message: "session exists"}
-	ErrClosed         = &Error{Code: CodeClosed, Message: "session is closed"}
-	ErrStale          = &Error{Code: CodeStale, Message: "expected sequence is not the head"}
-	ErrTransition     = &Error{Code: CodeTransition, Message: "lifecycle event not allowed now"}
-	ErrUseOperation   = &Error{Code: CodeUseOperation, Message: "use the fork or merge operation"}
-	ErrOutOfRange     = &Error{Code: CodeOutOfRange, Message: "sequence beyond the head"}
-	ErrNothingToMerge = &Error{Code: CodeNothingToMerge, Message: "nothing to merge"}
-	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "too large"}
-	ErrDuplicateID    = &Error{Code: CodeDuplicateID, Message: "event ID stored in another session"}
-	ErrConflict       = &Error{Code: CodeConflict, Message: "concurrent appenders kept winning"}
-	ErrDamaged        = &Error{Code: CodeDamaged, Message: "session's stored events are damaged"}
+	ErrMalformed       = &Error{Code: CodeMalformed, Message: "malformed event or request"}
+	ErrUnknownType     = &Error{Code: CodeUnknownType, Message: "event type not in the catalog"}
+	ErrSchema          = &Error{Code: CodeSchema, Message: "event data fails its schema"}
+	ErrInvalidSession  = &Error{Code: CodeInvalidSession, Message: "unusable session ID"}
+	ErrNotFound        = &Error{Code: CodeNotFound, Message: "no such session"}
+	ErrBlobNotFound    = &Error{Code: CodeBlobNotFound, Message: "no such blob"}
+	ErrExists          = &Error{Code: CodeExists, Message: "session exists"}
+	ErrClosed          = &Error{Code: CodeClosed, Message: "session is closed"}
+	ErrStale           = &Error{Code: CodeStale, Message: "expected sequence is not the head"}
+	ErrTransition      = &Error{Code: CodeTransition, Message: "lifecycle event not allowed now"}
+	ErrUseOperation    = &Error{Code: CodeUseOperation, Message: "use the fork or merge operation"}
+	ErrOutOfRange      = &Error{Code: CodeOutOfRange, Message: "sequence beyond the head"}
+	ErrNothingToMerge  = &Error{Code: CodeNothingToMerge, Message: "nothing to merge"}
+	ErrTooLarge        = &Error{Code: CodeTooLarge, Message: "too large"}
+	ErrDuplicateID     = &Error{Code: CodeDuplicateID, Message: "event ID stored in another session"}
+	ErrApprovalUnknown = &Error{Code: CodeApprovalUnknown, Message: "no such approval requested in the session"}
+	ErrApprovalSettled = &Error{Code: CodeApprovalSettled, Message: "approval already decided"}
+	ErrConflict        = &Error{Code: CodeConflict, Message: "concurrent appenders kept winning"}
+	ErrDamaged         = &Error{Code: CodeDamaged, Message: "session's stored events are damaged"}
 	// ErrUnavailable also matches the Go client's failures to reach the
 	// ledger at all (no responders, timeouts), which CodeOf reports as
 	// CodeUnavailable too.

@@ -174,7 +174,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			a.Duplicate = true
 			return l.receipt(ctx, a) // a batch's event refers to its record
 		}
-		if err := transition(e.state, id, ev.Type(), expected, hasExpected); err != nil {
+		if err := transition(e.state, id, ev.Type(), ev.Data(), expected, hasExpected); err != nil {
 			if !refreshed {
 				// The cache may be behind another ledger: judge on the
 				// stream's latest before refusing.
@@ -343,9 +343,9 @@ func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind
 	}
 }
 
-// transition checks the session state machine. It never looks at event data
-// beyond the type: the schema has been checked already.
-func transition(st *session.State, id, typ string, expected uint64, hasExpected bool) error {
+// transition checks the session state machine. It looks at event data only
+// to decide an approval (decides); the schema has been checked already.
+func transition(st *session.State, id, typ string, data []byte, expected uint64, hasExpected bool) error {
 	if st == nil {
 		if typ != events.TypeSessionStarted && typ != events.TypeSessionForked {
 			return notFound(id)
@@ -369,8 +369,44 @@ func transition(st *session.State, id, typ string, expected uint64, hasExpected 
 		return api.Errorf(api.CodeTransition, "session %s is already paused", id)
 	case typ == events.TypeSessionResumed && st.Status != session.StatusPaused:
 		return api.Errorf(api.CodeTransition, "session %s is not paused", id)
+	case typ == events.TypeApprovalGranted || typ == events.TypeApprovalRejected:
+		return decides(st, id, typ, data)
 	}
 	return nil
+}
+
+// decides admits a grant or rejection of an approval the session requested
+// and nobody has decided yet: a human's decision about an approval that does
+// not exist, or a second decision, must not be recorded as if it counted.
+// A retried proposal of a decision that was stored is answered with its ack
+// before this check (by event ID).
+func decides(st *session.State, id, typ string, data []byte) error {
+	d, err := events.DecodeData(typ, data)
+	if err != nil {
+		return api.Errorf(api.CodeMalformed, "%v", err)
+	}
+	var approval string
+	switch d := d.(type) {
+	case *events.ApprovalGranted:
+		approval = d.ApprovalID
+	case *events.ApprovalRejected:
+		approval = d.ApprovalID
+	}
+	a, ok := st.Approvals[approval]
+	switch {
+	case !ok:
+		return api.Errorf(api.CodeApprovalUnknown, "session %s has requested no approval %q (rath approvals %s lists the pending ones)", id, approval, id)
+	case a.Outcome != "":
+		return api.Errorf(api.CodeApprovalSettled, "approval %s of session %s was %s already, at %d by %s", approval, id, a.Outcome, a.DecidedSeq, orUnknown(a.Actor))
+	}
+	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown actor"
+	}
+	return s
 }
 
 // findStored looks for an event ID in a session's own log. It runs only on
