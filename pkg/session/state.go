@@ -5,6 +5,7 @@ package session
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/openrath/rath/pkg/events"
@@ -308,6 +309,31 @@ type Gate struct {
 	Reason string
 	// Actor decided.
 	Actor string
+}
+
+// Rejection is what a call whose approval was rejected fails with: the
+// reason and who rejected it, which its agent reads as the call's result.
+func (g Gate) Rejection() string {
+	who := g.Actor
+	if who == "" {
+		who = "an unknown actor"
+	}
+	return fmt.Sprintf("the call was rejected by %s (approval %s): %s", who, g.ApprovalID, g.Reason)
+}
+
+// GatedCall returns the request of the tool call that approval id gates,
+// rebuilt from the state, so a runner woken by the approval's decision can
+// run the call; nil when the approval gates no call the state holds.
+func (s *State) GatedCall(id string) *events.ToolRequested {
+	a, ok := s.Approvals[id]
+	if !ok || a.CallID == "" {
+		return nil
+	}
+	t := s.Tools[a.CallID]
+	if t == nil || t.Approval != id {
+		return nil
+	}
+	return &events.ToolRequested{CallID: t.CallID, Tool: t.Tool, Arguments: t.Arguments, Agent: t.Agent, ApprovalID: t.Approval}
 }
 
 // Runnable reports whether a call under the gate may run now: it is not

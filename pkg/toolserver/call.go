@@ -38,25 +38,45 @@ type server struct {
 }
 
 // handle runs one requested call of the tool, once: requests of other tools,
-// and calls the session's state shows finished, are left alone.
+// and calls the session's state shows finished, are left alone. A call a
+// gate holds runs when its approval is granted (on the request, or on the
+// grant when it comes later) and fails with the reason when it is rejected;
+// the events answer whichever of the two ran it.
 func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	d, err := ev.Decode()
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	req := d.(*events.ToolRequested)
-	if req.Tool != s.t.Name {
-		return nil
+	if r, ok := d.(*events.ToolRequested); ok && r.Tool != s.t.Name {
+		return nil // another tool's: no state read
 	}
 	st, err := s.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
+	}
+	var req *events.ToolRequested
+	switch d := d.(type) {
+	case *events.ToolRequested:
+		req = d
+	case *events.ApprovalGranted:
+		req = st.GatedCall(d.ApprovalID)
+	case *events.ApprovalRejected:
+		req = st.GatedCall(d.ApprovalID)
+	}
+	if req == nil || req.Tool != s.t.Name {
+		return nil
 	}
 	call := st.Tools[req.CallID]
 	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
 	}
 	e := evidence{s: s, ev: ev, req: req, attempt: call.Attempts + 1}
+	switch gate := st.GateOf(req.CallID); {
+	case gate.Outcome == session.ApprovalRejected:
+		return e.fail(ctx, gate.Rejection(), 0)
+	case !gate.Runnable():
+		return nil // waits for its approval's decision, which is delivered here too
+	}
 	if why := s.allowed(ctx, st, req); why != "" {
 		return e.fail(ctx, why, 0)
 	}

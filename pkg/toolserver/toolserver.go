@@ -16,8 +16,11 @@
 // The protocol, in short: the server puts its ToolSpec in the rath-tools
 // bucket (Server = Durable(name)); consumes rath.tool.call.requested events
 // from stream RATH_SESSIONS through its own durable consumer Durable(name),
-// filtered to rath.log.*.tool; skips requests of other tools and calls the
-// session's state shows finished; and appends rath.tool.call.started, a
+// filtered to rath.log.*.*.tool (and rath.log.*.*.control, for the
+// decisions of approvals that gate calls); skips requests of other tools and
+// calls the session's state shows finished; leaves a call whose approval is
+// pending until the approval's decision comes, and fails one whose approval
+// was rejected with the reason; and appends rath.tool.call.started, a
 // conversation chunk of role "tool" with the result, and
 // rath.tool.call.completed (or the chunk and rath.tool.call.failed) through
 // the ledger, with event IDs derived from the request and the attempt, so
@@ -67,8 +70,10 @@ type Tool struct {
 type Call struct {
 	Session string
 	CallID  string
-	// EventID is the ID of the rath.tool.call.requested event: what a
-	// side effect of the call can cite as its cause (memory provenance).
+	// EventID is the ID of the rath.tool.call.requested event, or of the
+	// rath.approval.granted that let a gated call run when the grant came
+	// after the request was handled: what a side effect of the call can
+	// cite as its cause (memory provenance).
 	EventID string
 	// Agent is the agent that requested the call (empty if none did).
 	Agent string
@@ -186,8 +191,11 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 	}
 	s := &server{t: t, durable: Durable(t.Name), c: c, states: o.states, store: store, schema: schema,
 		allow: newAllowList(store.GetBlob)}
+	// The decisions of approvals that gate calls are on the control token:
+	// a granted call runs, a rejected one fails (call.go).
 	h := consume.Handler{
-		Name: s.durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested},
+		Name: s.durable, Tokens: []string{events.TokenTool, events.TokenControl},
+		Types:  []string{events.TypeToolRequested, events.TypeApprovalGranted, events.TypeApprovalRejected},
 		Handle: s.handle, Workers: o.workers, AckWait: time.Minute,
 	}
 	return consume.Run(ctx, nc, h, consume.RecordInSession(c), o.log.With("tool", t.Name))

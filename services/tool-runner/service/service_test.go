@@ -34,6 +34,10 @@ type rig struct {
 	store     *eventstore.Store
 	ref       string
 	workspace string // the sandbox root
+	// runner is the tool runner running; restart stops it and runs a new
+	// one on the same configuration, as a restarted process would.
+	runner  *testrig.Service
+	restart func(t *testing.T)
 }
 
 // setup runs the ledger and the tool runner in-process, and stores a
@@ -88,7 +92,10 @@ func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config))
 	for _, o := range opts {
 		o(&cfg)
 	}
-	testrig.Run(t, "tool runner", func(ctx context.Context) error { return service.Run(ctx, tnc, cfg, quiet) })
+	run := func() *testrig.Service {
+		return testrig.Run(t, "tool runner", func(ctx context.Context) error { return service.Run(ctx, tnc, cfg, quiet) })
+	}
+	runner := run()
 
 	// The ledger makes the streams; the test attaches to them once they
 	// exist (making them too would race the ledger).
@@ -99,7 +106,15 @@ func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config))
 		t.Fatal(err)
 	}
 	c, _ := client.New(nc)
-	return &rig{c: c, store: store, ref: testrig.Bundle(t, store, wf), workspace: cfg.Sandbox.Root}
+	r := &rig{c: c, store: store, ref: testrig.Bundle(t, store, wf), workspace: cfg.Sandbox.Root, runner: runner}
+	r.restart = func(t *testing.T) {
+		t.Helper()
+		if err := r.runner.Stop(); err != nil {
+			t.Fatalf("stop the tool runner: %v", err)
+		}
+		r.runner = run()
+	}
+	return r
 }
 
 var (

@@ -193,7 +193,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			}
 			return t.fail(ctx, err.Error(), attempts) // every attempt, the last included, was reported
 		}
-		return t.answered(ctx, st, agent, resp, latency, attempts+1)
+		return t.answered(ctx, st, wf.Workflow, agent, resp, latency, attempts+1)
 	}
 	// Recorded whole by an earlier attempt (atomic), or by a worker before
 	// answers were atomic, which may not have ended the turn yet.
@@ -374,7 +374,12 @@ func (t *turn) fail(ctx context.Context, why string, attempts int) error {
 // of that ID already (a model may reuse IDs, a scripted one does after a
 // compaction) or the model gave none: then it is named after the turn, so
 // no call's result can be taken for another's.
-func (t *turn) answered(ctx context.Context, st *session.State, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
+//
+// A call that one of the workflow's gates holds is recorded with its
+// approval request just before it, in the same atomic append, and names
+// the approval (ToolRequested.ApprovalID): no runner, and no fork of the
+// session, can see the call without its gate (ADR 0024).
+func (t *turn) answered(ctx context.Context, st *session.State, wf *workflow.Workflow, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
 	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
 		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
 	if resp.Model != "" {
@@ -412,6 +417,15 @@ func (t *turn) answered(ctx context.Context, st *session.State, a workflow.Agent
 		}
 		used[id] = true
 		req := &events.ToolRequested{CallID: id, Tool: call.Name, Arguments: call.Arguments, Agent: t.req.Agent}
+		if m, gated := wf.GateFor(st, t.ev.Session, req); gated {
+			if m.Err != nil {
+				t.w.log.Warn("gate condition failed; the call waits for approval", "session", t.ev.Session, "call", id, "gate", m.Gate, "err", m.Err)
+			}
+			req.ApprovalID = m.ApprovalID
+			if err := add("approval-"+strconv.Itoa(i), m.Request(req)); err != nil {
+				return err
+			}
+		}
 		if err := add("tool-"+strconv.Itoa(i), req); err != nil {
 			return err
 		}

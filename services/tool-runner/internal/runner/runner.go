@@ -88,12 +88,16 @@ func (r *Runner) Register(ctx context.Context) error {
 	return nil
 }
 
-// Handler is the runner's consume handler: tool calls and moves between
-// sandbox backends. A session's events are handled one at a time, in order,
-// so each call's diff is its own and a move happens between calls.
+// Handler is the runner's consume handler: tool calls, moves between
+// sandbox backends, and the decisions of approvals that gate calls (which
+// run or fail the call they gate). A session's events are handled one at a
+// time, in order, so each call's diff is its own and a move happens between
+// calls. The approval kinds are on the control token, so the consumer
+// reads it too and acks its other kinds unseen.
 func (r *Runner) Handler() consume.Handler {
 	return consume.Handler{
-		Name: Durable, Tokens: []string{events.TokenTool}, Types: []string{events.TypeToolRequested, events.TypeSandboxRequested},
+		Name: Durable, Tokens: []string{events.TokenTool, events.TokenControl},
+		Types:  []string{events.TypeToolRequested, events.TypeSandboxRequested, events.TypeApprovalGranted, events.TypeApprovalRejected},
 		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
 	}
 }
@@ -115,23 +119,66 @@ func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) er
 	mu := &r.locks[fnvHash(ev.Session)%uint32(len(r.locks))]
 	mu.Lock()
 	defer mu.Unlock()
-	if ev.Type == events.TypeSandboxRequested {
+	switch ev.Type {
+	case events.TypeSandboxRequested:
 		return r.move(ctx, ev, takeOver)
+	case events.TypeApprovalGranted, events.TypeApprovalRejected:
+		return r.decided(ctx, ev, takeOver)
 	}
 	return r.call(ctx, ev, takeOver)
 }
 
-// call runs one requested tool call.
+// call runs one requested tool call, unless a gate holds it.
 func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) error {
 	d, err := ev.Decode()
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	req := d.(*events.ToolRequested)
 	st, err := r.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
 		return err
 	}
+	return r.runCall(ctx, ev, d.(*events.ToolRequested), st, takeOver)
+}
+
+// decided runs, or fails, the call an approval's decision settles. Its
+// answers are caused by the decision (ev): a fork that approves a call
+// asked for before its fork point runs the call itself, under its own IDs.
+func (r *Runner) decided(ctx context.Context, ev events.Stored, takeOver bool) error {
+	req, st, err := r.gated(ctx, ev)
+	if err != nil || req == nil {
+		return err
+	}
+	return r.runCall(ctx, ev, req, st, takeOver)
+}
+
+// gated returns the tool call an approval decision (ev) settles, as its
+// request, with the session's state; nil when the approval gates no call
+// the session holds.
+func (r *Runner) gated(ctx context.Context, ev events.Stored) (*events.ToolRequested, *session.State, error) {
+	d, err := ev.Decode()
+	if err != nil {
+		return nil, nil, consume.Permanent(err)
+	}
+	var id string
+	switch d := d.(type) {
+	case *events.ApprovalGranted:
+		id = d.ApprovalID
+	case *events.ApprovalRejected:
+		id = d.ApprovalID
+	}
+	st, err := r.states.StateSince(ctx, ev.Session, ev.Seq)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st.GatedCall(id), st, nil
+}
+
+// runCall runs the call req in answer to ev (its request, or the decision
+// of the approval that gates it), once: a call done already, or one whose
+// approval is pending, is left alone (the decision is delivered here too
+// and runs it); one whose approval was rejected fails with the reason.
+func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.ToolRequested, st *session.State, takeOver bool) error {
 	call := st.Tools[req.CallID]
 	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
@@ -145,6 +192,13 @@ func (r *Runner) call(ctx context.Context, ev events.Stored, takeOver bool) erro
 	}
 	attempt := call.Attempts + 1
 	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
+	gate := st.GateOf(req.CallID)
+	switch {
+	case gate.Outcome == session.ApprovalRejected:
+		return e.fail(ctx, nil, gate.Rejection(), 0, 0)
+	case !gate.Runnable():
+		return nil // waits for its approval's decision
+	}
 	if rt.kind == routeRefused {
 		return e.fail(ctx, nil, rt.why, 0, 0)
 	}
@@ -246,6 +300,13 @@ func (r *Runner) GaveUp(record consume.Failure) consume.Failure {
 			case *events.ToolRequested:
 				e := evidence{r: r, ev: ev, req: d, attempt: f.Attempts}
 				answer = e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0)
+			case *events.ApprovalGranted, *events.ApprovalRejected:
+				if req, _, err := r.gated(ctx, ev); err != nil {
+					answer = err
+				} else if req != nil {
+					e := evidence{r: r, ev: ev, req: req, attempt: f.Attempts}
+					answer = e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0)
+				}
 			case *events.SandboxRequested:
 				answer = r.refuse(ctx, ev, d.Backend, "the tool runner gave up: "+f.Error)
 			}
