@@ -25,6 +25,7 @@ const (
 	exitUnavailable = 6
 	exitDiverged    = 7
 	exitDenied      = 8
+	exitNotPending  = 9
 )
 
 // usageError marks a bad command line: an unknown command or flag, a wrong
@@ -92,6 +93,9 @@ func (e *brokenError) Error() string {
 //	7  replay diverged: a re-execution did not reproduce the original
 //	8  not authorized: no credentials file, credentials NATS refuses, or a
 //	   permission the identity lacks
+//	9  the approval is not pending: the session never requested it
+//	   (unknown_approval) or it was granted or rejected already
+//	   (approval_settled)
 func exitCode(err error) int {
 	var (
 		usage     usageError
@@ -130,6 +134,8 @@ func exitCode(err error) int {
 			return exitUnavailable
 		case api.CodeDamaged:
 			return exitBroken
+		case api.CodeApprovalUnknown, api.CodeApprovalSettled:
+			return exitNotPending
 		}
 	case noAnswer(err):
 		return exitUnavailable

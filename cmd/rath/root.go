@@ -117,7 +117,8 @@ Commands connect as the identity of --creds (default
 Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
 ledger (or by the tool runner: rath to), 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
 7 a replay diverged from its original, 8 not authorized (no or unknown
-credentials, or a permission the identity lacks).`,
+credentials, or a permission the identity lacks), 9 the approval is not
+pending (rath approve, rath reject: unknown or decided already).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
@@ -154,6 +155,7 @@ credentials, or a permission the identity lacks).`,
 		a.toCmd(), a.doctorCmd(),
 	)
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
+	root.AddCommand(a.approvalCmds()...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())
 	root.AddCommand(a.replayCmd(), a.diffCmd())
 	root.AddCommand(a.credsCmd())
