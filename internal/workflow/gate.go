@@ -32,7 +32,8 @@ type Gate struct {
 	Tools  []string
 	Agents []string
 	// When, if set, is a CEL expression over event (the call's
-	// rath.tool.call.requested, not yet stored: event.seq is 0) and state
+	// rath.tool.call.requested, not yet stored: event.id is the call's ID
+	// and event.seq is 0) and state
 	// (the session before the answer that makes the call) yielding a bool:
 	// `event.data.?arguments.?command.orValue([]).join(" ").startsWith("git push")`.
 	When string

@@ -66,24 +66,46 @@ type PendingApproval struct {
 
 // Pending lists the approvals session id waits for, oldest first, from the
 // session's overview (at most session.MaxOpen of them, as the overview
-// keeps).
+// keeps), each with its gated call. A gated call the overview's calls in
+// flight leave out (more than MaxOpen open) is asked for by name.
 func (c *Client) Pending(ctx context.Context, id string) ([]PendingApproval, error) {
 	ov, err := c.Overview(ctx, api.StateRequest{Session: id})
 	if err != nil {
 		return nil, fmt.Errorf("pending approvals of %s: %w", id, err)
 	}
+	var missing []string
+	for _, a := range ov.Approvals.Waiting {
+		if a.CallID != "" && !slices.ContainsFunc(calls(ov), func(t session.ToolEntry) bool { return t.CallID == a.CallID }) {
+			missing = append(missing, a.CallID)
+		}
+	}
+	if len(missing) > 0 {
+		more, err := c.Overview(ctx, api.StateRequest{Session: id, ToolCalls: missing[:min(len(missing), session.MaxOpen)]})
+		if err != nil {
+			return nil, fmt.Errorf("pending approvals of %s: %w", id, err)
+		}
+		ov.Tools.Asked = more.Tools.Asked
+	}
 	return PendingOf(ov), nil
 }
 
+// calls are the tool calls an overview holds whole: those in flight and
+// those asked for by name.
+func calls(ov *session.Overview) []session.ToolEntry {
+	return append(slices.Clip(ov.Tools.Open), ov.Tools.Asked...)
+}
+
 // PendingOf lists the approvals an overview shows waiting, oldest first,
-// each joined with its gated call from the overview's calls in flight.
+// each joined with its gated call from the overview's calls in flight (or
+// asked for).
 func PendingOf(ov *session.Overview) []PendingApproval {
 	out := make([]PendingApproval, 0, len(ov.Approvals.Waiting))
+	held := calls(ov)
 	for _, a := range ov.Approvals.Waiting {
 		p := PendingApproval{Session: ov.ID, ApprovalID: a.ID, Action: a.Action, Approver: a.Approver, CallID: a.CallID,
 			Tool: a.Tool, Gate: a.Gate, Seq: a.Seq, Requested: a.Requested, RequestedBy: a.RequestedBy}
-		if i := slices.IndexFunc(ov.Tools.Open, func(t session.ToolEntry) bool { return t.CallID == a.CallID }); a.CallID != "" && i >= 0 {
-			t := ov.Tools.Open[i]
+		if i := slices.IndexFunc(held, func(t session.ToolEntry) bool { return t.CallID == a.CallID }); a.CallID != "" && i >= 0 {
+			t := held[i]
 			p.Agent, p.Arguments, p.ArgumentsSize = t.Agent, t.Arguments, t.ArgumentsSize
 		}
 		out = append(out, p)
