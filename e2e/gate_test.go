@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/internal/rerun"
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
-	"github.com/openrath/rath/pkg/replay"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 // begin starts a session of a workflow in testdata without waiting for it.

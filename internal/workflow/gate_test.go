@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
-	"github.com/openrath/rath/pkg/workflow"
 )
 
 const gated = `name: gated

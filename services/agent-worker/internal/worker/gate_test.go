@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
-	"github.com/openrath/rath/pkg/workflow"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
 )
 

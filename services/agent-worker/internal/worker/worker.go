@@ -378,7 +378,7 @@ func (t *turn) fail(ctx context.Context, why string, attempts int) error {
 // A call that one of the workflow's gates holds is recorded with its
 // approval request just before it, in the same atomic append, and names
 // the approval (ToolRequested.ApprovalID): no runner, and no fork of the
-// session, can see the call without its gate (ADR 0024).
+// session, can see the call without its gate (ADR 0025).
 func (t *turn) answered(ctx context.Context, st *session.State, wf *workflow.Workflow, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
 	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
 		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
