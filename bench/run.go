@@ -268,6 +268,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runLong(ctx)
 	case sectionDurability:
 		err = h.runDurability(ctx)
+	case sectionCluster:
+		err = h.runCluster(ctx)
 	}
 	return errors.Join(err, stop())
 }
