@@ -108,30 +108,33 @@ func (r *rig) run(t *testing.T, id, wfFile, workspace string) (*session.State, [
 	return r.runPath(t, id, filepath.Join("testdata", wfFile), workspace)
 }
 
-// runPath is run with the workflow file's path.
-func (r *rig) runPath(t *testing.T, id, path, workspace string) (*session.State, []events.Stored) {
+// startWorkflow starts session id of the workflow at path (its bundle
+// stored, workflow.Store) with start's task and labels, without waiting.
+func (r *rig) startWorkflow(t *testing.T, id, path string, start events.SessionStarted) {
 	t.Helper()
 	ctx := context.Background()
 	wf, err := workflow.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
+	if start.WorkflowRef, err = workflow.Store(ctx, wf, r.store.PutBlob); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := b.Marshal()
-	ref, err := r.store.PutBlob(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref, Task: "make TestAdd pass"}
-	if workspace != "" {
-		start.Labels = map[string]string{"workspace": workspace}
-	}
+	start.Workflow, start.WorkflowHash = wf.Name, wf.Hash()
 	if _, err := r.c.Start(ctx, id, start); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runPath is run with the workflow file's path.
+func (r *rig) runPath(t *testing.T, id, path, workspace string) (*session.State, []events.Stored) {
+	t.Helper()
+	ctx := context.Background()
+	start := events.SessionStarted{Task: "make TestAdd pass"}
+	if workspace != "" {
+		start.Labels = map[string]string{"workspace": workspace}
+	}
+	r.startWorkflow(t, id, path, start)
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var log []events.Stored

@@ -20,25 +20,7 @@ import (
 // begin starts a session of a workflow in testdata without waiting for it.
 func (r *rig) begin(t *testing.T, id, wfFile, workspace string) {
 	t.Helper()
-	ctx := context.Background()
-	wf, err := workflow.Load(filepath.Join("testdata", wfFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := b.Marshal()
-	ref, err := r.store.PutBlob(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref, Task: "push the fix",
-		Labels: map[string]string{"workspace": workspace}}
-	if _, err := r.c.Start(ctx, id, start); err != nil {
-		t.Fatal(err)
-	}
+	r.startWorkflow(t, id, filepath.Join("testdata", wfFile), events.SessionStarted{Task: "push the fix", Labels: map[string]string{"workspace": workspace}})
 }
 
 // until watches session id from its start until pred holds for an event,

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/auth"
-	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 	"github.com/openrath/rath/pkg/session"
@@ -92,22 +91,7 @@ budgets:
 	})
 
 	ctx := context.Background()
-	wf, err := workflow.Load(wfFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := workflow.NewBundle(wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := b.Marshal()
-	ref, err := r.store.PutBlob(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.c.Start(ctx, "tools", events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref}); err != nil {
-		t.Fatal(err)
-	}
+	r.startWorkflow(t, "tools", wfFile, events.SessionStarted{})
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var log []events.Stored
