@@ -83,23 +83,16 @@ func (s *Store) AppendAtomic(ctx context.Context, tenant, session string, evs []
 // refused as a duplicate or a wrong last sequence, which the ledger
 // resolves by reading the session; it is never stored twice.
 func (s *Store) publishAtomic(ctx context.Context, msgs []*nats.Msg, filter string, expectLast uint64) (uint64, error) {
-	bound := ackAttempt
 	started := time.Now()
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, bound)
-		last, err := PublishAtomic(actx, s.nc, msgs, filter, expectLast)
-		cancel()
-		if err == nil && attempt > 1 {
-			s.log.Info("atomic append acknowledged after the stream's leader was lost or slow", "filter", filter, "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
-		}
-		if err == nil || ctx.Err() != nil || !ackLost(err) {
-			return last, err
-		}
-		if attempt == 1 {
-			s.log.Warn("no reply to an atomic append's commit: publishing the batch again (the stream's leader may be lost; a new one is elected)", "filter", filter, "after", bound, "err", err)
-		}
-		bound = min(2*bound, ackAttemptMax)
+	last, n, err := attempts(ctx, ackAttempt, func(actx context.Context) (uint64, error) {
+		return PublishAtomic(actx, s.nc, msgs, filter, expectLast)
+	}, func(bound time.Duration, err error) {
+		s.log.Warn("no reply to an atomic append's commit: publishing the batch again (the stream's leader may be lost; a new one is elected)", "filter", filter, "after", bound, "err", err)
+	})
+	if err == nil && n > 1 {
+		s.log.Info("atomic append acknowledged after the stream's leader was lost or slow", "filter", filter, "attempts", n, "waited", time.Since(started).Round(time.Millisecond))
 	}
+	return last, err
 }
 
 // PublishAtomic publishes msgs (with their headers, message IDs included)

@@ -33,20 +33,34 @@ const (
 // (R3), or a wrong-last-sequence conflict the caller resolves by reading
 // the session (R1), never a second copy.
 func (s *Store) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	bound := ackAttempt
 	started := time.Now()
-	for attempt := 1; ; attempt++ {
+	ack, n, err := attempts(ctx, ackAttempt, func(actx context.Context) (*jetstream.PubAck, error) {
+		return s.js.PublishMsg(actx, msg, opts...)
+	}, func(bound time.Duration, err error) {
+		s.log.Warn("no ack for an append: publishing it again (the stream's leader may be lost; a new one is elected)", "subject", msg.Subject, "after", bound, "err", err)
+	})
+	if err == nil && n > 1 {
+		s.log.Info("append acknowledged after the stream's leader was lost or slow", "subject", msg.Subject, "attempts", n, "waited", time.Since(started).Round(time.Millisecond))
+	}
+	return ack, err
+}
+
+// attempts runs try attempt by attempt, each bounded (first, doubling up to
+// ackAttemptMax), until it is answered (an answer may be an error, such as
+// a conflict or not found) or ctx ends; an attempt that got no answer
+// (ackLost) is made again. lost, if set, hears of the first such attempt.
+// It returns the answer and how many attempts it took.
+func attempts[T any](ctx context.Context, first time.Duration, try func(context.Context) (T, error), lost func(bound time.Duration, err error)) (T, int, error) {
+	bound := first
+	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, bound)
-		ack, err := s.js.PublishMsg(actx, msg, opts...)
+		v, err := try(actx)
 		cancel()
-		if err == nil && attempt > 1 {
-			s.log.Info("append acknowledged after the stream's leader was lost or slow", "subject", msg.Subject, "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
-		}
 		if err == nil || ctx.Err() != nil || !ackLost(err) {
-			return ack, err
+			return v, n, err
 		}
-		if attempt == 1 {
-			s.log.Warn("no ack for an append: publishing it again (the stream's leader may be lost; a new one is elected)", "subject", msg.Subject, "after", bound, "err", err)
+		if n == 1 && lost != nil {
+			lost(bound, err)
 		}
 		bound = min(2*bound, ackAttemptMax)
 	}
@@ -71,14 +85,6 @@ const readAttempt = 2 * time.Second
 // retryRead runs read attempt by attempt until it is answered (an answer
 // may be an error, such as not found) or ctx ends.
 func retryRead[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
-	bound := readAttempt
-	for {
-		actx, cancel := context.WithTimeout(ctx, bound)
-		v, err := read(actx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !ackLost(err) {
-			return v, err
-		}
-		bound = min(2*bound, ackAttemptMax)
-	}
+	v, _, err := attempts(ctx, readAttempt, read, nil)
+	return v, err
 }
