@@ -202,7 +202,7 @@ func helperPath(given string) (string, error) {
 		abs, err := filepath.Abs(given)
 		if err == nil {
 			var fi os.FileInfo
-			if fi, err = os.Stat(abs); err == nil && (!fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0) {
+			if fi, err = os.Stat(abs); err == nil && !executable(fi) {
 				err = errors.New("not an executable file")
 			}
 		}
@@ -216,11 +216,13 @@ func helperPath(given string) (string, error) {
 		return selfExe, nil
 	}
 	beside := filepath.Join(filepath.Dir(self), HelperName)
-	if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+	if fi, err := os.Stat(beside); err == nil && executable(fi) {
 		return beside, nil
 	}
 	return selfExe, nil
 }
+
+func executable(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 }
 
 // Helper is the spawn helper this backend starts every command as.
 func (l *Local) Helper() string { return l.helper }
