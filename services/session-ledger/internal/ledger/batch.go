@@ -136,7 +136,7 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 	sigs, err := l.sign.signRound(leaves)
 	if err == nil && len(sigs.records) > 0 {
 		if err = l.store.PutSigRecords(ctx, sigs.records); err == nil {
-			l.remember(sigs.records)
+			l.cacheRecords(sigs.records)
 		}
 	}
 	if err != nil {

@@ -51,10 +51,10 @@ func (l *Ledger) fullSig(ctx context.Context, sig string) (string, error) {
 	return r.rec.Expand(ref)
 }
 
-// remember caches the records the ledger just signed and stored, so that
+// cacheRecords caches the records the ledger just signed and stored, so that
 // the receipts and heads of their events are spelled without reading them
 // back.
-func (l *Ledger) remember(recs []events.RecordSigs) {
+func (l *Ledger) cacheRecords(recs []events.RecordSigs) {
 	for _, rs := range recs {
 		slot := l.records.Get(rs.ID, func(string) *sigRecord { return &sigRecord{} })
 		r := slot.Value
