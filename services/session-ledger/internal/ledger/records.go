@@ -16,7 +16,7 @@ import (
 const recordCacheBytes = 8 << 20
 
 // sigRecord is a signature record read and parsed once: from the store,
-// or as the ledger signed it (remember).
+// or as the ledger signed it (cacheRecords).
 type sigRecord struct {
 	once sync.Once
 	rec  *events.Record
