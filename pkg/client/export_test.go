@@ -7,3 +7,7 @@ import "github.com/nats-io/nats.go"
 func WithDroppedLive(drop func(*nats.Msg) bool) WatchOption {
 	return func(c *watchConfig) { c.drop = drop }
 }
+
+// AttachRecord is attachRecord, for the test of a reply that names a record
+// it does not carry.
+var AttachRecord = attachRecord
