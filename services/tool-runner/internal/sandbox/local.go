@@ -295,15 +295,19 @@ func (l *Local) seed(ctx context.Context, dir string, from *Seed) error {
 	case from.Commit != "":
 		return errors.New("seed: a commit needs a parent workspace")
 	}
-	if _, err := l.runGit(ctx, dir, "init", "--quiet", "--initial-branch="+branch); err != nil {
-		return err
-	}
 	msg := "empty workspace"
 	if from.Dir != "" {
 		if err := copyTree(from.Dir, dir); err != nil {
 			return fmt.Errorf("seed from %s: %w", from.Dir, err)
 		}
 		msg = "seed from " + filepath.Base(from.Dir)
+	}
+	// Written in process (gitinit.go), unless the tree needs git's rules.
+	if _, err := writeRepo(dir, branch, msg, time.Now()); !errors.Is(err, errNeedsGit) {
+		return err
+	}
+	if _, err := l.runGit(ctx, dir, "init", "--quiet", "--initial-branch="+branch); err != nil {
+		return err
 	}
 	if _, err := l.runGit(ctx, dir, "add", "--all"); err != nil {
 		return err
@@ -361,6 +365,10 @@ var gitConfig = []string{
 	"-c", "core.autocrlf=false",
 	"-c", "init.templateDir=",
 	"-c", "advice.detachedHead=false",
+	// A commit would start `git maintenance run --auto`: one process more
+	// per call, for repositories that live as long as a session.
+	"-c", "maintenance.auto=false",
+	"-c", "gc.auto=0",
 	// The isolating backend hands workspaces to a sandbox user; the
 	// runner's git must still work in them.
 	"-c", "safe.directory=*",
@@ -403,10 +411,13 @@ type localWorkspace struct {
 	dir    string
 	tenant string     // the tenant Place recorded for the session
 	mu     sync.Mutex // serialises git commands that take the index lock
-	// seen is what Head last saw: the commit and the tree's fingerprint.
-	// A Commit that finds the same fingerprint knows nothing changed and
-	// runs no git (see tree.go).
-	seen struct{ commit, tree string }
+	// seen is what Head last saw: the commit, the tree's fingerprint and
+	// the entries it read by content. A Commit that finds the same
+	// fingerprint knows nothing changed and runs no git (see tree.go).
+	seen struct {
+		commit, tree string
+		racy         map[string]bool
+	}
 }
 
 func (w *localWorkspace) ID() string      { return w.id }
@@ -432,11 +443,11 @@ func (w *localWorkspace) Head(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tree, err := fingerprint(w.dir)
+	tree, racy, err := fingerprint(w.dir, nil)
 	if err != nil {
 		tree = "" // Commit asks git
 	}
-	w.seen.commit, w.seen.tree = head, tree
+	w.seen.commit, w.seen.tree, w.seen.racy = head, tree, racy
 	return head, nil
 }
 
@@ -462,13 +473,13 @@ func (w *localWorkspace) Commit(ctx context.Context, message string) (string, er
 	if w.seen.tree != "" {
 		// Nothing changed since Head (same files, same times, same HEAD):
 		// nothing to stage, nothing to commit.
-		tree, err := fingerprint(w.dir)
+		tree, _, err := fingerprint(w.dir, w.seen.racy)
 		head, ok := readHead(filepath.Join(w.dir, ".git"))
 		if err == nil && ok && tree == w.seen.tree && head == w.seen.commit {
 			return head, nil
 		}
 	}
-	w.seen.commit, w.seen.tree = "", ""
+	w.seen.commit, w.seen.tree, w.seen.racy = "", "", nil
 	if _, err := w.l.runGit(ctx, w.dir, "add", "--all"); err != nil {
 		return "", fmt.Errorf("commit %s: %w", w.id, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,18 +31,26 @@ import (
 //
 // The kernel stamps files from a coarse clock (a few milliseconds): two
 // writes within one tick may leave the same times. So, as git does with its
-// "racy" index entries, a tree holding an entry changed within racyWindow
-// of the walk gets no fingerprint ("", nil): the caller asks git.
-func fingerprint(dir string) (string, error) {
+// "racy" index entries, an entry changed within racyWindow of the walk is
+// read by content too, and so is every entry named in byContent (the racy
+// entries of the walk this one is compared with: a write within the same
+// tick as that walk left their times as they were). A later write to any
+// other entry moves its times past the walk's, so metadata tells. The
+// entries read by content are returned for the next walk; the fingerprint
+// says which they were, so two walks that read different sets differ.
+//
+// A tree whose racy entries hold more than racyBytes gets no fingerprint
+// ("", nil, nil): the caller asks git, which reads them anyway.
+func fingerprint(dir string, byContent map[string]bool) (sum string, racy map[string]bool, err error) {
 	cutoff := clock().Add(-racyWindow)
-	racy := false
 	h := sha256.New()
 	var buf [8]byte
 	put := func(v uint64) {
 		binary.LittleEndian.PutUint64(buf[:], v)
 		h.Write(buf[:])
 	}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	read := int64(0)
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -56,30 +65,72 @@ func fingerprint(dir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		h.Write([]byte(rel))
-		h.Write([]byte{0})
-		put(uint64(info.Mode()))
-		put(uint64(info.Size()))
 		st, ok := info.Sys().(*syscall.Stat_t)
 		if !ok {
 			return errors.New("no inode metadata")
 		}
-		if time.Unix(st.Ctim.Unix()).After(cutoff) || time.Unix(st.Mtim.Unix()).After(cutoff) {
-			racy = true
-			return filepath.SkipAll
-		}
+		h.Write([]byte(rel))
+		h.Write([]byte{0})
+		put(uint64(info.Mode()))
+		put(uint64(info.Size()))
 		put(st.Ino)
 		put(uint64(st.Mtim.Sec))
 		put(uint64(st.Mtim.Nsec))
 		put(uint64(st.Ctim.Sec))
 		put(uint64(st.Ctim.Nsec))
-		return nil
+		recent := time.Unix(st.Ctim.Unix()).After(cutoff) || time.Unix(st.Mtim.Unix()).After(cutoff)
+		if info.IsDir() || !(recent || byContent[rel]) {
+			// A directory's content is its entries, each walked.
+			return nil
+		}
+		if read += info.Size(); read > racyBytes {
+			return errTooRacy
+		}
+		if racy == nil {
+			racy = make(map[string]bool)
+		}
+		racy[rel] = true
+		h.Write([]byte{1}) // read by content
+		return hashContent(h, path, info)
 	})
-	if err != nil || racy {
-		return "", err
+	if errors.Is(err, errTooRacy) {
+		return "", nil, nil
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	if err != nil {
+		return "", nil, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), racy, nil
 }
+
+// hashContent writes what a file or symbolic link holds into h.
+func hashContent(h io.Writer, path string, info fs.FileInfo) error {
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(path)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(h, target)
+		return err
+	case info.Mode().IsRegular():
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(h, io.LimitReader(f, racyBytes+1))
+		return err
+	default:
+		// A fifo, socket or device: git tracks none of them, and reading
+		// one could block.
+		return nil
+	}
+}
+
+// racyBytes bounds what a walk reads by content.
+const racyBytes = 4 << 20
+
+var errTooRacy = errors.New("too many recent changes to read")
 
 // clock is the wall clock the racy check compares file times with (tests
 // move it).
