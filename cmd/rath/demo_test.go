@@ -207,6 +207,9 @@ func TestDemo(t *testing.T) {
 	if got := ok(t, url, "audit", "usage", run.root); !strings.Contains(got, "accepted path of "+fork) || !strings.Contains(got, "agent coder") || !strings.Contains(got, "agent validator") {
 		t.Fatalf("audit usage: %q", got)
 	}
+
+	// The console shows the run in a real browser.
+	t.Run("console", func(t *testing.T) { checkConsole(t, c, run.root, fork, forkName) })
 }
 
 // runDemoForTest runs the demo as `rath demo` does and keeps its runtime up

@@ -158,7 +158,7 @@ pending (rath approve, rath reject: unknown or decided already).`,
 	root.AddCommand(a.approvalCmds()...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())
 	root.AddCommand(a.replayCmd(), a.diffCmd())
-	root.AddCommand(a.credsCmd())
+	root.AddCommand(a.credsCmd(), a.consoleCmd())
 	return root
 }
 

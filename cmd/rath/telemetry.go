@@ -45,7 +45,17 @@ func serveTelemetry(rt *runtime.Runtime, addr string, log *slog.Logger) (bound s
 		nc.Close()
 		return "", nil, err
 	}
+	con, closeConsole, err := upConsole(rt, log)
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Close(ctx)
+		nc.Close()
+		return "", nil, err
+	}
+	srv.Mount(con)
 	return srv.Addr(), func() {
+		closeConsole() // ends its live streams first: they would hold the shutdown
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Close(ctx)

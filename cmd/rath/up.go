@@ -44,9 +44,10 @@ go only to each provider's official endpoint, or to one --allow-base-url or
 With OTEL_EXPORTER_OTLP_ENDPOINT set it exports traces over OTLP (the standard
 OTEL_* variables; nothing is exported without it).
 
-It serves Prometheus metrics of the whole suite, /healthz and /readyz on
---http (default ` + defaultHTTP + `; empty: off; if the default port is taken
-it says so and goes on without).`,
+It serves the web console (sessions, live timelines, lineage, approvals; as the
+client identity), Prometheus metrics of the whole suite, /healthz and /readyz
+on --http (default ` + defaultHTTP + `; empty: off; if the default port is
+taken it says so and goes on without).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
@@ -87,7 +88,7 @@ it says so and goes on without).`,
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
 	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	f.StringVar(&httpAddr, "http", defaultHTTP, "host:port of Prometheus /metrics, /healthz and /readyz (empty: off)")
+	f.StringVar(&httpAddr, "http", defaultHTTP, "host:port of the web console, Prometheus /metrics, /healthz and /readyz (empty: off)")
 	allowEndpointFlags(cmd, &cfg.Worker.AllowBaseURLs, &cfg.Worker.AllowLoopback)
 	return cmd
 }
@@ -134,6 +135,7 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 		switch {
 		case err == nil:
 			defer stop()
+			fmt.Fprintf(out, "rath: console at http://%s/\n", bound)
 			fmt.Fprintf(out, "rath: metrics and health at http://%s/metrics, /healthz, /readyz\n", bound)
 		case web.required:
 			_ = rt.Stop()

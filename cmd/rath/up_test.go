@@ -73,6 +73,13 @@ func TestUp(t *testing.T) {
 	if body := get(t, web[1]+"/readyz", http.StatusOK); body != "ready\n" {
 		t.Errorf("/readyz: %q", body)
 	}
+	// The console on the same address lists the session, as the client.
+	if !strings.Contains(out.String(), "rath: console at "+web[1]+"/\n") {
+		t.Errorf("up printed %q, want the console's address", out.String())
+	}
+	if body := get(t, web[1]+"/", http.StatusOK); !strings.Contains(body, `href="/s/s1"`) {
+		t.Errorf("the console's sessions page does not list s1:\n%s", body)
+	}
 	if nc, err := nats.Connect(m[1]); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()

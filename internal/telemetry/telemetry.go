@@ -194,7 +194,11 @@ func (s *streams) Collect(ch chan<- prometheus.Metric) {
 type Server struct {
 	srv *http.Server
 	ln  net.Listener
+	mux *http.ServeMux
 }
+
+// Mount serves h on every path the endpoint does not (rath up's console).
+func (s *Server) Mount(h http.Handler) { s.mux.Handle("/", h) }
 
 // Check is a readiness check: nil when ready.
 type Check func() error
@@ -231,7 +235,7 @@ func Listen(addr string, reg prometheus.Gatherer, log *slog.Logger, ready ...Che
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, mux: mux}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("telemetry endpoint stopped", "addr", ln.Addr().String(), "err", err)

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/console"
+	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+)
+
+// consoleCmd serves the web console against any deployment, as the
+// identity of --creds.
+func (a *app) consoleCmd() *cobra.Command {
+	addr := "127.0.0.1:8080"
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console: sessions, live timelines, lineage, approvals",
+		Long: `console serves Rath's web console on --http, against the NATS of --nats, as
+the identity of --creds: the sessions that identity may read, their live
+timelines, events and state at any sequence, the lineage graph, verification,
+the dossier, and the pending approvals it may decide. rath up serves the same
+console on its own --http address.`,
+		Example: `  rath console                       # against rath up in this directory
+  rath console --nats nats://ops:4222 --creds ops.creds --http 127.0.0.1:8080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			srv, err := console.New(c, slog.Default())
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return usageError{fmt.Errorf("console: cannot listen on %s: %w", addr, err)}
+			}
+			fmt.Fprintf(a.Stdout, "rath: console at http://%s/ (as %s)\n", ln.Addr(), c.Principal())
+			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+			hs.RegisterOnShutdown(srv.Close)
+			errc := make(chan error, 1)
+			go func() { errc <- hs.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("console: %w", err)
+			case <-cmd.Context().Done():
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("console: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "http", addr, "host:port to serve the console on")
+	return cmd
+}
+
+// upConsole is rath up's console, on a connection of the client role (the
+// identity rath up gives its users): it returns the handler and what closes
+// its connection.
+func upConsole(rt *runtime.Runtime, log *slog.Logger) (http.Handler, func(), error) {
+	opts := []nats.Option{nats.Name("rath-up-console"), nats.MaxReconnects(-1)}
+	as := client.As(events.DefaultClient) // a server without authentication
+	if rt.Identities != nil {
+		cred, id, err := auth.Options(rt.Identities.Path(auth.RoleClient))
+		if err != nil {
+			return nil, nil, fmt.Errorf("console: %w", err)
+		}
+		opts = append(opts, cred...)
+		as = client.As(id.Principal)
+	}
+	nc, err := nats.Connect(rt.URL, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("console: connect to %s: %w", rt.URL, err)
+	}
+	c, err := client.New(nc, as, client.WithSource("rath/console"))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("console: %w", err)
+	}
+	srv, err := console.New(c, log)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return srv, func() { srv.Close(); nc.Close() }, nil
+}

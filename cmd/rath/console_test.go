@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/openrath/rath/internal/console"
+	"github.com/openrath/rath/pkg/client"
+)
+
+// chromium finds the browser the console's tests drive, or fails naming it:
+// scripts/install-sandbox.sh (the README's test command) installs it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("the console's browser test needs Chromium (Debian's package chromium): run scripts/install-sandbox.sh, or install it")
+	return ""
+}
+
+// browser starts a fresh headless Chromium for the test and returns a
+// context of its one tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox, // the tests may run as root; the pages are the console's own
+		chromedp.WindowSize(1400, 1100),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return ctx
+}
+
+// run runs one browser action within a minute, failing the test on error.
+func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("browser: %s: %v", what, err)
+	}
+	return v
+}
+
+// checkConsole opens the console on the demo's runtime in Chromium: the
+// sessions page lists both branches, the root's page draws the lineage with
+// the fork and the memory edge from the root's write to the fork's recall,
+// verifies, and opens a tool call's diff from the timeline.
+func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
+	srv, err := console.New(c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(srv)
+	// Cleanups run last first: the browser closes, then the live streams
+	// end, then the server.
+	t.Cleanup(web.Close)
+	t.Cleanup(srv.Close)
+	shots := os.Getenv("RATH_SCREENSHOTS") // keep the screenshots there
+	if shots == "" {
+		shots = t.TempDir()
+	}
+
+	ctx := browser(t)
+	run(t, ctx, "open the sessions page", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#sessions tbody tr`)),
+	))
+	list := run(t, ctx, "read the sessions", chromedp.Text(chromedp.CSS(`#sessions`)))
+	page1 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+
+	run(t, ctx, "open the root's page", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/s/"+root),
+		chromedp.WaitVisible(chromedp.CSS(`#graph svg`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline tbody tr`)),
+	))
+	graph := run(t, ctx, "read the graph", chromedp.TextContent(chromedp.CSS(`#graph svg`)))
+	memoryEdges := run(t, ctx, "count memory edges", chromedp.Evaluate[int](`document.querySelectorAll('#graph path[marker-end="url(#recall)"]').length`))
+	verified := run(t, ctx, "read verification", chromedp.Text(chromedp.CSS(`#verify`)))
+	// A tool call that changed files, opened from the timeline.
+	clicked := run(t, ctx, "click a tool call with a diff", chromedp.Evaluate[bool](`(() => {
+		const rows = [...document.querySelectorAll('#timeline tbody tr')];
+		const r = rows.find(r => r.cells[2].textContent === 'tool.call.completed' && r.cells[4].textContent.includes('files changed'));
+		if (!r) return false;
+		r.click();
+		return true;
+	})()`))
+	if !clicked {
+		t.Fatal("the root's timeline shows no tool.call.completed that changed files")
+	}
+	run(t, ctx, "open the diff", chromedp.WaitVisible(chromedp.CSS(`#detail pre.diff`)))
+	diff := run(t, ctx, "read the diff", chromedp.TextContent(chromedp.CSS(`#detail pre.diff`)))
+	page2 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+
+	for name, b := range map[string][]byte{"sessions.png": page1, "session.png": page2} {
+		if err := os.WriteFile(filepath.Join(shots, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshots in %s", shots)
+	for _, id := range []string{root, fork} {
+		if !strings.Contains(list, id) {
+			t.Errorf("the sessions page does not list %s:\n%s", id, list)
+		}
+	}
+	if !strings.Contains(graph, "root") || !strings.Contains(graph, forkName) {
+		t.Errorf("the lineage graph does not name both branches (root, %s):\n%s", forkName, graph)
+	}
+	if memoryEdges == 0 {
+		t.Error("the lineage graph draws no memory edge from a write to a recall")
+	}
+	if !strings.Contains(verified, "verify") || strings.Contains(verified, "✗") {
+		t.Errorf("verification shown: %q", verified)
+	}
+	if !strings.Contains(diff, "\n+") && !strings.HasPrefix(diff, "+") {
+		t.Errorf("the tool call's diff shows no added line:\n%s", diff)
+	}
+}

@@ -1,0 +1,161 @@
+// Rath console: pages the timeline, follows it live over Server-Sent
+// Events (resuming after the last sequence shown), opens events with the
+// state at their sequence, draws the lineage graph, and refreshes the
+// sessions list. No framework, nothing loaded from elsewhere.
+"use strict";
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { headers: { Accept: "application/json" } });
+  if (!r.ok) throw new Error(url + ": " + r.status + " " + (await r.text()).trim());
+  return r.json();
+}
+
+function typeClass(type) {
+  const t = type.replace(/^rath\./, "");
+  for (const p of ["tool", "model", "memory", "approval", "session", "validation"]) {
+    if (t.startsWith(p)) return "type-" + p;
+  }
+  return "";
+}
+
+function timeText(iso) {
+  const d = new Date(iso);
+  return isNaN(d) ? "" : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+// Timeline of one session.
+function timeline(table) {
+  const id = table.dataset.session;
+  const body = table.tBodies[0];
+  const status = document.getElementById("live-status");
+  const earlier = document.getElementById("earlier");
+  const detail = document.getElementById("detail");
+  let first = 0, last = 0;
+  const seen = new Set();
+
+  function row(ev, fresh) {
+    const tr = el("tr", { "data-seq": ev.seq, class: fresh ? "fresh" : "" },
+      el("td", {}, ev.seq),
+      el("td", { title: ev.time }, timeText(ev.time)),
+      el("td", { class: typeClass(ev.type) }, ev.type.replace(/^rath\./, "")),
+      el("td", {}, ev.actor || ""),
+      el("td", ev.session !== id ? { class: "inherited", title: "inherited from " + ev.session } : {}, ev.summary));
+    tr.addEventListener("click", () => open(ev.seq, tr));
+    return tr;
+  }
+  function append(ev, fresh) {
+    if (seen.has(ev.seq) || ev.seq <= last) return; // never twice
+    seen.add(ev.seq);
+    body.append(row(ev, fresh));
+    last = ev.seq;
+    if (!first) first = ev.seq;
+  }
+  async function loadEarlier() {
+    const from = Math.max(1, first - 200);
+    const page = await getJSON(`/api/s/${id}/events?from=${from}&limit=${first - from}`);
+    const top = body.firstChild;
+    for (const ev of page.events) {
+      if (seen.has(ev.seq)) continue;
+      seen.add(ev.seq);
+      body.insertBefore(row(ev, false), top);
+    }
+    first = from;
+    earlier.hidden = first <= 1;
+  }
+  async function open(seq, tr) {
+    for (const s of body.querySelectorAll("tr.selected")) s.classList.remove("selected");
+    tr.classList.add("selected");
+    detail.replaceChildren(el("p", { class: "muted" }, "Loading event " + seq + "…"));
+    try {
+      const [ev, st] = await Promise.all([getJSON(`/api/s/${id}/event/${seq}`), getJSON(`/api/s/${id}/state?at=${seq}`)]);
+      const kids = [el("h2", {}, `Event ${seq}: ${ev.row.type}`), el("p", { class: "muted" }, ev.row.summary)];
+      if (ev.diff) {
+        const pre = el("pre", { class: "diff" });
+        for (const line of ev.diff.split("\n")) {
+          const c = line.startsWith("@@") ? "hunk" : line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
+          pre.append(el("span", c ? { class: c } : {}, line + "\n"));
+        }
+        kids.push(el("h2", {}, "Diff"), pre);
+      }
+      kids.push(el("h2", {}, "Event as stored"), el("pre", {}, JSON.stringify(ev.event, null, 2)));
+      kids.push(el("h2", {}, `State at ${seq}`), el("pre", {}, JSON.stringify(st, null, 2)));
+      detail.replaceChildren(...kids);
+    } catch (e) {
+      detail.replaceChildren(el("p", { class: "bad" }, String(e.message || e)));
+    }
+  }
+  function follow() {
+    // The browser resends the last event ID when it reconnects; the first
+    // connection starts after the last event the page shows.
+    const src = new EventSource(`/api/s/${id}/live?after=${last}`);
+    src.addEventListener("open", () => { status.textContent = "● live"; });
+    src.addEventListener("event", (m) => append(JSON.parse(m.data), true));
+    src.addEventListener("failure", (m) => { status.textContent = "live stream failed: " + JSON.parse(m.data); });
+    src.addEventListener("error", () => { status.textContent = "reconnecting…"; });
+  }
+  (async () => {
+    try {
+      const page = await getJSON(`/api/s/${id}/events`);
+      for (const ev of page.events) append(ev, false);
+      if (!first) first = page.head + 1;
+      earlier.hidden = first <= 1;
+      earlier.addEventListener("click", loadEarlier);
+      follow();
+    } catch (e) {
+      status.textContent = String(e.message || e);
+    }
+  })();
+}
+
+async function graph(div) {
+  try {
+    const r = await fetch(div.dataset.src);
+    if (!r.ok) throw new Error((await r.text()).trim());
+    div.innerHTML = await r.text(); // the dossier's SVG: every text in it is escaped
+  } catch (e) {
+    div.replaceChildren(el("p", { class: "bad" }, "No graph: " + (e.message || e)));
+  }
+}
+
+// The sessions list refreshes itself every few seconds.
+function sessions(table) {
+  const count = document.getElementById("count");
+  setInterval(async () => {
+    try {
+      const p = await getJSON(table.dataset.live);
+      const body = el("tbody");
+      for (const s of p.Rows || []) {
+        const labels = Object.entries(s.labels || {}).map(([k, v]) => el("span", { class: "label" }, `${k}=${v}`));
+        body.append(el("tr", {},
+          el("td", {}, el("a", { href: "/s/" + s.id }, s.id)),
+          el("td", {}, el("span", { class: "status " + s.status }, s.status)),
+          el("td", {}, s.workflow || ""),
+          el("td", {}, ...(s.parent ? [el("a", { href: "/s/" + s.parent }, s.parent), " @" + s.fork_seq] : [])),
+          el("td", {}, s.Branches || ""),
+          el("td", { class: "num" }, s.seq),
+          el("td", {}, ...labels),
+          el("td", { title: s.updated }, timeText(s.updated))));
+      }
+      if (body.children.length) table.tBodies[0].replaceWith(body);
+      count.textContent = `${p.Matched} of ${p.Total} sessions`;
+    } catch (e) { /* the next tick retries */ }
+  }, 3000);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const t = document.getElementById("timeline");
+  if (t) timeline(t);
+  const g = document.getElementById("graph");
+  if (g) graph(g);
+  const s = document.getElementById("sessions");
+  if (s) sessions(s);
+});

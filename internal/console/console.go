@@ -1,0 +1,158 @@
+// Package console is Rath's web console (issue 16, ADR 0027): pages that
+// show sessions as the ledger records them — the list, one session's live
+// timeline, any event and the folded state at its sequence, the lineage
+// graph with its memory edges, verification and the dossier — and the
+// pending approvals with approve and reject. Pages are rendered on the
+// server from html/template; one small script (assets/app.js) pages the
+// timeline, follows it live over Server-Sent Events and opens events.
+// Everything it serves is embedded: nothing is fetched from elsewhere.
+//
+// The console reads and acts through a Rath client, as the identity of the
+// credentials it was started with: it shows what that identity may read
+// and does what it may do, through the same protocol as the CLI.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Server serves the console.
+type Server struct {
+	c     *client.Client
+	log   *slog.Logger
+	pages *template.Template
+	mux   *http.ServeMux
+	// timeout bounds each request to the ledger a page makes.
+	timeout time.Duration
+	// closed ends the live streams (Close).
+	closed context.Context
+	close  context.CancelFunc
+}
+
+// New returns the console of the sessions c may read.
+func New(c *client.Client, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	s := &Server{c: c, log: log, pages: pages, mux: http.NewServeMux(), timeout: 10 * time.Second}
+	s.closed, s.close = context.WithCancel(context.Background())
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /{$}", s.sessions)
+	s.mux.HandleFunc("GET /api/sessions", s.sessionsJSON)
+	s.mux.HandleFunc("GET /s/{id}", s.session)
+	s.mux.HandleFunc("GET /s/{id}/dossier.md", s.dossierMarkdown)
+	s.mux.HandleFunc("GET /s/{id}/graph.svg", s.graph)
+	s.mux.HandleFunc("GET /api/s/{id}/events", s.eventsJSON)
+	s.mux.HandleFunc("GET /api/s/{id}/event/{seq}", s.eventJSON)
+	s.mux.HandleFunc("GET /api/s/{id}/state", s.stateJSON)
+	s.mux.HandleFunc("GET /api/s/{id}/live", s.live)
+	s.mux.HandleFunc("GET /approvals", s.approvals)
+	// Actions refuse cross-origin requests: a page elsewhere cannot
+	// approve through a browser that has the console open.
+	s.mux.Handle("POST /s/{id}/approvals/{approval}/{decision}", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.decide)))
+	return s, nil
+}
+
+// Close ends the live streams, which would otherwise hold an HTTP server's
+// graceful shutdown until their browsers leave.
+func (s *Server) Close() { s.close() }
+
+// ServeHTTP implements http.Handler. Every response forbids framing and
+// loading anything from elsewhere.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	s.mux.ServeHTTP(w, r)
+}
+
+// ctx bounds a page's requests to the ledger.
+func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.timeout)
+}
+
+// render writes a page, or the error that kept it from rendering.
+func (s *Server) render(w http.ResponseWriter, name string, data any) {
+	var b strings.Builder
+	if err := s.pages.ExecuteTemplate(&b, name, data); err != nil {
+		s.log.Error("console: render", "page", name, "err", err)
+		http.Error(w, "console: cannot render "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers a request the ledger could not serve, with its reason and a
+// status that says whose fault it was.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
+	code := http.StatusBadGateway
+	switch {
+	case errors.Is(err, errBadRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, api.ErrNotFound), errors.Is(err, api.ErrOutOfRange), errors.Is(err, api.ErrApprovalUnknown):
+		code = http.StatusNotFound
+	case errors.Is(err, api.ErrMalformed), errors.Is(err, api.ErrInvalidSession):
+		code = http.StatusBadRequest
+	case errors.Is(err, api.ErrApprovalSettled), errors.Is(err, api.ErrClosed), errors.Is(err, api.ErrTransition):
+		code = http.StatusConflict
+	}
+	s.log.Warn("console: request failed", "path", r.URL.Path, "what", what, "err", err)
+	http.Error(w, fmt.Sprintf("%s: %v", what, err), code)
+}
+
+var errBadRequest = errors.New("bad request")
+
+// validID refuses a session ID the ledger would refuse, before asking it.
+func validID(id string) error {
+	if err := events.ValidateSessionID(id); err != nil {
+		return fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	return nil
+}
+
+var funcs = template.FuncMap{
+	"ago": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		d := time.Since(t).Round(time.Second)
+		switch {
+		case d < time.Minute:
+			return fmt.Sprintf("%ds ago", int(d.Seconds()))
+		case d < time.Hour:
+			return fmt.Sprintf("%dm ago", int(d.Minutes()))
+		case d < 48*time.Hour:
+			return fmt.Sprintf("%dh ago", int(d.Hours()))
+		}
+		return t.UTC().Format("2006-01-02")
+	},
+	"stamp": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	// short drops the "rath." every type begins with.
+	"short": func(typ string) string { return strings.TrimPrefix(typ, "rath.") },
+}

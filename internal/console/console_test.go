@@ -1,0 +1,276 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/console"
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
+)
+
+// rig is a ledger on a test server, a client of the client role and the
+// console on it.
+type rig struct {
+	c   *client.Client
+	web *httptest.Server
+}
+
+func start(t *testing.T) *rig {
+	t.Helper()
+	ns, _ := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
+	c, err := client.New(natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := console.New(c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(srv)
+	t.Cleanup(web.Close)
+	return &rig{c: c, web: web}
+}
+
+// session starts id and appends n user messages after the start.
+func (r *rig) session(t *testing.T, id string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.c.Start(ctx, id, events.SessionStarted{Task: "look at " + id}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		r.say(t, id, fmt.Sprintf("message %d", i+1))
+	}
+}
+
+func (r *rig) say(t *testing.T, id, text string) {
+	t.Helper()
+	if _, err := r.c.Emit(context.Background(), id, &events.ChunkAppended{Role: events.RoleUser, Content: text}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// get fetches path and returns the status and body.
+func (r *rig) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(r.web.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func (r *rig) want(t *testing.T, path string, code int, contains ...string) string {
+	t.Helper()
+	got, body := r.get(t, path)
+	if got != code {
+		t.Fatalf("GET %s: %d, want %d:\n%s", path, got, code, body)
+	}
+	for _, s := range contains {
+		if !strings.Contains(body, s) {
+			t.Errorf("GET %s does not contain %q:\n%s", path, s, body)
+		}
+	}
+	return body
+}
+
+// The pages and the JSON the timeline pages with show what the ledger
+// holds, and refuse what they cannot answer with a status and a reason.
+func TestPagesAndTimeline(t *testing.T) {
+	r := start(t)
+	r.session(t, "s1", 3) // events 1–4
+	if _, err := r.c.Fork(context.Background(), api.ForkRequest{Parent: "s1", At: 2, ID: "s1-fork"}); err != nil {
+		t.Fatal(err)
+	}
+
+	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 of 2 sessions")
+	r.want(t, "/?q=fork", 200, "1 of 2 sessions", "s1-fork")
+	r.want(t, "/?q=nothing-like-it", 200, "No sessions match the filter")
+	r.want(t, "/s/s1", 200, "chain and signatures verify", "look at s1", "dossier.md")
+	r.want(t, "/s/s1-fork", 200, `Forked from</dt><dd><a href="/s/s1">s1</a> at 2`)
+	r.want(t, "/s/no..such", 400, "session")
+	r.want(t, "/s/nosuch", 404, "session_not_found")
+
+	var page struct {
+		Head   uint64 `json:"head"`
+		Events []struct {
+			Seq     uint64 `json:"seq"`
+			Session string `json:"session"`
+			Type    string `json:"type"`
+			Summary string `json:"summary"`
+		} `json:"events"`
+	}
+	decode(t, r.want(t, "/api/s/s1/events?limit=2", 200), &page)
+	if page.Head != 4 || len(page.Events) != 2 || page.Events[0].Seq != 3 || page.Events[1].Seq != 4 {
+		t.Fatalf("last page of 2: %+v", page)
+	}
+	if page.Events[1].Summary != "user message 3" {
+		t.Errorf("summary of a user message: %q", page.Events[1].Summary)
+	}
+	decode(t, r.want(t, "/api/s/s1-fork/events?from=1&limit=10", 200), &page)
+	if len(page.Events) != 3 || page.Events[0].Session != "s1" || page.Events[2].Session != "s1-fork" || page.Events[2].Type != events.TypeSessionForked {
+		t.Fatalf("the fork's log (two inherited events, then its fork event): %+v", page)
+	}
+	r.want(t, "/api/s/s1/events?limit=0", 400, "limit")
+	r.want(t, "/api/s/s1/events?from=x", 400, "from")
+
+	var one struct {
+		Row   struct{ Seq uint64 }
+		Event map[string]any
+	}
+	decode(t, r.want(t, "/api/s/s1/event/2", 200), &one)
+	if one.Row.Seq != 2 || one.Event["rathseq"] != float64(2) || one.Event["type"] != events.TypeChunkAppended {
+		t.Fatalf("event 2: %+v", one)
+	}
+	r.want(t, "/api/s/s1/event/99", 404)
+	r.want(t, "/api/s/s1/event/x", 400)
+
+	var st struct{ Seq uint64 }
+	decode(t, r.want(t, "/api/s/s1/state?at=2", 200), &st)
+	if st.Seq != 2 {
+		t.Fatalf("state at 2 has seq %d", st.Seq)
+	}
+	r.want(t, "/api/s/s1/state?at=99", 404, "out_of_range")
+
+	md := r.want(t, "/s/s1/dossier.md", 200, "s1")
+	if !strings.HasPrefix(md, "#") {
+		t.Errorf("dossier.md does not start with a heading:\n%.200s", md)
+	}
+	r.want(t, "/s/s1/graph.svg", 200, "<svg")
+	r.want(t, "/assets/app.js", 200, "EventSource")
+}
+
+// The live timeline streams the events after the one asked for, then each
+// new one; a reconnect with Last-Event-ID resumes after it, with no gap and
+// no repeat.
+func TestLiveResumesWithoutGapsOrRepeats(t *testing.T) {
+	r := start(t)
+	r.session(t, "s1", 2) // events 1–3
+	ctx, cancel := context.WithCancel(context.Background())
+	ids, stop := r.live(t, ctx, "/api/s/s1/live?after=1", "")
+	for _, want := range []uint64{2, 3} {
+		if got := <-ids; got != want {
+			t.Fatalf("live event %d, want %d", got, want)
+		}
+	}
+	r.say(t, "s1", "while watching") // event 4
+	if got := <-ids; got != 4 {
+		t.Fatalf("live event %d, want 4", got)
+	}
+	cancel()
+	stop()
+
+	// The browser reconnects saying the last event it got.
+	r.say(t, "s1", "while away") // event 5
+	ctx, cancel = context.WithCancel(context.Background())
+	ids, stop = r.live(t, ctx, "/api/s/s1/live?after=1", "4")
+	defer func() { cancel(); stop() }()
+	if got := <-ids; got != 5 {
+		t.Fatalf("after a reconnect from 4, first event %d, want 5", got)
+	}
+	r.want(t, "/api/s/s1/live?after=x", 400, "after")
+}
+
+// live opens the live stream and sends the ID of each event it carries;
+// stop waits for the reader to end (cancel ctx first).
+func (r *rig) live(t *testing.T, ctx context.Context, path, lastID string) (<-chan uint64, func()) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.web.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("live: %s, %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	ids := make(chan uint64, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+				var id uint64
+				fmt.Sscan(v, &id)
+				ids <- id
+			}
+		}
+	}()
+	return ids, func() {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the live stream did not end after its request was cancelled")
+		}
+	}
+}
+
+// Decisions go through the ledger, which refuses an unknown approval; a
+// rejection needs a reason; a cross-origin form post is refused before it.
+func TestDecisionsAreRefusedWithReasons(t *testing.T) {
+	r := start(t)
+	r.session(t, "s1", 0)
+	post := func(path string, header http.Header, form string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, r.web.URL+path, strings.NewReader(form))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = header
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post("/s/s1/approvals/nope/approve", http.Header{}, "reason=ok"); code != 404 || !strings.Contains(body, "unknown_approval") {
+		t.Errorf("approving an unknown approval: %d %s", code, body)
+	}
+	if code, body := post("/s/s1/approvals/nope/reject", http.Header{}, ""); code != 400 || !strings.Contains(body, "needs a reason") {
+		t.Errorf("rejecting without a reason: %d %s", code, body)
+	}
+	if code, body := post("/s/s1/approvals/nope/maybe", http.Header{}, "reason=x"); code != 400 || !strings.Contains(body, "approve or reject") {
+		t.Errorf("an unknown decision: %d %s", code, body)
+	}
+	cross := http.Header{"Origin": {"http://elsewhere.example"}, "Sec-Fetch-Site": {"cross-site"}}
+	if code, _ := post("/s/s1/approvals/nope/approve", cross, "reason=ok"); code != http.StatusForbidden {
+		t.Errorf("a cross-origin approval: %d, want 403", code)
+	}
+	r.want(t, "/approvals", 200, "Nothing is waiting for approval")
+}
+
+func decode(t *testing.T, body string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("%v:\n%s", err, body)
+	}
+}

@@ -1,0 +1,461 @@
+package console
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/openrath/rath/internal/dossier"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// maxRows is how many sessions the list shows at once; a filter narrows
+// the rest.
+const maxRows = 500
+
+// sessionRow is one line of the sessions page.
+type sessionRow struct {
+	api.Session
+	Branches int // sessions forked from this one
+}
+
+type sessionsPage struct {
+	Rows           []sessionRow
+	Total, Matched int
+	Status, Query  string
+	Statuses       []string
+}
+
+// listSessions is the sessions the filters select, most recently updated
+// first, at most maxRows of them.
+func (s *Server) listSessions(r *http.Request) (sessionsPage, error) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	p := sessionsPage{Status: r.URL.Query().Get("status"), Query: strings.TrimSpace(r.URL.Query().Get("q")),
+		Statuses: []string{"", "active", "paused", "closed", "archived"}}
+	all, err := s.c.List(ctx, api.ListRequest{Status: p.Status})
+	if err != nil {
+		return p, err
+	}
+	children := make(map[string]int)
+	for _, ss := range all {
+		if ss.Parent != "" {
+			children[ss.Parent]++
+		}
+	}
+	p.Total = len(all)
+	q := strings.ToLower(p.Query)
+	for _, ss := range all {
+		if q != "" && !matches(ss, q) {
+			continue
+		}
+		p.Matched++
+		p.Rows = append(p.Rows, sessionRow{Session: ss, Branches: children[ss.ID]})
+	}
+	slices.SortFunc(p.Rows, func(a, b sessionRow) int { return b.Updated.Compare(a.Updated) })
+	if len(p.Rows) > maxRows {
+		p.Rows = p.Rows[:maxRows]
+	}
+	return p, nil
+}
+
+// matches reports whether a session's ID, workflow, parent or a label
+// contains q (lower case).
+func matches(ss api.Session, q string) bool {
+	for _, f := range []string{ss.ID, ss.Workflow, ss.Parent} {
+		if strings.Contains(strings.ToLower(f), q) {
+			return true
+		}
+	}
+	for k, v := range ss.Labels {
+		if strings.Contains(strings.ToLower(k+"="+v), q) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
+	p, err := s.listSessions(r)
+	if err != nil {
+		s.fail(w, r, "list sessions", err)
+		return
+	}
+	s.render(w, "sessions.html", p)
+}
+
+func (s *Server) sessionsJSON(w http.ResponseWriter, r *http.Request) {
+	p, err := s.listSessions(r)
+	if err != nil {
+		s.fail(w, r, "list sessions", err)
+		return
+	}
+	writeJSON(w, p)
+}
+
+type sessionPage struct {
+	State  *session.State
+	Report *api.Report
+	// VerifyErr is why the session could not be verified.
+	VerifyErr string
+	Pending   []client.PendingApproval
+	Tokens    session.Tokens
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := validID(id); err != nil {
+		s.fail(w, r, "session", err)
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	st, err := s.c.State(ctx, id)
+	if err != nil {
+		s.fail(w, r, "session "+id, err)
+		return
+	}
+	p := sessionPage{State: st, Tokens: st.Usage.Total}
+	if rep, err := s.c.Verify(ctx, id); err != nil {
+		p.VerifyErr = err.Error()
+	} else {
+		p.Report = &rep
+	}
+	if p.Pending, err = s.c.Pending(ctx, id); err != nil {
+		s.log.Warn("console: pending approvals", "session", id, "err", err)
+	}
+	s.render(w, "session.html", p)
+}
+
+// graph is the lineage graph of a session's tree, as the dossier draws it
+// (an SVG document with forks, merges and memory edges).
+func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.dossier(w, r)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "image/svg+xml")
+	_, _ = w.Write([]byte(dossier.Graph(d)))
+}
+
+func (s *Server) dossierMarkdown(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.dossier(w, r)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", d.Session+"-dossier.md"))
+	_, _ = w.Write([]byte(dossier.Markdown(d)))
+}
+
+func (s *Server) dossier(w http.ResponseWriter, r *http.Request) (*dossier.Dossier, bool) {
+	id := r.PathValue("id")
+	if err := validID(id); err != nil {
+		s.fail(w, r, "dossier", err)
+		return nil, false
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	d, err := dossier.Build(ctx, s.c, id, dossier.Options{Blobs: s.c.GetBlob, Log: s.log})
+	if err != nil {
+		s.fail(w, r, "dossier of "+id, err)
+		return nil, false
+	}
+	return d, true
+}
+
+// row is one event of the timeline.
+type row struct {
+	Seq     uint64    `json:"seq"`
+	Session string    `json:"session"` // an ancestor's, for events before a fork
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"`
+	Actor   string    `json:"actor,omitempty"`
+	Summary string    `json:"summary"`
+}
+
+func toRow(ev events.Stored) row {
+	return row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: summary(ev)}
+}
+
+// pageSize is how many events a timeline page holds.
+const pageSize = 200
+
+// eventsJSON is a page of the timeline: the events from ?from (default: the
+// last page's first), at most ?limit, and the head.
+func (s *Server) eventsJSON(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := validID(id); err != nil {
+		s.fail(w, r, "events", err)
+		return
+	}
+	q := r.URL.Query()
+	limit, err := intParam(q.Get("limit"), pageSize)
+	if err != nil || limit <= 0 || limit > 1000 {
+		s.fail(w, r, "events", fmt.Errorf("%w: limit must be 1–1000", errBadRequest))
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	st, err := s.c.State(ctx, id)
+	if err != nil {
+		s.fail(w, r, "events of "+id, err)
+		return
+	}
+	from := uint64(1)
+	if st.Seq > uint64(limit) {
+		from = st.Seq - uint64(limit) + 1
+	}
+	if v := q.Get("from"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			s.fail(w, r, "events", fmt.Errorf("%w: from must be a sequence ≥ 1", errBadRequest))
+			return
+		}
+		from = n
+	}
+	out := struct {
+		Head   uint64 `json:"head"`
+		Events []row  `json:"events"`
+	}{Head: st.Seq, Events: []row{}}
+	if from <= st.Seq {
+		evs, err := s.c.Log(ctx, id, client.Range{From: from, To: st.Seq, Limit: limit})
+		if err != nil {
+			s.fail(w, r, "events of "+id, err)
+			return
+		}
+		for _, ev := range evs {
+			out.Events = append(out.Events, toRow(ev))
+		}
+	}
+	writeJSON(w, out)
+}
+
+// eventJSON is one event as stored, with its data decoded.
+func (s *Server) eventJSON(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err == nil {
+		err = validID(id)
+	}
+	if err != nil || seq == 0 {
+		s.fail(w, r, "event", fmt.Errorf("%w: want /api/s/SESSION/event/SEQ", errBadRequest))
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	raws, err := s.c.LogRaw(ctx, id, client.Range{From: seq, To: seq})
+	if err != nil {
+		s.fail(w, r, fmt.Sprintf("event %d of %s", seq, id), err)
+		return
+	}
+	if len(raws) == 0 {
+		s.fail(w, r, fmt.Sprintf("event %d of %s", seq, id), api.ErrOutOfRange)
+		return
+	}
+	ev, err := events.ParseStored(raws[0])
+	if err != nil {
+		s.fail(w, r, fmt.Sprintf("event %d of %s", seq, id), err)
+		return
+	}
+	out := struct {
+		Row   row             `json:"row"`
+		Event json.RawMessage `json:"event"`
+		Diff  string          `json:"diff,omitempty"`
+	}{Row: toRow(ev), Event: raws[0]}
+	if data, err := ev.Decode(); err == nil {
+		if done, ok := data.(*events.ToolCompleted); ok {
+			out.Diff = done.Diff
+			if out.Diff == "" && done.DiffRef != "" {
+				if b, err := s.c.GetBlob(ctx, done.DiffRef); err == nil {
+					out.Diff = string(b)
+				}
+			}
+		}
+	}
+	writeJSON(w, out)
+}
+
+// stateJSON is the folded state at ?at (default: the head).
+func (s *Server) stateJSON(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := validID(id); err != nil {
+		s.fail(w, r, "state", err)
+		return
+	}
+	at, err := intParam(r.URL.Query().Get("at"), 0)
+	if err != nil || at < 0 {
+		s.fail(w, r, "state", fmt.Errorf("%w: at must be a sequence", errBadRequest))
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	var st *session.State
+	if at == 0 {
+		st, err = s.c.State(ctx, id)
+	} else {
+		st, err = s.c.StateAt(ctx, id, uint64(at))
+	}
+	if err != nil {
+		s.fail(w, r, "state of "+id, err)
+		return
+	}
+	writeJSON(w, st)
+}
+
+type approvalsPage struct {
+	Pending []client.PendingApproval
+	Errors  []string
+}
+
+// approvals lists every open session's pending approvals.
+func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	open, err := s.c.List(ctx, api.ListRequest{Status: "open"})
+	if err != nil {
+		s.fail(w, r, "list sessions", err)
+		return
+	}
+	var p approvalsPage
+	for _, ss := range open {
+		pend, err := s.c.Pending(ctx, ss.ID)
+		if err != nil {
+			p.Errors = append(p.Errors, fmt.Sprintf("%s: %v", ss.ID, err))
+			continue
+		}
+		p.Pending = append(p.Pending, pend...)
+	}
+	slices.SortFunc(p.Pending, func(a, b client.PendingApproval) int {
+		return cmp.Or(strings.Compare(a.Session, b.Session), cmp.Compare(a.Seq, b.Seq))
+	})
+	s.render(w, "approvals.html", p)
+}
+
+// decide grants or rejects an approval, as the console's identity, and
+// returns to the page the form was on.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	id, approval, decision := r.PathValue("id"), r.PathValue("approval"), r.PathValue("decision")
+	if err := validID(id); err != nil {
+		s.fail(w, r, "decide", err)
+		return
+	}
+	reason := strings.TrimSpace(r.FormValue("reason"))
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	var err error
+	switch decision {
+	case "approve":
+		_, err = s.c.Approve(ctx, id, approval, reason)
+	case "reject":
+		if reason == "" {
+			err = fmt.Errorf("%w: a rejection needs a reason", errBadRequest)
+			break
+		}
+		_, err = s.c.Reject(ctx, id, approval, reason)
+	default:
+		err = fmt.Errorf("%w: the decision is approve or reject, not %q", errBadRequest, decision)
+	}
+	if err != nil {
+		s.fail(w, r, fmt.Sprintf("%s %s of %s", decision, approval, id), err)
+		return
+	}
+	// Back to the session's page when the form was there.
+	back := "/approvals"
+	if ref, err := url.Parse(r.Referer()); err == nil && ref.Path == "/s/"+id {
+		back = ref.Path
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+func intParam(v string, def int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	return strconv.Atoi(v)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true)
+	_ = enc.Encode(v)
+}
+
+// summary is an event's one line in the timeline: what a person scans for.
+func summary(ev events.Stored) string {
+	data, err := ev.Decode()
+	if err != nil {
+		return clip(string(ev.Data), 160)
+	}
+	var parts []string
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	switch d := data.(type) {
+	case *events.ChunkAppended:
+		add("%s", d.Role)
+		if d.Agent != "" {
+			add("(%s)", d.Agent)
+		}
+		add("%s", clip(d.Content, 140))
+	case *events.ToolCompleted:
+		add("%s %s exit %d, %d ms", d.Tool, d.CallID, d.ExitCode, d.DurationMS)
+		if d.Diff != "" || d.DiffRef != "" {
+			add("· files changed")
+		}
+	default:
+		return fields(data)
+	}
+	return strings.Join(parts, " ")
+}
+
+// summaryKeys are the fields a one-line summary shows, in this order, when
+// an event's data has them.
+var summaryKeys = []string{"agent", "tool", "call_id", "rule", "action", "provider", "model", "input_tokens", "output_tokens",
+	"latency_ms", "status", "outcome", "reason", "error", "handler", "task", "query", "key", "approval_id", "by", "workflow"}
+
+// fields is the summary of any event: its data's well-known fields as
+// key=value, or its data clipped when it has none of them.
+func fields(data any) string {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return ""
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return clip(string(b), 160)
+	}
+	var parts []string
+	for _, k := range summaryKeys {
+		v, ok := m[k]
+		if !ok || v == "" || v == nil {
+			continue
+		}
+		switch v.(type) {
+		case map[string]any, []any:
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s=%s", k, clip(fmt.Sprint(v), 80)))
+	}
+	if len(parts) == 0 {
+		return clip(string(b), 160)
+	}
+	return clip(strings.Join(parts, " "), 200)
+}
+
+// clip shortens s to n runes on one line.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
