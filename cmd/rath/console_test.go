@@ -110,7 +110,15 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	diff := run(t, ctx, "read the diff", chromedp.TextContent(chromedp.CSS(`#detail pre.diff`)))
 	page2 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 
-	for name, b := range map[string][]byte{"sessions.png": page1, "session.png": page2} {
+	// The two branches compared: the rejected root and the accepted fork.
+	run(t, ctx, "open the comparison", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/compare?a="+root+"&b="+fork),
+		chromedp.WaitVisible(chromedp.CSS(`table.compare`)),
+	))
+	compared := run(t, ctx, "read the comparison", chromedp.Text(chromedp.CSS(`main`)))
+	page3 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+
+	for name, b := range map[string][]byte{"sessions.png": page1, "session.png": page2, "compare.png": page3} {
 		if err := os.WriteFile(filepath.Join(shots, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -129,6 +137,9 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	}
 	if !strings.Contains(verified, "verify") || strings.Contains(verified, "✗") {
 		t.Errorf("verification shown: %q", verified)
+	}
+	if !strings.Contains(compared, "superseded") || !strings.Contains(compared, "accepted") || !strings.Contains(compared, "slug.go") {
+		t.Errorf("the comparison does not show the outcomes and the file both changed:\n%s", compared)
 	}
 	if !strings.Contains(diff, "\n+") && !strings.HasPrefix(diff, "+") {
 		t.Errorf("the tool call's diff shows no added line:\n%s", diff)

@@ -71,9 +71,13 @@ func New(c *client.Client, log *slog.Logger) (*Server, error) {
 	s.mux.HandleFunc("GET /api/s/{id}/state", s.stateJSON)
 	s.mux.HandleFunc("GET /api/s/{id}/live", s.live)
 	s.mux.HandleFunc("GET /approvals", s.approvals)
-	// Actions refuse cross-origin requests: a page elsewhere cannot
-	// approve through a browser that has the console open.
-	s.mux.Handle("POST /s/{id}/approvals/{approval}/{decision}", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.decide)))
+	s.mux.HandleFunc("GET /compare", s.compare)
+	// Actions refuse cross-origin requests: a page elsewhere cannot act
+	// through a browser that has the console open.
+	cop := http.NewCrossOriginProtection()
+	s.mux.Handle("POST /s/{id}/approvals/{approval}/{decision}", cop.Handler(http.HandlerFunc(s.decide)))
+	s.mux.Handle("POST /s/{id}/fork", cop.Handler(http.HandlerFunc(s.fork)))
+	s.mux.Handle("POST /s/{id}/lifecycle/{action}", cop.Handler(http.HandlerFunc(s.lifecycle)))
 	return s, nil
 }
 

@@ -124,7 +124,7 @@ func TestPagesAndTimeline(t *testing.T) {
 	if page.Head != 4 || len(page.Events) != 2 || page.Events[0].Seq != 3 || page.Events[1].Seq != 4 {
 		t.Fatalf("last page of 2: %+v", page)
 	}
-	if page.Events[1].Summary != "user message 3" {
+	if page.Events[1].Summary != "user: message 3" {
 		t.Errorf("summary of a user message: %q", page.Events[1].Summary)
 	}
 	decode(t, r.want(t, "/api/s/s1-fork/events?from=1&limit=10", 200), &page)
@@ -266,6 +266,69 @@ func TestDecisionsAreRefusedWithReasons(t *testing.T) {
 		t.Errorf("a cross-origin approval: %d, want 403", code)
 	}
 	r.want(t, "/approvals", 200, "Nothing is waiting for approval")
+}
+
+// Fork at a sequence with a message, pause, resume, close and compare act
+// through the ledger and open the page they lead to.
+func TestActions(t *testing.T) {
+	r := start(t)
+	r.session(t, "s1", 3)
+	ctx := context.Background()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path, form string) (int, string) {
+		t.Helper()
+		resp, err := noRedirect.Post(r.web.URL+path, "application/x-www-form-urlencoded", strings.NewReader(form))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusSeeOther {
+			return resp.StatusCode, resp.Header.Get("Location")
+		}
+		return resp.StatusCode, string(b)
+	}
+
+	code, to := post("/s/s1/fork", "at=2&id=s1-retry&message=try+it+the+other+way")
+	if code != http.StatusSeeOther || to != "/s/s1-retry" {
+		t.Fatalf("fork: %d %s", code, to)
+	}
+	fork, err := r.c.State(ctx, "s1-retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := r.c.Log(ctx, "s1-retry", client.Range{From: fork.Seq})
+	if err != nil || len(last) != 1 || last[0].Type != events.TypeChunkAppended || !strings.Contains(string(last[0].Data), "try it the other way") {
+		t.Fatalf("the fork's last event: %+v, %v", last, err)
+	}
+	if fork.Lineage.Parent != "s1" || fork.Lineage.ForkSeq != 2 {
+		t.Fatalf("fork lineage: %+v", fork.Lineage)
+	}
+	if code, body := post("/s/s1/fork", "at=x"); code != 400 || !strings.Contains(body, "at must be") {
+		t.Errorf("fork at x: %d %s", code, body)
+	}
+	if code, body := post("/s/s1/fork", "at=99"); code != 404 || !strings.Contains(body, "out_of_range") {
+		t.Errorf("fork beyond the head: %d %s", code, body)
+	}
+
+	for _, step := range []struct{ action, status string }{{"pause", "paused"}, {"resume", "active"}, {"close", "closed"}} {
+		if code, to := post("/s/s1/lifecycle/"+step.action, "reason=from+the+test"); code != http.StatusSeeOther || to != "/s/s1" {
+			t.Fatalf("%s: %d %s", step.action, code, to)
+		}
+		if st, err := r.c.State(ctx, "s1"); err != nil || string(st.Status) != step.status {
+			t.Fatalf("after %s: %v, %v; want %s", step.action, st.Status, err, step.status)
+		}
+	}
+	if code, body := post("/s/s1/lifecycle/resume", ""); code != http.StatusConflict {
+		t.Errorf("resume a closed session: %d %s", code, body)
+	}
+	if code, body := post("/s/s1/lifecycle/explode", ""); code != 400 || !strings.Contains(body, "pause, resume or close") {
+		t.Errorf("an unknown action: %d %s", code, body)
+	}
+
+	r.want(t, "/compare?a=s1&b=s1-retry", 200, "Common ancestry: sequences 1–2", "try it the other way")
+	r.want(t, "/compare?a=s1&b=no..pe", 400, "compare")
+	r.want(t, "/s/s1-retry", 200, `<option>s1</option>`)
 }
 
 func decode(t *testing.T, body string, v any) {

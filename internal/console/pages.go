@@ -109,6 +109,8 @@ type sessionPage struct {
 	VerifyErr string
 	Pending   []client.PendingApproval
 	Tokens    session.Tokens
+	// Tree is every session of its tree, to compare with.
+	Tree []string
 }
 
 func (s *Server) session(w http.ResponseWriter, r *http.Request) {
@@ -133,6 +135,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	if p.Pending, err = s.c.Pending(ctx, id); err != nil {
 		s.log.Warn("console: pending approvals", "session", id, "err", err)
 	}
+	p.Tree = s.tree(ctx, id)
 	s.render(w, "session.html", p)
 }
 
@@ -184,7 +187,7 @@ type row struct {
 }
 
 func toRow(ev events.Stored) row {
-	return row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: summary(ev)}
+	return row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: events.Summary(ev)}
 }
 
 // pageSize is how many events a timeline page holds.
@@ -389,73 +392,4 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(true)
 	_ = enc.Encode(v)
-}
-
-// summary is an event's one line in the timeline: what a person scans for.
-func summary(ev events.Stored) string {
-	data, err := ev.Decode()
-	if err != nil {
-		return clip(string(ev.Data), 160)
-	}
-	var parts []string
-	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
-	switch d := data.(type) {
-	case *events.ChunkAppended:
-		add("%s", d.Role)
-		if d.Agent != "" {
-			add("(%s)", d.Agent)
-		}
-		add("%s", clip(d.Content, 140))
-	case *events.ToolCompleted:
-		add("%s %s exit %d, %d ms", d.Tool, d.CallID, d.ExitCode, d.DurationMS)
-		if d.Diff != "" || d.DiffRef != "" {
-			add("· files changed")
-		}
-	default:
-		return fields(data)
-	}
-	return strings.Join(parts, " ")
-}
-
-// summaryKeys are the fields a one-line summary shows, in this order, when
-// an event's data has them.
-var summaryKeys = []string{"agent", "tool", "call_id", "rule", "action", "provider", "model", "input_tokens", "output_tokens",
-	"latency_ms", "status", "outcome", "reason", "error", "handler", "task", "query", "key", "approval_id", "by", "workflow"}
-
-// fields is the summary of any event: its data's well-known fields as
-// key=value, or its data clipped when it has none of them.
-func fields(data any) string {
-	b, err := json.Marshal(data)
-	if err != nil {
-		return ""
-	}
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return clip(string(b), 160)
-	}
-	var parts []string
-	for _, k := range summaryKeys {
-		v, ok := m[k]
-		if !ok || v == "" || v == nil {
-			continue
-		}
-		switch v.(type) {
-		case map[string]any, []any:
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s=%s", k, clip(fmt.Sprint(v), 80)))
-	}
-	if len(parts) == 0 {
-		return clip(string(b), 160)
-	}
-	return clip(strings.Join(parts, " "), 200)
-}
-
-// clip shortens s to n runes on one line.
-func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }

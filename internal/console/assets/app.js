@@ -80,12 +80,16 @@ function timeline(table) {
       const kids = [el("h2", {}, `Event ${seq}: ${ev.row.type}`), el("p", { class: "muted" }, ev.row.summary)];
       if (ev.diff) {
         const pre = el("pre", { class: "diff" });
-        for (const line of ev.diff.split("\n")) {
-          const c = line.startsWith("@@") ? "hunk" : line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
-          pre.append(el("span", c ? { class: c } : {}, line + "\n"));
-        }
+        colourDiff(pre, ev.diff);
         kids.push(el("h2", {}, "Diff"), pre);
       }
+      // Fork here: a new branch sharing the log up to this event, with
+      // an optional message the agents resume on.
+      const fork = el("form", { method: "post", action: `/s/${id}/fork`, class: "fork" },
+        el("input", { type: "hidden", name: "at", value: seq }),
+        el("input", { name: "message", placeholder: "optional message to the fork (a correction, a hint)" }),
+        el("button", { type: "submit" }, `Fork at ${seq}`));
+      kids.push(fork);
       kids.push(el("h2", {}, "Event as stored"), el("pre", {}, JSON.stringify(ev.event, null, 2)));
       kids.push(el("h2", {}, `State at ${seq}`), el("pre", {}, JSON.stringify(st, null, 2)));
       detail.replaceChildren(...kids);
@@ -114,6 +118,15 @@ function timeline(table) {
       status.textContent = String(e.message || e);
     }
   })();
+}
+
+// colourDiff fills pre with a unified diff, a span per line.
+function colourDiff(pre, diff) {
+  pre.replaceChildren();
+  for (const line of diff.split("\n")) {
+    const c = line.startsWith("@@") ? "hunk" : line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
+    pre.append(el("span", c ? { class: c } : {}, line + "\n"));
+  }
 }
 
 async function graph(div) {
@@ -158,4 +171,5 @@ document.addEventListener("DOMContentLoaded", () => {
   if (g) graph(g);
   const s = document.getElementById("sessions");
   if (s) sessions(s);
+  for (const pre of document.querySelectorAll("pre[data-diff]")) colourDiff(pre, pre.textContent);
 });
