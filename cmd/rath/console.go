@@ -23,31 +23,47 @@ import (
 // identity of --creds.
 func (a *app) consoleCmd() *cobra.Command {
 	addr := "127.0.0.1:8080"
+	login := false
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve the web console: sessions, live timelines, lineage, approvals",
 		Long: `console serves Rath's web console on --http, against the NATS of --nats, as
 the identity of --creds: the sessions that identity may read, their live
 timelines, events and state at any sequence, the lineage graph, verification,
-the dossier, and the pending approvals it may decide. rath up serves the same
-console on its own --http address.`,
+the dossier, and the pending approvals it may decide. With --login each person
+signs in with their own user credentials instead (the .creds file rath creds
+add wrote for them) and the console reads and acts as them: a tenant's user
+sees the tenant's sessions, and an approval records who gave it. rath up serves
+the same console, as its client identity, on its own --http address.`,
 		Example: `  rath console                       # against rath up in this directory
-  rath console --nats nats://ops:4222 --creds ops.creds --http 127.0.0.1:8080`,
+  rath console --nats nats://ops:4222 --creds ops.creds --http 127.0.0.1:8080
+  rath console --nats nats://ops:4222 --login --http 0.0.0.0:8080   # behind TLS`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			srv, err := console.New(c, slog.Default())
-			if err != nil {
-				return err
+			var srv *console.Server
+			var as string
+			if login {
+				s, err := console.New(nil, slog.Default(), console.WithLogin(console.Login{URL: a.url, Options: []nats.Option{nats.Timeout(a.timeout)}}))
+				if err != nil {
+					return err
+				}
+				srv, as = s, "each person signed in"
+			} else {
+				c, err := a.client()
+				if err != nil {
+					return err
+				}
+				s, err := console.New(c, slog.Default())
+				if err != nil {
+					return err
+				}
+				srv, as = s, c.Principal().String()
 			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return usageError{fmt.Errorf("console: cannot listen on %s: %w", addr, err)}
 			}
-			fmt.Fprintf(a.Stdout, "rath: console at http://%s/ (as %s)\n", ln.Addr(), c.Principal())
+			fmt.Fprintf(a.Stdout, "rath: console at http://%s/ (as %s)\n", ln.Addr(), as)
 			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
 			hs.RegisterOnShutdown(srv.Close)
 			errc := make(chan error, 1)
@@ -66,6 +82,7 @@ console on its own --http address.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "http", addr, "host:port to serve the console on")
+	cmd.Flags().BoolVar(&login, "login", false, "have each person sign in with their own user credentials (.creds) and act as them, instead of as --creds")
 	return cmd
 }
 

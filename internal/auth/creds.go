@@ -297,6 +297,31 @@ func Options(path string) ([]nats.Option, Identity, error) {
 	return opts, id, nil
 }
 
+// OptionsFrom is Options for a credentials file's content, as a person
+// hands it to a program (the console's sign-in) rather than a path; name
+// says where it came from in errors. The seed stays in memory, held by the
+// returned option, for as long as the connection may reconnect.
+func OptionsFrom(b []byte, name string) ([]nats.Option, Identity, error) {
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return nil, Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, name, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, name, err)
+	}
+	role, p, err := header(b, name)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	id := Identity{Role: role, Principal: p, PublicKey: pub}
+	opts := []nats.Option{nats.Nkey(pub, kp.Sign)}
+	if id.Role == RoleClient {
+		opts = append(opts, nats.CustomInboxPrefix(id.Principal.ReplyPrefix()))
+	}
+	return opts, id, nil
+}
+
 // create writes a new identity for role, acting as p, at path, atomically
 // and 0600.
 func create(path string, role Role, p events.Principal) (Identity, error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/openrath/rath/internal/replay"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -40,13 +41,13 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	ack, err := s.c.Fork(ctx, api.ForkRequest{Parent: id, At: at, ID: newID, Reason: strings.TrimSpace(r.FormValue("reason"))})
+	ack, err := s.client(r).Fork(ctx, api.ForkRequest{Parent: id, At: at, ID: newID, Reason: strings.TrimSpace(r.FormValue("reason"))})
 	if err != nil {
 		s.fail(w, r, "fork "+id, err)
 		return
 	}
 	if msg := strings.TrimSpace(r.FormValue("message")); msg != "" {
-		if _, err := s.c.Emit(ctx, ack.Session, &events.ChunkAppended{Role: events.RoleUser, Content: msg}); err != nil {
+		if _, err := s.client(r).Emit(ctx, ack.Session, &events.ChunkAppended{Role: events.RoleUser, Content: msg}); err != nil {
 			s.fail(w, r, "message to the fork "+ack.Session, err)
 			return
 		}
@@ -67,12 +68,12 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request) {
 	var do func(context.Context) error
 	switch action {
 	case "pause":
-		do = func(ctx context.Context) error { _, err := s.c.Pause(ctx, id, reason); return err }
+		do = func(ctx context.Context) error { _, err := s.client(r).Pause(ctx, id, reason); return err }
 	case "resume":
-		do = func(ctx context.Context) error { _, err := s.c.Resume(ctx, id, reason); return err }
+		do = func(ctx context.Context) error { _, err := s.client(r).Resume(ctx, id, reason); return err }
 	case "close":
 		do = func(ctx context.Context) error {
-			_, err := s.c.Close(ctx, id, events.SessionClosed{Reason: reason, Outcome: "closed from the console"})
+			_, err := s.client(r).Close(ctx, id, events.SessionClosed{Reason: reason, Outcome: "closed from the console"})
 			return err
 		}
 	default:
@@ -87,6 +88,7 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request) {
 }
 
 type comparePage struct {
+	Frame
 	A, B string
 	C    *replay.Contrast
 }
@@ -103,19 +105,19 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	c, err := replay.ReadContrast(ctx, s.c, p.A, p.B)
+	c, err := replay.ReadContrast(ctx, s.client(r), p.A, p.B)
 	if err != nil {
 		s.fail(w, r, "compare "+p.A+" with "+p.B, err)
 		return
 	}
 	p.C = &c
-	s.render(w, "compare.html", p)
+	s.render(w, r, "compare.html", "Compare", &p)
 }
 
 // tree is every session of a session's tree, root first, for the compare
 // form.
-func (s *Server) tree(ctx context.Context, id string) []string {
-	g, err := s.c.Lineage(ctx, id)
+func (s *Server) tree(ctx context.Context, c *client.Client, id string) []string {
+	g, err := c.Lineage(ctx, id)
 	if err != nil || g.Root == nil {
 		return nil
 	}

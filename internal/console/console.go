@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openrath/rath/pkg/client"
@@ -43,10 +44,18 @@ type Server struct {
 	// closed ends the live streams (Close).
 	closed context.Context
 	close  context.CancelFunc
+
+	// login, when set, signs people in (login.go); users are the
+	// sign-ins by token.
+	login *Login
+	mu    sync.Mutex
+	users map[string]*user
 }
 
-// New returns the console of the sessions c may read.
-func New(c *client.Client, log *slog.Logger) (*Server, error) {
+// New returns the console of the sessions c may read, acting as c; with
+// WithLogin, of the sessions each signed-in person may read, acting as them
+// (c may then be nil).
+func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -56,11 +65,18 @@ func New(c *client.Client, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{c: c, log: log, pages: pages, mux: http.NewServeMux(), timeout: 10 * time.Second}
 	s.closed, s.close = context.WithCancel(context.Background())
+	for _, o := range opts {
+		o(s)
+	}
+	if s.c == nil && s.login == nil {
+		return nil, errors.New("console: no client, and no sign-in")
+	}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("GET /{$}", s.sessions)
 	s.mux.HandleFunc("GET /api/sessions", s.sessionsJSON)
 	s.mux.HandleFunc("GET /s/{id}", s.session)
@@ -78,12 +94,19 @@ func New(c *client.Client, log *slog.Logger) (*Server, error) {
 	s.mux.Handle("POST /s/{id}/approvals/{approval}/{decision}", cop.Handler(http.HandlerFunc(s.decide)))
 	s.mux.Handle("POST /s/{id}/fork", cop.Handler(http.HandlerFunc(s.fork)))
 	s.mux.Handle("POST /s/{id}/lifecycle/{action}", cop.Handler(http.HandlerFunc(s.lifecycle)))
+	s.mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.signIn)))
+	s.mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(s.signOut)))
 	return s, nil
 }
 
 // Close ends the live streams, which would otherwise hold an HTTP server's
 // graceful shutdown until their browsers leave.
-func (s *Server) Close() { s.close() }
+func (s *Server) Close() {
+	s.close()
+	if s.login != nil {
+		s.closeUsers()
+	}
+}
 
 // ServeHTTP implements http.Handler. Every response forbids framing and
 // loading anything from elsewhere.
@@ -92,6 +115,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
+	if s.login != nil && r.URL.Path != "/login" && !strings.HasPrefix(r.URL.Path, "/assets/") {
+		var ok bool
+		if r, ok = s.signedIn(w, r); !ok {
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -100,8 +129,23 @@ func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.timeout)
 }
 
-// render writes a page, or the error that kept it from rendering.
-func (s *Server) render(w http.ResponseWriter, name string, data any) {
+// Frame is what every page's header shows.
+type Frame struct {
+	Title string
+	// Who is the identity the console reads and acts as; SignOut is set
+	// when people sign in.
+	Who     string
+	SignOut bool
+}
+
+func (f *Frame) frame() *Frame { return f }
+
+type framed interface{ frame() *Frame }
+
+// render writes a page, titled, or the error that kept it from rendering.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data framed) {
+	f := data.frame()
+	f.Title, f.Who, f.SignOut = title, s.who(r), s.login != nil
 	var b strings.Builder
 	if err := s.pages.ExecuteTemplate(&b, name, data); err != nil {
 		s.log.Error("console: render", "page", name, "err", err)

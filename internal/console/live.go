@@ -55,7 +55,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	evs := make(chan events.Stored, 64)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.c.Watch(ctx, id, func(ev events.Stored) error {
+		done <- s.client(r).Watch(ctx, id, func(ev events.Stored) error {
 			select {
 			case evs <- ev:
 				return nil

@@ -29,6 +29,7 @@ type sessionRow struct {
 }
 
 type sessionsPage struct {
+	Frame
 	Rows           []sessionRow
 	Total, Matched int
 	Status, Query  string
@@ -42,7 +43,7 @@ func (s *Server) listSessions(r *http.Request) (sessionsPage, error) {
 	defer cancel()
 	p := sessionsPage{Status: r.URL.Query().Get("status"), Query: strings.TrimSpace(r.URL.Query().Get("q")),
 		Statuses: []string{"", "active", "paused", "closed", "archived"}}
-	all, err := s.c.List(ctx, api.ListRequest{Status: p.Status})
+	all, err := s.client(r).List(ctx, api.ListRequest{Status: p.Status})
 	if err != nil {
 		return p, err
 	}
@@ -90,7 +91,7 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "list sessions", err)
 		return
 	}
-	s.render(w, "sessions.html", p)
+	s.render(w, r, "sessions.html", "Sessions", &p)
 }
 
 func (s *Server) sessionsJSON(w http.ResponseWriter, r *http.Request) {
@@ -103,6 +104,7 @@ func (s *Server) sessionsJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 type sessionPage struct {
+	Frame
 	State  *session.State
 	Report *api.Report
 	// VerifyErr is why the session could not be verified.
@@ -121,22 +123,22 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	st, err := s.c.State(ctx, id)
+	st, err := s.client(r).State(ctx, id)
 	if err != nil {
 		s.fail(w, r, "session "+id, err)
 		return
 	}
 	p := sessionPage{State: st, Tokens: st.Usage.Total}
-	if rep, err := s.c.Verify(ctx, id); err != nil {
+	if rep, err := s.client(r).Verify(ctx, id); err != nil {
 		p.VerifyErr = err.Error()
 	} else {
 		p.Report = &rep
 	}
-	if p.Pending, err = s.c.Pending(ctx, id); err != nil {
+	if p.Pending, err = s.client(r).Pending(ctx, id); err != nil {
 		s.log.Warn("console: pending approvals", "session", id, "err", err)
 	}
-	p.Tree = s.tree(ctx, id)
-	s.render(w, "session.html", p)
+	p.Tree = s.tree(ctx, s.client(r), id)
+	s.render(w, r, "session.html", st.ID, &p)
 }
 
 // graph is the lineage graph of a session's tree, as the dossier draws it
@@ -168,7 +170,7 @@ func (s *Server) dossier(w http.ResponseWriter, r *http.Request) (*dossier.Dossi
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	d, err := dossier.Build(ctx, s.c, id, dossier.Options{Blobs: s.c.GetBlob, Log: s.log})
+	d, err := dossier.Build(ctx, s.client(r), id, dossier.Options{Blobs: s.client(r).GetBlob, Log: s.log})
 	if err != nil {
 		s.fail(w, r, "dossier of "+id, err)
 		return nil, false
@@ -209,7 +211,7 @@ func (s *Server) eventsJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	st, err := s.c.State(ctx, id)
+	st, err := s.client(r).State(ctx, id)
 	if err != nil {
 		s.fail(w, r, "events of "+id, err)
 		return
@@ -231,7 +233,7 @@ func (s *Server) eventsJSON(w http.ResponseWriter, r *http.Request) {
 		Events []row  `json:"events"`
 	}{Head: st.Seq, Events: []row{}}
 	if from <= st.Seq {
-		evs, err := s.c.Log(ctx, id, client.Range{From: from, To: st.Seq, Limit: limit})
+		evs, err := s.client(r).Log(ctx, id, client.Range{From: from, To: st.Seq, Limit: limit})
 		if err != nil {
 			s.fail(w, r, "events of "+id, err)
 			return
@@ -256,7 +258,7 @@ func (s *Server) eventJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	raws, err := s.c.LogRaw(ctx, id, client.Range{From: seq, To: seq})
+	raws, err := s.client(r).LogRaw(ctx, id, client.Range{From: seq, To: seq})
 	if err != nil {
 		s.fail(w, r, fmt.Sprintf("event %d of %s", seq, id), err)
 		return
@@ -279,7 +281,7 @@ func (s *Server) eventJSON(w http.ResponseWriter, r *http.Request) {
 		if done, ok := data.(*events.ToolCompleted); ok {
 			out.Diff = done.Diff
 			if out.Diff == "" && done.DiffRef != "" {
-				if b, err := s.c.GetBlob(ctx, done.DiffRef); err == nil {
+				if b, err := s.client(r).GetBlob(ctx, done.DiffRef); err == nil {
 					out.Diff = string(b)
 				}
 			}
@@ -304,9 +306,9 @@ func (s *Server) stateJSON(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var st *session.State
 	if at == 0 {
-		st, err = s.c.State(ctx, id)
+		st, err = s.client(r).State(ctx, id)
 	} else {
-		st, err = s.c.StateAt(ctx, id, uint64(at))
+		st, err = s.client(r).StateAt(ctx, id, uint64(at))
 	}
 	if err != nil {
 		s.fail(w, r, "state of "+id, err)
@@ -316,6 +318,7 @@ func (s *Server) stateJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 type approvalsPage struct {
+	Frame
 	Pending []client.PendingApproval
 	Errors  []string
 }
@@ -324,14 +327,17 @@ type approvalsPage struct {
 func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	open, err := s.c.List(ctx, api.ListRequest{Status: "open"})
+	all, err := s.client(r).List(ctx, api.ListRequest{})
 	if err != nil {
 		s.fail(w, r, "list sessions", err)
 		return
 	}
 	var p approvalsPage
-	for _, ss := range open {
-		pend, err := s.c.Pending(ctx, ss.ID)
+	for _, ss := range all {
+		if session.Status(ss.Status).Ended() {
+			continue
+		}
+		pend, err := s.client(r).Pending(ctx, ss.ID)
 		if err != nil {
 			p.Errors = append(p.Errors, fmt.Sprintf("%s: %v", ss.ID, err))
 			continue
@@ -341,7 +347,7 @@ func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(p.Pending, func(a, b client.PendingApproval) int {
 		return cmp.Or(strings.Compare(a.Session, b.Session), cmp.Compare(a.Seq, b.Seq))
 	})
-	s.render(w, "approvals.html", p)
+	s.render(w, r, "approvals.html", "Approvals", &p)
 }
 
 // decide grants or rejects an approval, as the console's identity, and
@@ -358,13 +364,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch decision {
 	case "approve":
-		_, err = s.c.Approve(ctx, id, approval, reason)
+		_, err = s.client(r).Approve(ctx, id, approval, reason)
 	case "reject":
 		if reason == "" {
 			err = fmt.Errorf("%w: a rejection needs a reason", errBadRequest)
 			break
 		}
-		_, err = s.c.Reject(ctx, id, approval, reason)
+		_, err = s.client(r).Reject(ctx, id, approval, reason)
 	default:
 		err = fmt.Errorf("%w: the decision is approve or reject, not %q", errBadRequest, decision)
 	}

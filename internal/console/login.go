@@ -1,0 +1,246 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// Login makes the console ask each person to sign in with their own Rath
+// credentials (a tenant user's .creds file, as `rath creds add` writes it):
+// the console then reads and acts as that user, on a NATS connection of
+// theirs, so a tenant's user sees only the tenant's sessions and an approval
+// records who gave it.
+type Login struct {
+	// URL is the NATS the console connects users to.
+	URL string
+	// Options are added to every user's connection (a name, timeouts).
+	Options []nats.Option
+	// Idle ends a sign-in unused this long (default 8 hours).
+	Idle time.Duration
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithLogin has the console sign people in (Login) instead of acting as the
+// client it was given.
+func WithLogin(l Login) Option {
+	return func(s *Server) {
+		if l.Idle <= 0 {
+			l.Idle = 8 * time.Hour
+		}
+		s.login = &l
+		s.users = make(map[string]*user)
+	}
+}
+
+// cookieName holds a signed-in person's token.
+const cookieName = "rath_console"
+
+// maxCreds bounds an uploaded credentials file.
+const maxCreds = 16 << 10
+
+// user is one person signed in.
+type user struct {
+	c     *client.Client
+	nc    *nats.Conn
+	as    events.Principal
+	used  time.Time
+	token string
+}
+
+type userKey struct{}
+
+// client is the client a request reads and acts through: the signed-in
+// person's, or the console's own without sign-in.
+func (s *Server) client(r *http.Request) *client.Client {
+	if u, ok := r.Context().Value(userKey{}).(*user); ok {
+		return u.c
+	}
+	return s.c
+}
+
+// signedIn admits a request with a live sign-in, or sends the person to
+// sign in (an API request gets 401).
+func (s *Server) signedIn(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	ck, err := r.Cookie(cookieName)
+	var u *user
+	if err == nil {
+		u = s.user(ck.Value)
+	}
+	if u == nil {
+		if strings.HasPrefix(r.URL.Path, "/api/") || r.Method != http.MethodGet {
+			http.Error(w, "console: sign in first (/login)", http.StatusUnauthorized)
+			return r, false
+		}
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		return r, false
+	}
+	return r.WithContext(context.WithValue(r.Context(), userKey{}, u)), true
+}
+
+// user returns the live sign-in of token, ending it if it idled out.
+func (s *Server) user(token string) *user {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.users[token]
+	if u == nil {
+		return nil
+	}
+	if time.Since(u.used) > s.login.Idle {
+		delete(s.users, token)
+		u.nc.Close()
+		return nil
+	}
+	u.used = time.Now()
+	return u
+}
+
+type loginPage struct {
+	Frame
+	Error string
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+	if s.login == nil {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, "login.html", "Sign in", &loginPage{})
+}
+
+// signIn connects as the uploaded credentials, checks that the ledger
+// answers that identity, and sets the cookie of the new sign-in.
+func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
+	creds, err := uploaded(r)
+	if err == nil {
+		var u *user
+		if u, err = s.connect(r.Context(), creds); err == nil {
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: u.token, Path: "/", HttpOnly: true,
+				Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+			s.log.Info("console: signed in", "as", u.as.String())
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+	}
+	s.log.Warn("console: sign-in refused", "err", err)
+	w.WriteHeader(http.StatusUnauthorized)
+	var b strings.Builder
+	if err := s.pages.ExecuteTemplate(&b, "login.html", &loginPage{Frame: Frame{Title: "Sign in"}, Error: err.Error()}); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// uploaded reads the credentials from the form: a file, or pasted text.
+func uploaded(r *http.Request) ([]byte, error) {
+	r.Body = http.MaxBytesReader(nil, r.Body, maxCreds+4096)
+	if f, _, err := r.FormFile("creds"); err == nil {
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, maxCreds+1))
+		if err != nil {
+			return nil, fmt.Errorf("read the credentials file: %w", err)
+		}
+		if len(b) > maxCreds {
+			return nil, fmt.Errorf("the credentials file is larger than %d bytes: is it a .creds file?", maxCreds)
+		}
+		if len(b) > 0 {
+			return b, nil
+		}
+	}
+	if text := r.FormValue("text"); strings.TrimSpace(text) != "" {
+		return []byte(text), nil
+	}
+	return nil, errors.New("choose your .creds file (rath creds add writes one per user), or paste it")
+}
+
+// connect signs in as creds: only a tenant user's credentials (the client
+// role), so that a console never reads as a service.
+func (s *Server) connect(ctx context.Context, creds []byte) (*user, error) {
+	opts, id, err := auth.OptionsFrom(creds, "the uploaded credentials")
+	clear(creds)
+	if err != nil {
+		return nil, err
+	}
+	if id.Role != auth.RoleClient {
+		return nil, fmt.Errorf("these are %s credentials: sign in with a user's (client role) credentials", id.Role)
+	}
+	opts = append(append([]nats.Option{nats.Name("rath-console " + id.Principal.String()), nats.MaxReconnects(-1)}, s.login.Options...), opts...)
+	nc, err := nats.Connect(s.login.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("NATS at %s refused %s: %w", s.login.URL, id.Principal, err)
+	}
+	c, err := client.New(nc, client.As(id.Principal), client.WithSource("rath/console"))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	// The ledger must answer this identity (a removed user, a wrong server).
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, err := c.List(ctx, api.ListRequest{Status: "no such status"}); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("the ledger does not answer %s: %w", id.Principal, err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	u := &user{c: c, nc: nc, as: id.Principal, used: time.Now(), token: base64.RawURLEncoding.EncodeToString(raw[:])}
+	s.mu.Lock()
+	s.users[u.token] = u
+	s.mu.Unlock()
+	return u, nil
+}
+
+// signOut ends the sign-in and its connection.
+func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(cookieName); err == nil {
+		s.mu.Lock()
+		u := s.users[ck.Value]
+		delete(s.users, ck.Value)
+		s.mu.Unlock()
+		if u != nil {
+			u.nc.Close()
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// closeUsers ends every sign-in (Close).
+func (s *Server) closeUsers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, u := range s.users {
+		u.nc.Close()
+		delete(s.users, t)
+	}
+}
+
+// who is the identity pages say they act as.
+func (s *Server) who(r *http.Request) string {
+	if u, ok := r.Context().Value(userKey{}).(*user); ok {
+		return u.as.String()
+	}
+	if s.c != nil {
+		return s.c.Principal().String()
+	}
+	return ""
+}
