@@ -103,8 +103,8 @@ func TestPagesAndTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 of 2 sessions")
-	r.want(t, "/?q=fork", 200, "1 of 2 sessions", "s1-fork")
+	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 sessions")
+	r.want(t, "/?q=fork", 200, "1 session matches", "s1-fork")
 	r.want(t, "/?q=nothing-like-it", 200, "No sessions match the filter")
 	r.want(t, "/s/s1", 200, "chain and signatures verify", "look at s1", "dossier.md")
 	r.want(t, "/s/s1-fork", 200, `Forked from</dt><dd><a href="/s/s1">s1</a> at 2`)

@@ -22,67 +22,28 @@ import (
 // the rest.
 const maxRows = 500
 
-// sessionRow is one line of the sessions page.
-type sessionRow struct {
-	api.Session
-	Branches int // sessions forked from this one
-}
-
 type sessionsPage struct {
 	Frame
-	Rows           []sessionRow
-	Total, Matched int
-	Status, Query  string
-	Statuses       []string
+	Rows          []api.Session
+	Matched       int
+	Status, Query string
+	Statuses      []string
 }
 
-// listSessions is the sessions the filters select, most recently updated
-// first, at most maxRows of them.
+// listSessions is the sessions the filters select, the most recently
+// active first, at most maxRows of them: one page from the ledger's
+// catalog, however many sessions there are.
 func (s *Server) listSessions(r *http.Request) (sessionsPage, error) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	p := sessionsPage{Status: r.URL.Query().Get("status"), Query: strings.TrimSpace(r.URL.Query().Get("q")),
 		Statuses: []string{"", "active", "paused", "closed", "archived"}}
-	all, err := s.client(r).List(ctx, api.ListRequest{Status: p.Status})
+	page, err := s.client(r).ListPage(ctx, api.ListRequest{Status: p.Status, Match: p.Query, Order: "active", Limit: maxRows})
 	if err != nil {
 		return p, err
 	}
-	children := make(map[string]int)
-	for _, ss := range all {
-		if ss.Parent != "" {
-			children[ss.Parent]++
-		}
-	}
-	p.Total = len(all)
-	q := strings.ToLower(p.Query)
-	for _, ss := range all {
-		if q != "" && !matches(ss, q) {
-			continue
-		}
-		p.Matched++
-		p.Rows = append(p.Rows, sessionRow{Session: ss, Branches: children[ss.ID]})
-	}
-	slices.SortFunc(p.Rows, func(a, b sessionRow) int { return b.Updated.Compare(a.Updated) })
-	if len(p.Rows) > maxRows {
-		p.Rows = p.Rows[:maxRows]
-	}
+	p.Rows, p.Matched = page.Sessions, page.Total
 	return p, nil
-}
-
-// matches reports whether a session's ID, workflow, parent or a label
-// contains q (lower case).
-func matches(ss api.Session, q string) bool {
-	for _, f := range []string{ss.ID, ss.Workflow, ss.Parent} {
-		if strings.Contains(strings.ToLower(f), q) {
-			return true
-		}
-	}
-	for k, v := range ss.Labels {
-		if strings.Contains(strings.ToLower(k+"="+v), q) {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {

@@ -173,13 +173,40 @@ func (c *Client) Overview(ctx context.Context, req api.StateRequest) (*session.O
 	return &v, nil
 }
 
-// List lists sessions.
+// List returns every session f selects (f.Limit and f.After are ignored),
+// asking the ledger a page at a time, so that no reply grows with the
+// number of sessions.
 func (c *Client) List(ctx context.Context, f api.ListRequest) ([]api.Session, error) {
+	f.Limit, f.After = listPage, ""
+	var out []api.Session
+	for {
+		r, err := c.ListPage(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r.Sessions...)
+		if r.Next == "" {
+			return out, nil
+		}
+		f.After = r.Next
+	}
+}
+
+// listPage is how many sessions List asks for at once: about 300 KB.
+const listPage = 1000
+
+// ListPage returns one page of the sessions f selects (f.Limit of them from
+// after f.After; every one when f.Limit is 0), the next page's cursor and
+// how many f selects in all.
+//
+//	page, err := c.ListPage(ctx, ledgerapi.ListRequest{Order: "active", Limit: 50})
+//	// then ListRequest{..., After: page.Next} while page.Next != ""
+func (c *Client) ListPage(ctx context.Context, f api.ListRequest) (api.ListReply, error) {
 	var r api.ListReply
 	if err := c.request(ctx, c.as.Ledger(events.OpList), f, &r); err != nil {
-		return nil, fmt.Errorf("list sessions: %w", err)
+		return api.ListReply{}, fmt.Errorf("list sessions: %w", err)
 	}
-	return r.Sessions, nil
+	return r, nil
 }
 
 // Lineage returns the lineage graph around a session.

@@ -239,6 +239,17 @@ type LogReply struct {
 type ListRequest struct {
 	Status string            `json:"status,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Match keeps the sessions whose ID, workflow, parent or a label
+	// (key=value) contains it, ignoring case.
+	Match string `json:"match,omitempty"`
+	// Order is "created" (oldest first, the default) or "active" (the
+	// most recently changed first: appended to, started, closed).
+	Order string `json:"order,omitempty"`
+	// Limit bounds the page (0: every session, in one reply, which fails
+	// with too_large past some tens of thousands); After is the previous
+	// reply's Next, to read the page after it.
+	Limit int    `json:"limit,omitempty"`
+	After string `json:"after,omitempty"`
 }
 
 // Session is a session's index entry.
@@ -255,11 +266,19 @@ type Session struct {
 	Seq      uint64            `json:"seq"`
 	// Purged is set once an archived session's events left the hot stream.
 	Purged bool `json:"purged,omitempty"`
+	// Active is when the session last changed (an append the ledger
+	// recorded, a lifecycle event), in a listing; the index does not store
+	// it.
+	Active time.Time `json:"active,omitzero"`
 }
 
 // ListReply lists sessions, oldest first.
 type ListReply struct {
 	Sessions []Session `json:"sessions"`
+	// Next is the cursor of the next page (ListRequest.After); empty on the
+	// last. Total is how many sessions the request selects in all.
+	Next  string `json:"next,omitempty"`
+	Total int    `json:"total"`
 }
 
 // RejectionsRequest pages the recorded rejections of the asker's tenant

@@ -153,13 +153,12 @@ function sessions(table) {
           el("td", {}, el("span", { class: "status " + s.status }, s.status)),
           el("td", {}, s.workflow || ""),
           el("td", {}, ...(s.parent ? [el("a", { href: "/s/" + s.parent }, s.parent), " @" + s.fork_seq] : [])),
-          el("td", {}, s.Branches || ""),
           el("td", { class: "num" }, s.seq),
           el("td", {}, ...labels),
-          el("td", { title: s.updated }, timeText(s.updated))));
+          el("td", { title: s.active }, timeText(s.active))));
       }
       if (body.children.length) table.tBodies[0].replaceWith(body);
-      count.textContent = `${p.Matched} of ${p.Total} sessions`;
+      count.textContent = `${p.Matched} ` + (p.Matched === 1 ? "session" : "sessions") + (p.Status || p.Query ? (p.Matched === 1 ? " matches" : " match") : "") + (p.Matched > (p.Rows || []).length ? `, the ${(p.Rows || []).length} active last shown` : "");
     } catch (e) { /* the next tick retries */ }
   }, 3000);
 }

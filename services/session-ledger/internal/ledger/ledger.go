@@ -11,6 +11,7 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openrath/rath/internal/fold"
@@ -95,6 +96,10 @@ type Ledger struct {
 	reader *fold.Reader
 
 	maxPayload int64 // of the connection Serve answers on
+
+	// catalog is the session index in memory, which List reads; nil until
+	// Serve loaded it, or when it could not.
+	catalog atomic.Pointer[eventstore.Catalog]
 }
 
 // entry is the cached head of one session. Its mutex serialises every append

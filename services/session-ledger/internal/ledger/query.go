@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	api "github.com/openrath/rath/pkg/ledgerapi"
 	"sort"
+	"strings"
+
+	api "github.com/openrath/rath/pkg/ledgerapi"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -95,41 +97,93 @@ func (l *Ledger) Log(ctx context.Context, id string, from, to uint64, limit int)
 	return evs, more, nil
 }
 
-// List returns the indexed sessions matching the filter, oldest first.
-func (l *Ledger) List(ctx context.Context, f api.ListRequest) ([]eventstore.Record, error) {
-	recs, err := l.store.Records(ctx)
-	if err != nil {
-		return nil, unavailable(err)
-	}
+// List lists the sessions the asker may read that f selects, a page at a
+// time when f.Limit is set. It reads the catalog the ledger keeps in memory
+// (eventstore.Catalog), or the index itself while the catalog is not up.
+func (l *Ledger) List(ctx context.Context, f api.ListRequest) (api.ListReply, error) {
 	p := principalOf(ctx)
-	out := recs[:0]
-next:
-	for _, r := range recs {
+	match := strings.ToLower(f.Match)
+	keep := func(r eventstore.Record) bool {
 		if !p.IsService() && events.TenantOrDefault(r.Tenant) != p.Tenant {
-			continue
+			return false
 		}
 		if f.Status != "" && r.Status != f.Status {
-			continue
+			return false
 		}
 		for k, v := range f.Labels {
 			if r.Labels[k] != v {
-				continue next
+				return false
 			}
 		}
-		// The index is written on lifecycle events, the head record at
-		// most a second after an append, and this ledger knows its own
-		// appends at once: the listed sequence is the latest of the three.
-		if h, err := l.store.GetHead(ctx, r.ID); err == nil && h.Seq > r.Seq {
-			r.Seq = h.Seq
-		} else if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
-			return nil, unavailable(err)
-		}
-		if seq, ok := l.heads.pending(r.ID); ok && seq > r.Seq {
-			r.Seq = seq
-		}
-		out = append(out, r)
+		return match == "" || matches(r, match)
 	}
-	return out, nil
+	if f.Limit < 0 {
+		return api.ListReply{}, api.Errorf(api.CodeMalformed, "limit %d: want 0 (all) or more", f.Limit)
+	}
+	var entries []eventstore.Entry
+	var reply api.ListReply
+	if cat := l.catalog.Load(); cat != nil && cat.OK() {
+		var err error
+		entries, reply.Next, reply.Total, err = cat.List(eventstore.Query{
+			Keep:  func(e eventstore.Entry) bool { return keep(e.Record) },
+			Order: f.Order, After: f.After, Limit: f.Limit,
+		})
+		if err != nil {
+			return api.ListReply{}, api.Errorf(api.CodeMalformed, "%v", err)
+		}
+	} else {
+		recs, err := l.store.Records(ctx)
+		if err != nil {
+			return api.ListReply{}, unavailable(err)
+		}
+		var all []eventstore.Entry
+		for _, r := range recs {
+			if !keep(r) {
+				continue
+			}
+			// The index is written on lifecycle events, the head record at
+			// most a second after an append.
+			e := eventstore.Entry{Record: r, Active: r.Updated}
+			if h, err := l.store.GetHead(ctx, r.ID); err == nil && h.Seq > e.Seq {
+				e.Seq = h.Seq
+			} else if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+				return api.ListReply{}, unavailable(err)
+			}
+			all = append(all, e)
+		}
+		var err2 error
+		entries, reply.Next, reply.Total, err2 = eventstore.Page(all, eventstore.Query{Order: f.Order, After: f.After, Limit: f.Limit})
+		if err2 != nil {
+			return api.ListReply{}, api.Errorf(api.CodeMalformed, "%v", err2)
+		}
+	}
+	reply.Sessions = make([]api.Session, len(entries))
+	for i, e := range entries {
+		// This ledger knows its own appends at once: the listed sequence
+		// is the latest of the index's, the recorded head's and its own.
+		if seq, ok := l.heads.pending(e.ID); ok && seq > e.Seq {
+			e.Seq = seq
+		}
+		e.Record.Active = e.Active
+		reply.Sessions[i] = e.Record
+	}
+	return reply, nil
+}
+
+// matches reports whether a session's ID, workflow, parent or a label
+// (key=value) contains q, which is lower case.
+func matches(r eventstore.Record, q string) bool {
+	for _, f := range []string{r.ID, r.Workflow, r.Parent} {
+		if strings.Contains(strings.ToLower(f), q) {
+			return true
+		}
+	}
+	for k, v := range r.Labels {
+		if strings.Contains(strings.ToLower(k+"="+v), q) {
+			return true
+		}
+	}
+	return false
 }
 
 // Lineage returns the lineage graph around a session.

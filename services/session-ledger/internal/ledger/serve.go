@@ -45,6 +45,15 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		}
 		return err
 	}
+	// The catalog lists sessions from memory; without it List reads the
+	// index (slow with many sessions, never wrong).
+	if cat, err := l.store.WatchCatalog(ctx); err != nil {
+		l.log.Warn("listing sessions from the index: no catalog", "err", err)
+	} else {
+		l.catalog.Store(cat)
+		defer cat.Stop()
+		l.log.Info("session catalog loaded", "sessions", cat.Len())
+	}
 	srv, err := reqrep.Start(ctx, nc, reqrep.Config{
 		Prefix: events.LedgerPrefix, Queue: events.LedgerQueue, Service: "ledger", Inflight: maxInflightRequests, Timeout: 30 * time.Second,
 		TooLarge: "ask for less (a smaller tail or clip of the state overview) or page the log (the ledger's log operation)",
@@ -236,14 +245,7 @@ func (l *Ledger) handleList(ctx context.Context, m *nats.Msg) (any, error) {
 			return nil, err
 		}
 	}
-	recs, err := l.List(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	if recs == nil {
-		recs = []eventstore.Record{}
-	}
-	return api.ListReply{Sessions: recs}, nil
+	return l.List(ctx, f)
 }
 
 func (l *Ledger) handleLineage(ctx context.Context, m *nats.Msg) (any, error) {
