@@ -270,6 +270,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runDurability(ctx)
 	case sectionCluster:
 		err = h.runCluster(ctx)
+	case sectionConsole:
+		err = h.runConsole(ctx)
 	}
 	return errors.Join(err, stop())
 }

@@ -94,11 +94,12 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	))
 	graph := run(t, ctx, "read the graph", chromedp.TextContent(chromedp.CSS(`#graph svg`)))
 	memoryEdges := run(t, ctx, "count memory edges", chromedp.Evaluate[int](`document.querySelectorAll('#graph path[marker-end="url(#recall)"]').length`))
+	run(t, ctx, "wait for verification", chromedp.WaitVisible(chromedp.CSS(`#verify [data-done]`)))
 	verified := run(t, ctx, "read verification", chromedp.Text(chromedp.CSS(`#verify`)))
 	// A tool call that changed files, opened from the timeline.
 	clicked := run(t, ctx, "click a tool call with a diff", chromedp.Evaluate[bool](`(() => {
 		const rows = [...document.querySelectorAll('#timeline tbody tr')];
-		const r = rows.find(r => r.cells[2].textContent === 'tool.call.completed' && r.cells[4].textContent.includes('files changed'));
+		const r = rows.find(r => r.cells[2].textContent === 'tool.call.completed' && r.cells[4].querySelector('.badge'));
 		if (!r) return false;
 		r.click();
 		return true;

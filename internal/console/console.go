@@ -85,6 +85,7 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /api/s/{id}/events", s.eventsJSON)
 	s.mux.HandleFunc("GET /api/s/{id}/event/{seq}", s.eventJSON)
 	s.mux.HandleFunc("GET /api/s/{id}/state", s.stateJSON)
+	s.mux.HandleFunc("GET /api/s/{id}/verify", s.verifyJSON)
 	s.mux.HandleFunc("GET /api/s/{id}/live", s.live)
 	s.mux.HandleFunc("GET /approvals", s.approvals)
 	s.mux.HandleFunc("GET /compare", s.compare)

@@ -106,7 +106,15 @@ func TestPagesAndTimeline(t *testing.T) {
 	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 sessions")
 	r.want(t, "/?q=fork", 200, "1 session matches", "s1-fork")
 	r.want(t, "/?q=nothing-like-it", 200, "No sessions match the filter")
-	r.want(t, "/s/s1", 200, "chain and signatures verify", "look at s1", "dossier.md")
+	r.want(t, "/s/s1", 200, "look at s1", "dossier.md", `data-src="/api/s/s1/verify"`)
+	var rep struct {
+		OK      bool
+		Checked int
+	}
+	decode(t, r.want(t, "/api/s/s1/verify", 200), &rep)
+	if !rep.OK || rep.Checked != 4 {
+		t.Errorf("verify: %+v, want 4 events that verify", rep)
+	}
 	r.want(t, "/s/s1-fork", 200, `Forked from</dt><dd><a href="/s/s1">s1</a> at 2`)
 	r.want(t, "/s/no..such", 400, "session")
 	r.want(t, "/s/nosuch", 404, "session_not_found")

@@ -66,12 +66,9 @@ func (s *Server) sessionsJSON(w http.ResponseWriter, r *http.Request) {
 
 type sessionPage struct {
 	Frame
-	State  *session.State
-	Report *api.Report
-	// VerifyErr is why the session could not be verified.
-	VerifyErr string
-	Pending   []client.PendingApproval
-	Tokens    session.Tokens
+	State   *session.State
+	Pending []client.PendingApproval
+	Tokens  session.Tokens
 	// Tree is every session of its tree, to compare with.
 	Tree []string
 }
@@ -90,16 +87,30 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := sessionPage{State: st, Tokens: st.Usage.Total}
-	if rep, err := s.client(r).Verify(ctx, id); err != nil {
-		p.VerifyErr = err.Error()
-	} else {
-		p.Report = &rep
-	}
 	if p.Pending, err = s.client(r).Pending(ctx, id); err != nil {
 		s.log.Warn("console: pending approvals", "session", id, "err", err)
 	}
 	p.Tree = s.tree(ctx, s.client(r), id)
 	s.render(w, r, "session.html", st.ID, &p)
+}
+
+// verifyJSON is the ledger's verification of the session (rath verify):
+// the page asks for it after it opened, as it takes time in proportion to
+// the session's length.
+func (s *Server) verifyJSON(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := validID(id); err != nil {
+		s.fail(w, r, "verify", err)
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	rep, err := s.client(r).Verify(ctx, id)
+	if err != nil {
+		s.fail(w, r, "verify "+id, err)
+		return
+	}
+	writeJSON(w, rep)
 }
 
 // graph is the lineage graph of a session's tree, as the dossier draws it
@@ -147,10 +158,19 @@ type row struct {
 	Type    string    `json:"type"`
 	Actor   string    `json:"actor,omitempty"`
 	Summary string    `json:"summary"`
+	// Diff is set on a tool call that changed files.
+	Diff bool `json:"diff,omitempty"`
 }
 
 func toRow(ev events.Stored) row {
-	return row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: events.Summary(ev)}
+	r := row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: events.Summary(ev)}
+	if ev.Type == events.TypeToolCompleted {
+		if d, err := ev.Decode(); err == nil {
+			done := d.(*events.ToolCompleted)
+			r.Diff = done.Diff != "" || done.DiffRef != ""
+		}
+	}
+	return r
 }
 
 // pageSize is how many events a timeline page holds.

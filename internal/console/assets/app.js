@@ -48,7 +48,8 @@ function timeline(table) {
       el("td", { title: ev.time }, timeText(ev.time)),
       el("td", { class: typeClass(ev.type) }, ev.type.replace(/^rath\./, "")),
       el("td", {}, ev.actor || ""),
-      el("td", ev.session !== id ? { class: "inherited", title: "inherited from " + ev.session } : {}, ev.summary));
+      el("td", ev.session !== id ? { class: "inherited", title: "inherited from " + ev.session } : {}, ev.summary,
+        ...(ev.diff ? [" ", el("span", { class: "badge" }, "diff")] : [])));
     tr.addEventListener("click", () => open(ev.seq, tr));
     return tr;
   }
@@ -129,6 +130,21 @@ function colourDiff(pre, diff) {
   }
 }
 
+// verify shows the ledger's verification of the session once it is done.
+async function verify(dd) {
+  try {
+    const rep = await getJSON(dd.dataset.src);
+    if (rep.ok) {
+      dd.replaceChildren(el("span", { class: "ok", "data-done": "" }, "✓ chain and signatures verify"), ` (${rep.checked} events, head ${rep.head})`);
+    } else {
+      const f = rep.fault || {};
+      dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, `✗ fails at event ${f.seq}`), ` of ${f.session}: ${f.reason}`);
+    }
+  } catch (e) {
+    dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, "cannot verify: " + (e.message || e)));
+  }
+}
+
 async function graph(div) {
   try {
     const r = await fetch(div.dataset.src);
@@ -168,6 +184,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (t) timeline(t);
   const g = document.getElementById("graph");
   if (g) graph(g);
+  const v = document.getElementById("verify");
+  if (v) verify(v);
   const s = document.getElementById("sessions");
   if (s) sessions(s);
   for (const pre of document.querySelectorAll("pre[data-diff]")) colourDiff(pre, pre.textContent);
