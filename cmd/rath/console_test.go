@@ -15,6 +15,7 @@ import (
 
 	"github.com/openrath/rath/internal/console"
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 )
 
 // chromium finds the browser the console's tests drive, or fails naming it:
@@ -37,7 +38,7 @@ func browser(t *testing.T) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
 		chromedp.NoSandbox, // the tests may run as root; the pages are the console's own
-		chromedp.WindowSize(1400, 1100),
+		chromedp.WindowSize(1280, 900), // a laptop's screen
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
@@ -45,6 +46,18 @@ func browser(t *testing.T) context.Context {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start Chromium: %v", err)
 	}
+	// Every page must run without a console error or exception.
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				t.Errorf("browser console: %s (%s)", m, m.URL)
+			}
+		}
+	}()
 	return ctx
 }
 
@@ -110,6 +123,58 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	run(t, ctx, "open the diff", chromedp.WaitVisible(chromedp.CSS(`#detail pre.diff`)))
 	diff := run(t, ctx, "read the diff", chromedp.TextContent(chromedp.CSS(`#detail pre.diff`)))
 	page2 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+
+	// A live session: an event arrives while the page is open, a fork is
+	// made from a step with a message, and a pending approval is granted.
+	bg := context.Background()
+	if _, err := c.Start(bg, "console-live", events.SessionStarted{Task: "watch me"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Emit(bg, "console-live", &events.ApprovalRequested{ApprovalID: "ship-it", Action: "deploy to production"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "open the live session", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/s/console-live"),
+		chromedp.WaitVisible(chromedp.CSS(`#ev-2`)),
+		chromedp.WaitVisible(chromedp.CSS(`#live-status`)),
+	))
+	run(t, ctx, "wait for the live stream", chromedp.Poll[bool](`document.getElementById('live-status').textContent.includes('live')`))
+	if _, err := c.Emit(bg, "console-live", &events.ChunkAppended{Role: events.RoleUser, Content: "hello from the test"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "see the live event", chromedp.WaitVisible(chromedp.CSS(`#ev-3`)))
+	arrived := run(t, ctx, "read the live event", chromedp.Text(chromedp.CSS(`#ev-3`)))
+	if !strings.Contains(arrived, "hello from the test") {
+		t.Errorf("the live event shows %q", arrived)
+	}
+	// Fork from step 1 with the keyboard: focus the event, Enter, type.
+	run(t, ctx, "fork from step 1", chromedp.Steps(
+		chromedp.Focus(chromedp.CSS(`#ev-1`)),
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#detail form.fork`)),
+		chromedp.SendKeys(chromedp.CSS(`#detail form.fork input[name=message]`), "try the other way"),
+		chromedp.Submit(chromedp.CSS(`#detail form.fork`)),
+		chromedp.WaitVisible(chromedp.CSS(`#ev-2`)),
+	))
+	forkURL := run(t, ctx, "read the fork's address", chromedp.Location())
+	forkText := run(t, ctx, "read the fork's timeline", chromedp.Text(chromedp.CSS(`#timeline`)))
+	if !strings.Contains(forkURL, "/s/") || strings.HasSuffix(forkURL, "/s/console-live") || !strings.Contains(forkText, "try the other way") || !strings.Contains(forkText, "session.forked") {
+		t.Errorf("after forking: at %s, timeline:\n%s", forkURL, forkText)
+	}
+	run(t, ctx, "approve", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/approvals"),
+		chromedp.WaitVisible(chromedp.CSS(`form.decide`)),
+		chromedp.SendKeys(chromedp.CSS(`form.decide input[name=reason]`), "looks right"),
+		chromedp.Click(chromedp.CSS(`form.decide button.approve`)),
+		chromedp.WaitVisible(chromedp.CSS(`p.empty`)),
+	))
+	st, err := c.State(bg, "console-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := st.Approvals["ship-it"]; a.Outcome != "granted" || a.Actor != c.Principal().String() {
+		t.Errorf("the approval after the console granted it: %+v, want granted by %s", a, c.Principal())
+	}
 
 	// The two branches compared: the rejected root and the accepted fork.
 	run(t, ctx, "open the comparison", chromedp.Steps(

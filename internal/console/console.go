@@ -30,7 +30,9 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
-//go:embed assets
+// assets are served as they are; templates are the pages.
+//
+//go:embed assets templates
 var assets embed.FS
 
 // Server serves the console.
@@ -59,7 +61,7 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
@@ -76,6 +78,7 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	s.mux.Handle("GET /favicon.ico", http.RedirectHandler("/assets/favicon.svg", http.StatusMovedPermanently))
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("GET /{$}", s.sessions)
 	s.mux.HandleFunc("GET /api/sessions", s.sessionsJSON)

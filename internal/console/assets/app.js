@@ -43,7 +43,7 @@ function timeline(table) {
   const seen = new Set();
 
   function row(ev, fresh) {
-    const tr = el("tr", { "data-seq": ev.seq, class: fresh ? "fresh" : "" },
+    const tr = el("tr", { "data-seq": ev.seq, id: "ev-" + ev.seq, tabindex: "0", class: fresh ? "fresh" : "" },
       el("td", {}, ev.seq),
       el("td", { title: ev.time }, timeText(ev.time)),
       el("td", { class: typeClass(ev.type) }, ev.type.replace(/^rath\./, "")),
@@ -51,6 +51,12 @@ function timeline(table) {
       el("td", ev.session !== id ? { class: "inherited", title: "inherited from " + ev.session } : {}, ev.summary,
         ...(ev.diff ? [" ", el("span", { class: "badge" }, "diff")] : [])));
     tr.addEventListener("click", () => open(ev.seq, tr));
+    tr.addEventListener("keydown", (k) => {
+      // Enter opens the event; the arrows move between events.
+      if (k.key === "Enter") open(ev.seq, tr);
+      else if (k.key === "ArrowDown" && tr.nextElementSibling) { k.preventDefault(); tr.nextElementSibling.focus(); }
+      else if (k.key === "ArrowUp" && tr.previousElementSibling) { k.preventDefault(); tr.previousElementSibling.focus(); }
+    });
     return tr;
   }
   function append(ev, fresh) {
