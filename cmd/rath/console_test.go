@@ -124,6 +124,28 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	diff := run(t, ctx, "read the diff", chromedp.TextContent(chromedp.CSS(`#detail pre.diff`)))
 	page2 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 
+	// The fork's recall of the root's failure pattern links to where it
+	// was written.
+	run(t, ctx, "open the fork's page", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/s/"+fork),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline tbody tr`)),
+	))
+	recalled := run(t, ctx, "open the fork's recall", chromedp.Evaluate[bool](`(() => {
+		const r = [...document.querySelectorAll('#timeline tbody tr')].find(r =>
+			r.cells[2].textContent === 'memory.recalled' && !r.cells[4].textContent.includes(': 0 items') && r.cells[4].className !== 'inherited');
+		if (!r) return false;
+		r.click();
+		return true;
+	})()`))
+	if !recalled {
+		t.Fatal("the fork's timeline shows no recall of its own that found something")
+	}
+	run(t, ctx, "read the recall", chromedp.WaitVisible(chromedp.CSS(`#detail ul.recalled a`)))
+	writer := run(t, ctx, "read the writer", chromedp.Text(chromedp.CSS(`#detail ul.recalled`)))
+	if !strings.Contains(writer, "written on "+root) {
+		t.Errorf("the recall does not say the root wrote what it recalled:\n%s", writer)
+	}
+
 	// A live session: an event arrives while the page is open, a fork is
 	// made from a step with a message, and a pending approval is granted.
 	bg := context.Background()

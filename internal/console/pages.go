@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -254,21 +256,63 @@ func (s *Server) eventJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		Row   row             `json:"row"`
-		Event json.RawMessage `json:"event"`
-		Diff  string          `json:"diff,omitempty"`
+		Row      row             `json:"row"`
+		Event    json.RawMessage `json:"event"`
+		Diff     string          `json:"diff,omitempty"`
+		Recalled []recalledItem  `json:"recalled,omitempty"`
 	}{Row: toRow(ev), Event: raws[0]}
 	if data, err := ev.Decode(); err == nil {
-		if done, ok := data.(*events.ToolCompleted); ok {
-			out.Diff = done.Diff
-			if out.Diff == "" && done.DiffRef != "" {
-				if b, err := s.client(r).GetBlob(ctx, done.DiffRef); err == nil {
+		switch d := data.(type) {
+		case *events.ToolCompleted:
+			out.Diff = d.Diff
+			if out.Diff == "" && d.DiffRef != "" {
+				if b, err := s.client(r).GetBlob(ctx, d.DiffRef); err == nil {
 					out.Diff = string(b)
 				}
 			}
+		case *events.MemoryRecalled:
+			out.Recalled = s.provenance(ctx, s.client(r), d.Items)
 		}
 	}
 	writeJSON(w, out)
+}
+
+// recalledItem is a recalled memory version with where it was written: the
+// session and the events that justified it, to link to.
+type recalledItem struct {
+	ItemID   string   `json:"item_id"`
+	Version  int      `json:"version"`
+	Content  string   `json:"content,omitempty"`
+	Session  string   `json:"session,omitempty"`
+	Seqs     []uint64 `json:"seqs,omitempty"`
+	Evidence string   `json:"evidence,omitempty"`
+	// Missing says why the writer is not shown (the memory service did not
+	// answer, or no longer holds the version).
+	Missing string `json:"missing,omitempty"`
+}
+
+// provenance asks the memory service where each recalled version was
+// written.
+func (s *Server) provenance(ctx context.Context, c *client.Client, items []events.MemoryItemRef) []recalledItem {
+	out := make([]recalledItem, 0, len(items))
+	for _, it := range items {
+		ri := recalledItem{ItemID: it.ItemID, Version: it.Version, Content: it.Content}
+		h, err := c.Memory().History(ctx, it.ItemID)
+		if err != nil {
+			ri.Missing = err.Error()
+			out = append(out, ri)
+			continue
+		}
+		ri.Missing = "the memory service holds no such version"
+		for _, rec := range h.Records {
+			if rec.Op == memoryapi.OpWrite && rec.Version == it.Version && rec.Provenance != nil {
+				ri.Session, ri.Seqs, ri.Evidence, ri.Missing = rec.Provenance.Session, rec.EventSeqs, rec.Provenance.Evidence, ""
+				break
+			}
+		}
+		out = append(out, ri)
+	}
+	return out
 }
 
 // stateJSON is the folded state at ?at (default: the head).

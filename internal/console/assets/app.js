@@ -85,6 +85,23 @@ function timeline(table) {
     try {
       const [ev, st] = await Promise.all([getJSON(`/api/s/${id}/event/${seq}`), getJSON(`/api/s/${id}/state?at=${seq}`)]);
       const kids = [el("h2", {}, `Event ${seq}: ${ev.row.type}`), el("p", { class: "muted" }, ev.row.summary)];
+      if (ev.recalled && ev.recalled.length) {
+        // Each recalled version, linked to the session and events it was
+        // written from.
+        const ul = el("ul", { class: "recalled" });
+        for (const it of ev.recalled) {
+          const li = el("li", {}, el("code", {}, `${it.item_id} v${it.version}`), " ", it.content || "");
+          if (it.session) {
+            li.append(el("br"), "written on ", el("a", { href: `/s/${it.session}` }, it.session));
+            for (const s of it.seqs || []) li.append(" ", el("a", { href: `/s/${it.session}#ev-${s}` }, `#${s}`));
+            if (it.evidence) li.append(` (${it.evidence})`);
+          } else if (it.missing) {
+            li.append(el("br"), el("span", { class: "muted" }, "writer unknown: " + it.missing));
+          }
+          ul.append(li);
+        }
+        kids.push(el("h2", {}, "Recalled"), ul);
+      }
       if (ev.diff) {
         const pre = el("pre", { class: "diff" });
         colourDiff(pre, ev.diff);
@@ -113,6 +130,16 @@ function timeline(table) {
     src.addEventListener("failure", (m) => { status.textContent = "live stream failed: " + JSON.parse(m.data); });
     src.addEventListener("error", () => { status.textContent = "reconnecting…"; });
   }
+  // show opens event seq, loading earlier pages until it is there.
+  async function show(seq) {
+    while (first > seq && first > 1) await loadEarlier();
+    const tr = document.getElementById("ev-" + seq);
+    if (!tr) return;
+    tr.scrollIntoView({ block: "center" });
+    tr.focus();
+    await open(seq, tr);
+  }
+  window.rathShow = show; // the verification's "show" link
   (async () => {
     try {
       const page = await getJSON(`/api/s/${id}/events`);
@@ -121,6 +148,8 @@ function timeline(table) {
       earlier.hidden = first <= 1;
       earlier.addEventListener("click", loadEarlier);
       follow();
+      const m = location.hash.match(/^#ev-(\d+)$/); // a link to one event
+      if (m) await show(Number(m[1]));
     } catch (e) {
       status.textContent = String(e.message || e);
     }
@@ -144,7 +173,17 @@ async function verify(dd) {
       dd.replaceChildren(el("span", { class: "ok", "data-done": "" }, "✓ chain and signatures verify"), ` (${rep.checked} events, head ${rep.head})`);
     } else {
       const f = rep.fault || {};
-      dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, `✗ fails at event ${f.seq}`), ` of ${f.session}: ${f.reason}`);
+      dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, `✗ fails at event ${f.seq}`), ` of ${f.session}: ${f.reason} `);
+      // The first bad event, marked in the timeline.
+      const go = el("button", { type: "button" }, `show event ${f.seq}`);
+      go.addEventListener("click", async () => {
+        if (window.rathShow) await window.rathShow(f.seq);
+        const tr = document.getElementById("ev-" + f.seq);
+        if (tr) tr.classList.add("fault");
+      });
+      dd.append(go);
+      const tr = document.getElementById("ev-" + f.seq);
+      if (tr) tr.classList.add("fault");
     }
   } catch (e) {
     dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, "cannot verify: " + (e.message || e)));
