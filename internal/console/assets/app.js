@@ -32,6 +32,9 @@ function timeText(iso) {
   return isNaN(d) ? "" : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
 }
 
+// maxRows bounds the events one timeline holds in the page.
+const maxRows = 2000;
+
 // Timeline of one session.
 function timeline(table) {
   const id = table.dataset.session;
@@ -65,6 +68,15 @@ function timeline(table) {
     body.append(row(ev, fresh));
     last = ev.seq;
     if (!first) first = ev.seq;
+    // The page holds at most maxRows events however long the session
+    // runs: the oldest leave (Load earlier brings them back).
+    while (body.rows.length > maxRows) {
+      const old = body.firstElementChild;
+      seen.delete(Number(old.dataset.seq));
+      old.remove();
+      first = Number(body.firstElementChild.dataset.seq);
+      earlier.hidden = false;
+    }
   }
   async function loadEarlier() {
     const from = Math.max(1, first - 200);
