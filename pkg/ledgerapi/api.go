@@ -239,7 +239,7 @@ type LogReply struct {
 type ListRequest struct {
 	Status string            `json:"status,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
-	// Match keeps the sessions whose ID, workflow, parent or a label
+	// Match keeps the sessions whose ID, workflow, parent, task or a label
 	// (key=value) contains it, ignoring case.
 	Match string `json:"match,omitempty"`
 	// Order is "created" (oldest first, the default) or "active" (the
@@ -254,16 +254,18 @@ type ListRequest struct {
 
 // Session is a session's index entry.
 type Session struct {
-	ID       string            `json:"id"`
-	Tenant   string            `json:"tenant,omitempty"`
-	Status   string            `json:"status"`
-	Parent   string            `json:"parent,omitempty"`
-	ForkSeq  uint64            `json:"fork_seq,omitempty"`
-	Workflow string            `json:"workflow,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Created  time.Time         `json:"created"`
-	Updated  time.Time         `json:"updated"`
-	Seq      uint64            `json:"seq"`
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant,omitempty"`
+	Status   string `json:"status"`
+	Parent   string `json:"parent,omitempty"`
+	ForkSeq  uint64 `json:"fork_seq,omitempty"`
+	Workflow string `json:"workflow,omitempty"`
+	// Task is the session's task, its first 200 characters.
+	Task    string            `json:"task,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Created time.Time         `json:"created"`
+	Updated time.Time         `json:"updated"`
+	Seq     uint64            `json:"seq"`
 	// Purged is set once an archived session's events left the hot stream.
 	Purged bool `json:"purged,omitempty"`
 	// Active is when the session last changed (an append the ledger

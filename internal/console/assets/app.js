@@ -225,6 +225,7 @@ function sessions(table) {
           el("td", {}, el("a", { href: "/s/" + s.id }, s.id)),
           el("td", {}, el("span", { class: "status " + s.status }, s.status)),
           el("td", {}, s.workflow || ""),
+          el("td", { class: "task-cell", title: s.task || "" }, s.task || ""),
           el("td", {}, ...(s.parent ? [el("a", { href: "/s/" + s.parent }, s.parent), " @" + s.fork_seq] : [])),
           el("td", { class: "num" }, s.seq),
           el("td", {}, ...labels),

@@ -335,7 +335,7 @@ func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind
 	if kind.Token == events.TokenLifecycle {
 		rec := eventstore.Record{
 			ID: st.ID, Tenant: tenantOf(st), Status: string(st.Status), Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
-			Workflow: st.Workflow, Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
+			Workflow: st.Workflow, Task: events.Clip(st.Task, indexTask), Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
 		}
 		if err := l.store.PutRecord(ctx, rec); err != nil {
 			l.log.Warn("session index not updated", "session", st.ID, "seq", st.Seq, "err", err)
@@ -464,6 +464,9 @@ func unavailable(err error) error {
 
 // NewSessionID returns a fresh session ID (a UUIDv7, valid as a subject token).
 func NewSessionID() string { return events.NewID() }
+
+// indexTask is how much of a session's task its index record keeps.
+const indexTask = 200
 
 // storedOf is the stored form of an event the ledger just sealed, without
 // parsing the body again.

@@ -113,7 +113,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		labels[k] = v
 	}
 	rec := eventstore.Record{ID: req.ID, Tenant: parent.Tenant, Status: string(session.StatusActive), Parent: req.Parent, ForkSeq: at,
-		Workflow: parent.Workflow, Labels: labels, Created: ev.Time(), Updated: ev.Time(), Seq: at + 1}
+		Workflow: parent.Workflow, Task: parent.Task, Labels: labels, Created: ev.Time(), Updated: ev.Time(), Seq: at + 1}
 	if err := l.store.PutRecord(ctx, rec); err != nil {
 		l.log.Warn("session index not updated", "session", req.ID, "err", err)
 	}
@@ -125,6 +125,7 @@ type position struct {
 	Seq      uint64
 	Hash     string
 	Workflow string
+	Task     string // clipped as the index keeps it
 	Labels   map[string]string
 	Tenant   string
 }
@@ -141,7 +142,7 @@ func (l *Ledger) headOf(ctx context.Context, id string) (position, error) {
 		return position{}, err
 	}
 	st := e.state
-	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Labels: st.Labels, Tenant: tenantOf(st)}, nil
+	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Task: events.Clip(st.Task, indexTask), Labels: st.Labels, Tenant: tenantOf(st)}, nil
 }
 
 // head returns a copy of the current state of a session.

@@ -170,10 +170,10 @@ func (l *Ledger) List(ctx context.Context, f api.ListRequest) (api.ListReply, er
 	return reply, nil
 }
 
-// matches reports whether a session's ID, workflow, parent or a label
-// (key=value) contains q, which is lower case.
+// matches reports whether a session's ID, workflow, parent, task (as the
+// index keeps it) or a label (key=value) contains q, which is lower case.
 func matches(r eventstore.Record, q string) bool {
-	for _, f := range []string{r.ID, r.Workflow, r.Parent} {
+	for _, f := range []string{r.ID, r.Workflow, r.Parent, r.Task} {
 		if strings.Contains(strings.ToLower(f), q) {
 			return true
 		}
