@@ -1,32 +1,76 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/pkg/client"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 func (a *app) forkCmd() *cobra.Command {
 	var (
-		req    api.ForkRequest
-		labelf []string
+		req        api.ForkRequest
+		labelf     []string
+		say        string
+		toolResult string
+		exitCode   int
 	)
 	cmd := &cobra.Command{
 		Use:   "fork SESSION",
-		Short: "Branch a session after sequence --at (default its head) and print the new ID",
-		Args:  cobra.ExactArgs(1),
+		Short: "Branch a session after sequence --at (default its head) and print the new ID; with --say or --tool-result, correct it there and resume",
+		Long: `fork branches SESSION after sequence --at (default its head) and prints the
+fork's ID.
+
+With --say or --tool-result it also corrects the fork, and the agent loop
+resumes there (rewind, correct, resume): --say "…" appends your message to the
+agents (a user message marked correction), and the selector gives the agent
+of the last turn its next turn; --tool-result CALLID=TEXT records TEXT (and
+--exit-code) as the result of tool call CALLID, requested and not finished at
+--at, in place of running it, and that agent continues with it. Your identity
+is recorded as the correction's author. --at must be between turns, with no
+other tool call in flight; "rath log SESSION" shows where turns end.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if req.Labels, err = labels(labelf); err != nil {
 				return err
 			}
 			req.Parent = args[0]
+			if say != "" && toolResult != "" {
+				return usageError{errors.New("give --say or --tool-result, not both")}
+			}
+			if cmd.Flags().Changed("exit-code") && toolResult == "" {
+				return usageError{errors.New("--exit-code goes with --tool-result")}
+			}
 			c, err := a.client()
 			if err != nil {
+				return err
+			}
+			if say != "" || toolResult != "" {
+				r := client.Correction{Session: req.Parent, At: req.At, ID: req.ID, Reason: req.Reason, Labels: req.Labels, Say: say, ExitCode: exitCode}
+				if toolResult != "" {
+					var ok bool
+					if r.CallID, r.Result, ok = strings.Cut(toolResult, "="); !ok || r.CallID == "" {
+						return usageError{fmt.Errorf("--tool-result %q: want CALLID=TEXT", toolResult)}
+					}
+				}
+				done, err := c.Correct(cmd.Context(), r)
+				if errors.Is(err, client.ErrNotResumable) {
+					return usageError{err}
+				}
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return a.printJSON(done)
+				}
+				_, err = fmt.Fprintf(a.Stdout, "%s\nforked %s at %d; correction at %d by %s; %s resumes\n", done.Fork.Session,
+					req.Parent, done.Fork.Seq-1, done.Correction.Seq, c.Principal(), done.Agent)
 				return err
 			}
 			ack, err := c.Fork(cmd.Context(), req)
@@ -45,6 +89,9 @@ func (a *app) forkCmd() *cobra.Command {
 	f.StringVar(&req.ID, "id", "", "the fork's session ID (default: the ledger chooses one)")
 	f.StringVar(&req.Reason, "reason", "", "why the fork was made")
 	f.StringArrayVar(&labelf, "label", nil, "label key=value (repeatable)")
+	f.StringVar(&say, "say", "", "correct the fork with this message to the agents, and resume")
+	f.StringVar(&toolResult, "tool-result", "", "correct the fork with CALLID=TEXT, the result of a tool call in flight at --at, and resume")
+	f.IntVar(&exitCode, "exit-code", 0, "the exit code of the --tool-result")
 	return cmd
 }
 

@@ -86,6 +86,7 @@ var examples = map[string]any{
 		Agent:      "coder",
 		Content:    "--- FAIL: TestParseConfig (0.00s)\n    config_test.go:31: want port 8080, got 0",
 		ToolCallID: "call_01JDQ9B2",
+		Correction: true,
 	},
 	events.TypeTranscriptCompacted: events.TranscriptCompacted{
 		FromSeq:      3,
@@ -139,6 +140,7 @@ var examples = map[string]any{
 		CommitBefore: "4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
 		CommitAfter:  "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678",
 		Sandbox:      &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c"},
+		Correction:   true,
 	},
 	events.TypeToolFailed: events.ToolFailed{
 		CallID:     "call_01JDQ9C7",

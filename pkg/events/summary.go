@@ -139,11 +139,14 @@ func (d SessionPurged) Summarize() string {
 	return newLine("purged events up to %d (%s), kept in %s", d.UpToSeq, count(d.Events, "event", "events"), d.BundleRef).text(d.Reason).String()
 }
 
-// Summarize is "role/agent: content".
+// Summarize is "role/agent (correction): content".
 func (d ChunkAppended) Summarize() string {
 	who := d.Role
 	if d.Agent != "" {
 		who += "/" + d.Agent
+	}
+	if d.Correction {
+		who += " (correction)"
 	}
 	return who + ": " + Clip(d.Content, clipWidth)
 }
@@ -197,8 +200,12 @@ func (d ToolStarted) Summarize() string {
 	return l.String()
 }
 
-// Summarize is "tool CALL exit CODE, MS ms: result".
+// Summarize is "tool CALL exit CODE, MS ms: result", or "…, provided by a
+// person: result" for a correction.
 func (d ToolCompleted) Summarize() string {
+	if d.Correction {
+		return newLine("%s %s exit %d, provided by a person", d.Tool, d.CallID, d.ExitCode).text(d.Result).String()
+	}
 	return newLine("%s %s exit %d, %d ms", d.Tool, d.CallID, d.ExitCode, d.DurationMS).text(d.Result).String()
 }
 

@@ -152,6 +152,10 @@ type ChunkAppended struct {
 	Agent      string `json:"agent,omitempty"`
 	Content    string `json:"content"`
 	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Correction marks a person's correction (role user): what `rath fork
+	// --say` appends. Its author is the event's actor. The selector gives
+	// the agent of the last turn its next turn on it, so the loop resumes.
+	Correction bool `json:"correction,omitempty"`
 }
 
 // TranscriptCompacted replaces chunks FromSeq..ToSeq in the model's context by a
@@ -230,6 +234,10 @@ type ToolCompleted struct {
 	CommitBefore string   `json:"commit_before,omitempty"`
 	CommitAfter  string   `json:"commit_after,omitempty"`
 	Sandbox      *Sandbox `json:"sandbox,omitempty"`
+	// Correction marks a result a person provided in place of the tool's
+	// (`rath fork --tool-result`): nothing ran, and the event's actor is
+	// who wrote it.
+	Correction bool `json:"correction,omitempty"`
 }
 
 // ToolFailed records a tool call that could not complete.

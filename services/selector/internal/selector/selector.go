@@ -36,8 +36,12 @@ const Source = "rath/selector"
 
 // Built-in rule names recorded in decisions the workflow's rules did not make.
 const (
-	RuleBudget     = "budget"
-	RuleContinue   = "continue"
+	RuleBudget   = "budget"
+	RuleContinue = "continue"
+	// RuleCorrection resumes the loop after a person's correction (a user
+	// chunk marked correction, client.Correct): the agent of the last turn
+	// takes the next, and reads it.
+	RuleCorrection = "correction"
 	rulePrefixStop = "stop:"
 )
 
@@ -255,6 +259,9 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			// A turn's tool results are in: the same agent goes on.
 			rule, reason = RuleContinue, "tool results of the last turn are in"
 			p = plan{kind: workflow.RouteAgent, agent: at.LastAgent}
+		case !pendingTools(at) && corrects(at, ev) && !decidedSince(head, ev.Seq):
+			rule, reason = RuleCorrection, "a person corrected the session"
+			p = plan{kind: workflow.RouteAgent, agent: at.LastAgent}
 		default:
 			return nil
 		}
@@ -412,6 +419,22 @@ func continues(st *session.State, ev events.Stored) bool {
 		return d.(*events.TurnCompleted).ToolCalls > 0
 	}
 	return false
+}
+
+// corrects reports whether ev is a person's correction the loop resumes on:
+// a user message marked correction while no turn is in flight, after some
+// agent's turn. (A corrected tool result is a tool call's completion, which
+// continues routes.)
+func corrects(st *session.State, ev events.Stored) bool {
+	if ev.Type != events.TypeChunkAppended || st.Turn != nil || st.LastAgent == "" {
+		return false
+	}
+	d, err := ev.Decode()
+	if err != nil {
+		return false
+	}
+	c := d.(*events.ChunkAppended)
+	return c.Correction && c.Role == events.RoleUser
 }
 
 // resultsSinceDecision reports whether a tool call ended after the last
