@@ -2,8 +2,11 @@ package workflow
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
@@ -20,7 +23,8 @@ import (
 //	       turns, turns_failed, tool_calls, model_calls, events, tokens_in,
 //	       tokens_out, tokens, validations_failed, validations_passed,
 //	       fork_seq, fork_depth, seq (int); labels (map of string); agent_turns (map of int);
-//	       decisions (list of maps: seq (int), rule, route (string)), oldest first
+//	       decisions (list of maps: seq (int), rule, route (string)), oldest first;
+//	       open_work (list of maps: id, kind, description, assignee (string), seq (int)), oldest first
 //
 // It fails only on event data that is not a JSON object.
 func Activation(st *session.State, ev events.Stored) (map[string]any, error) {
@@ -67,7 +71,27 @@ func stateMap(st *session.State) map[string]any {
 		"agent_turns":        agentTurns(st),
 		"decisions":          decisions(st),
 		"task":               st.Task,
+		"open_work":          openWork(st),
 	}
+}
+
+// openWork lists the work the session owes (rath.work.pending not yet
+// done: the todo tool's items, among others), oldest first, each {id, kind,
+// description, assignee, seq}: size(state.open_work) == 0 says none is left.
+func openWork(st *session.State) []any {
+	ids := make([]string, 0, len(st.Pending))
+	for id := range st.Pending {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y string) int {
+		return cmp.Or(cmp.Compare(st.Pending[x].Seq, st.Pending[y].Seq), strings.Compare(x, y))
+	})
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		w := st.Pending[id]
+		out[i] = map[string]any{"id": id, "kind": w.Kind, "description": w.Description, "assignee": w.Assignee, "seq": int64(w.Seq)}
+	}
+	return out
 }
 
 // forkDepth counts the forks between the session and its root: 0 for a

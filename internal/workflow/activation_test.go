@@ -23,6 +23,9 @@ func TestActivation(t *testing.T) {
 		&events.TurnFailed{TurnID: "t2", Agent: "coder", Error: "429"},
 		&events.TurnRequested{TurnID: "t3", Agent: "coder"},
 		&events.ModelCalled{Agent: "coder", Provider: "openai", Model: "m", TokensIn: 300, TokensOut: 50},
+		&events.WorkPending{WorkID: "w2", Kind: "todo", Description: "done soon", Assignee: "coder"},
+		&events.WorkPending{WorkID: "w1", Kind: "todo", Description: "still open", Assignee: "coder"},
+		&events.WorkDone{WorkID: "w2", Outcome: "done"},
 		&events.ToolRequested{CallID: "c1", Tool: "shell", Agent: "coder"},
 		&events.ValidationFailed{Validator: "go test", Reason: "fails"},
 		&events.ValidationPassed{Validator: "go vet"},
@@ -36,7 +39,7 @@ func TestActivation(t *testing.T) {
 	}
 	want := map[string]any{
 		"event": map[string]any{
-			"type": events.TypeToolCompleted, "id": last.ID, "seq": int64(15), "session": "s",
+			"type": events.TypeToolCompleted, "id": last.ID, "seq": int64(18), "session": "s",
 			"data": map[string]any{"call_id": "c1", "tool": "shell", "exit_code": int64(1), "duration_ms": int64(1500), "result": "FAIL"},
 		},
 		"state": map[string]any{
@@ -45,7 +48,7 @@ func TestActivation(t *testing.T) {
 			"turns_failed":       int64(1),
 			"tool_calls":         int64(1),
 			"model_calls":        int64(2),
-			"events":             int64(15),
+			"events":             int64(18),
 			"last_agent":         "coder",
 			"turn_in_flight":     true,
 			"tokens_in":          int64(400),
@@ -56,11 +59,12 @@ func TestActivation(t *testing.T) {
 			"parent":             "p",
 			"fork_seq":           int64(1),
 			"fork_depth":         int64(1),
-			"seq":                int64(15),
+			"seq":                int64(18),
 			"labels":             map[string]any{"team": "core"},
 			"agent_turns":        map[string]any{"researcher": int64(1)}, // coder: one turn failed, one in flight
 			"decisions":          []any{map[string]any{"seq": int64(6), "rule": "code", "route": "agent:coder"}},
 			"task":               "fix TestParse",
+			"open_work":          []any{map[string]any{"id": "w1", "kind": "todo", "description": "still open", "assignee": "coder", "seq": int64(13)}},
 		},
 	}
 	if !reflect.DeepEqual(act, want) {

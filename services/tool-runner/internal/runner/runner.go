@@ -207,6 +207,9 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	} else if !allowed {
 		return e.fail(ctx, nil, why, 0, 0)
 	}
+	if req.Tool == tools.Todo {
+		return e.todo(ctx, st)
+	}
 	ws, err := r.place(ctx, st, ev, req, takeOver)
 	var refused *placeError
 	if errors.As(err, &refused) {
@@ -260,6 +263,29 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 		}
 	}
 	return e.emit(ctx, "completed", done)
+}
+
+// todo runs a todo call on the session's open work, without a workspace:
+// no placement, no sandbox, no commits. The work event (rath.work.pending
+// or rath.work.done) comes before the result's chunk and the completion,
+// so the agent's next turn, and the rules, see the list as the result says.
+func (e evidence) todo(ctx context.Context, st *session.State) error {
+	work, result, err := tools.Work(e.req.Arguments, e.req.CallID, e.req.Agent, st.Pending)
+	if err != nil {
+		return e.fail(ctx, nil, err.Error(), 0, 0)
+	}
+	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt}); err != nil {
+		return err
+	}
+	if work != nil {
+		if err := e.emit(ctx, "work", work); err != nil {
+			return err
+		}
+	}
+	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: e.req.Agent, Content: result, ToolCallID: e.req.CallID}); err != nil {
+		return err
+	}
+	return e.emit(ctx, "completed", &events.ToolCompleted{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt, Result: result})
 }
 
 // verdict is the validation a validate call records: the check passed if
