@@ -7,6 +7,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -225,7 +227,13 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 			return p, err
 		}
 	}
+	// The workflow file's hash does not cover its scripts: two bundles of
+	// one file with other scripts are other providers.
 	key := wf.Workflow.Hash() + "/" + a.Name + "/" + a.Provider + "/" + a.Model + "/" + a.BaseURL
+	if a.Script != "" {
+		sum := sha256.Sum256(wf.Bundle.Files[a.Script])
+		key += "/" + hex.EncodeToString(sum[:])
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if p, ok := w.providers[key]; ok {
