@@ -36,7 +36,8 @@ session the dossier was exported for). See docs/dossier.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&src.dir, "dossier", "", "answer from the dossier in DIR (offline) instead of the ledger")
 	cmd.PersistentFlags().StringVar(&src.branch, "branch", "", "the branch whose logical log steps and turns count on")
-	cmd.AddCommand(a.auditFinalCmd(src), a.auditRecalledCmd(src), a.auditModifiedCmd(src), a.auditRouteCmd(src), a.auditUsageCmd(src))
+	cmd.AddCommand(a.auditFinalCmd(src), a.auditRecalledCmd(src), a.auditModifiedCmd(src), a.auditRouteCmd(src), a.auditUsageCmd(src),
+		a.auditApprovedCmd(src))
 	return cmd
 }
 

@@ -64,6 +64,8 @@ func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
 		d.Validations = append(d.Validations, f.validations...)
 		d.Decisions = append(d.Decisions, f.decisions...)
 		d.Acts = append(d.Acts, f.acts...)
+		d.Interventions = append(d.Interventions, f.people.interventions...)
+		d.Work = append(d.Work, f.people.work...)
 		d.Usage.ByBranch[id] = f.branch.Usage
 		d.Usage.Total.Merge(f.branch.Usage)
 		candidates = append(candidates, f.candidates...)

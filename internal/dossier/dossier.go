@@ -73,7 +73,13 @@ type Dossier struct {
 	Decisions   []Decision   `json:"decisions"`
 	// Acts are the lifecycle changes, approvals and memory writes of every
 	// branch with the authenticated actor the ledger stamped on each.
-	Acts  []Act       `json:"acts"`
+	Acts []Act `json:"acts"`
+	// Interventions are the people in the loop: approvals granted and
+	// rejected, and corrections, with what each was about and what followed.
+	Interventions []Intervention `json:"interventions,omitempty"`
+	// Work is the pending work of every branch (rath.work.pending) and how
+	// it was settled.
+	Work  []WorkItem  `json:"work,omitempty"`
 	Usage UsageReport `json:"usage"`
 	// Blobs are the full results and diffs that events reference by
 	// content hash (result_ref, diff_ref), as far as the export could read

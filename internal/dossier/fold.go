@@ -42,6 +42,7 @@ type fold struct {
 	decisions   []Decision
 	acts        []Act
 	candidates  []candidate
+	people      people
 }
 
 type turnState struct {
@@ -71,6 +72,7 @@ func newFold(t *tree, id string, blobs map[string][]byte) *fold {
 	f := &fold{t: t, id: id, blobs: blobs, branch: b,
 		turns: map[string]*turnState{}, calls: map[string]*callState{},
 		ids: map[string]events.Stored{}, covered: map[events.Position]bool{}, segments: map[string]*SegmentUsage{}}
+	f.people.init()
 	for _, seg := range t.Path(id) {
 		f.segments[seg.Session] = &SegmentUsage{Segment: seg}
 	}
@@ -316,6 +318,7 @@ func (f *fold) event(e events.Stored) bool {
 	default:
 		known = false
 	}
+	f.people.event(f, e, own, data)
 	if own {
 		b.Counts.Memory = len(f.memory)
 		b.Counts.Decisions = len(f.decisions)
@@ -473,6 +476,14 @@ func act(data any) (what, detail, by string, ok bool) {
 		return "granted approval " + d.ApprovalID, d.Comment, d.By, true
 	case *events.ApprovalRejected:
 		return "rejected approval " + d.ApprovalID, d.Reason, d.By, true
+	case *events.ChunkAppended:
+		if d.Correction && d.Role == events.RoleUser {
+			return "corrected the session", d.Content, "", true
+		}
+	case *events.ToolCompleted:
+		if d.Correction {
+			return "gave the result of tool call " + d.CallID, d.Result, "", true
+		}
 	case *events.MemoryWritten:
 		return "wrote memory " + d.ItemID, "", "", true
 	case *events.MemoryRetracted:

@@ -150,8 +150,12 @@ func Markdown(d *Dossier) string {
 		}
 	}
 	if t := lastRun(calls, d.Final); t != nil {
-		w("The last tool call before the close: `%s` %s (%s at seq %d), exit code %d:\n\n%s\n",
-			inline(t.Tool, 80), code(oneLine(string(t.Arguments), 300)), n.of(t.Branch), t.Seqs[len(t.Seqs)-1], t.ExitCode, block(clip(orError(t), 4000), "text"))
+		ended := fmt.Sprintf("exit code %d", t.ExitCode)
+		if t.Status == ToolFailed {
+			ended = "failed: " + ended
+		}
+		w("The last tool call before the close: `%s` %s (%s at seq %d), %s:\n\n%s\n",
+			inline(t.Tool, 80), code(oneLine(string(t.Arguments), 300)), n.of(t.Branch), t.Seqs[len(t.Seqs)-1], ended, block(clip(orError(t), 4000), "text"))
 	} else if d.Final == nil {
 		w("No accepted branch.\n\n")
 	}
@@ -161,6 +165,9 @@ func Markdown(d *Dossier) string {
 
 	w("## Memory\n\n")
 	memorySection(w, d, n)
+
+	peopleSection(w, d, n)
+	workSection(w, d, n)
 
 	w("## Who acted\n\nAs the ledger authenticated each proposer (tenant/user) and stamped it on the event; a name an event claims for itself is shown as “claims”.\n\n")
 	for _, b := range d.Branches {
@@ -322,7 +329,11 @@ func story(d *Dossier, b Branch, n namer) []storyLine {
 				line += ": " + quote(t.Result, 120)
 			}
 		case ToolFailed:
-			line += fmt.Sprintf(" → failed (exit %d): %s", t.ExitCode, inline(t.Error, 160))
+			if t.ExitCode != 0 {
+				line += fmt.Sprintf(" → failed (exit %d): %s", t.ExitCode, inline(t.Error, 160))
+			} else {
+				line += " → failed: " + inline(t.Error, 160)
+			}
 		default:
 			line += " → " + inline(t.Status, 40)
 		}
@@ -360,6 +371,11 @@ func story(d *Dossier, b Branch, n namer) []storyLine {
 	for _, dec := range d.Decisions {
 		if dec.Branch == b.ID {
 			add(dec.Seq, "selector: rule %s → route %s: %s", code(dec.Rule), code(dec.Route), inline(n.text(orDash(dec.Reason)), 300))
+		}
+	}
+	for _, iv := range d.Interventions {
+		if iv.Branch == b.ID {
+			add(iv.Seq, "%s", interventionLine(iv, n))
 		}
 	}
 	for _, m := range b.Merges {
@@ -590,7 +606,8 @@ func lastRun(calls []ToolCall, f *Final) *ToolCall {
 	}
 	for i := len(calls) - 1; i >= 0; i-- {
 		t := calls[i]
-		if (t.Status == ToolCompleted || t.Status == ToolFailed) && t.Seqs[len(t.Seqs)-1] < f.Close.Seq {
+		// todo keeps the list of work; it tests nothing.
+		if (t.Status == ToolCompleted || t.Status == ToolFailed) && t.Seqs[len(t.Seqs)-1] < f.Close.Seq && t.Tool != "todo" {
 			return &calls[i]
 		}
 	}

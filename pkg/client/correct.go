@@ -77,9 +77,9 @@ func (c *Client) Correct(ctx context.Context, r Correction) (Corrected, error) {
 		return Corrected{}, fmt.Errorf("correct %s at %d: %w", r.Session, r.At, err)
 	}
 	if r.Reason == "" {
-		r.Reason = "correction: " + events.Clip(r.Say, 60)
+		r.Reason = "a person's correction: a message to the agents"
 		if call != nil {
-			r.Reason = fmt.Sprintf("correction: the result of %s %s", call.Tool, call.CallID)
+			r.Reason = fmt.Sprintf("a person's correction: the result of %s call %s", call.Tool, call.CallID)
 		}
 	}
 	fork, err := c.Fork(ctx, api.ForkRequest{Parent: r.Session, At: r.At, ID: r.ID, Reason: r.Reason, Labels: r.Labels})
