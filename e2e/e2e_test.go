@@ -48,8 +48,15 @@ func start(t *testing.T) *rig {
 // logging to log.
 func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 	t.Helper()
+	return startSeeded(t, "testdata", wcfg, log)
+}
+
+// startSeeded is startWith with the workspaces seeded from the directory
+// seeds (an example's, say) instead of testdata.
+func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logger) *rig {
+	t.Helper()
 	ns, _ := natstest.Start(t)
-	cfg := suiteConfig(t, ns.ClientURL(), "testdata")
+	cfg := suiteConfig(t, ns.ClientURL(), seeds)
 	cfg.Worker = wcfg
 	rt := startSuite(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
 	c, err := client.New(rt.Conn)
