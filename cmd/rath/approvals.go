@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
@@ -44,13 +43,9 @@ one with rath approve, reject one with rath reject.`,
 					}
 				}
 			}
-			var pending []client.PendingApproval
-			for _, id := range ids {
-				p, err := c.Pending(cmd.Context(), id)
-				if err != nil {
-					return err
-				}
-				pending = append(pending, p...)
+			pending, err := c.PendingIn(cmd.Context(), ids)
+			if err != nil {
+				return err
 			}
 			if a.json {
 				return a.printJSON(pending)
