@@ -5,8 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openrath/rath/internal/dossier"
+	"github.com/openrath/rath/internal/replay"
+	"github.com/openrath/rath/internal/rerun"
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
@@ -175,5 +179,29 @@ func TestApprovalExampleCorrected(t *testing.T) {
 	}
 	if !settled {
 		t.Fatalf("the fork's settling of the parent's work: %+v", d.Work)
+	}
+
+	// A replay reproduces the person's rejection, fork and correction from
+	// the record.
+	if testing.Short() {
+		return
+	}
+	orig, err := replay.Read(ctx, r.c, "rej")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := rerun.Reexecute(ctx, r.c, orig, rerun.Options{Seeds: approvalExample, Runtime: runtime.DefaultConfig(),
+		Wait: 2 * time.Minute, Idle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []string
+	for _, in := range rep.External {
+		if in.Applied {
+			applied = append(applied, in.Branch+":"+in.Type)
+		}
+	}
+	if want := "root:rath.approval.rejected root.1:rath.session.forked root.1:rath.conversation.chunk.appended"; !rep.Reproduced || strings.Join(applied, " ") != want {
+		t.Fatalf("replay of the correction: reproduced %v, applied %v, want %s", rep.Reproduced, applied, want)
 	}
 }

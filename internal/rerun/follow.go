@@ -29,6 +29,10 @@ type run struct {
 	ids     map[string]string // original event ID → replay event ID, by position
 	pending map[string][]*pendingInput
 	inputs  []*pendingInput
+	// forkInputs are the forks a person made (a fork event no Rath service
+	// produced: rath fork, a correction), by original parent branch: the
+	// replay makes them itself, as it applies the other inputs.
+	forkInputs map[string][]*pendingInput
 }
 
 type pendingInput struct {
@@ -41,10 +45,24 @@ func newRun(orig *replay.Tree, rc *client.Client) *run {
 	r := &run{orig: orig, rc: rc, arrived: make(chan events.Stored, 4096),
 		toOrig: map[string]*replay.Branch{}, fromOrg: map[string]string{}, forks: map[string]map[uint64]int{},
 		heads: map[string]uint64{}, closed: map[string]bool{}, ids: map[string]string{}, pending: map[string][]*pendingInput{}}
+	r.forkInputs = map[string][]*pendingInput{}
+	external := map[string][]replay.Input{}
 	for _, in := range replay.External(orig) {
-		p := &pendingInput{Input: in}
-		r.inputs = append(r.inputs, p)
-		r.pending[in.Branch.ID] = append(r.pending[in.Branch.ID], p)
+		external[in.Branch.ID] = append(external[in.Branch.ID], in)
+	}
+	// In tree order: a branch's fork (when a person made it), then its
+	// other inputs.
+	for _, b := range orig.Branches {
+		if b.Parent != nil && len(b.Events) > 0 && !replay.Produced(b.Events[0]) {
+			p := &pendingInput{Input: replay.Input{Branch: b, Event: b.Events[0]}}
+			r.inputs = append(r.inputs, p)
+			r.forkInputs[b.Parent.ID] = append(r.forkInputs[b.Parent.ID], p)
+		}
+		for _, in := range external[b.ID] {
+			p := &pendingInput{Input: in}
+			r.inputs = append(r.inputs, p)
+			r.pending[b.ID] = append(r.pending[b.ID], p)
+		}
 	}
 	return r
 }
@@ -119,6 +137,7 @@ func (r *run) follow(ctx context.Context, wait, idle time.Duration) bool {
 			}
 			if o := r.toOrig[ev.Session]; o != nil {
 				_ = r.applyReady(ctx, o, ev.Seq)
+				_ = r.forkReady(ctx, o, r.heads[ev.Session])
 			}
 		case <-deadline.C:
 			return false
@@ -169,6 +188,31 @@ func (r *run) applyReady(ctx context.Context, o *replay.Branch, seq uint64) erro
 			return p.err
 		}
 		seq++
+	}
+	return nil
+}
+
+// forkReady makes the forks a person made of original branch o whose fork
+// point the replay's counterpart has reached (head), in the original's
+// order: the fork event is then seen like any, and the fork's own inputs
+// (a correction) are applied as it arrives.
+func (r *run) forkReady(ctx context.Context, o *replay.Branch, head uint64) error {
+	for _, p := range r.forkInputs[o.ID] {
+		if p.applied || p.err != nil || p.Branch.ForkSeq > head {
+			continue
+		}
+		var f events.SessionForked
+		if p.err = json.Unmarshal(p.Event.Data, &f); p.err != nil {
+			return p.err
+		}
+		parent := r.fromOrg[o.ID]
+		_, p.err = r.rc.Fork(ctx, api.ForkRequest{Parent: parent, At: p.Branch.ForkSeq, Reason: f.Reason, Labels: f.Labels,
+			EventID: events.DerivedID("rath.replay", parent, p.Event.ID), EventSource: p.Event.Source})
+		if p.err != nil {
+			p.err = fmt.Errorf("replay: fork %s at %d as the original's %s was: %w", parent, p.Branch.ForkSeq, p.Branch.ID, p.err)
+			return p.err
+		}
+		p.applied = true
 	}
 	return nil
 }

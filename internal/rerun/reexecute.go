@@ -187,6 +187,9 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 	if err := r.applyReady(ctx, orig.Root, 1); err != nil {
 		return nil, err
 	}
+	if err := r.forkReady(ctx, orig.Root, 1); err != nil {
+		return nil, err
+	}
 	if rep.Seeded, err = seedRecalled(ctx, c, rc, orig); err != nil {
 		return nil, err
 	}
