@@ -151,8 +151,11 @@ func Markdown(d *Dossier) string {
 	}
 	if t := lastRun(calls, d.Final); t != nil {
 		ended := fmt.Sprintf("exit code %d", t.ExitCode)
-		if t.Status == ToolFailed {
-			ended = "failed: " + ended
+		switch {
+		case t.Status == ToolFailed && t.ExitCode == 0:
+			ended = "failed"
+		case t.Status == ToolFailed:
+			ended = "failed, " + ended
 		}
 		w("The last tool call before the close: `%s` %s (%s at seq %d), %s:\n\n%s\n",
 			inline(t.Tool, 80), code(oneLine(string(t.Arguments), 300)), n.of(t.Branch), t.Seqs[len(t.Seqs)-1], ended, block(clip(orError(t), 4000), "text"))
