@@ -49,7 +49,7 @@ type Corrected struct {
 // agent's turn ended.
 var ErrNotResumable = errors.New("the agent loop cannot resume there")
 
-// Correct forks a session at c.At and appends a person's correction to the
+// Correct forks session r.Session at r.At and appends a person's correction to the
 // fork: a user message (rath.conversation.chunk.appended, role user) or a
 // tool call's result (a tool chunk and rath.tool.call.completed), each
 // marked correction. The client's authenticated identity, which the ledger
@@ -58,9 +58,10 @@ var ErrNotResumable = errors.New("the agent loop cannot resume there")
 // user correction: rule "correction"; a result: the built-in "continue"),
 // so the loop resumes there.
 //
-// Over the protocol it is two requests: a fork, then an append to the fork
+// Over the protocol it is a fork, then the correction's appends to the fork
 // (docs/protocol.md, "Rewind, correct, resume"). The point is checked
-// first, on the session's state at At: see ErrNotResumable.
+// first, on the session's state at At (folded from its log: a read linear in
+// the session, once per correction): see ErrNotResumable.
 func (c *Client) Correct(ctx context.Context, r Correction) (Corrected, error) {
 	if (r.Say == "") == (r.CallID == "") {
 		return Corrected{}, fmt.Errorf("correct %s: give a message or a tool call's result, exactly one", r.Session)

@@ -433,8 +433,8 @@ func corrects(st *session.State, ev events.Stored) bool {
 	if err != nil {
 		return false
 	}
-	c := d.(*events.ChunkAppended)
-	return c.Correction && c.Role == events.RoleUser
+	c, ok := d.(*events.ChunkAppended)
+	return ok && c.Correction && c.Role == events.RoleUser
 }
 
 // resultsSinceDecision reports whether a tool call ended after the last
