@@ -168,6 +168,33 @@ func TestContinues(t *testing.T) {
 	}
 }
 
+// A person's correction resumes the agent of the last turn: a user chunk
+// marked correction, between turns, after one.
+func TestCorrects(t *testing.T) {
+	said := &events.ChunkAppended{Role: events.RoleUser, Content: "use blue", Correction: true}
+	tests := []struct {
+		name  string
+		given []any // the last is the trigger
+		want  bool
+	}{
+		{"a correction after a turn", []any{started, requested, &events.TurnCompleted{TurnID: "t1", Agent: "coder"}, said}, true},
+		{"a user message not marked", []any{started, requested, &events.TurnCompleted{TurnID: "t1", Agent: "coder"},
+			&events.ChunkAppended{Role: events.RoleUser, Content: "hi"}}, false},
+		{"marked, but not a user's", []any{started, requested, &events.TurnCompleted{TurnID: "t1", Agent: "coder"},
+			&events.ChunkAppended{Role: events.RoleTool, Content: "ok", ToolCallID: "c1", Correction: true}}, false},
+		{"while a turn is in flight", []any{started, requested, said}, false},
+		{"before any turn", []any{started, said}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, trigger := folded(t, tt.given...)
+			if got := corrects(st, trigger); got != tt.want {
+				t.Fatalf("corrects = %v, want %v (turn %+v, last agent %q)", got, tt.want, st.Turn, st.LastAgent)
+			}
+		})
+	}
+}
+
 // A decision that routes the session stops a late continue; a memory
 // decision, which writes an item and routes nothing, does not.
 func TestDecidedSince(t *testing.T) {
