@@ -47,7 +47,12 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg := strings.TrimSpace(r.FormValue("message")); msg != "" {
-		if _, err := s.client(r).Emit(ctx, ack.Session, &events.ChunkAppended{Role: events.RoleUser, Content: msg}); err != nil {
+		// Marked as a person's correction: the selector gives the agent of
+		// the last turn its next turn on it (its built-in rule correction),
+		// where the fork is between turns; an unmarked message routes
+		// nothing but a workflow rule that matches it.
+		if _, err := s.client(r).Emit(ctx, ack.Session, &events.ChunkAppended{Role: events.RoleUser, Content: msg, Correction: true},
+			events.WithCausation(ack.ID)); err != nil {
 			s.fail(w, r, "message to the fork "+ack.Session, err)
 			return
 		}

@@ -306,7 +306,8 @@ func TestActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	last, err := r.c.Log(ctx, "s1-retry", client.Range{From: fork.Seq})
-	if err != nil || len(last) != 1 || last[0].Type != events.TypeChunkAppended || !strings.Contains(string(last[0].Data), "try it the other way") {
+	if err != nil || len(last) != 1 || last[0].Type != events.TypeChunkAppended || !strings.Contains(string(last[0].Data), "try it the other way") ||
+		!strings.Contains(string(last[0].Data), `"correction":true`) {
 		t.Fatalf("the fork's last event: %+v, %v", last, err)
 	}
 	if fork.Lineage.Parent != "s1" || fork.Lineage.ForkSeq != 2 {
