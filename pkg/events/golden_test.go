@@ -237,6 +237,17 @@ var examples = map[string]any{
 		CallID:     "call_01JDQ9B2",
 		Tool:       "run",
 		Gate:       "push-needs-approval",
+		Deadline:   "2026-01-05T10:00:00Z",
+		OnTimeout:  events.TimeoutEscalate, EscalateTo: "leads",
+		EscalateDeadline: "2026-01-05T11:00:00Z",
+	},
+	events.TypeApprovalExpired: events.ApprovalExpired{
+		ApprovalID:   "appr_01JDQ9E8",
+		Deadline:     "2026-01-05T10:00:00Z",
+		OnTimeout:    events.TimeoutEscalate,
+		Approver:     "maintainers",
+		EscalatedTo:  "leads",
+		NextDeadline: "2026-01-05T11:00:00Z",
 	},
 	events.TypeApprovalGranted: events.ApprovalGranted{
 		ApprovalID: "appr_01JDQ9E8",

@@ -93,6 +93,7 @@ func init() {
 	register[ApprovalRequested](TypeApprovalRequested, TokenControl)
 	register[ApprovalGranted](TypeApprovalGranted, TokenControl)
 	register[ApprovalRejected](TypeApprovalRejected, TokenControl)
+	register[ApprovalExpired](TypeApprovalExpired, TokenControl)
 	register[TurnRequested](TypeTurnRequested, TokenAgent)
 	register[TurnCompleted](TypeTurnCompleted, TokenAgent)
 	register[TurnFailed](TypeTurnFailed, TokenAgent)

@@ -26,6 +26,13 @@ const (
 	// the leaves of a group signature, stored once for the events of a batch
 	// round that refer to it (events.SignRecord).
 	StreamSigs = "RATH_SIGS"
+	// StreamTimers holds Rath's durable timers (ADR 0026): JetStream message
+	// schedules on rath.timer.at.<session>.<timer>, which the server
+	// publishes once, at their time, to rath.timer.fired.<session>.<timer>
+	// (a work queue: a fired timer is kept until its consumer acks it). Only
+	// Rath's services publish here: whoever may publish a schedule chooses
+	// what fires.
+	StreamTimers = "RATH_TIMERS"
 
 	// BucketSnapshots holds folded session states every K events.
 	BucketSnapshots = "rath-snapshots"
@@ -50,6 +57,8 @@ const (
 	ledgerPrefix  = "rath.ledger."
 	memoryPrefix  = "rath.memory."
 	sigPrefix     = "rath.sig."
+	timerAt       = "rath.timer.at."
+	timerFired    = "rath.timer.fired."
 
 	// SessionsWildcard matches every stored session event.
 	SessionsWildcard = logPrefix + ">"
@@ -63,6 +72,10 @@ const (
 	DeadWildcard = deadPrefix + ">"
 	// SigsWildcard matches every signature record.
 	SigsWildcard = sigPrefix + ">"
+	// TimersWildcard matches every timer, set or fired.
+	TimersWildcard = "rath.timer.>"
+	// TimersFiredWildcard matches every fired timer.
+	TimersFiredWildcard = timerFired + ">"
 	// InboxConsumer is the durable consumer the ledgers share on the inbox.
 	InboxConsumer = "ledger-inbox"
 )
@@ -162,6 +175,14 @@ func TenantLiveWildcard(tenant string) string { return livePrefix + tenant + ".>
 // KindFilter matches the stored events of every session that carry the given
 // token, for durable consumers of workers.
 func KindFilter(token string) string { return logPrefix + "*.*." + token }
+
+// TimerSubject is where the timer named name of a session is set (a
+// message schedule: setting it again replaces it), and TimerFiredSubject
+// where it fires. name is one subject token (an approval ID, "wall_time").
+func TimerSubject(sessionID, name string) string { return timerAt + sessionID + "." + name }
+
+// TimerFiredSubject is where the timer TimerSubject sets fires.
+func TimerFiredSubject(sessionID, name string) string { return timerFired + sessionID + "." + name }
 
 // InboxFilter matches the proposals for a session by any principal.
 func InboxFilter(sessionID string) string { return inboxPrefix + "*.*." + sessionID }

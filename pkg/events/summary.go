@@ -288,9 +288,20 @@ func (d ValidationFailed) Summarize() string {
 	return newLine("validation FAILED: %s", d.Validator).add(" (target %s)", short(d.Target)).text(d.Reason).String()
 }
 
-// Summarize is "approval ID requested of approver: action".
+// Summarize is "approval ID requested of approver for call C (tool), until
+// deadline: action".
 func (d ApprovalRequested) Summarize() string {
-	return newLine("approval %s requested", d.ApprovalID).add(" of %s", d.Approver).add(" for call %s", d.CallID).add(" (%s)", d.Tool).text(d.Action).String()
+	l := newLine("approval %s requested", d.ApprovalID).add(" of %s", d.Approver).add(" for call %s", d.CallID).add(" (%s)", d.Tool)
+	l.add(", until %s", d.Deadline).add(" then %s", d.OnTimeout)
+	return l.text(d.Action).String()
+}
+
+// Summarize is "approval ID of approver expired at deadline: on_timeout" (and
+// the escalation's role and deadline).
+func (d ApprovalExpired) Summarize() string {
+	l := newLine("approval %s", d.ApprovalID).add(" of %s", d.Approver)
+	fmt.Fprintf(l, " expired at %s: %s", d.Deadline, d.OnTimeout)
+	return l.add(" to %s", d.EscalatedTo).add(" until %s", d.NextDeadline).String()
 }
 
 // Summarize is "approval ID granted by B: comment".

@@ -1,6 +1,9 @@
 package events
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Wire names of every event kind. They are part of the stored history: never
 // rename one; add a new kind (or a new schema version) instead.
@@ -35,6 +38,7 @@ const (
 	TypeApprovalRequested   = "rath.approval.requested"
 	TypeApprovalGranted     = "rath.approval.granted"
 	TypeApprovalRejected    = "rath.approval.rejected"
+	TypeApprovalExpired     = "rath.approval.expired"
 	TypeTurnRequested       = "rath.agent.turn.requested"
 	TypeTurnCompleted       = "rath.agent.turn.completed"
 	TypeTurnFailed          = "rath.agent.turn.failed"
@@ -432,6 +436,55 @@ type ApprovalRequested struct {
 	CallID string `json:"call_id,omitempty"`
 	Tool   string `json:"tool,omitempty"`
 	Gate   string `json:"gate,omitempty"`
+	// Deadline, if set, is when the approval expires undecided (RFC 3339,
+	// UTC, whole seconds: DeadlineText): a durable
+	// timer then records its rath.approval.expired, and OnTimeout says what
+	// follows (ADR 0026).
+	Deadline string `json:"deadline,omitempty"`
+	// OnTimeout is what an expiry does: TimeoutReject (the default: the
+	// gated call fails), TimeoutClose (the session is closed) or
+	// TimeoutEscalate (EscalateTo is asked, until EscalateDeadline).
+	OnTimeout        string `json:"on_timeout,omitempty"`
+	EscalateTo       string `json:"escalate_to,omitempty"`
+	EscalateDeadline string `json:"escalate_deadline,omitempty"`
+}
+
+// DeadlineText is how events write a deadline: RFC 3339 in UTC, rounded up
+// to the whole second, which is the resolution of JetStream's schedules (a
+// deadline is never reached early).
+func DeadlineText(t time.Time) string {
+	if r := t.Truncate(time.Second); r.Before(t) {
+		t = r.Add(time.Second)
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// ParseDeadline reads a deadline written by DeadlineText (any RFC 3339).
+func ParseDeadline(s string) (time.Time, error) { return time.Parse(time.RFC3339, s) }
+
+// What an approval's expiry does (ApprovalRequested.OnTimeout).
+const (
+	TimeoutReject   = "reject"
+	TimeoutClose    = "close"
+	TimeoutEscalate = "escalate"
+)
+
+// ApprovalExpired records that an approval's deadline passed undecided. Only
+// Rath's durable timers record one (the ledger refuses it from anyone but a
+// service, before the deadline, or for an approval that is not pending with
+// that deadline), with an ID derived from the approval and the deadline, so
+// a timer delivered twice records once. OnTimeout is what the expiry does:
+// reject and close settle the approval as expired (a gated call fails;
+// close also ends the session); escalate leaves it pending, asking
+// EscalatedTo until NextDeadline, after which it expires again and rejects.
+type ApprovalExpired struct {
+	ApprovalID string `json:"approval_id"`
+	Deadline   string `json:"deadline"`
+	OnTimeout  string `json:"on_timeout"`
+	// Approver is the role that was asked and did not decide.
+	Approver     string `json:"approver,omitempty"`
+	EscalatedTo  string `json:"escalated_to,omitempty"`
+	NextDeadline string `json:"next_deadline,omitempty"`
 }
 
 // ApprovalGranted approves a requested action. Who approved is the event's
