@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
@@ -41,6 +42,15 @@ type Gate struct {
 	Action string
 	// Approver is the role asked to decide ("maintainers").
 	Approver string
+	// Timeout, if set, is how long the approval may wait undecided; then a
+	// durable timer records its expiry and OnTimeout applies: reject (the
+	// default: the call fails and the agent goes on), close (the session
+	// is closed), or escalate (EscalateTo is asked for EscalateTimeout,
+	// default Timeout, after which the approval expires and rejects).
+	Timeout         time.Duration
+	OnTimeout       string
+	EscalateTo      string
+	EscalateTimeout time.Duration
 
 	when cel.Program
 }
@@ -52,15 +62,38 @@ type Match struct {
 	Approver string
 	// ApprovalID is the approval's ID (ApprovalID).
 	ApprovalID string
+	// Timeout, OnTimeout, EscalateTo and EscalateTimeout are the gate's.
+	Timeout         time.Duration
+	OnTimeout       string
+	EscalateTo      string
+	EscalateTimeout time.Duration
 	// Err is set when the gate's When failed to evaluate: the gate holds
 	// the call anyway (a gate fails closed), and Action says why.
 	Err error
 }
 
-// Request is the approval request the match asks for, for call.
-func (m Match) Request(call *events.ToolRequested) *events.ApprovalRequested {
-	return &events.ApprovalRequested{ApprovalID: m.ApprovalID, Action: m.Action, Approver: m.Approver,
+// Request is the approval request the match asks for, for call, asked at
+// now: with a timeout, its deadline is now plus the timeout (rounded up to
+// the second), and an escalation's deadline follows it.
+func (m Match) Request(call *events.ToolRequested, now time.Time) *events.ApprovalRequested {
+	r := &events.ApprovalRequested{ApprovalID: m.ApprovalID, Action: m.Action, Approver: m.Approver,
 		CallID: call.CallID, Tool: call.Tool, Gate: m.Gate}
+	if m.Timeout > 0 {
+		deadline := now.Add(m.Timeout)
+		r.Deadline, r.OnTimeout = events.DeadlineText(deadline), m.OnTimeout
+		if r.OnTimeout == "" {
+			r.OnTimeout = events.TimeoutReject
+		}
+		if r.OnTimeout == events.TimeoutEscalate {
+			next := m.EscalateTimeout
+			if next == 0 {
+				next = m.Timeout
+			}
+			d, _ := events.ParseDeadline(r.Deadline)
+			r.EscalateTo, r.EscalateDeadline = m.EscalateTo, events.DeadlineText(d.Add(next))
+		}
+	}
+	return r
 }
 
 // ApprovalID derives the ID of the approval that gates a tool call from the
@@ -92,7 +125,8 @@ func (w *Workflow) GateFor(st *session.State, sessionID string, call *events.Too
 		if len(g.Agents) > 0 && !slices.Contains(g.Agents, call.Agent) {
 			continue
 		}
-		m := Match{Gate: g.Name, Action: g.Action, Approver: g.Approver}
+		m := Match{Gate: g.Name, Action: g.Action, Approver: g.Approver,
+			Timeout: g.Timeout, OnTimeout: g.OnTimeout, EscalateTo: g.EscalateTo, EscalateTimeout: g.EscalateTimeout}
 		if m.Action == "" {
 			m.Action = call.Tool + " call"
 		}
@@ -131,7 +165,7 @@ func callActivation(st *session.State, sessionID string, call *events.ToolReques
 	return Activation(st, events.Stored{ID: call.CallID, Type: events.TypeToolRequested, Session: sessionID, Data: data})
 }
 
-var gateFields = []string{"name", "tools", "agents", "when", "action", "approver"}
+var gateFields = []string{"name", "tools", "agents", "when", "action", "approver", "timeout", "on_timeout", "escalate_to", "escalate_timeout"}
 
 func (p *parser) gate(n *yaml.Node, field string) Gate {
 	var g Gate
@@ -149,6 +183,14 @@ func (p *parser) gate(n *yaml.Node, field string) Gate {
 			g.Action = p.str(v, f)
 		case "approver":
 			g.Approver = p.str(v, f)
+		case "timeout":
+			g.Timeout = p.duration(v, f)
+		case "on_timeout":
+			g.OnTimeout = p.str(v, f)
+		case "escalate_to":
+			g.EscalateTo = p.str(v, f)
+		case "escalate_timeout":
+			g.EscalateTimeout = p.duration(v, f)
 		}
 	})
 	return g
@@ -167,6 +209,20 @@ func (p *parser) validateGates(w *Workflow) {
 		}
 		if g.Approver == "" {
 			p.add(p.line(f), f+".approver", "required")
+		}
+		switch g.OnTimeout {
+		case "", events.TimeoutReject, events.TimeoutClose, events.TimeoutEscalate:
+		default:
+			p.add(p.line(f), f+".on_timeout", "%q is not reject, close or escalate", g.OnTimeout)
+		}
+		if g.OnTimeout != "" && g.Timeout == 0 {
+			p.add(p.line(f), f+".on_timeout", "needs a timeout")
+		}
+		if (g.OnTimeout == events.TimeoutEscalate) != (g.EscalateTo != "") {
+			p.add(p.line(f), f+".escalate_to", "on_timeout escalate and escalate_to go together")
+		}
+		if g.EscalateTimeout > 0 && g.OnTimeout != events.TimeoutEscalate {
+			p.add(p.line(f), f+".escalate_timeout", "only with on_timeout escalate")
 		}
 		for j, a := range g.Agents {
 			p.checkAgent(w, fmt.Sprintf("%s.agents[%d]", f, j), a, true)

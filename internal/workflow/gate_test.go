@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/events"
@@ -75,7 +76,7 @@ func TestGateFor(t *testing.T) {
 			if want := workflow.ApprovalID(tc.call.CallID, m.Approver, m.Action, tc.call.Arguments); m.ApprovalID != want {
 				t.Errorf("approval ID %s, want %s", m.ApprovalID, want)
 			}
-			req := m.Request(tc.call)
+			req := m.Request(tc.call, time.Now())
 			if req.CallID != "c1" || req.Tool != tc.call.Tool || req.Gate != tc.gate || req.ApprovalID != m.ApprovalID {
 				t.Errorf("request %+v", req)
 			}
@@ -113,7 +114,10 @@ func TestGateProblems(t *testing.T) {
 		{"unknown agent", "  - name: g\n    agents: [coderr]\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].agents[0]", Message: `"coderr" is not an agent`}},
 		{"nobody's tool", "  - name: g\n    tools: [shell]\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].tools[0]", Message: `"shell" is no agent's tool`}},
 		{"bad CEL", "  - name: g\n    when: event.dat\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].when", Message: `event has no field "dat"`}},
-		{"unknown field", "  - name: g\n    tool: run\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].tool", Message: "unknown field (fields: name, tools, agents, when, action, approver)"}},
+		{"bad on_timeout", "  - name: g\n    tools: [run]\n    approver: m\n    timeout: 1m\n    on_timeout: wait\n", workflow.Problem{Line: 11, Field: "gates[0].on_timeout", Message: `"wait" is not reject, close or escalate`}},
+		{"on_timeout without timeout", "  - name: g\n    tools: [run]\n    approver: m\n    on_timeout: close\n", workflow.Problem{Line: 11, Field: "gates[0].on_timeout", Message: "needs a timeout"}},
+		{"escalate without a role", "  - name: g\n    tools: [run]\n    approver: m\n    timeout: 1m\n    on_timeout: escalate\n", workflow.Problem{Line: 11, Field: "gates[0].escalate_to", Message: "on_timeout escalate and escalate_to go together"}},
+		{"unknown field", "  - name: g\n    tool: run\n    approver: m\n", workflow.Problem{Line: 12, Field: "gates[0].tool", Message: "unknown field (fields: name, tools, agents, when, action, approver, timeout, on_timeout, escalate_to, escalate_timeout)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,5 +133,26 @@ func TestGateProblems(t *testing.T) {
 			}
 			t.Fatalf("problems %+v, want %+v", se.Problems, tc.want)
 		})
+	}
+}
+
+// A gate with a timeout asks with a deadline, rounded up to the second, and
+// an escalation's deadline follows the first.
+func TestGateTimeoutSetsTheDeadlines(t *testing.T) {
+	m := workflow.Match{Gate: "push", Action: "git push", Approver: "maintainers", ApprovalID: "ap-1",
+		Timeout: 30 * time.Minute, OnTimeout: events.TimeoutEscalate, EscalateTo: "leads", EscalateTimeout: time.Hour}
+	now := time.Date(2026, 1, 5, 9, 0, 0, 300_000_000, time.UTC)
+	req := m.Request(&events.ToolRequested{CallID: "c1", Tool: "run"}, now)
+	if req.Deadline != "2026-01-05T09:30:01Z" || req.OnTimeout != events.TimeoutEscalate ||
+		req.EscalateTo != "leads" || req.EscalateDeadline != "2026-01-05T10:30:01Z" {
+		t.Errorf("request %+v", req)
+	}
+	m.OnTimeout, m.EscalateTo = "", ""
+	if req := m.Request(&events.ToolRequested{CallID: "c1", Tool: "run"}, now); req.OnTimeout != events.TimeoutReject || req.EscalateTo != "" {
+		t.Errorf("default on_timeout: %+v", req)
+	}
+	m.Timeout = 0
+	if req := m.Request(&events.ToolRequested{CallID: "c1", Tool: "run"}, now); req.Deadline != "" || req.OnTimeout != "" {
+		t.Errorf("no timeout: %+v", req)
 	}
 }

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -182,7 +183,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 			s.Approvals = map[string]Approval{}
 		}
 		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, Approver: d.Approver, CallID: d.CallID, Tool: d.Tool, Gate: d.Gate,
-			Requested: e.Time, RequestedBy: e.Actor}
+			Requested: e.Time, RequestedBy: e.Actor, Deadline: d.Deadline, OnTimeout: d.OnTimeout, EscalateTo: d.EscalateTo, EscalateDeadline: d.EscalateDeadline}
 	case *events.TurnRequested:
 		// A second request of the turn that just ended (the ledger does not
 		// refuse one) does not open it again: the agent worker would take
@@ -214,6 +215,8 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		s.settleApproval(d.ApprovalID, ApprovalGranted, d.By, e.Actor, d.Comment, e.Seq)
 	case *events.ApprovalRejected:
 		s.settleApproval(d.ApprovalID, ApprovalRejected, d.By, e.Actor, d.Reason, e.Seq)
+	case *events.ApprovalExpired:
+		s.expireApproval(d, e.Actor, e.Seq)
 	case *events.SandboxRequested, *events.SandboxRefused:
 		// The placement changes with the runner's answer (SandboxPlaced).
 	default:
@@ -262,6 +265,26 @@ func (s *State) settleApproval(id, outcome, by, actor, reason string, seq uint64
 	}
 	a.Outcome, a.By, a.Actor, a.Reason, a.DecidedSeq = outcome, by, actor, reason, seq
 	s.Approvals[id] = a
+}
+
+// expireApproval folds an expiry of a pending approval whose deadline it
+// names (another is a stale timer's, which the ledger refuses now): an
+// escalation asks the next role until the next deadline, then rejects;
+// any other expiry settles the approval as expired.
+func (s *State) expireApproval(d *events.ApprovalExpired, actor string, seq uint64) {
+	a, ok := s.Approvals[d.ApprovalID]
+	if !ok || a.Outcome != "" || a.Deadline != d.Deadline {
+		return
+	}
+	if d.OnTimeout == events.TimeoutEscalate && d.EscalatedTo != "" {
+		a.EscalatedFrom, a.Approver, a.Deadline, a.OnTimeout = a.Approver, d.EscalatedTo, d.NextDeadline, events.TimeoutReject
+		a.EscalateTo, a.EscalateDeadline = "", ""
+		s.Approvals[d.ApprovalID] = a
+		return
+	}
+	a.Outcome, a.Actor, a.DecidedSeq = ApprovalExpired, actor, seq
+	a.Reason = fmt.Sprintf("no decision by %s (%s)", d.Deadline, d.OnTimeout)
+	s.Approvals[d.ApprovalID] = a
 }
 
 func mergeLabels(into, from map[string]string) map[string]string {

@@ -286,12 +286,25 @@ type Approval struct {
 	DecidedSeq uint64 `json:"decided_seq,omitempty"`
 	// RequestedBy is the authenticated actor that asked for the approval.
 	RequestedBy string `json:"requested_by,omitempty"`
+	// Deadline is when the approval expires undecided (RFC 3339; "" for
+	// none), OnTimeout what the expiry does; EscalateTo and
+	// EscalateDeadline the escalation it asks for. After an escalation,
+	// Approver is the role escalated to, Deadline the escalation's,
+	// OnTimeout reject, and EscalatedFrom the role first asked.
+	Deadline         string `json:"deadline,omitempty"`
+	OnTimeout        string `json:"on_timeout,omitempty"`
+	EscalateTo       string `json:"escalate_to,omitempty"`
+	EscalateDeadline string `json:"escalate_deadline,omitempty"`
+	EscalatedFrom    string `json:"escalated_from,omitempty"`
 }
 
 // Approval outcomes; a pending approval has none.
 const (
 	ApprovalGranted  = "granted"
 	ApprovalRejected = "rejected"
+	// ApprovalExpired: the deadline passed undecided (and the expiry did
+	// not escalate); a gated call fails as if rejected.
+	ApprovalExpired = "expired"
 )
 
 // Gate is what a session's state says about running a tool call: whether
@@ -314,6 +327,9 @@ type Gate struct {
 // Rejection is what a call whose approval was rejected fails with: the
 // reason and who rejected it, which its agent reads as the call's result.
 func (g Gate) Rejection() string {
+	if g.Outcome == ApprovalExpired {
+		return fmt.Sprintf("the call was not approved in time (approval %s): %s", g.ApprovalID, g.Reason)
+	}
 	who := g.Actor
 	if who == "" {
 		who = "an unknown actor"

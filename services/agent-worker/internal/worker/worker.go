@@ -430,7 +430,7 @@ func (t *turn) answered(ctx context.Context, st *session.State, wf *workflow.Wor
 				t.w.log.Warn("gate condition failed; the call waits for approval", "session", t.ev.Session, "call", id, "gate", m.Gate, "err", m.Err)
 			}
 			req.ApprovalID = m.ApprovalID
-			if err := add("approval-"+strconv.Itoa(i), m.Request(req)); err != nil {
+			if err := add("approval-"+strconv.Itoa(i), m.Request(req, time.Now())); err != nil {
 				return err
 			}
 		}
