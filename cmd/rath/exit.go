@@ -134,8 +134,10 @@ func exitCode(err error) int {
 			return exitUnavailable
 		case api.CodeDamaged:
 			return exitBroken
-		case api.CodeApprovalUnknown, api.CodeApprovalSettled:
+		case api.CodeApprovalUnknown, api.CodeApprovalSettled, api.CodeApprovalExpired:
 			return exitNotPending
+		case api.CodeNotApprover:
+			return exitDenied
 		}
 	case noAnswer(err):
 		return exitUnavailable

@@ -147,6 +147,9 @@ func Ensure(dir string) (*Set, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("credentials directory %s: %w", dir, err)
 	}
+	if err := ensureApprovers(dir); err != nil {
+		return nil, err
+	}
 	s := &Set{Dir: dir, ids: make(map[Role]Identity, len(Roles()))}
 	for _, r := range Roles() {
 		id, err := ReadFile(s.Path(r))

@@ -38,8 +38,8 @@ func TestEnsureCreatesThenReuses(t *testing.T) {
 		}
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != len(auth.Roles()) {
-		t.Errorf("%d files in %s, want %d (one per role, no leftovers)", len(entries), dir, len(auth.Roles()))
+	if len(entries) != len(auth.Roles())+1 {
+		t.Errorf("%d files in %s, want %d (one per role and the approvers file, no leftovers)", len(entries), dir, len(auth.Roles())+1)
 	}
 	again, err := auth.Ensure(dir)
 	if err != nil {

@@ -100,6 +100,9 @@ func (c Config) LedgerConfig() ledger.Config {
 	if l.KeyFile == "" && l.Ledger.Key == nil {
 		l.KeyFile = ledger.KeyFileIn(c.Data)
 	}
+	if l.ApproversFile == "" {
+		l.ApproversFile = filepath.Join(c.CredsPath(), auth.ApproversFile)
+	}
 	return l
 }
 

@@ -12,6 +12,7 @@ package testrig
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -74,11 +75,13 @@ var quiet = slog.New(slog.DiscardHandler)
 // Ledger runs a session ledger on the natstest server at url until the test
 // ends, on its own connection of the ledger role, as rath up runs it, so a
 // permission the ledger lacks fails the test. Its configuration is
-// ledger.ConfigIn a temporary directory, changed by opts. Start the ledger
+// ledger.ConfigIn a temporary directory, its approvers the server's
+// credentials directory's (auth.ApproversFile), changed by opts. Start the ledger
 // before the services that append through it, so that they stop first.
 func Ledger(t testing.TB, url string, opts ...func(*ledger.Config)) *Service {
 	t.Helper()
 	cfg := ledger.ConfigIn(t.TempDir())
+	cfg.ApproversFile = filepath.Join(natstest.CredsDir(t, url), auth.ApproversFile)
 	for _, o := range opts {
 		o(&cfg)
 	}

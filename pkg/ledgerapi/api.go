@@ -49,6 +49,8 @@ const (
 	CodeDuplicateID     Code = "duplicate_id"      // the event ID is stored already, in another session
 	CodeApprovalUnknown Code = "unknown_approval"  // a grant or rejection of an approval the session never requested
 	CodeApprovalSettled Code = "approval_settled"  // a grant or rejection of an approval already granted or rejected
+	CodeApprovalExpired Code = "approval_expired"  // a grant or rejection of an approval whose deadline has passed
+	CodeNotApprover     Code = "not_approver"      // a grant or rejection by a principal that does not hold the approver role asked
 	CodeConflict        Code = "conflict"          // concurrent appenders kept winning; retry
 	CodeDamaged         Code = "damaged"           // a stored event is not the ledger's (forged, altered or lost): nothing more is appended
 	CodeUnavailable     Code = "unavailable"       // JetStream or the ledger failed; retry
@@ -97,6 +99,8 @@ var (
 	ErrDuplicateID     = &Error{Code: CodeDuplicateID, Message: "event ID stored in another session"}
 	ErrApprovalUnknown = &Error{Code: CodeApprovalUnknown, Message: "no such approval requested in the session"}
 	ErrApprovalSettled = &Error{Code: CodeApprovalSettled, Message: "approval already decided"}
+	ErrApprovalExpired = &Error{Code: CodeApprovalExpired, Message: "approval expired"}
+	ErrNotApprover     = &Error{Code: CodeNotApprover, Message: "not an approver of the role asked"}
 	ErrConflict        = &Error{Code: CodeConflict, Message: "concurrent appenders kept winning"}
 	ErrDamaged         = &Error{Code: CodeDamaged, Message: "session's stored events are damaged"}
 	// ErrUnavailable also matches the Go client's failures to reach the

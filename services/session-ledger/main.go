@@ -23,6 +23,7 @@ func main() {
 	flag.StringVar(&cfg.KeyFile, "key", daemon.EnvOr("RATH_LEDGER_KEY", "keys/ledger.key"), "the ledger's ed25519 signing key (PKCS #8 PEM), created with keys/ledger.pub beside it if missing; ledgers of one deployment share it (env RATH_LEDGER_KEY)")
 	var trusted string
 	flag.StringVar(&trusted, "trust", "", "comma-separated public key files (PKIX PEM) of earlier keys or other ledgers whose signatures to accept")
+	flag.StringVar(&cfg.ApproversFile, "approvers", daemon.EnvOr("RATH_APPROVERS", ""), "the approvers file: which principal holds which approver roles, read at each approval decision (docs/security.md#approver-roles; env RATH_APPROVERS)")
 	flag.IntVar(&cfg.Store.Replicas, "replicas", cfg.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	flag.DurationVar(&cfg.Store.DedupeWindow, "dedupe-window", cfg.Store.DedupeWindow, "how long an event ID is remembered for deduplication")
 	flag.Uint64Var(&cfg.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/services/session-ledger/internal/ledger"
 )
@@ -26,6 +27,10 @@ type Config struct {
 	// TrustedKeyFiles are public keys (PKIX PEM) of earlier rotations or of
 	// other ledgers whose signed events this ledger accepts.
 	TrustedKeyFiles []string
+	// ApproversFile gives principals approver roles (auth.ApproversFile),
+	// read at each approval decision; used unless Ledger.Approvers is set.
+	// "": every principal holds every role (no role is enforced).
+	ApproversFile string
 }
 
 // DefaultConfig returns the defaults for one embedded server.
@@ -77,6 +82,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("session ledger: trusted keys (--trust): %w", err)
 	}
 	cfg.Ledger.Trusted = append(cfg.Ledger.Trusted, trusted...)
+	if cfg.Ledger.Approvers == nil && cfg.ApproversFile != "" {
+		cfg.Ledger.Approvers = auth.ApproverRoles(cfg.ApproversFile)
+	} else if cfg.Ledger.Approvers == nil {
+		log.Warn("no approvers file: every principal may decide every approval, whatever role it asks (--approvers)")
+	}
 	store, err := eventstore.Open(ctx, nc, cfg.Store, eventstore.WithLogger(log.With("service", "session-ledger")))
 	if err != nil {
 		if ctx.Err() != nil {

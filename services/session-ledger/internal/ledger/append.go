@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"mime"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,7 +175,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			a.Duplicate = true
 			return l.receipt(ctx, a) // a batch's event refers to its record
 		}
-		if err := transition(e.state, id, ev.Type(), ev.Data(), expected, hasExpected); err != nil {
+		if err := transition(e.state, id, ev.Type(), ev.Data(), expected, hasExpected, l.decider(ctx)); err != nil {
 			if !refreshed {
 				// The cache may be behind another ledger: judge on the
 				// stream's latest before refusing.
@@ -344,8 +345,9 @@ func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind
 }
 
 // transition checks the session state machine. It looks at event data only
-// to decide an approval (decides); the schema has been checked already.
-func transition(st *session.State, id, typ string, data []byte, expected uint64, hasExpected bool) error {
+// to decide an approval (decides), for which it needs who proposes and when
+// (by); the schema has been checked already.
+func transition(st *session.State, id, typ string, data []byte, expected uint64, hasExpected bool, by decider) error {
 	if st == nil {
 		if typ != events.TypeSessionStarted && typ != events.TypeSessionForked {
 			return notFound(id)
@@ -370,17 +372,55 @@ func transition(st *session.State, id, typ string, data []byte, expected uint64,
 	case typ == events.TypeSessionResumed && st.Status != session.StatusPaused:
 		return api.Errorf(api.CodeTransition, "session %s is not paused", id)
 	case typ == events.TypeApprovalGranted || typ == events.TypeApprovalRejected:
-		return decides(st, id, typ, data)
+		return decides(st, id, typ, data, by)
+	case typ == events.TypeApprovalExpired:
+		return expires(st, id, data, by)
 	}
 	return nil
 }
 
+// decider is who proposes an event and when, as the ledger judges an
+// approval's decision or expiry.
+type decider struct {
+	principal events.Principal
+	now       time.Time
+	// roles returns the approver roles a principal holds; nil: every
+	// principal holds every role (a ledger configured without approvers).
+	roles func(events.Principal) ([]string, error)
+}
+
+// decider is the proposer of ctx, now.
+func (l *Ledger) decider(ctx context.Context) decider {
+	return decider{principal: principalOf(ctx), now: l.now(), roles: l.cfg.Approvers}
+}
+
+// holds reports whether the decider holds role ("*" holds every role), or
+// the refusal that says why not.
+func (d decider) holds(role string) error {
+	if role == "" || d.roles == nil {
+		return nil
+	}
+	roles, err := d.roles(d.principal)
+	if err != nil {
+		return api.Errorf(api.CodeUnavailable, "approver roles: %v", err)
+	}
+	if slices.Contains(roles, role) || slices.Contains(roles, "*") {
+		return nil
+	}
+	held := "none"
+	if len(roles) > 0 {
+		held = strings.Join(roles, ", ")
+	}
+	return api.Errorf(api.CodeNotApprover, "%s does not hold the approver role %q (its roles: %s)", d.principal, role, held)
+}
+
 // decides admits a grant or rejection of an approval the session requested
-// and nobody has decided yet: a human's decision about an approval that does
-// not exist, or a second decision, must not be recorded as if it counted.
-// A retried proposal of a decision that was stored is answered with its ack
-// before this check (by event ID).
-func decides(st *session.State, id, typ string, data []byte) error {
+// and nobody has decided yet, before its deadline, by a principal holding
+// the role asked: a decision about an approval that does not exist, a
+// second decision, a late one or one by the wrong person must not be
+// recorded as if it counted. A retried proposal of a decision that was
+// stored is answered with its ack before this check (by event ID).
+func decides(st *session.State, id, typ string, data []byte, by decider) error {
 	d, err := events.DecodeData(typ, data)
 	if err != nil {
 		return api.Errorf(api.CodeMalformed, "%v", err)
@@ -396,10 +436,50 @@ func decides(st *session.State, id, typ string, data []byte) error {
 	switch {
 	case !ok:
 		return api.Errorf(api.CodeApprovalUnknown, "session %s has requested no approval %q (rath approvals %s lists the pending ones)", id, approval, id)
+	case a.Outcome == session.ApprovalExpired:
+		return api.Errorf(api.CodeApprovalExpired, "approval %s of session %s expired at %s, undecided (recorded at %d)", approval, id, a.Deadline, a.DecidedSeq)
 	case a.Outcome != "":
 		return api.Errorf(api.CodeApprovalSettled, "approval %s of session %s was %s already, at %d by %s", approval, id, a.Outcome, a.DecidedSeq, orUnknown(a.Actor))
+	case past(a.Deadline, by.now):
+		return api.Errorf(api.CodeApprovalExpired, "approval %s of session %s expired at %s: a decision no longer counts", approval, id, a.Deadline)
+	}
+	return by.holds(a.Approver)
+}
+
+// expires admits the expiry of a pending approval: proposed by one of
+// Rath's services (its durable timers), naming the approval's current
+// deadline, once that deadline has passed.
+func expires(st *session.State, id string, data []byte, by decider) error {
+	d, err := events.DecodeData(events.TypeApprovalExpired, data)
+	if err != nil {
+		return api.Errorf(api.CodeMalformed, "%v", err)
+	}
+	x := d.(*events.ApprovalExpired)
+	a, ok := st.Approvals[x.ApprovalID]
+	switch {
+	case !by.principal.IsService():
+		return api.Errorf(api.CodeTransition, "only Rath's timers record an approval's expiry, not %s: reject it instead", by.principal)
+	case !ok:
+		return api.Errorf(api.CodeApprovalUnknown, "session %s has requested no approval %q", id, x.ApprovalID)
+	case a.Outcome != "":
+		return api.Errorf(api.CodeApprovalSettled, "approval %s of session %s was %s already, at %d", x.ApprovalID, id, a.Outcome, a.DecidedSeq)
+	case a.Deadline == "" || a.Deadline != x.Deadline:
+		return api.Errorf(api.CodeTransition, "approval %s of session %s has the deadline %q, not %s", x.ApprovalID, id, a.Deadline, x.Deadline)
+	case !past(a.Deadline, by.now):
+		return api.Errorf(api.CodeTransition, "approval %s of session %s expires at %s, not before", x.ApprovalID, id, a.Deadline)
 	}
 	return nil
+}
+
+// past reports whether deadline (RFC 3339; "" for none) is reached at now.
+// A deadline that does not parse never passes: the fold and the timers
+// read the same text.
+func past(deadline string, now time.Time) bool {
+	if deadline == "" {
+		return false
+	}
+	t, err := events.ParseDeadline(deadline)
+	return err == nil && !now.Before(t)
 }
 
 func orUnknown(s string) string {

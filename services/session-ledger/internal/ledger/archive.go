@@ -85,7 +85,7 @@ func (l *Ledger) archive(ctx context.Context, id, reason string) (api.ArchiveRep
 		a, err := l.ackOf(ctx, id, st.Archive.Seq)
 		return api.ArchiveReply{Session: id, BundleRef: st.Archive.BundleRef, Archived: a}, err
 	}
-	if err := transition(st, id, events.TypeSessionArchived, nil, 0, false); err != nil {
+	if err := transition(st, id, events.TypeSessionArchived, nil, 0, false, l.decider(ctx)); err != nil {
 		return api.ArchiveReply{}, err
 	}
 	b, err := l.buildBundle(ctx, id, st.Seq)
@@ -174,7 +174,7 @@ func (l *Ledger) purge(ctx context.Context, id, reason string) (api.Ack, error) 
 		return api.Ack{}, err
 	}
 	if st.Status != session.StatusArchived || st.Archive == nil {
-		return api.Ack{}, transition(st, id, events.TypeSessionPurged, nil, 0, false)
+		return api.Ack{}, transition(st, id, events.TypeSessionPurged, nil, 0, false, l.decider(ctx))
 	}
 	arch := *st.Archive
 	var a api.Ack

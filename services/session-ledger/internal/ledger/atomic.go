@@ -223,7 +223,7 @@ func (l *Ledger) sealAll(ctx context.Context, e *entry, evs []event.Event, x exp
 		if i == 0 {
 			ex = x
 		}
-		if err := transition(st, e.id, ev.Type(), ev.Data(), ex.seq, ex.set); err != nil {
+		if err := transition(st, e.id, ev.Type(), ev.Data(), ex.seq, ex.set, l.decider(ctx)); err != nil {
 			return nil, nil, atIndex(i, err)
 		}
 		seq, prev := st.Seq+1, st.Hash

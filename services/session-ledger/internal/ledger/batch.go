@@ -205,7 +205,7 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 		a.Duplicate = true
 		return inflight{}, false, nil // the single path answers with the same ack
 	}
-	if transition(e.state, id, ev.Type(), ev.Data(), x.seq, x.set) != nil {
+	if transition(e.state, id, ev.Type(), ev.Data(), x.seq, x.set, l.decider(ctx)) != nil {
 		e.mu.Unlock()
 		return inflight{}, false, nil // refresh, look for a stored retry, refuse
 	}

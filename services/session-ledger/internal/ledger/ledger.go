@@ -48,6 +48,13 @@ type Config struct {
 	// reads, and verify reports every event it stored as unsigned. No
 	// command or flag of Rath's sets it.
 	Unsigned bool
+	// Approvers returns the approver roles a principal holds ("*": every
+	// role): a grant or rejection of an approval that asks a role counts
+	// only from a principal holding it. It is read at each decision, so a
+	// changed roles file counts at once. Nil: every principal holds every
+	// role (the ledger's own tests); the service sets it from its roles
+	// file (auth.Approvers).
+	Approvers func(events.Principal) ([]string, error)
 }
 
 // DefaultConfig returns the defaults.
