@@ -136,6 +136,10 @@ var durables = map[Role][]string{
 	RoleMemory: {"tool-remember"},
 }
 
+// TimersDurable is the selector's consumer of fired timers on RATH_TIMERS
+// (services/selector/internal/timer.Durable).
+const TimersDurable = "timers"
+
 // Durables returns the durable consumers the role owns on the sessions stream.
 func Durables(r Role) []string { return slices.Clone(durables[r]) }
 
@@ -202,6 +206,13 @@ func worker(r Role) Permissions {
 	}
 	respond := false
 	switch r {
+	case RoleSelector:
+		// Durable timers: set them, and record the fired ones through the
+		// one consumer of RATH_TIMERS (a work queue). No other role may
+		// publish there: a schedule chooses what fires.
+		pub = append(pub, events.TimersSetWildcard,
+			jsAPI+"STREAM.INFO."+events.StreamTimers, jsAPI+"CONSUMER.INFO."+events.StreamTimers+"."+TimersDurable)
+		pub = append(pub, consumerAPI(events.StreamTimers, TimersDurable)...)
 	case RoleAgentWorker:
 		pub = append(pub, "$O."+events.BucketBlobs+".>")
 	case RoleToolRunner:

@@ -74,6 +74,8 @@ const (
 	SigsWildcard = sigPrefix + ">"
 	// TimersWildcard matches every timer, set or fired.
 	TimersWildcard = "rath.timer.>"
+	// TimersSetWildcard matches every timer set (a message schedule).
+	TimersSetWildcard = timerAt + ">"
 	// TimersFiredWildcard matches every fired timer.
 	TimersFiredWildcard = timerFired + ">"
 	// InboxConsumer is the durable consumer the ledgers share on the inbox.

@@ -144,6 +144,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, opts ...OpenOption) (*
 		return nil, err
 	}
 	if _, err = stream(jetstream.StreamConfig{
+		Name:        events.StreamTimers,
+		Description: "Rath: durable timers, set on " + events.TimerSubject("<session>", "<timer>") + " as message schedules and fired once to " + events.TimerFiredSubject("<session>", "<timer>"),
+		Subjects:    []string{events.TimersWildcard},
+		// A fired timer leaves once its consumer acked it; a schedule
+		// leaves when it fires (the server purges it).
+		Retention:         jetstream.WorkQueuePolicy,
+		AllowMsgSchedules: true,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err = stream(jetstream.StreamConfig{
 		Name:        events.StreamRejects,
 		Description: "Rath: rejected proposals with the reason",
 		Subjects:    []string{events.RejectsWildcard},

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
@@ -17,6 +18,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/services/selector/internal/selector"
+	"github.com/openrath/rath/services/selector/internal/timer"
 )
 
 // Config is the selector service's configuration; the rules come with each
@@ -46,6 +48,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err := cfg.States.Validate(); err != nil {
 		return fmt.Errorf("selector config: %w", err)
 	}
-	s := selector.New(c, fold.NewCache(store, cfg.States), workflow.NewLibrary(store.GetBlob), log)
-	return consume.Run(ctx, nc, s.Handler(), consume.RecordInSession(c), log)
+	tc, err := client.New(nc, client.As(events.Service("selector")), client.WithSource(timer.Source))
+	if err != nil {
+		return fmt.Errorf("selector: %w", err)
+	}
+	states := fold.NewCache(store, cfg.States)
+	timers := timer.New(store.JetStream(), tc, states, log)
+	s := selector.New(c, states, workflow.NewLibrary(store.GetBlob), timers, log)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return consume.Run(gctx, nc, s.Handler(), consume.RecordInSession(c), log) })
+	g.Go(func() error { return timers.Run(gctx) })
+	return g.Wait()
 }

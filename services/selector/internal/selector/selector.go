@@ -24,6 +24,7 @@ import (
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/session"
+	"github.com/openrath/rath/services/selector/internal/timer"
 )
 
 // Durable is the selector's consumer name. Never derive it from code: a new
@@ -42,6 +43,9 @@ const (
 	// chunk marked correction, client.Correct): the agent of the last turn
 	// takes the next, and reads it.
 	RuleCorrection = "correction"
+	// RuleTimeout closes a session whose approval expired with on_timeout
+	// close.
+	RuleTimeout    = "timeout"
 	rulePrefixStop = "stop:"
 )
 
@@ -50,12 +54,14 @@ type Selector struct {
 	c         *client.Client
 	states    *fold.Cache
 	workflows *workflow.Library
+	timers    *timer.Timers
 	log       *slog.Logger
 }
 
-// New returns a selector that reads sessions' states from states (ADR 0016).
-func New(c *client.Client, states *fold.Cache, workflows *workflow.Library, log *slog.Logger) *Selector {
-	return &Selector{c: c, states: states, workflows: workflows, log: log}
+// New returns a selector that reads sessions' states from states (ADR 0016)
+// and sets the timers their events ask for (nil: none).
+func New(c *client.Client, states *fold.Cache, workflows *workflow.Library, timers *timer.Timers, log *slog.Logger) *Selector {
+	return &Selector{c: c, states: states, workflows: workflows, timers: timers, log: log}
 }
 
 // Handler is the selector's consume handler: every kind of session event can
@@ -122,8 +128,12 @@ func parsePlan(route string) (plan, error) {
 // moved on while it was being decided.
 const maxStale = 8
 
-// Handle routes a session after one of its events.
+// Handle sets the timers an event asks for, then routes the session after
+// it (not after the selector's own events).
 func (s *Selector) Handle(ctx context.Context, ev events.Stored) error {
+	if err := s.arm(ctx, ev); err != nil {
+		return err
+	}
 	if ev.Source == Source {
 		return nil
 	}
@@ -133,6 +143,43 @@ func (s *Selector) Handle(ctx context.Context, ev events.Stored) error {
 			return classify(err)
 		}
 	}
+}
+
+// arm sets the durable timers of an event that records a deadline (ADR
+// 0026), before the event is acked: a selector that stops in between sets
+// them when the event is delivered again, and setting a timer twice
+// replaces it.
+func (s *Selector) arm(ctx context.Context, ev events.Stored) error {
+	if s.timers == nil {
+		return nil
+	}
+	switch ev.Type {
+	case events.TypeApprovalRequested, events.TypeApprovalExpired, events.TypeSessionStarted, events.TypeSessionForked:
+	default:
+		return nil
+	}
+	head, err := s.states.StateSince(ctx, ev.Session, ev.Seq)
+	if api.CodeOf(err) == api.CodeNotFound {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var wf *workflow.Workflow
+	if ev.Type == events.TypeSessionStarted || ev.Type == events.TypeSessionForked {
+		if head.WorkflowRef == "" {
+			return nil
+		}
+		b, err := s.workflows.Get(ctx, head.WorkflowRef)
+		if errors.Is(err, eventstore.ErrNotFound) || errors.Is(err, workflow.ErrInvalidBundle) {
+			return nil // routing reports it
+		}
+		if err != nil {
+			return err
+		}
+		wf = b.Workflow
+	}
+	return s.timers.Arm(ctx, ev, head, wf)
 }
 
 // classify turns ledger refusals into permanent errors (retrying the same
@@ -218,7 +265,9 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	}
 	// Wall time runs to the trigger's own time, not to the moment of its
 	// delivery: the budget is read from the log like everything else.
-	if why, over := wf.Workflow.Exceeded(at, at.Created, ev.Time); over {
+	if why, closes := expiryCloses(at, ev); closes {
+		rule, reason, p = RuleTimeout, why, plan{kind: workflow.RouteClose, detail: OutcomeApprovalExpired}
+	} else if why, over := wf.Workflow.Exceeded(at, at.Created, ev.Time); over {
 		rule, reason, p = RuleBudget, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeBudget}
 	} else if name, why, stop, err := wf.Workflow.Stopped(act); err != nil {
 		return consume.Permanent(err)
@@ -384,6 +433,39 @@ func answerTo(ev events.Stored) answer.Answer { return answer.To(ev, Durable, So
 
 // decisionID is the ID of the selector's decision of trigger ev.
 func decisionID(ev events.Stored) string { return answerTo(ev).ID("decided") }
+
+// OutcomeApprovalExpired closes a session whose approval expired undecided
+// with on_timeout close.
+const OutcomeApprovalExpired = "approval_expired"
+
+// expiryCloses reports whether ev is the expiry of an approval whose
+// on_timeout closes the session, and why.
+func expiryCloses(at *session.State, ev events.Stored) (string, bool) {
+	if ev.Type != events.TypeApprovalExpired {
+		return "", false
+	}
+	d, err := ev.Decode()
+	if err != nil {
+		return "", false
+	}
+	x := d.(*events.ApprovalExpired)
+	if x.OnTimeout != events.TimeoutClose {
+		return "", false
+	}
+	a := at.Approvals[x.ApprovalID]
+	what := a.Action
+	if a.Gate != "" {
+		what += " (gate " + a.Gate + ")"
+	}
+	return fmt.Sprintf("approval %s expired at %s undecided by %s: %s", x.ApprovalID, x.Deadline, orRole(x.Approver), what), true
+}
+
+func orRole(r string) string {
+	if r == "" {
+		return "anyone"
+	}
+	return r
+}
 
 // pendingTools reports tool calls requested and not yet finished.
 func pendingTools(st *session.State) bool {

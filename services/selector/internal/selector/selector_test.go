@@ -259,7 +259,7 @@ func setupWith(t *testing.T, nc *nats.Conn, path string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{c: c, sc: sc, s: New(sc, fold.NewCache(store, fold.CacheConfig{}), workflow.NewLibrary(store.GetBlob), quiet), store: store, wf: wf, ref: ref}
+	return &rig{c: c, sc: sc, s: New(sc, fold.NewCache(store, fold.CacheConfig{}), workflow.NewLibrary(store.GetBlob), nil, quiet), store: store, wf: wf, ref: ref}
 }
 
 func (r *rig) start(t *testing.T, id string) events.Stored {
@@ -323,7 +323,7 @@ func TestWorkflowReadFailureIsAskedAgain(t *testing.T) {
 		}
 		return r.store.GetBlob(ctx, ref)
 	})
-	s := New(r.sc, fold.NewCache(r.store, fold.CacheConfig{}), lib, quiet)
+	s := New(r.sc, fold.NewCache(r.store, fold.CacheConfig{}), lib, nil, quiet)
 	trigger := r.start(t, "s1")
 	if err := s.Handle(ctx, trigger); err == nil || consume.IsPermanent(err) {
 		t.Fatalf("a failed read of the workflow: %v, want a transient error", err)
