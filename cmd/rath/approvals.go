@@ -23,7 +23,8 @@ func (a *app) approvalCmds() []*cobra.Command {
 		Short: "List the approvals sessions wait for (of one session, or of every open one)",
 		Long: `approvals lists the pending approvals of a session, or of every session that is
 not closed: the session, the approval ID, the action, the gated call's tool
-and arguments, when it was requested, and the approver role asked. Grant
+and arguments, when it was requested, the approver role asked, and the
+deadline with what follows it undecided (reject, close, escalate). Grant
 one with rath approve, reject one with rath reject.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,7 +52,7 @@ one with rath approve, reject one with rath reject.`,
 				return a.printJSON(pending)
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tAPPROVAL\tACTION\tARGUMENTS\tREQUESTED\tAPPROVER")
+			fmt.Fprintln(tw, "SESSION\tAPPROVAL\tACTION\tARGUMENTS\tREQUESTED\tAPPROVER\tDEADLINE")
 			for _, p := range pending {
 				args := string(p.Arguments)
 				if p.ArgumentsSize > 0 {
@@ -61,8 +62,16 @@ one with rath approve, reject one with rath reject.`,
 				if p.Tool != "" {
 					action += " (" + p.Tool + ")"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Session, p.ApprovalID, action, orNone(events.Clip(args, 80)),
-					p.Requested.UTC().Format(time.RFC3339), orNone(p.Approver))
+				approver := orNone(p.Approver)
+				if p.EscalatedFrom != "" {
+					approver += " (escalated from " + p.EscalatedFrom + ")"
+				}
+				deadline := orNone(p.Deadline)
+				if p.Deadline != "" {
+					deadline += " then " + p.OnTimeout
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Session, p.ApprovalID, action, orNone(events.Clip(args, 80)),
+					p.Requested.UTC().Format(time.RFC3339), approver, deadline)
 			}
 			return tw.Flush()
 		},
@@ -74,8 +83,9 @@ one with rath approve, reject one with rath reject.`,
 		Short: "Grant a pending approval: a gated tool call runs",
 		Long: `approve appends rath.approval.granted for a pending approval of the session. The
 approver recorded is the identity rath connects as (--creds), not a name
-given here. An approval the session never requested, or one decided
-already, is refused (exit 9).`,
+given here. An approval the session never requested, one decided already,
+or one whose deadline has passed is refused (exit 9); a decision by an
+identity that does not hold the approver role asked is refused (exit 8).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -98,7 +108,9 @@ already, is refused (exit 9).`,
 		Long: `reject appends rath.approval.rejected for a pending approval of the session. A
 gated tool call fails with the reason, which its agent reads as the call's
 result. The rejecter recorded is the identity rath connects as. An approval
-the session never requested, or one decided already, is refused (exit 9).`,
+the session never requested, one decided already, or one whose deadline has
+passed is refused (exit 9); a rejection by an identity that does not hold
+the approver role asked is refused (exit 8).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // The approval commands against a real ledger: a pending approval is
@@ -75,5 +79,33 @@ func TestApprovalCommands(t *testing.T) {
 		if d.Actor != events.DefaultClient.String() {
 			t.Errorf("approval %s %s by %q, want the authenticated %s", d.ID, d.Outcome, d.Actor, events.DefaultClient)
 		}
+	}
+}
+
+// A deadline is listed, and a decision after it is refused (exit 9); a
+// decision by an identity without the approver role asked is refused
+// (exit 8) and recorded with the session's rejections.
+func TestApprovalDeadlineAndRole(t *testing.T) {
+	url := startLedger(t)
+	ok(t, url, "start", "--id", "dl")
+	ok(t, url, "emit", "dl", events.TypeApprovalRequested, "--data",
+		`{"approval_id":"ap-late","action":"deploy","approver":"maintainers","deadline":"2020-01-01T00:00:00Z","on_timeout":"reject"}`)
+	ok(t, url, "emit", "dl", events.TypeApprovalRequested, "--data", `{"approval_id":"ap-lead","action":"release","approver":"leads"}`)
+	if out := ok(t, url, "approvals", "dl"); !strings.Contains(out, "DEADLINE") || !strings.Contains(out, "2020-01-01T00:00:00Z then reject") {
+		t.Errorf("approvals does not show the deadline:\n%s", out)
+	}
+	if r := rath(t, url, "approve", "dl", "ap-late"); r.code != exitNotPending || !strings.Contains(r.stderr, "approval_expired") {
+		t.Errorf("approve after the deadline: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// client.creds holds every role by default; here only maintainers.
+	if err := os.WriteFile(filepath.Join(natstest.CredsDir(t, url), auth.ApproversFile), []byte("default/client maintainers\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := rath(t, url, "reject", "dl", "ap-lead", "--reason", "no"); r.code != exitDenied || !strings.Contains(r.stderr, "not_approver") ||
+		!strings.Contains(r.stderr, `does not hold the approver role "leads"`) {
+		t.Errorf("reject without the role: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if out := ok(t, url, "rejects", "dl"); !strings.Contains(out, "not_approver") {
+		t.Errorf("the wrong-role refusal is not among the rejections:\n%s", out)
 	}
 }

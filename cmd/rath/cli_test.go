@@ -80,7 +80,9 @@ func startLedger(t *testing.T) string {
 	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, nc, service.ConfigIn(t.TempDir()), slog.New(slog.DiscardHandler)) }()
+	cfg := service.ConfigIn(t.TempDir())
+	cfg.ApproversFile = filepath.Join(natstest.CredsDir(t, ns.ClientURL()), auth.ApproversFile)
+	go func() { done <- service.Run(ctx, nc, cfg, slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

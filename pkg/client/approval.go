@@ -62,6 +62,12 @@ type PendingApproval struct {
 	Seq           uint64          `json:"seq"`
 	Requested     time.Time       `json:"requested"`
 	RequestedBy   string          `json:"requested_by,omitempty"`
+	// Deadline is when the approval expires undecided (RFC 3339; "" for
+	// none), OnTimeout what follows then (reject, close, escalate), and
+	// EscalatedFrom the role first asked when Approver is an escalation's.
+	Deadline      string `json:"deadline,omitempty"`
+	OnTimeout     string `json:"on_timeout,omitempty"`
+	EscalatedFrom string `json:"escalated_from,omitempty"`
 }
 
 // Pending lists the approvals session id waits for, oldest first, from the
@@ -103,7 +109,8 @@ func PendingOf(ov *session.Overview) []PendingApproval {
 	held := calls(ov)
 	for _, a := range ov.Approvals.Waiting {
 		p := PendingApproval{Session: ov.ID, ApprovalID: a.ID, Action: a.Action, Approver: a.Approver, CallID: a.CallID,
-			Tool: a.Tool, Gate: a.Gate, Seq: a.Seq, Requested: a.Requested, RequestedBy: a.RequestedBy}
+			Tool: a.Tool, Gate: a.Gate, Seq: a.Seq, Requested: a.Requested, RequestedBy: a.RequestedBy,
+			Deadline: a.Deadline, OnTimeout: a.OnTimeout, EscalatedFrom: a.EscalatedFrom}
 		if i := slices.IndexFunc(held, func(t session.ToolEntry) bool { return t.CallID == a.CallID }); a.CallID != "" && i >= 0 {
 			t := held[i]
 			p.Agent, p.Arguments, p.ArgumentsSize = t.Agent, t.Arguments, t.ArgumentsSize

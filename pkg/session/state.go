@@ -352,6 +352,10 @@ func (s *State) GatedCall(id string) *events.ToolRequested {
 	return &events.ToolRequested{CallID: t.CallID, Tool: t.Tool, Arguments: t.Arguments, Agent: t.Agent, ApprovalID: t.Approval}
 }
 
+// Refused reports whether the call under the gate will never run: its
+// approval was rejected or expired. It fails with Rejection.
+func (g Gate) Refused() bool { return g.Outcome == ApprovalRejected || g.Outcome == ApprovalExpired }
+
 // Runnable reports whether a call under the gate may run now: it is not
 // gated, or its approval is granted.
 func (g Gate) Runnable() bool { return g.ApprovalID == "" || g.Outcome == ApprovalGranted }

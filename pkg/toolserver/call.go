@@ -62,6 +62,8 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 		req = st.GatedCall(d.ApprovalID)
 	case *events.ApprovalRejected:
 		req = st.GatedCall(d.ApprovalID)
+	case *events.ApprovalExpired:
+		req = st.GatedCall(d.ApprovalID)
 	}
 	if req == nil || req.Tool != s.t.Name {
 		return nil
@@ -72,7 +74,7 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	}
 	e := evidence{s: s, ev: ev, req: req, attempt: call.Attempts + 1}
 	switch gate := st.GateOf(req.CallID); {
-	case gate.Outcome == session.ApprovalRejected:
+	case gate.Refused():
 		return e.fail(ctx, gate.Rejection(), 0)
 	case !gate.Runnable():
 		return nil // waits for its approval's decision, which is delivered here too

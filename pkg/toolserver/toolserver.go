@@ -195,7 +195,7 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 	// a granted call runs, a rejected one fails (call.go).
 	h := consume.Handler{
 		Name: s.durable, Tokens: []string{events.TokenTool, events.TokenControl},
-		Types:  []string{events.TypeToolRequested, events.TypeApprovalGranted, events.TypeApprovalRejected},
+		Types:  []string{events.TypeToolRequested, events.TypeApprovalGranted, events.TypeApprovalRejected, events.TypeApprovalExpired},
 		Handle: s.handle, Workers: o.workers, AckWait: time.Minute,
 	}
 	return consume.Run(ctx, nc, h, consume.RecordInSession(c), o.log.With("tool", t.Name))

@@ -97,7 +97,7 @@ func (r *Runner) Register(ctx context.Context) error {
 func (r *Runner) Handler() consume.Handler {
 	return consume.Handler{
 		Name: Durable, Tokens: []string{events.TokenTool, events.TokenControl},
-		Types:  []string{events.TypeToolRequested, events.TypeSandboxRequested, events.TypeApprovalGranted, events.TypeApprovalRejected},
+		Types:  []string{events.TypeToolRequested, events.TypeSandboxRequested, events.TypeApprovalGranted, events.TypeApprovalRejected, events.TypeApprovalExpired},
 		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
 	}
 }
@@ -122,7 +122,7 @@ func (r *Runner) handle(ctx context.Context, ev events.Stored, takeOver bool) er
 	switch ev.Type {
 	case events.TypeSandboxRequested:
 		return r.move(ctx, ev, takeOver)
-	case events.TypeApprovalGranted, events.TypeApprovalRejected:
+	case events.TypeApprovalGranted, events.TypeApprovalRejected, events.TypeApprovalExpired:
 		return r.decided(ctx, ev, takeOver)
 	}
 	return r.call(ctx, ev, takeOver)
@@ -166,6 +166,8 @@ func (r *Runner) gated(ctx context.Context, ev events.Stored) (*events.ToolReque
 		id = d.ApprovalID
 	case *events.ApprovalRejected:
 		id = d.ApprovalID
+	case *events.ApprovalExpired:
+		id = d.ApprovalID
 	}
 	st, err := r.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
@@ -194,7 +196,7 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
 	gate := st.GateOf(req.CallID)
 	switch {
-	case gate.Outcome == session.ApprovalRejected:
+	case gate.Refused():
 		return e.fail(ctx, nil, gate.Rejection(), 0, 0)
 	case !gate.Runnable():
 		return nil // waits for its approval's decision
@@ -326,7 +328,7 @@ func (r *Runner) GaveUp(record consume.Failure) consume.Failure {
 			case *events.ToolRequested:
 				e := evidence{r: r, ev: ev, req: d, attempt: f.Attempts}
 				answer = e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0)
-			case *events.ApprovalGranted, *events.ApprovalRejected:
+			case *events.ApprovalGranted, *events.ApprovalRejected, *events.ApprovalExpired:
 				if req, _, err := r.gated(ctx, ev); err != nil {
 					answer = err
 				} else if req != nil {
