@@ -108,4 +108,14 @@ func TestApprovalDeadlineAndRole(t *testing.T) {
 	if out := ok(t, url, "rejects", "dl"); !strings.Contains(out, "not_approver") {
 		t.Errorf("the wrong-role refusal is not among the rejections:\n%s", out)
 	}
+	// A user made an approver of leads with rath creds add decides.
+	dir := natstest.CredsDir(t, url)
+	if r := rathWith(env{}, "creds", "add", "--dir", dir, "--tenant", "default", "--user", "lead", "--approver", "leads"); r.code != exitOK {
+		t.Fatalf("creds add --approver: exit %d, stderr %q", r.code, r.stderr)
+	}
+	lead := events.Principal{Tenant: "default", User: "lead"}
+	natstest.ConnectUser(t, url, lead)
+	if r := rathWith(env{}, "--nats", url, "--creds", auth.UserPath(dir, lead), "reject", "dl", "ap-lead", "--reason", "not this week"); r.code != exitOK {
+		t.Fatalf("the lead's rejection: exit %d, stderr %q", r.code, r.stderr)
+	}
 }

@@ -66,6 +66,7 @@ run, and for rotation (mint into a new directory, reconfigure, restart).`,
 	}
 	show.Flags().StringVar(&dir, "dir", filepath.Join(".rath", "data", "creds"), "credentials directory")
 	var tenant, user, addDir string
+	var approver []string
 	add := &cobra.Command{
 		Use:   "add",
 		Short: "Create the identity of a tenant's user: it sees and works that tenant's sessions only",
@@ -79,7 +80,12 @@ session of another tenant does not exist for them (docs/security.md).
   rath --creds .rath/data/creds/tenants/acme/alice.creds start --task "acme's work"
 
 An existing identity is printed, not replaced. For an external server, add the
-printed user block to the users of deploy/nats-server.conf and reload it.`,
+printed user block to the users of deploy/nats-server.conf and reload it.
+
+--approver ROLE (repeatable) gives the user an approver role in --dir's
+approvers file: it may then grant or reject the approvals that ask that role
+(a workflow gate's approver). The ledger reads the file at each decision; an
+existing user gets the roles added (docs/security.md#approver-roles).`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			p := events.Principal{Tenant: tenant, User: user}
@@ -97,6 +103,11 @@ printed user block to the users of deploy/nats-server.conf and reload it.`,
 			if err != nil {
 				return err
 			}
+			if len(approver) > 0 {
+				if err := auth.AddApproverRoles(addDir, p, approver...); err != nil {
+					return err
+				}
+			}
 			if a.json {
 				return a.printJSON(identityRow(id))
 			}
@@ -107,6 +118,7 @@ printed user block to the users of deploy/nats-server.conf and reload it.`,
 	}
 	add.Flags().StringVar(&tenant, "tenant", "", "the user's tenant (a-z 0-9 _ -)")
 	add.Flags().StringVar(&user, "user", "", "the user's name in the tenant (a-z 0-9 _ -)")
+	add.Flags().StringArrayVar(&approver, "approver", nil, "an approver role the user holds (repeatable): it may decide the approvals that ask it")
 	add.Flags().StringVar(&addDir, "dir", filepath.Join(".rath", "data", "creds"), "credentials directory (rath up's <data>/creds)")
 	cmd.AddCommand(mint, show, add)
 	return cmd
