@@ -5,8 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/replay"
+	"github.com/openrath/rath/internal/rerun"
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -71,6 +75,23 @@ func TestGateTimeoutRejects(t *testing.T) {
 	if last := st.Chunks[len(st.Chunks)-1]; last.Content != "No approval in time; I stop here." {
 		t.Fatalf("the agent's answer after the expiry: %+v", last)
 	}
+	// A replay reproduces the expiry with its own timer: the deadlines
+	// differ, the events agree.
+	if !testing.Short() {
+		orig, err := replay.Read(ctx, r.c, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := rerun.Reexecute(ctx, r.c, orig, rerun.Options{Seeds: "testdata", Runtime: runtime.DefaultConfig(),
+			Wait: 2 * time.Minute, Idle: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Reproduced || len(rep.External) != 0 {
+			t.Fatalf("replay of an expiry: %+v", rep)
+		}
+	}
+
 	// A fork taken after the expiry inherits it: a decision there is
 	// refused as expired (in the closed session itself, as closed).
 	expired := r.until(t, "late", "expiry", ofType(events.TypeApprovalExpired))

@@ -307,7 +307,7 @@ func (f *fold) event(e events.Stored) bool {
 			}
 			f.decisions = append(f.decisions, dec)
 		}
-	case *events.ApprovalRequested, *events.ApprovalGranted, *events.ApprovalRejected, *events.SandboxRequested:
+	case *events.ApprovalRequested, *events.ApprovalGranted, *events.ApprovalRejected, *events.ApprovalExpired, *events.SandboxRequested:
 		// Acts (act, above): who asked and who decided.
 	case *events.SessionPurged, *events.TranscriptCompacted, *events.SandboxRefused,
 		*events.WorkPending, *events.WorkDone, *events.ModelCallFailed, *events.HandlerFailed:
@@ -484,6 +484,11 @@ func act(data any) (what, detail, by string, ok bool) {
 		if d.Correction {
 			return "gave the result of tool call " + d.CallID, d.Result, "", true
 		}
+	case *events.ApprovalExpired:
+		if d.EscalatedTo != "" {
+			return "escalated approval " + d.ApprovalID + " to " + d.EscalatedTo, "no decision by " + d.Deadline, "", true
+		}
+		return "approval " + d.ApprovalID + " expired (" + d.OnTimeout + ")", "no decision by " + d.Deadline, "", true
 	case *events.MemoryWritten:
 		return "wrote memory " + d.ItemID, "", "", true
 	case *events.MemoryRetracted:

@@ -14,7 +14,10 @@ const (
 	SourceWorker   = "rath/agent-worker"
 	SourceRunner   = "rath/tool-runner"
 	SourceLedger   = "rath/session-ledger"
-	SourceMemory   = "rath/memory-svc"
+	// SourceTimer records what Rath's durable timers fire (ADR 0026): a
+	// replay's own timers fire again, after the same timeouts.
+	SourceTimer  = "rath/timer"
+	SourceMemory = "rath/memory-svc"
 	// SourceToolPrefix starts the source of a tool served over the bus
 	// (pkg/toolserver).
 	SourceToolPrefix = "rath/tool/"
@@ -63,7 +66,7 @@ func External(t *Tree) []Input {
 // Produced reports whether a Rath service produced the event (see External).
 func Produced(e events.Stored) bool {
 	switch {
-	case slices.Contains([]string{SourceSelector, SourceWorker, SourceRunner, SourceLedger}, e.Source),
+	case slices.Contains([]string{SourceSelector, SourceWorker, SourceRunner, SourceLedger, SourceTimer}, e.Source),
 		strings.HasPrefix(e.Source, SourceToolPrefix):
 		return true
 	case e.Source != SourceMemory:

@@ -45,6 +45,11 @@ var Masked = map[string]bool{
 	// tool runner's result race for the same sequence); the decision's
 	// causation names the trigger, and is compared.
 	"event.seq": true,
+	// Deadlines of approvals are the time of the answer plus the gate's
+	// timeout (ADR 0026): another run, another time.
+	"deadline":          true,
+	"escalate_deadline": true,
+	"next_deadline":     true,
 }
 
 // MaskedValue stands for a masked field's value.
@@ -60,6 +65,8 @@ var tokens = []struct {
 	{"turn", regexp.MustCompile(`turn-[0-9a-f]{8}\b`)},
 	{"id", regexp.MustCompile(`\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)},
 	{"commit", regexp.MustCompile(`\b[0-9a-f]{40}\b`)},
+	// Deadlines quoted in texts: an expired call's result, a wall-time close.
+	{"time", regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b`)},
 }
 
 // replaceWhole replaces id in s where it stands as a whole session ID: not
