@@ -188,6 +188,20 @@ func TestGateTimeoutCloses(t *testing.T) {
 	if x := r.expiries(t, "shut"); len(x) != 1 || x[0].OnTimeout != events.TimeoutClose {
 		t.Fatalf("expiries %+v", x)
 	}
+
+	// A fork taken while the approval was pending holds it, with its
+	// deadline, and times it out on its own.
+	fork, err := r.c.Fork(context.Background(), api.ForkRequest{Parent: "shut", At: p.Seq + 1, ID: "shut-fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.until(t, fork.Session, "close", ofType(events.TypeSessionClosed))
+	if st, err = r.c.State(context.Background(), fork.Session); err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != "approval_expired" || len(r.expiries(t, fork.Session)) != 1 {
+		t.Fatalf("fork ended %s (%s), expiries %+v", st.Outcome, st.CloseReason, r.expiries(t, fork.Session))
+	}
 }
 
 // A session nobody routes is closed by its wall time, on time, without an

@@ -132,7 +132,13 @@ const maxStale = 8
 // it (not after the selector's own events).
 func (s *Selector) Handle(ctx context.Context, ev events.Stored) error {
 	if err := s.arm(ctx, ev); err != nil {
-		return err
+		// Retried with the event; on its last delivery the session is
+		// routed all the same (a deadline lost, said loudly), rather than
+		// the event given up and the session never routed.
+		if consume.Attempt(ctx) < armAttempts {
+			return err
+		}
+		s.log.Error("timer not set; routing without it", "session", ev.Session, "seq", ev.Seq, "type", ev.Type, "err", err)
 	}
 	if ev.Source == Source {
 		return nil
@@ -144,6 +150,10 @@ func (s *Selector) Handle(ctx context.Context, ev events.Stored) error {
 		}
 	}
 }
+
+// armAttempts is how many deliveries of an event try to set its timer
+// before routing it without (the handler's fifth is its last).
+const armAttempts = 4
 
 // arm sets the durable timers of an event that records a deadline (ADR
 // 0026), before the event is acked: a selector that stops in between sets

@@ -99,8 +99,9 @@ func (t *Timers) Set(ctx context.Context, tm Timer) error {
 }
 
 // Arm sets the timers an event of a session asks for: an approval
-// requested with a deadline, an escalation's next deadline, and a workflow
-// session's wall time when it starts (or is forked). head is the session's
+// requested with a deadline, an escalation's next deadline, a workflow
+// session's wall time when it starts (or is forked), and a fork's pending
+// approvals with a deadline. head is the session's
 // state now; wf its workflow (nil: none). An approval that is no longer
 // pending with that deadline needs no timer.
 func (t *Timers) Arm(ctx context.Context, ev events.Stored, head *session.State, wf *workflow.Workflow) error {
@@ -123,7 +124,19 @@ func (t *Timers) Arm(ctx context.Context, ev events.Stored, head *session.State,
 		}
 		return t.Set(ctx, Timer{Session: ev.Session, Kind: KindApproval, ApprovalID: id, Deadline: a.Deadline})
 	case events.TypeSessionStarted, events.TypeSessionForked:
-		if wf == nil || wf.Budgets.WallTime <= 0 || head.Status.Ended() || head.Created.IsZero() {
+		if head.Status.Ended() {
+			return nil
+		}
+		// A fork holds its parent's pending approvals with their
+		// deadlines: they are its own to time out.
+		for id, a := range head.Approvals {
+			if ev.Type == events.TypeSessionForked && a.Outcome == "" && a.Deadline != "" {
+				if err := t.Set(ctx, Timer{Session: ev.Session, Kind: KindApproval, ApprovalID: id, Deadline: a.Deadline}); err != nil {
+					return err
+				}
+			}
+		}
+		if wf == nil || wf.Budgets.WallTime <= 0 || head.Created.IsZero() {
 			return nil
 		}
 		return t.Set(ctx, Timer{Session: ev.Session, Kind: KindWallTime, Deadline: events.DeadlineText(head.Created.Add(wf.Budgets.WallTime)),
