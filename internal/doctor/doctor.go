@@ -253,6 +253,7 @@ type streamWant struct {
 	forever   bool // limits retention with no age, count or size limit
 	workQueue bool
 	atomic    bool // AllowAtomicPublish
+	schedules bool // AllowMsgSchedules (durable timers)
 	republish bool
 	// memory: created by the memory service, not the ledger (missing: the
 	// memory service has not started).
@@ -263,6 +264,7 @@ var wantStreams = []streamWant{
 	{name: events.StreamSessions, forever: true, atomic: true, republish: true},
 	{name: events.StreamSigs, forever: true},
 	{name: events.StreamInbox, workQueue: true},
+	{name: events.StreamTimers, workQueue: true, schedules: true},
 	{name: events.StreamRejects},
 	{name: events.StreamDead},
 	{name: memoryapi.Stream, forever: true, memory: true},
@@ -312,6 +314,9 @@ func checkStreams(ctx context.Context, r *report, js jetstream.JetStream, who st
 		}
 		if w.atomic && !cfg.AllowAtomicPublish {
 			bad = append(bad, "atomic publish is not allowed")
+		}
+		if w.schedules && !cfg.AllowMsgSchedules {
+			bad = append(bad, "message schedules are not allowed (durable timers never fire)")
 		}
 		if w.republish && cfg.RePublish == nil {
 			bad = append(bad, "it does not republish to the live subjects")
