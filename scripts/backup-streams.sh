@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Back up every JetStream stream of a Rath deployment (the RATH account:
-# RATH_SESSIONS, RATH_SIGS, RATH_INBOX, RATH_REJECTS, RATH_DEAD, RATH_MEMORY
+# RATH_SESSIONS, RATH_SIGS, RATH_INBOX, RATH_REJECTS, RATH_DEAD, RATH_MEMORY, RATH_TIMERS
 # and the streams under the KV buckets and the object store) into DIR, one
 # "nats stream backup" directory per stream (backup.json + stream.tar.s2, with
 # the durable consumers' state), and DIR/streams.txt, the order to restore in.
