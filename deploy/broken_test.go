@@ -34,7 +34,7 @@ func TestChecksCatchBrokenFiles(t *testing.T) {
 		{"waits for a health check nobody has", "docker-compose.yml", "session-ledger-1: { condition: service_started }", "session-ledger-1: { condition: service_healthy }", checkCompose, "but session-ledger-1 has no health check", noHTTP},
 		{"no image target", "deploy/Dockerfile", "FROM distroless AS selector\n", "FROM distroless AS selector2\n", checkCompose, `no stage "selector"`, always},
 		{"one agent worker", "docker-compose.yml", "deploy: { replicas: 2 }", "deploy: { replicas: 1 }", checkCompose, "runs 1 agent-worker, want at least 2", always},
-		{"R1 ledger", "docker-compose.yml", "      - --replicas=3\n      - --key=/etc/rath/keys/ledger.key\n      - --trust=${RATH_LEDGER_TRUST:-}\n      - --name=ledger-2", "      - --replicas=1\n      - --key=/etc/rath/keys/ledger.key\n      - --trust=${RATH_LEDGER_TRUST:-}\n      - --name=ledger-2", checkCompose, `--replicas "1", want 3`, always},
+		{"R1 ledger", "docker-compose.yml", "      - --replicas=3\n      - --key=/etc/rath/keys/ledger.key\n      - --trust=${RATH_LEDGER_TRUST:-}\n      - --approvers=/run/secrets/approvers\n      - --name=ledger-2", "      - --replicas=1\n      - --key=/etc/rath/keys/ledger.key\n      - --trust=${RATH_LEDGER_TRUST:-}\n      - --approvers=/run/secrets/approvers\n      - --name=ledger-2", checkCompose, `--replicas "1", want 3`, always},
 
 		{"an environment variable nobody reads", "docker-compose.yml", "OPENAI_API_KEY: ${OPENAI_API_KEY:-}", "OPENAI_KEY: ${OPENAI_API_KEY:-}", checkCompose, "sets OPENAI_KEY, which agent-worker does not read", always},
 

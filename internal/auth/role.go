@@ -137,7 +137,7 @@ var durables = map[Role][]string{
 }
 
 // TimersDurable is the selector's consumer of fired timers on RATH_TIMERS
-// (services/selector/internal/timer.Durable).
+// (services/selector/internal/timer.Consumer).
 const TimersDurable = "timers"
 
 // Durables returns the durable consumers the role owns on the sessions stream.

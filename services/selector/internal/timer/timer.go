@@ -28,9 +28,11 @@ import (
 	"github.com/openrath/rath/pkg/session"
 )
 
-// Durable is the consumer of fired timers on RATH_TIMERS. Never derive it
-// from code: a new name is a new consumer.
-const Durable = "timers"
+// Consumer is the durable consumer of fired timers on RATH_TIMERS (not on
+// RATH_SESSIONS, so not among auth.Durables: internal/auth permits it by
+// name, auth.TimersDurable). Never derive it from code: a new name is a new
+// consumer.
+const Consumer = "timers"
 
 // Source is the CloudEvents source of what fired timers record. It is not
 // the selector's, so the selector routes on expiries like on any event.
@@ -224,7 +226,7 @@ func (t *Timers) Run(ctx context.Context) error {
 	var err error
 	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
 		cons, err = t.js.CreateOrUpdateConsumer(ctx, events.StreamTimers, jetstream.ConsumerConfig{
-			Durable:       Durable,
+			Durable:       Consumer,
 			Description:   "Rath timers: record fired timers",
 			FilterSubject: events.TimersFiredWildcard,
 			AckPolicy:     jetstream.AckExplicitPolicy,
