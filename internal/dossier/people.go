@@ -14,6 +14,10 @@ import (
 const (
 	InterventionGranted  = "granted"
 	InterventionRejected = "rejected"
+	// InterventionExpired is an approval nobody decided in time: its
+	// timer recorded the expiry (rath.approval.expired; Actor is the
+	// timer's service, Text what the expiry did).
+	InterventionExpired = "expired"
 	// InterventionSaid is a person's message to the agents, marked
 	// correction (rath fork --say).
 	InterventionSaid = "said"
@@ -119,6 +123,14 @@ func (p *people) event(f *fold, e events.Stored, own bool, data any) {
 	case *events.ApprovalRejected:
 		if own {
 			p.decided(f, e, InterventionRejected, d.ApprovalID, d.Reason)
+		}
+	case *events.ApprovalExpired:
+		if own {
+			what := "no decision by " + d.Deadline + ", " + d.OnTimeout
+			if d.EscalatedTo != "" {
+				what += " to " + d.EscalatedTo + " until " + d.NextDeadline
+			}
+			p.decided(f, e, InterventionExpired, d.ApprovalID, what)
 		}
 	case *events.ChunkAppended:
 		if own && d.Correction && d.Role == events.RoleUser {
@@ -234,6 +246,12 @@ func interventionLine(iv Intervention, n namer) string {
 			line += ": " + quote(n.text(iv.Text), 160)
 		}
 		return line
+	case InterventionExpired:
+		line := fmt.Sprintf("**nobody decided** approval %s", inline(iv.ApprovalID, 80))
+		if iv.Action != "" {
+			line += " (" + inline(iv.Action, 120) + ")"
+		}
+		return line + " in time: " + quote(n.text(iv.Text), 160)
 	case InterventionSaid:
 		return fmt.Sprintf("**%s said** (a correction): %s", who, quote(n.text(iv.Text), 200))
 	case InterventionResult:
@@ -244,7 +262,7 @@ func interventionLine(iv Intervention, n namer) string {
 
 func interventionWhat(iv Intervention, n namer) string {
 	switch iv.Kind {
-	case InterventionGranted, InterventionRejected:
+	case InterventionGranted, InterventionRejected, InterventionExpired:
 		s := iv.Kind + " " + iv.ApprovalID
 		if iv.Text != "" {
 			s += ": " + quote(n.text(iv.Text), 160)
