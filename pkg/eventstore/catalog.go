@@ -24,6 +24,7 @@ import (
 type Catalog struct {
 	mu    sync.RWMutex
 	recs  map[string]Record
+	revs  map[string]uint64 // the bucket revision of each record held
 	heads map[string]catalogHead
 	stop  func()
 	// lost is set when a watch ended before the catalog was stopped: it no
@@ -53,7 +54,7 @@ func (s *Store) WatchCatalog(ctx context.Context) (*Catalog, error) {
 		return nil, errors.New("catalog: the store is attached, not opened by a ledger")
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	c := &Catalog{recs: make(map[string]Record), heads: make(map[string]catalogHead), stop: cancel}
+	c := &Catalog{recs: make(map[string]Record), revs: make(map[string]uint64), heads: make(map[string]catalogHead), stop: cancel}
 	recs, err := s.index.Watch(ctx, recordPrefix+"*")
 	if err != nil {
 		cancel()
@@ -76,6 +77,9 @@ func (s *Store) WatchCatalog(ctx context.Context) (*Catalog, error) {
 			return nil, fmt.Errorf("catalog: %w", ctx.Err())
 		}
 	}
+	// This store's own index writes go in at once (PutRecord): a session
+	// it just started is listed without waiting for the watch.
+	s.catalog.Store(c)
 	return c, nil
 }
 
@@ -112,17 +116,32 @@ func (c *Catalog) follow(ctx context.Context, w jetstream.KeyWatcher, loaded cha
 
 func (c *Catalog) putRecord(e jetstream.KeyValueEntry) {
 	id := strings.TrimPrefix(e.Key(), recordPrefix)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(c.recs, id)
+		c.mu.Lock()
+		if e.Revision() > c.revs[id] {
+			delete(c.recs, id)
+			c.revs[id] = e.Revision()
+		}
+		c.mu.Unlock()
 		return
 	}
 	var r Record
 	if json.Unmarshal(e.Value(), &r) != nil || r.ID != id {
 		return // not a record the ledger wrote; Records skips it the same way
 	}
-	c.recs[id] = r
+	c.apply(r, e.Revision())
+}
+
+// apply holds r, written at revision rev of the bucket, unless the catalog
+// holds a later revision of the session's record already (the watch
+// delivers a write this store applied directly, later).
+func (c *Catalog) apply(r Record, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev <= c.revs[r.ID] {
+		return
+	}
+	c.recs[r.ID], c.revs[r.ID] = r, rev
 }
 
 func (c *Catalog) putHead(e jetstream.KeyValueEntry) {

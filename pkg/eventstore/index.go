@@ -29,8 +29,12 @@ func (s *Store) PutRecord(ctx context.Context, r Record) error {
 	if err != nil {
 		return fmt.Errorf("index session %s: %w", r.ID, err)
 	}
-	if _, err := s.index.Put(ctx, recordPrefix+r.ID, b); err != nil {
+	rev, err := s.index.Put(ctx, recordPrefix+r.ID, b)
+	if err != nil {
 		return fmt.Errorf("index session %s: %w", r.ID, err)
+	}
+	if c := s.catalog.Load(); c != nil {
+		c.apply(r, rev)
 	}
 	if r.Parent != "" {
 		if _, err := s.index.Put(ctx, childPrefix+r.Parent+"."+r.ID, nil); err != nil {

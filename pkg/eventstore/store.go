@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +76,9 @@ type Store struct {
 	heads     jetstream.KeyValue // nil in an attached store: the ledger's alone
 	cfg       Config
 	log       *slog.Logger // what the store waits for (WithLogger)
+	// catalog, once WatchCatalog made one, takes this store's own index
+	// writes at once.
+	catalog atomic.Pointer[Catalog]
 }
 
 // Open creates (or updates) the streams and buckets and returns a Store. It is
