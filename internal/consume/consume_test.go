@@ -40,25 +40,6 @@ func run(t *testing.T, nc *nats.Conn, c *client.Client, h consume.Handler) {
 	testrig.Run(t, "run", func(ctx context.Context) error { return consume.Run(ctx, nc, h, consume.RecordInSession(c), quiet) })
 }
 
-// waitFor watches a session until an event of type typ arrives.
-func waitFor(t *testing.T, c *client.Client, id, typ string) events.Stored {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var got events.Stored
-	errFound := errors.New("found")
-	if err := c.Watch(ctx, id, func(ev events.Stored) error {
-		if ev.Type == typ {
-			got = ev
-			return errFound
-		}
-		return nil
-	}); !errors.Is(err, errFound) {
-		t.Fatalf("waiting for %s in %s: %v", typ, id, err)
-	}
-	return got
-}
-
 func TestHandlerSeesEachSessionInOrderAndRetries(t *testing.T) {
 	nc, c := setup(t)
 	ctx := context.Background()
@@ -96,7 +77,7 @@ func TestHandlerSeesEachSessionInOrderAndRetries(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"o1", "o2", "o3"} {
-		waitFor(t, c, id, events.TypeWorkDone)
+		testrig.WaitFor(t, c, id, events.TypeWorkDone)
 		mu.Lock()
 		got := seen[id]
 		mu.Unlock()
@@ -126,7 +107,7 @@ func TestGivingUpDeadLettersAndRecordsInTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := waitFor(t, c, "p", events.TypeHandlerFailed)
+	failed := testrig.WaitFor(t, c, "p", events.TypeHandlerFailed)
 	d, _ := failed.Decode()
 	hf := d.(*events.HandlerFailed)
 	if hf.Handler != "test-poison" || hf.EventID != req.ID || hf.Attempts != 3 || hf.Error != "workspace unavailable" {

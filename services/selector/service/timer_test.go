@@ -3,11 +3,8 @@ package service_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -90,7 +87,7 @@ func TestTimerSurvivesARestartAndFiresOnce(t *testing.T) {
 	ns = natstest.StartServer(t, dir)
 	url = ns.ClientURL()
 	testrig.Ledger(t, url, sameKey)
-	moot := &logWatch{want: "timer moot", seen: make(chan struct{})}
+	moot := testrig.NewLogWatch("timer moot")
 	snc = natstest.ConnectAs(t, url, auth.RoleSelector)
 	testrig.Run(t, "selector", func(ctx context.Context) error {
 		return service.Run(ctx, snc, service.DefaultConfig(), slog.New(slog.NewTextHandler(moot, nil)))
@@ -99,7 +96,7 @@ func TestTimerSurvivesARestartAndFiresOnce(t *testing.T) {
 	if c, err = client.New(nc); err != nil {
 		t.Fatal(err)
 	}
-	closed := waitType(t, c, "idle", events.TypeSessionClosed)
+	closed := testrig.WaitFor(t, c, "idle", events.TypeSessionClosed)
 	if closed.Source != timer.Source || closed.Actor != "rath/selector" || !strings.Contains(string(closed.Data), "wall_time=4s") {
 		t.Fatalf("close %s by %s: %s", closed.Source, closed.Actor, closed.Data)
 	}
@@ -111,7 +108,7 @@ func TestTimerSurvivesARestartAndFiresOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-moot.seen:
+	case <-moot.Seen():
 	case <-time.After(time.Minute):
 		t.Fatalf("the timer set again was not found moot; selector log:\n%s", moot)
 	}
@@ -129,52 +126,6 @@ func TestTimerSurvivesARestartAndFiresOnce(t *testing.T) {
 		t.Fatalf("%d closes in %d events, want the start and one close", n, len(log))
 	}
 }
-
-// waitType watches session id until an event of type typ.
-func waitType(t *testing.T, c *client.Client, id, typ string) events.Stored {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var got events.Stored
-	found := errors.New("found")
-	if err := c.Watch(ctx, id, func(ev events.Stored) error {
-		if ev.Type == typ {
-			got = ev
-			return found
-		}
-		return nil
-	}); !errors.Is(err, found) {
-		t.Fatalf("waiting for %s in %s: %v", typ, id, err)
-	}
-	return got
-}
-
-// logWatch keeps a log and closes seen once a line contains want.
-type logWatch struct {
-	want string
-	seen chan struct{}
-	mu   sync.Mutex
-	buf  strings.Builder
-	once sync.Once
-}
-
-func (w *logWatch) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if strings.Contains(string(p), w.want) {
-		w.once.Do(func() { close(w.seen) })
-	}
-	return len(p), nil
-}
-
-func (w *logWatch) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-var _ io.Writer = (*logWatch)(nil)
 
 func jetStream(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()

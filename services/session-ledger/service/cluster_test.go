@@ -3,8 +3,6 @@ package service_test
 import (
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +27,7 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := natstest.StartClusterPartly(t, 3, tc.up)
-			waiting := &logWatch{want: "waiting for the JetStream cluster", seen: make(chan struct{})}
+			waiting := testrig.NewLogWatch("waiting for the JetStream cluster")
 			log := slog.New(slog.NewTextHandler(waiting, nil))
 			cfg := service.ConfigIn(t.TempDir())
 			cfg.Store.Replicas = 3
@@ -39,7 +37,7 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			select {
-			case <-waiting.seen:
+			case <-waiting.Seen():
 			case <-ctx.Done():
 				t.Fatalf("the ledger never said it waits for the cluster; its log:\n%s", waiting)
 			}
@@ -62,29 +60,4 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 			t.Logf("serving %s after the cluster's last node started", time.Since(started).Round(time.Millisecond))
 		})
 	}
-}
-
-// logWatch keeps a log and closes seen once a line contains want.
-type logWatch struct {
-	want string
-	seen chan struct{}
-	mu   sync.Mutex
-	buf  strings.Builder
-	once sync.Once
-}
-
-func (w *logWatch) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if strings.Contains(string(p), w.want) {
-		w.once.Do(func() { close(w.seen) })
-	}
-	return len(p), nil
-}
-
-func (w *logWatch) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
