@@ -116,7 +116,7 @@ func (h *harness) runConsole(ctx context.Context) error {
 			verdict = "**missed**"
 		}
 		a.rows = []row{{id: "K2", what: fmt.Sprintf("console: the sessions page (the 500 active last) with %d sessions in the index, %d times; then filtered by a match and a status", len(all), consoleTries),
-			rath: fmt.Sprintf("page %s; filtered %s; the whole list paged by the client (rath ls): %s (%s)", page, filtered, fmtDur(whole), u.perEvent(0)),
+			rath:    fmt.Sprintf("page %s; filtered %s; the whole list paged by the client (rath ls): %s (%s)", page, filtered, fmtDur(whole), u.perEvent(0)),
 			rawWhat: "—", raw: "—", ratio: "—", target: fmt.Sprintf("responsive (≤ 1 s): %s, %s", fmtDur(page.median()), verdict)}}
 		return a, nil
 	})

@@ -37,7 +37,7 @@ func browser(t *testing.T) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
-		chromedp.NoSandbox, // the tests may run as root; the pages are the console's own
+		chromedp.NoSandbox,             // the tests may run as root; the pages are the console's own
 		chromedp.WindowSize(1280, 900), // a laptop's screen
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
