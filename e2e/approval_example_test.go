@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
@@ -127,8 +130,56 @@ func TestApprovalExample(t *testing.T) {
 			}
 		})
 	}
+	// Nobody decides: the same workflow with a 2-second timeout expires the
+	// approval through its durable timer, the call fails without running,
+	// the coder reads why and the session closes incomplete; a late
+	// decision is refused.
 	t.Run("timeout", func(t *testing.T) {
-		t.Skip("approvals have no deadline yet: the timeout case comes with durable timers (issue 15, item 3)")
+		dir := t.TempDir()
+		wf, err := os.ReadFile(filepath.Join(approvalExample, "workflow.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short := strings.Replace(string(wf), "timeout: 30m", "timeout: 2s", 1)
+		if short == string(wf) {
+			t.Fatal("the example's gate has no timeout: 30m to shorten")
+		}
+		script, err := os.ReadFile(filepath.Join(approvalExample, "coder.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range map[string]string{"workflow.yaml": short, "coder.yaml": string(script)} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.startWorkflow(t, "timed-out", filepath.Join(dir, "workflow.yaml"),
+			events.SessionStarted{Task: "make TestAdd pass", Labels: map[string]string{"workspace": "repo"}})
+		p := r.waitForApproval(t, "timed-out")
+		r.until(t, "timed-out", "expiry", ofType(events.TypeApprovalExpired))
+		r.until(t, "timed-out", "close", ofType(events.TypeSessionClosed))
+		st, err := r.c.State(ctx, "timed-out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := st.Chunks[len(st.Chunks)-1]
+		if st.Outcome != "incomplete" || last.Content != "Nobody approved the run in time, so the tests were not run; I leave them open." ||
+			len(st.Pending) != 1 || len(r.started(t, "timed-out", p.CallID)) != 0 {
+			t.Fatalf("ended %s (%s), last %q, open work %+v, the call ran %d times", st.Outcome, st.CloseReason, last.Content,
+				st.Pending, len(r.started(t, "timed-out", p.CallID)))
+		}
+		// The session closed: a late decision is refused (on a session still
+		// open it is approval_expired: TestGateTimeoutRejects).
+		if _, err := r.c.Approve(ctx, "timed-out", p.ApprovalID, "too late"); !errors.Is(err, api.ErrClosed) && !errors.Is(err, api.ErrApprovalExpired) {
+			t.Fatalf("approving after the deadline: %v, want a refusal", err)
+		}
+		d, err := dossier.Build(ctx, r.c, "timed-out", dossier.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Interventions) != 1 || d.Interventions[0].Kind != "expired" {
+			t.Fatalf("interventions %+v, want the expiry", d.Interventions)
+		}
 	})
 }
 
