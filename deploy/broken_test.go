@@ -48,7 +48,7 @@ func TestChecksCatchBrokenFiles(t *testing.T) {
 		{"no resources", "deploy/kubernetes/memory-svc.yaml", "            limits: { memory: 2Gi }\n", "", checkKubernetes, "needs resources", always},
 		{"unknown consumer", "deploy/kubernetes/keda.yaml", "consumer: agent-worker\n", "consumer: agent-workers\n", checkKubernetes, `consumer "agent-workers" is no durable consumer`, always},
 		{"misspelled probe", "deploy/kubernetes/nats/nats.yaml", "          livenessProbe:", "          livenesProbe:", checkKubernetes, "unknown field StatefulSet.spec.template.spec.containers[0].livenesProbe", always},
-		{"another role's secret item", "deploy/kubernetes/session-ledger.yaml", "items: [{ key: ledger.creds, path: ledger.creds }]", "items: [{ key: selector.creds, path: selector.creds }]", checkKubernetes, "has no item ledger.creds", always},
+		{"another role's secret item", "deploy/kubernetes/session-ledger.yaml", "items: [{ key: ledger.creds, path: ledger.creds }, { key: approvers, path: approvers }]", "items: [{ key: selector.creds, path: selector.creds }, { key: approvers, path: approvers }]", checkKubernetes, "has no item ledger.creds", always},
 		{"unknown flag in a pod", "deploy/kubernetes/memory-svc.yaml", "- --replicas=3", "- --replica=3", checkKubernetes, "memory-svc has no flag --replica", always},
 		{"small max_payload on Kubernetes", "deploy/kubernetes/nats/nats-cluster.conf", "max_payload: 8MB", "max_payload: 64KB", checkKubernetes, "max_payload is 65536", always},
 		{"scaling a missing workload", "deploy/kubernetes/keda.yaml", "kind: Deployment, name: selector }", "kind: Deployment, name: selectors }", checkKubernetes, "scales Deployment/selectors, which the kustomization does not define", always},

@@ -72,7 +72,7 @@ if [ -n "$namespace" ]; then
     kubectl create secret generic rath-creds --namespace "$namespace" --dry-run=client -o yaml \
       --from-file="$dir/ledger.creds" --from-file="$dir/selector.creds" \
       --from-file="$dir/agent-worker.creds" --from-file="$dir/tool-runner.creds" \
-      --from-file="$dir/memory-svc.creds"
+      --from-file="$dir/memory-svc.creds" --from-file="$dir/approvers"
     echo "---"
     kubectl create secret generic rath-nkeys --namespace "$namespace" --dry-run=client -o yaml \
       --from-env-file="$dir/nkeys.env"
