@@ -66,12 +66,34 @@ func (s *Store) GetHead(ctx context.Context, session string) (Head, error) {
 // may answer from behind). A verdict that events are gone is confirmed with
 // it, so a lagging replica cannot make a session look cut.
 func (s *Store) LastFromLeader(ctx context.Context, session string) (Msg, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": events.SessionFilter(session)})
+	m, err := s.getFromLeader(ctx, map[string]any{"last_by_subj": events.SessionFilter(session)})
+	if err != nil {
+		return Msg{}, fmt.Errorf("last event of session %s: %w", session, err)
+	}
+	return m, nil
+}
+
+// NextFromLeader reads the first event of RATH_SESSIONS at or after stream
+// sequence from on a subject matching filter (wildcards allowed), from the
+// stream's leader; ErrNotFound if there is none. A follower of the stream
+// asks it to learn whether an event it has not applied yet was stored
+// before a point: a consumer's pending count may not count it yet.
+func (s *Store) NextFromLeader(ctx context.Context, filter string, from uint64) (Msg, error) {
+	m, err := s.getFromLeader(ctx, map[string]any{"seq": from, "next_by_subj": filter})
+	if err != nil {
+		return Msg{}, fmt.Errorf("next event on %s from %d: %w", filter, from, err)
+	}
+	return m, nil
+}
+
+// getFromLeader asks RATH_SESSIONS's leader for one message.
+func (s *Store) getFromLeader(ctx context.Context, request map[string]any) (Msg, error) {
+	req, _ := json.Marshal(request)
 	reply, err := retryRead(ctx, func(ctx context.Context) (*nats.Msg, error) {
 		return s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamSessions, req)
 	})
 	if err != nil {
-		return Msg{}, fmt.Errorf("last event of session %s from the leader: %w", session, err)
+		return Msg{}, fmt.Errorf("from the leader: %w", err)
 	}
 	var resp struct {
 		Message *struct {
@@ -86,15 +108,15 @@ func (s *Store) LastFromLeader(ctx context.Context, session string) (Msg, error)
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return Msg{}, fmt.Errorf("last event of session %s from the leader: %w", session, err)
+		return Msg{}, fmt.Errorf("from the leader: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.Code == 404:
-		return Msg{}, fmt.Errorf("last event of session %s: %w", session, ErrNotFound)
+		return Msg{}, ErrNotFound
 	case resp.Error != nil:
-		return Msg{}, fmt.Errorf("last event of session %s from the leader: %s (%d)", session, resp.Error.Desc, resp.Error.ErrCode)
+		return Msg{}, fmt.Errorf("from the leader: %s (%d)", resp.Error.Desc, resp.Error.ErrCode)
 	case resp.Message == nil:
-		return Msg{}, fmt.Errorf("last event of session %s from the leader: empty reply", session)
+		return Msg{}, errors.New("from the leader: empty reply")
 	}
 	return Msg{StreamSeq: resp.Message.Seq, Subject: resp.Message.Subject, Body: resp.Message.Data}, nil
 }
