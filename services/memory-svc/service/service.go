@@ -84,7 +84,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("memory: %w", err)
 	}
-	sessions, err := memory.FollowSessions(fctx, nc, log)
+	sessions, err := memory.FollowSessions(fctx, store, log)
 	if err != nil {
 		stopFollowing()
 		return errors.Join(fmt.Errorf("memory: %w", err), waitItems())

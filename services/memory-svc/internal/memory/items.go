@@ -264,25 +264,3 @@ func (p *progress) wait(ctx context.Context, pos uint64) error {
 		}
 	}
 }
-
-// set moves the position to pos, even backwards (an ordered consumer that
-// was reset numbers its deliveries from 1 again), and wakes the waiters.
-func (p *progress) set(pos uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pos = pos
-	if p.wake != nil {
-		close(p.wake)
-		p.wake = nil
-	}
-}
-
-// changed returns a channel closed at the next change of the position.
-func (p *progress) changed() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.wake == nil {
-		p.wake = make(chan struct{})
-	}
-	return p.wake
-}

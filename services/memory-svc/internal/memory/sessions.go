@@ -2,15 +2,16 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 )
 
 // recall is one rath.memory.recalled event as stored in a session.
@@ -36,29 +37,33 @@ type Sessions struct {
 	forks      map[string][]string // parent → forks
 	mergedInto map[string][]string // merge source → targets
 	f          *follower
-	seen       progress // consumer sequence applied
+	store      *eventstore.Store
+	stream     jetstream.Stream
+	applied    progress // stream sequence of the last event applied
+	synced     progress // every followed event at or below it is applied
 	log        *slog.Logger
 }
 
+// followed are the subjects Sessions follows.
+var followed = []string{events.KindFilter(events.TokenMemory), events.KindFilter(events.TokenLifecycle)}
+
 // FollowSessions starts following RATH_SESSIONS from its first event.
-func FollowSessions(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*Sessions, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("follow sessions: %w", err)
-	}
-	st, err := js.Stream(ctx, events.StreamSessions)
+func FollowSessions(ctx context.Context, store *eventstore.Store, log *slog.Logger) (*Sessions, error) {
+	st, err := store.JetStream().Stream(ctx, events.StreamSessions)
 	if err != nil {
 		return nil, fmt.Errorf("follow sessions: %w", err)
 	}
 	s := &Sessions{recalls: map[string]*recall{}, byItem: map[string][]string{}, forks: map[string][]string{},
-		mergedInto: map[string][]string{}, log: log}
-	s.f, err = follow(ctx, st, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.KindFilter(events.TokenMemory), events.KindFilter(events.TokenLifecycle)},
-	}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
-		s.apply(m.Data())
-		s.seen.set(meta.Sequence.Consumer)
-		return nil
-	})
+		mergedInto: map[string][]string{}, store: store, stream: st, log: log}
+	s.f, err = follow(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: followed},
+		func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+			s.apply(m.Data())
+			// Stream sequences, not the consumer's: an ordered consumer
+			// that is reset numbers its deliveries from 1 again, and
+			// resumes after the last stream sequence it delivered.
+			s.applied.advance(meta.Sequence.Stream)
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}
@@ -121,24 +126,61 @@ func appendNew(list []string, v string) []string {
 }
 
 // Sync returns once every memory and lifecycle event stored before the call
-// is applied: the server's consumer has nothing pending and everything it
-// delivered is applied.
+// is applied. It reads the stream's last sequence, then asks the stream's
+// leader for the first followed event after what is applied, and waits for
+// the follower to apply it, until none is left at or below that sequence.
+//
+// The consumer's own counts cannot say it: JetStream acknowledges a publish
+// before it tells the stream's consumers about the message (nats-server
+// v2.15.2 stream.go processJetStreamMsg sends the ack, then queues the
+// message on sigq; signalConsumersLoop counts it into each consumer's
+// pending on another goroutine), so a consumer's info asked right after an
+// append was acknowledged may report nothing pending and nothing more
+// delivered. Sync trusted that once, and a provenance answer missed a merge
+// the ledger had acknowledged.
 func (s *Sessions) Sync(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("sync with %s: %w", events.StreamSessions, err)
+	}
+	last := info.State.LastSeq
 	for {
-		wake := s.seen.changed()
-		info, err := s.f.cons.Info(ctx)
+		from := max(s.applied.get(), s.synced.get()) + 1
+		if from > last {
+			break
+		}
+		next, err := s.nextFollowed(ctx, from)
 		if err != nil {
 			return fmt.Errorf("sync with %s: %w", events.StreamSessions, err)
 		}
-		if info.NumPending == 0 && s.seen.get() >= info.Delivered.Consumer {
-			return nil
+		if next == 0 || next > last {
+			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wake:
+		if err := s.applied.wait(ctx, next); err != nil {
+			return fmt.Errorf("sync with %s: %w", events.StreamSessions, err)
 		}
 	}
+	s.synced.advance(last)
+	return nil
+}
+
+// nextFollowed returns the stream sequence of the first followed event at
+// or after from, 0 if there is none.
+func (s *Sessions) nextFollowed(ctx context.Context, from uint64) (uint64, error) {
+	next := uint64(0)
+	for _, filter := range followed {
+		m, err := s.store.NextFromLeader(ctx, filter, from)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if next == 0 || m.StreamSeq < next {
+			next = m.StreamSeq
+		}
+	}
+	return next, nil
 }
 
 // recallsOf returns the recall events naming an item.
