@@ -9,6 +9,7 @@ import (
 	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
@@ -26,12 +27,35 @@ type placeError struct{ why string }
 
 func (e *placeError) Error() string { return e.why }
 
+// placeAttempts bounds how often place decides again after the session's
+// head moved under it; the handler is then retried.
+const placeAttempts = 8
+
 // place returns the session's workspace, placing it on first use: a fresh
 // workspace from the session's seed, or, for a fork that inherited its
 // parent's placement, a workspace of its own on the parent's backend,
 // materialised at the commit the parent's workspace had at the fork point.
-// The placement is an event.
+// The placement is an event, appended expecting the head st was read at:
+// the session shows one placement even when an earlier attempt of the call
+// placed it and the ledger stored that placement after st was read (a call
+// retried under overload, redelivered to another runner while the first
+// runner's append was still in flight). On a stale head the state is read
+// again and the decision made again: it then finds the placement recorded,
+// its own workspace or another runner's, which the call is handed over to.
 func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored, req *events.ToolRequested, takeOver bool) (sandbox.Workspace, error) {
+	for attempt := 1; ; attempt++ {
+		ws, err := r.placeAt(ctx, st, ev, req, takeOver)
+		if !errors.Is(err, api.ErrStale) || attempt == placeAttempts {
+			return ws, err
+		}
+		if st, err = r.states.StateSince(ctx, ev.Session, ev.Seq); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// placeAt is one attempt of place, decided on st.
+func (r *Runner) placeAt(ctx context.Context, st *session.State, ev events.Stored, req *events.ToolRequested, takeOver bool) (sandbox.Workspace, error) {
 	lost := ""
 	p := st.Sandbox
 	own := p != nil && p.Session == st.ID
@@ -105,9 +129,11 @@ func (r *Runner) place(ctx context.Context, st *session.State, ev events.Stored,
 		return nil, err
 	}
 	// Recorded once per workspace, whichever call placed it: the ID is
-	// derived from the session and the workspace, not from the call.
+	// derived from the session and the workspace, not from the call; and
+	// once per session, whichever runner placed it: the append expects the
+	// head the placement was decided on.
 	if _, err := r.c.Emit(ctx, st.ID, placed, append(answer.To(ev, Durable, Source).Links(),
-		events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())))...); err != nil {
+		events.WithID(events.DerivedID(Durable, st.ID, "placed", ws.Host(), ws.Dir())), events.WithExpectedSeq(st.Seq))...); err != nil {
 		return nil, err
 	}
 	return ws, nil
