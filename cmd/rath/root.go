@@ -185,6 +185,7 @@ func (a *app) connect() (*nats.Conn, error) {
 				a.denied.CompareAndSwap(nil, &err) // the first one is the cause
 			}
 		})}
+	opts = append(opts, client.KeepAlive()...) // rath watch may follow a session for hours
 	creds := a.creds
 	cred, id, err := auth.Options(creds)
 	a.principal = events.DefaultClient

@@ -11,6 +11,7 @@ import (
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/telemetry"
+	"github.com/openrath/rath/pkg/client"
 )
 
 // defaultHTTP is where rath up serves its metrics and health unless --http
@@ -28,7 +29,7 @@ type httpEndpoint struct {
 // consumers' backlog on a connection of the ledger's role; it returns what
 // stops it.
 func serveTelemetry(rt *runtime.Runtime, addr string, log *slog.Logger) (bound string, stop func(), err error) {
-	opts := []nats.Option{nats.Name("rath-up-telemetry"), nats.MaxReconnects(-1)}
+	opts := append([]nats.Option{nats.Name("rath-up-telemetry"), nats.MaxReconnects(-1)}, client.KeepAlive()...)
 	if rt.Identities != nil {
 		cred, _, err := auth.Options(rt.Identities.Path(auth.RoleLedger))
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/internal/tracing"
+	"github.com/openrath/rath/pkg/client"
 )
 
 // Run is a service's body: it runs until ctx ends, then returns once drained.
@@ -77,6 +78,7 @@ func serve(ctx context.Context, name, url, creds, httpAddr string, durables []st
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Error("NATS error", "err", err)
 		})}
+	opts = append(opts, client.KeepAlive()...)
 	if creds != "" {
 		copts, _, err := auth.Options(creds)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/pkg/client"
 )
 
 // Errors a ConnectError matches with errors.Is, for callers that map them
@@ -68,6 +69,7 @@ func dialer(url string, ns *server.Server, creds *auth.Set, logFor func(auth.Rol
 				rlog.Error("NATS error", "err", err)
 			}),
 		}
+		opts = append(opts, client.KeepAlive()...)
 		if creds != nil {
 			cred, _, err := auth.Options(creds.Path(role))
 			if err != nil {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/embedded"
+	"github.com/openrath/rath/pkg/client"
 	ledger "github.com/openrath/rath/services/session-ledger/service"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
 )
@@ -219,6 +220,7 @@ func (r *Runtime) connectClient(name string, ns *server.Server, creds *auth.Set)
 				r.violated(auth.RoleClient, err)
 			}
 		})}
+	opts = append(opts, client.KeepAlive()...)
 	if creds != nil {
 		r.Creds = creds.Path(auth.RoleClient)
 		cred, _, err := auth.Options(r.Creds)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/embedded"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -136,7 +137,8 @@ func dial(t testing.TB, url string, role auth.Role, extra []nats.Option) *nats.C
 // name names the identity in test failures.
 func dialFile(t testing.TB, url, path, name string, extra []nats.Option) *nats.Conn {
 	t.Helper()
-	opts := []nats.Option{nats.MaxReconnects(-1)}
+	// Connections notice a frozen node as Rath's services do.
+	opts := append([]nats.Option{nats.MaxReconnects(-1)}, client.KeepAlive()...)
 	if path != "" {
 		cred, _, err := auth.Options(path)
 		if err != nil {
