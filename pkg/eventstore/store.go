@@ -263,15 +263,25 @@ func Attach(ctx context.Context, nc *nats.Conn) (*Store, error) {
 	return s, nil
 }
 
+// attachAttempt bounds the first attempt of AttachWait, doubling up to
+// createAttemptMax: an attempt is six requests, and one that goes
+// unanswered (a node that hangs, a reply lost to a reconnect) must cost an
+// attempt, not the caller's whole deadline.
+const attachAttempt = 2 * time.Second
+
 // AttachWait attaches like Attach, waiting (with growing pauses) until a
 // ledger has created the streams and buckets: worker services start in any
-// order and never create or reconfigure what the ledger owns. It says
+// order and never create or reconfigure what the ledger owns. Each attempt
+// is bounded, so a request that is never answered is asked again. It says
 // what it waits for on the logger WithLogger names.
 func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store, error) {
 	log := openOpts(opts).log
 	started := time.Now()
-	for attempt, wait := 1, 50*time.Millisecond; ; attempt, wait = attempt+1, min(wait*2, 2*time.Second) {
-		s, err := Attach(ctx, nc)
+	bound := attachAttempt
+	for attempt, wait := 1, 50*time.Millisecond; ; attempt, wait, bound = attempt+1, min(wait*2, 2*time.Second), min(bound*2, createAttemptMax) {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		s, err := Attach(actx, nc)
+		cancel()
 		if err == nil {
 			if attempt > 1 {
 				log.Info("attached to the ledger's streams", "waited", time.Since(started).Round(time.Millisecond))
