@@ -79,6 +79,7 @@ func serve(ctx context.Context, name, url, creds, httpAddr string, durables []st
 			log.Error("NATS error", "err", err)
 		})}
 	opts = append(opts, client.KeepAlive()...)
+	opts = append(opts, ReconnectLog(log)...)
 	if creds != "" {
 		copts, _, err := auth.Options(creds)
 		if err != nil {
@@ -143,4 +144,18 @@ func endpoint(addr string, nc *nats.Conn, durables []string, log *slog.Logger) (
 		defer cancel()
 		_ = srv.Close(ctx)
 	}, nil
+}
+
+// ReconnectLog returns the options that log when a service's connection is
+// lost and where it went again: on a cluster, which service was on a node
+// that went down or hung, and when it moved.
+func ReconnectLog(log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				log.Warn("NATS connection lost; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS connection reconnected", "server", nc.ConnectedUrl()) }),
+	}
 }

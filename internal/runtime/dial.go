@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/daemon"
 	"github.com/openrath/rath/pkg/client"
 )
 
@@ -70,6 +71,7 @@ func dialer(url string, ns *server.Server, creds *auth.Set, logFor func(auth.Rol
 			}),
 		}
 		opts = append(opts, client.KeepAlive()...)
+		opts = append(opts, daemon.ReconnectLog(rlog)...)
 		if creds != nil {
 			cred, _, err := auth.Options(creds.Path(role))
 			if err != nil {
