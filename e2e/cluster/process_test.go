@@ -172,6 +172,7 @@ func (a *agentRun) waitClosed(ctx context.Context, t *testing.T) {
 	defer tick.Stop()
 	open := a.ids
 	states := map[string]*session.State{}
+	last := ""
 	for len(open) > 0 {
 		var still []string
 		for _, id := range open {
@@ -181,6 +182,7 @@ func (a *agentRun) waitClosed(ctx context.Context, t *testing.T) {
 			}
 			if err == nil && st.Status.Ended() {
 				states[id] = st
+				last = id
 				continue
 			}
 			still = append(still, id)
@@ -207,7 +209,36 @@ func (a *agentRun) waitClosed(ctx context.Context, t *testing.T) {
 		}
 	}
 	t.Logf("%d agent sessions closed (outcomes %v), the last %s after the appends ended", len(a.ids), outcomes, time.Since(began).Round(time.Millisecond))
+	a.longestWait(ctx, t, last)
 	if err := errors.Join(failed...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// longestWait logs where the agent session that closed last waited longest:
+// the two events of its log furthest apart in time, and who proposed each,
+// which names the step (and the service) a tail after a node's loss is in.
+func (a *agentRun) longestWait(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	if id == "" {
+		return
+	}
+	evs, err := a.cl.Log(ctx, id, client.Range{From: 1})
+	if err != nil {
+		t.Logf("log of %s: %v", id, err)
+		return
+	}
+	var gap time.Duration
+	at := 0
+	for i := 1; i < len(evs); i++ {
+		if d := evs[i].Time.Sub(evs[i-1].Time); d > gap {
+			gap, at = d, i
+		}
+	}
+	if at == 0 {
+		return
+	}
+	before, after := evs[at-1], evs[at]
+	t.Logf("the agent session that closed last, %s, waited longest (%s) between %d %s (%s, %s) and %d %s (%s, %s)", id, gap.Round(time.Millisecond),
+		before.Seq, before.Type, before.Source, before.Time.Format("15:04:05.000"), after.Seq, after.Type, after.Source, after.Time.Format("15:04:05.000"))
 }
