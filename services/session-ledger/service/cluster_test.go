@@ -55,7 +55,7 @@ func TestRunWaitsForAFormingCluster(t *testing.T) {
 			}
 			rep, err := cl.Verify(ctx, a.Session)
 			if err != nil || !rep.OK {
-				t.Fatalf("verify: %+v %v", rep, err)
+				t.Fatalf("verify: %+v (fault %+v) %v", rep, rep.Fault, err)
 			}
 			t.Logf("serving %s after the cluster's last node started", time.Since(started).Round(time.Millisecond))
 		})

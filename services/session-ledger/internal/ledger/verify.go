@@ -72,6 +72,18 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 	}
 	if recorded {
 		if f := l.checkRecordedHead(rec, v.signed, &r); f != nil {
+			if rec.Seq > r.Head {
+				// Cut, or read from a replica that lags (a node catching
+				// up answered the scan): ask the stream's leader before
+				// calling the log cut, as a loading ledger does.
+				last, err := l.store.LastFromLeader(ctx, id)
+				if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+					return api.Report{}, unavailable(err)
+				}
+				if err == nil && lastSeq(last) > r.Head {
+					return api.Report{}, unavailable(fmt.Errorf("verify %s: the log read ends at %d, but the stream's leader holds %d: a replica lags", id, r.Head, lastSeq(last)))
+				}
+			}
 			r.Fault = f
 			return r, nil
 		}
