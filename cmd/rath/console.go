@@ -90,7 +90,7 @@ the same console, as its client identity, on its own --http address.`,
 // identity rath up gives its users): it returns the handler and what closes
 // its connection.
 func upConsole(rt *runtime.Runtime, log *slog.Logger) (http.Handler, func(), error) {
-	opts := []nats.Option{nats.Name("rath-up-console"), nats.MaxReconnects(-1)}
+	opts := append([]nats.Option{nats.Name("rath-up-console"), nats.MaxReconnects(-1)}, client.KeepAlive()...)
 	as := client.As(events.DefaultClient) // a server without authentication
 	if rt.Identities != nil {
 		cred, id, err := auth.Options(rt.Identities.Path(auth.RoleClient))

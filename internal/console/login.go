@@ -180,7 +180,7 @@ func (s *Server) connect(ctx context.Context, creds []byte) (*user, error) {
 	if id.Role != auth.RoleClient {
 		return nil, fmt.Errorf("these are %s credentials: sign in with a user's (client role) credentials", id.Role)
 	}
-	opts = append(append([]nats.Option{nats.Name("rath-console " + id.Principal.String()), nats.MaxReconnects(-1)}, s.login.Options...), opts...)
+	opts = append(append(append([]nats.Option{nats.Name("rath-console " + id.Principal.String()), nats.MaxReconnects(-1)}, client.KeepAlive()...), s.login.Options...), opts...)
 	nc, err := nats.Connect(s.login.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("NATS at %s refused %s: %w", s.login.URL, id.Principal, err)
