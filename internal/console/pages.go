@@ -68,7 +68,7 @@ func (s *Server) sessionsJSON(w http.ResponseWriter, r *http.Request) {
 
 type sessionPage struct {
 	Frame
-	State   *session.State
+	State   *session.Overview
 	Pending []client.PendingApproval
 	Tokens  session.Tokens
 	// Tree is every session of its tree, to compare with.
@@ -83,7 +83,9 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	st, err := s.client(r).State(ctx, id)
+	// The bounded view the ledger answers: the same at any length (the
+	// whole state is folded from the log, in proportion to it).
+	st, err := s.client(r).Overview(ctx, api.StateRequest{Session: id, Tail: 1, Clip: 1})
 	if err != nil {
 		s.fail(w, r, "session "+id, err)
 		return
@@ -194,7 +196,7 @@ func (s *Server) eventsJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	st, err := s.client(r).State(ctx, id)
+	st, err := s.client(r).Overview(ctx, api.StateRequest{Session: id, Tail: 1, Clip: 1})
 	if err != nil {
 		s.fail(w, r, "events of "+id, err)
 		return
@@ -329,12 +331,9 @@ func (s *Server) stateJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	var st *session.State
-	if at == 0 {
-		st, err = s.client(r).State(ctx, id)
-	} else {
-		st, err = s.client(r).StateAt(ctx, id, uint64(at))
-	}
+	// The ledger's bounded view at that sequence: the same size at any
+	// length, the transcript's last entries and the counts of the rest.
+	st, err := s.client(r).Overview(ctx, api.StateRequest{Session: id, At: uint64(at)})
 	if err != nil {
 		s.fail(w, r, "state of "+id, err)
 		return
