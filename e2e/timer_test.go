@@ -204,6 +204,30 @@ func TestGateTimeoutCloses(t *testing.T) {
 	}
 }
 
+// A rule's approval route waits with a deadline as a gate does: nobody
+// deciding in time closes the session, once.
+func TestRuleApprovalTimesOut(t *testing.T) {
+	r := start(t)
+	r.begin(t, "ask", "rule-timed.yaml", "repo")
+	r.until(t, "ask", "close", ofType(events.TypeSessionClosed))
+	st, err := r.c.State(context.Background(), "ask")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for k, a := range st.Approvals {
+		if a.Action == "release the build" && a.Approver == "maintainers" {
+			id = k
+		}
+	}
+	if id == "" || st.Approvals[id].Outcome != session.ApprovalExpired || st.Outcome != "approval_expired" {
+		t.Fatalf("session ended %s (%s), approvals %+v", st.Outcome, st.CloseReason, st.Approvals)
+	}
+	if x := r.expiries(t, "ask"); len(x) != 1 || x[0].OnTimeout != events.TimeoutClose {
+		t.Fatalf("expiries %+v", x)
+	}
+}
+
 // A session nobody routes is closed by its wall time, on time, without an
 // event of its own to notice it.
 func TestWallTimeClosesAnIdleSession(t *testing.T) {

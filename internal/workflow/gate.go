@@ -78,22 +78,28 @@ type Match struct {
 func (m Match) Request(call *events.ToolRequested, now time.Time) *events.ApprovalRequested {
 	r := &events.ApprovalRequested{ApprovalID: m.ApprovalID, Action: m.Action, Approver: m.Approver,
 		CallID: call.CallID, Tool: call.Tool, Gate: m.Gate}
-	if m.Timeout > 0 {
-		deadline := now.Add(m.Timeout)
-		r.Deadline, r.OnTimeout = events.DeadlineText(deadline), m.OnTimeout
-		if r.OnTimeout == "" {
-			r.OnTimeout = events.TimeoutReject
-		}
-		if r.OnTimeout == events.TimeoutEscalate {
-			next := m.EscalateTimeout
-			if next == 0 {
-				next = m.Timeout
-			}
-			d, _ := events.ParseDeadline(r.Deadline)
-			r.EscalateTo, r.EscalateDeadline = m.EscalateTo, events.DeadlineText(d.Add(next))
-		}
-	}
+	setDeadline(r, now, m.Timeout, m.OnTimeout, m.EscalateTo, m.EscalateTimeout)
 	return r
+}
+
+// setDeadline gives r, asked at now, the deadline timeout sets (none when
+// it is 0) and what follows it; an escalation's deadline follows the first.
+func setDeadline(r *events.ApprovalRequested, now time.Time, timeout time.Duration, onTimeout, escalateTo string, escalateTimeout time.Duration) {
+	if timeout <= 0 {
+		return
+	}
+	r.Deadline, r.OnTimeout = events.DeadlineText(now.Add(timeout)), onTimeout
+	if r.OnTimeout == "" {
+		r.OnTimeout = events.TimeoutReject
+	}
+	if r.OnTimeout == events.TimeoutEscalate {
+		next := escalateTimeout
+		if next == 0 {
+			next = timeout
+		}
+		d, _ := events.ParseDeadline(r.Deadline)
+		r.EscalateTo, r.EscalateDeadline = escalateTo, events.DeadlineText(d.Add(next))
+	}
 }
 
 // ApprovalID derives the ID of the approval that gates a tool call from the
@@ -210,20 +216,7 @@ func (p *parser) validateGates(w *Workflow) {
 		if g.Approver == "" {
 			p.add(p.line(f), f+".approver", "required")
 		}
-		switch g.OnTimeout {
-		case "", events.TimeoutReject, events.TimeoutClose, events.TimeoutEscalate:
-		default:
-			p.add(p.line(f), f+".on_timeout", "%q is not reject, close or escalate", g.OnTimeout)
-		}
-		if g.OnTimeout != "" && g.Timeout == 0 {
-			p.add(p.line(f), f+".on_timeout", "needs a timeout")
-		}
-		if (g.OnTimeout == events.TimeoutEscalate) != (g.EscalateTo != "") {
-			p.add(p.line(f), f+".escalate_to", "on_timeout escalate and escalate_to go together")
-		}
-		if g.EscalateTimeout > 0 && g.OnTimeout != events.TimeoutEscalate {
-			p.add(p.line(f), f+".escalate_timeout", "only with on_timeout escalate")
-		}
+		p.checkTimeout(f, g.Timeout, g.OnTimeout, g.EscalateTo, g.EscalateTimeout)
 		for j, a := range g.Agents {
 			p.checkAgent(w, fmt.Sprintf("%s.agents[%d]", f, j), a, true)
 		}
@@ -233,6 +226,26 @@ func (p *parser) validateGates(w *Workflow) {
 				p.add(p.line(tf), tf, "%q is no agent's tool: the gate would hold nothing", t)
 			}
 		}
+	}
+}
+
+// checkTimeout checks the timeout fields of a gate or an approval route at
+// f: what follows the timeout, which needs one, and an escalation's role
+// and timeout, which go with escalate only.
+func (p *parser) checkTimeout(f string, timeout time.Duration, onTimeout, escalateTo string, escalateTimeout time.Duration) {
+	switch onTimeout {
+	case "", events.TimeoutReject, events.TimeoutClose, events.TimeoutEscalate:
+	default:
+		p.add(p.line(f), f+".on_timeout", "%q is not reject, close or escalate", onTimeout)
+	}
+	if onTimeout != "" && timeout == 0 {
+		p.add(p.line(f), f+".on_timeout", "needs a timeout")
+	}
+	if (onTimeout == events.TimeoutEscalate) != (escalateTo != "") {
+		p.add(p.line(f), f+".escalate_to", "on_timeout escalate and escalate_to go together")
+	}
+	if escalateTimeout > 0 && onTimeout != events.TimeoutEscalate {
+		p.add(p.line(f), f+".escalate_timeout", "only with on_timeout escalate")
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"cel.dev/cel-go/cel"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // Providers an agent may use.
@@ -248,6 +250,21 @@ type Fork struct {
 type Approval struct {
 	Action   string
 	Approver string
+	// Timeout, OnTimeout, EscalateTo and EscalateTimeout are as a gate's:
+	// how long the approval may wait undecided, and what follows.
+	Timeout         time.Duration
+	OnTimeout       string
+	EscalateTo      string
+	EscalateTimeout time.Duration
+}
+
+// Request is the approval request a rule's approval route asks for, with
+// ID id, asked at now (the triggering event's time, so that a redelivered
+// trigger asks for the same request).
+func (a *Approval) Request(id string, now time.Time) *events.ApprovalRequested {
+	r := &events.ApprovalRequested{ApprovalID: id, Action: a.Action, Approver: a.Approver}
+	setDeadline(r, now, a.Timeout, a.OnTimeout, a.EscalateTo, a.EscalateTimeout)
+	return r
 }
 
 // MemoryWrite writes a memory item through the memory service, with the

@@ -253,6 +253,8 @@ func (p *parser) validateRules(w *Workflow) {
 			if rt.Approval.Action == "" {
 				p.add(p.line(rf+".approval.action"), rf+".approval.action", "required")
 			}
+			a := rt.Approval
+			p.checkTimeout(rf+".approval", a.Timeout, a.OnTimeout, a.EscalateTo, a.EscalateTimeout)
 		case RouteMemory:
 			p.validateMemoryWrite(w, rf+".memory", rt.Memory)
 		}

@@ -356,11 +356,15 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 	case workflow.RouteClose:
 		_, err = s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: p.detail, Reason: reason}, answerTo(ev).Options("close")...)
 	case workflow.RouteApproval:
-		approver := ""
+		a := &workflow.Approval{Action: p.detail}
 		if r := ruleNamed(wf, rule); r != nil && r.Route.Approval != nil {
-			approver = r.Route.Approval.Approver
+			a = r.Route.Approval
 		}
-		_, err = s.c.Emit(ctx, st.ID, &events.ApprovalRequested{ApprovalID: "approval-" + events.DerivedID(ev.ID)[:8], Action: p.detail, Approver: approver}, answerTo(ev).Options("approval")...)
+		// Asked at the trigger's time: a redelivered trigger asks for the
+		// same request, deadline included.
+		req := a.Request("approval-"+events.DerivedID(ev.ID)[:8], ev.Time)
+		req.Action = p.detail
+		_, err = s.c.Emit(ctx, st.ID, req, answerTo(ev).Options("approval")...)
 	case workflow.RouteFork:
 		err = s.fork(ctx, st, ev, rule, reason, p)
 	case workflow.RouteMemory:
