@@ -93,20 +93,24 @@ func (s *Server) signedIn(w http.ResponseWriter, r *http.Request) (*http.Request
 	return r.WithContext(context.WithValue(r.Context(), userKey{}, u)), true
 }
 
-// user returns the live sign-in of token, ending it if it idled out.
+// user returns the live sign-in of token. Every sign-in that idled out
+// ends here, with its connection: one abandoned without signing out does
+// not hold a connection for the console's life.
 func (s *Server) user(token string) *user {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	for t, u := range s.users {
+		if now.Sub(u.used) > s.login.Idle {
+			delete(s.users, t)
+			u.nc.Close()
+		}
+	}
 	u := s.users[token]
 	if u == nil {
 		return nil
 	}
-	if time.Since(u.used) > s.login.Idle {
-		delete(s.users, token)
-		u.nc.Close()
-		return nil
-	}
-	u.used = time.Now()
+	u.used = now
 	return u
 }
 

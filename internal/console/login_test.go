@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -136,4 +137,43 @@ func read(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A sign-in unused for longer than Idle ends, with its connection.
+func TestSignInIdlesOut(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	url := ns.ClientURL()
+	alice := events.Principal{Tenant: "acme", User: "alice"}
+	natstest.ConnectUser(t, url, alice)
+	testrig.Ledger(t, url)
+	srv, err := console.New(nil, slog.New(slog.DiscardHandler), console.WithLogin(console.Login{URL: url, Idle: time.Nanosecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(srv)
+	t.Cleanup(web.Close)
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("creds", "alice.creds")
+	fw.Write(read(t, auth.UserPath(natstest.CredsDir(t, url), alice)))
+	mw.Close()
+	resp, err := browser.Post(web.URL+"/login", mw.FormDataContentType(), &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Fatalf("sign-in: %s → %q", resp.Status, resp.Header.Get("Location"))
+	}
+	resp, err = browser.Get(web.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login" {
+		t.Fatalf("after idling out: %s → %q, want the sign-in page", resp.Status, resp.Header.Get("Location"))
+	}
 }
