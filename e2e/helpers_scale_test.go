@@ -387,7 +387,10 @@ func (r *scaleRig) uploadWorkflowAt(t *testing.T, path string) events.SessionSta
 // flight at once.
 func (r *scaleRig) startSessions(t *testing.T, start events.SessionStarted, ids []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A bound on a stuck ledger, not a speed test: under go test -race with
+	// other packages' tests on two cores, 200 starts have taken over a
+	// minute (the ledger logged acks taking 4-5 s).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const inFlight = 32
 	var wg sync.WaitGroup
