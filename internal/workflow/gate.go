@@ -42,15 +42,8 @@ type Gate struct {
 	Action string
 	// Approver is the role asked to decide ("maintainers").
 	Approver string
-	// Timeout, if set, is how long the approval may wait undecided; then a
-	// durable timer records its expiry and OnTimeout applies: reject (the
-	// default: the call fails and the agent goes on), close (the session
-	// is closed), or escalate (EscalateTo is asked for EscalateTimeout,
-	// default Timeout, after which the approval expires and rejects).
-	Timeout         time.Duration
-	OnTimeout       string
-	EscalateTo      string
-	EscalateTimeout time.Duration
+	// Expiry is how long the approval may wait undecided, and what follows.
+	Expiry
 
 	when cel.Program
 }
@@ -62,11 +55,8 @@ type Match struct {
 	Approver string
 	// ApprovalID is the approval's ID (ApprovalID).
 	ApprovalID string
-	// Timeout, OnTimeout, EscalateTo and EscalateTimeout are the gate's.
-	Timeout         time.Duration
-	OnTimeout       string
-	EscalateTo      string
-	EscalateTimeout time.Duration
+	// Expiry is the gate's.
+	Expiry
 	// Err is set when the gate's When failed to evaluate: the gate holds
 	// the call anyway (a gate fails closed), and Action says why.
 	Err error
@@ -78,27 +68,57 @@ type Match struct {
 func (m Match) Request(call *events.ToolRequested, now time.Time) *events.ApprovalRequested {
 	r := &events.ApprovalRequested{ApprovalID: m.ApprovalID, Action: m.Action, Approver: m.Approver,
 		CallID: call.CallID, Tool: call.Tool, Gate: m.Gate}
-	setDeadline(r, now, m.Timeout, m.OnTimeout, m.EscalateTo, m.EscalateTimeout)
+	m.Expiry.apply(r, now)
 	return r
 }
 
-// setDeadline gives r, asked at now, the deadline timeout sets (none when
-// it is 0) and what follows it; an escalation's deadline follows the first.
-func setDeadline(r *events.ApprovalRequested, now time.Time, timeout time.Duration, onTimeout, escalateTo string, escalateTimeout time.Duration) {
-	if timeout <= 0 {
+// Expiry is how long an approval may wait undecided and what follows, for
+// a gate or a rule's approval route. With a Timeout, a durable timer records
+// its expiry and OnTimeout applies: reject (the default: a gated call fails
+// and the agent goes on), close (the session is closed), or escalate
+// (EscalateTo is asked for EscalateTimeout, default Timeout, after which the
+// approval expires and rejects).
+type Expiry struct {
+	Timeout         time.Duration
+	OnTimeout       string
+	EscalateTo      string
+	EscalateTimeout time.Duration
+}
+
+// apply gives r, asked at now, the deadline e sets (none without a
+// Timeout) and what follows it; an escalation's deadline follows the first.
+func (e Expiry) apply(r *events.ApprovalRequested, now time.Time) {
+	if e.Timeout <= 0 {
 		return
 	}
-	r.Deadline, r.OnTimeout = events.DeadlineText(now.Add(timeout)), onTimeout
+	r.Deadline, r.OnTimeout = events.DeadlineText(now.Add(e.Timeout)), e.OnTimeout
 	if r.OnTimeout == "" {
 		r.OnTimeout = events.TimeoutReject
 	}
 	if r.OnTimeout == events.TimeoutEscalate {
-		next := escalateTimeout
+		next := e.EscalateTimeout
 		if next == 0 {
-			next = timeout
+			next = e.Timeout
 		}
 		d, _ := events.ParseDeadline(r.Deadline)
-		r.EscalateTo, r.EscalateDeadline = escalateTo, events.DeadlineText(d.Add(next))
+		r.EscalateTo, r.EscalateDeadline = e.EscalateTo, events.DeadlineText(d.Add(next))
+	}
+}
+
+// expiryFields are the fields of an Expiry in a gate or an approval route.
+var expiryFields = []string{"timeout", "on_timeout", "escalate_to", "escalate_timeout"}
+
+// expiryField reads key into e if it is one of expiryFields.
+func (p *parser) expiryField(e *Expiry, key string, v *yaml.Node, f string) {
+	switch key {
+	case "timeout":
+		e.Timeout = p.duration(v, f)
+	case "on_timeout":
+		e.OnTimeout = p.str(v, f)
+	case "escalate_to":
+		e.EscalateTo = p.str(v, f)
+	case "escalate_timeout":
+		e.EscalateTimeout = p.duration(v, f)
 	}
 }
 
@@ -132,7 +152,7 @@ func (w *Workflow) GateFor(st *session.State, sessionID string, call *events.Too
 			continue
 		}
 		m := Match{Gate: g.Name, Action: g.Action, Approver: g.Approver,
-			Timeout: g.Timeout, OnTimeout: g.OnTimeout, EscalateTo: g.EscalateTo, EscalateTimeout: g.EscalateTimeout}
+			Expiry: g.Expiry}
 		if m.Action == "" {
 			m.Action = call.Tool + " call"
 		}
@@ -171,7 +191,7 @@ func callActivation(st *session.State, sessionID string, call *events.ToolReques
 	return Activation(st, events.Stored{ID: call.CallID, Type: events.TypeToolRequested, Session: sessionID, Data: data})
 }
 
-var gateFields = []string{"name", "tools", "agents", "when", "action", "approver", "timeout", "on_timeout", "escalate_to", "escalate_timeout"}
+var gateFields = append([]string{"name", "tools", "agents", "when", "action", "approver"}, expiryFields...)
 
 func (p *parser) gate(n *yaml.Node, field string) Gate {
 	var g Gate
@@ -189,14 +209,8 @@ func (p *parser) gate(n *yaml.Node, field string) Gate {
 			g.Action = p.str(v, f)
 		case "approver":
 			g.Approver = p.str(v, f)
-		case "timeout":
-			g.Timeout = p.duration(v, f)
-		case "on_timeout":
-			g.OnTimeout = p.str(v, f)
-		case "escalate_to":
-			g.EscalateTo = p.str(v, f)
-		case "escalate_timeout":
-			g.EscalateTimeout = p.duration(v, f)
+		default:
+			p.expiryField(&g.Expiry, key, v, f)
 		}
 	})
 	return g
@@ -216,7 +230,7 @@ func (p *parser) validateGates(w *Workflow) {
 		if g.Approver == "" {
 			p.add(p.line(f), f+".approver", "required")
 		}
-		p.checkTimeout(f, g.Timeout, g.OnTimeout, g.EscalateTo, g.EscalateTimeout)
+		p.checkExpiry(f, g.Expiry)
 		for j, a := range g.Agents {
 			p.checkAgent(w, fmt.Sprintf("%s.agents[%d]", f, j), a, true)
 		}
@@ -229,10 +243,11 @@ func (p *parser) validateGates(w *Workflow) {
 	}
 }
 
-// checkTimeout checks the timeout fields of a gate or an approval route at
-// f: what follows the timeout, which needs one, and an escalation's role
-// and timeout, which go with escalate only.
-func (p *parser) checkTimeout(f string, timeout time.Duration, onTimeout, escalateTo string, escalateTimeout time.Duration) {
+// checkExpiry checks the expiry of a gate or an approval route at f: what
+// follows the timeout, which needs one, and an escalation's role and
+// timeout, which go with escalate only.
+func (p *parser) checkExpiry(f string, e Expiry) {
+	timeout, onTimeout, escalateTo, escalateTimeout := e.Timeout, e.OnTimeout, e.EscalateTo, e.EscalateTimeout
 	switch onTimeout {
 	case "", events.TimeoutReject, events.TimeoutClose, events.TimeoutEscalate:
 	default:

@@ -140,7 +140,7 @@ func TestGateProblems(t *testing.T) {
 // an escalation's deadline follows the first.
 func TestGateTimeoutSetsTheDeadlines(t *testing.T) {
 	m := workflow.Match{Gate: "push", Action: "git push", Approver: "maintainers", ApprovalID: "ap-1",
-		Timeout: 30 * time.Minute, OnTimeout: events.TimeoutEscalate, EscalateTo: "leads", EscalateTimeout: time.Hour}
+		Expiry: workflow.Expiry{Timeout: 30 * time.Minute, OnTimeout: events.TimeoutEscalate, EscalateTo: "leads", EscalateTimeout: time.Hour}}
 	now := time.Date(2026, 1, 5, 9, 0, 0, 300_000_000, time.UTC)
 	req := m.Request(&events.ToolRequested{CallID: "c1", Tool: "run"}, now)
 	if req.Deadline != "2026-01-05T09:30:01Z" || req.OnTimeout != events.TimeoutEscalate ||

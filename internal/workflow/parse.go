@@ -56,7 +56,7 @@ var (
 	ruleFields      = []string{"name", "when", "route", "reason"}
 	closeFields     = []string{"outcome", "reason"}
 	forkFields      = []string{"at", "agent", "reason"}
-	approvalFields  = []string{"action", "approver", "timeout", "on_timeout", "escalate_to", "escalate_timeout"}
+	approvalFields  = append([]string{"action", "approver"}, expiryFields...)
 	budgetFields    = []string{"max_turns", "max_tokens", "max_tool_calls", "wall_time"}
 	stopFields      = []string{"name", "when", "reason"}
 	compactFields   = []string{"max_context_tokens", "keep_last"}
@@ -305,14 +305,8 @@ func (p *parser) route(n *yaml.Node, field string) Route {
 					a.Action = p.str(v, f)
 				case "approver":
 					a.Approver = p.str(v, f)
-				case "timeout":
-					a.Timeout = p.duration(v, f)
-				case "on_timeout":
-					a.OnTimeout = p.str(v, f)
-				case "escalate_to":
-					a.EscalateTo = p.str(v, f)
-				case "escalate_timeout":
-					a.EscalateTimeout = p.duration(v, f)
+				default:
+					p.expiryField(&a.Expiry, key, v, f)
 				}
 			})
 			r.Approval = a

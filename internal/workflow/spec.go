@@ -250,12 +250,9 @@ type Fork struct {
 type Approval struct {
 	Action   string
 	Approver string
-	// Timeout, OnTimeout, EscalateTo and EscalateTimeout are as a gate's:
-	// how long the approval may wait undecided, and what follows.
-	Timeout         time.Duration
-	OnTimeout       string
-	EscalateTo      string
-	EscalateTimeout time.Duration
+	// Expiry is as a gate's: how long the approval may wait undecided, and
+	// what follows.
+	Expiry
 }
 
 // Request is the approval request a rule's approval route asks for, with
@@ -263,7 +260,7 @@ type Approval struct {
 // trigger asks for the same request).
 func (a *Approval) Request(id string, now time.Time) *events.ApprovalRequested {
 	r := &events.ApprovalRequested{ApprovalID: id, Action: a.Action, Approver: a.Approver}
-	setDeadline(r, now, a.Timeout, a.OnTimeout, a.EscalateTo, a.EscalateTimeout)
+	a.Expiry.apply(r, now)
 	return r
 }
 

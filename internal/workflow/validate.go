@@ -253,8 +253,7 @@ func (p *parser) validateRules(w *Workflow) {
 			if rt.Approval.Action == "" {
 				p.add(p.line(rf+".approval.action"), rf+".approval.action", "required")
 			}
-			a := rt.Approval
-			p.checkTimeout(rf+".approval", a.Timeout, a.OnTimeout, a.EscalateTo, a.EscalateTimeout)
+			p.checkExpiry(rf+".approval", rt.Approval.Expiry)
 		case RouteMemory:
 			p.validateMemoryWrite(w, rf+".memory", rt.Memory)
 		}
