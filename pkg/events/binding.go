@@ -44,6 +44,9 @@ func FromNATS(h nats.Header, body []byte) (event.Event, error) {
 			err = fmt.Errorf("data_base64: %w", terr)
 		}
 	}
+	if err == nil {
+		err = checkMediaType(e)
+	}
 	if err == nil && e.SpecVersion() != event.CloudEventsVersionV1 {
 		err = fmt.Errorf("specversion %q is not supported: Rath accepts CloudEvents %s only", e.SpecVersion(), event.CloudEventsVersionV1)
 	}
@@ -119,7 +122,12 @@ func fromBinary(h nats.Header, body []byte) (event.Event, error) {
 	}
 	if ct := h.Get("Content-Type"); ct != "" {
 		e.SetDataContentType(ct)
-	} else if e.DataContentType() == "" {
+	}
+	if ct := e.DataContentType(); ct != "" {
+		// The body is bytes whatever the media type says, so writing the
+		// type canonically changes nothing about what the data is.
+		e.SetDataContentType(canonicalMediaType(ct))
+	} else {
 		e.SetDataContentType(event.ApplicationJSON)
 	}
 	if err := checkText(body); err != nil {
@@ -127,4 +135,29 @@ func fromBinary(h nats.Header, body []byte) (event.Event, error) {
 	}
 	e.DataEncoded = body
 	return e, nil
+}
+
+// canonicalMediaType writes a content type's media type in lower case without
+// surrounding space, keeping its parameters. Media types are case-insensitive
+// (RFC 2045), but the CloudEvents SDK lower-cases one when it writes data and
+// not when it reads it back: "Application/JSON" data would be written as JSON
+// and then read as a string.
+func canonicalMediaType(ct string) string {
+	mt, params, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	if params == "" && !strings.Contains(ct, ";") {
+		return mt
+	}
+	return mt + ";" + params
+}
+
+// checkMediaType refuses a structured event whose datacontenttype is not
+// written canonically: the SDK has already read its data by the type's exact
+// spelling, so rewriting the type would change what the data means.
+func checkMediaType(e event.Event) error {
+	ct := e.DataContentType()
+	if ct == "" || canonicalMediaType(ct) == ct {
+		return nil
+	}
+	return fmt.Errorf("datacontenttype %q: write the media type in lower case, without spaces around it", ct)
 }

@@ -55,6 +55,42 @@ func TestFromNATSRefusesOtherSpecVersions(t *testing.T) {
 	}
 }
 
+// A media type is case-insensitive, but the CloudEvents SDK lower-cases it
+// when writing data and not when reading: a binary event's type is written
+// canonically, and a structured one that is not is refused (the fuzzer found
+// "ApplICAtion/json" data that re-read as a string).
+func TestFromNATSMediaTypeCase(t *testing.T) {
+	h := nats.Header{"Ce-Specversion": {"1.0"}, "Ce-Id": {"0"}, "Ce-Source": {"0"}, "Ce-Type": {"0"}, "Content-Type": {" ApplICAtion/JSON"}}
+	e, err := FromNATS(h, []byte(`{}`))
+	if err != nil {
+		t.Fatalf("binary: %v", err)
+	}
+	if got := e.DataContentType(); got != "application/json" {
+		t.Fatalf("binary datacontenttype %q, want application/json", got)
+	}
+	b, err := Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromNATS(nats.Header{}, b); err != nil {
+		t.Fatalf("re-reading %s: %v", b, err)
+	}
+	e, err = FromNATS(h, []byte(`x`))
+	if err != nil || e.DataContentType() != "application/json" {
+		t.Fatalf("binary with parameters: %v %q", err, e.DataContentType())
+	}
+	for _, ct := range []string{"Application/json", " application/json", "TEXT/plain; charset=utf-8"} {
+		body := `{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"` + ct + `","data":"a"}`
+		_, err := FromNATS(nats.Header{}, []byte(body))
+		if err == nil || !strings.Contains(err.Error(), "lower case") {
+			t.Errorf("structured %q: got %v, want a refusal naming the case", ct, err)
+		}
+	}
+	if _, err := FromNATS(nats.Header{}, []byte(`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/plain; charset=UTF-8","data":"a"}`)); err != nil {
+		t.Errorf("parameters keep their spelling: %v", err)
+	}
+}
+
 // FuzzCheckText holds checkText to the canonical form: a JSON string it
 // accepts, RFC 8785 can canonicalise.
 func FuzzCheckText(f *testing.F) {
