@@ -103,7 +103,7 @@ func TestPagesAndTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 sessions")
+	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 sessions", `<a href="/s/s1#graph" title="1 session was forked from s1">1</a>`)
 	r.want(t, "/?q=fork", 200, "1 session matches", "s1-fork")
 	r.want(t, "/?q=nothing-like-it", 200, "No sessions match the filter")
 	r.want(t, "/s/s1", 200, "look at s1", "dossier.md", `data-src="/api/s/s1/verify"`)

@@ -26,6 +26,9 @@ type Catalog struct {
 	recs  map[string]Record
 	revs  map[string]uint64 // the bucket revision of each record held
 	heads map[string]catalogHead
+	// forks counts each session's forks: the records held that name it
+	// their parent.
+	forks map[string]int
 	stop  func()
 	// lost is set when a watch ended before the catalog was stopped: it no
 	// longer follows the buckets (OK).
@@ -54,7 +57,7 @@ func (s *Store) WatchCatalog(ctx context.Context) (*Catalog, error) {
 		return nil, errors.New("catalog: the store is attached, not opened by a ledger")
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	c := &Catalog{recs: make(map[string]Record), revs: make(map[string]uint64), heads: make(map[string]catalogHead), stop: cancel}
+	c := &Catalog{recs: make(map[string]Record), revs: make(map[string]uint64), heads: make(map[string]catalogHead), forks: make(map[string]int), stop: cancel}
 	recs, err := s.index.Watch(ctx, recordPrefix+"*")
 	if err != nil {
 		cancel()
@@ -119,7 +122,7 @@ func (c *Catalog) putRecord(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		c.mu.Lock()
 		if e.Revision() > c.revs[id] {
-			delete(c.recs, id)
+			c.forget(id)
 			c.revs[id] = e.Revision()
 		}
 		c.mu.Unlock()
@@ -141,7 +144,28 @@ func (c *Catalog) apply(r Record, rev uint64) {
 	if rev <= c.revs[r.ID] {
 		return
 	}
+	c.forget(r.ID)
+	r.Active, r.Forks = time.Time{}, 0
 	c.recs[r.ID], c.revs[r.ID] = r, rev
+	if r.Parent != "" {
+		c.forks[r.Parent]++
+	}
+}
+
+// forget drops the record held for id, and its count among its parent's
+// forks. The caller holds c.mu.
+func (c *Catalog) forget(id string) {
+	old, ok := c.recs[id]
+	if !ok {
+		return
+	}
+	delete(c.recs, id)
+	if old.Parent == "" {
+		return
+	}
+	if c.forks[old.Parent]--; c.forks[old.Parent] <= 0 {
+		delete(c.forks, old.Parent)
+	}
 }
 
 func (c *Catalog) putHead(e jetstream.KeyValueEntry) {
@@ -189,6 +213,7 @@ func (c *Catalog) List(q Query) (page []Entry, next string, total int, err error
 	all := make([]Entry, 0, len(c.recs))
 	for id, r := range c.recs {
 		e := Entry{Record: r, Active: r.Updated}
+		e.Forks = c.forks[id]
 		if h, ok := c.heads[id]; ok {
 			e.Seq = max(e.Seq, h.seq)
 			if h.at.After(e.Active) {

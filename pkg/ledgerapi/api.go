@@ -276,6 +276,9 @@ type Session struct {
 	// recorded, a lifecycle event), in a listing; the index does not store
 	// it.
 	Active time.Time `json:"active,omitzero"`
+	// Forks is how many sessions were forked from this one, in a listing;
+	// the index does not store it.
+	Forks int `json:"forks,omitempty"`
 }
 
 // ListReply lists sessions, oldest first.

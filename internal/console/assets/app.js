@@ -227,6 +227,7 @@ function sessions(table) {
           el("td", {}, s.workflow || ""),
           el("td", { class: "task-cell", title: s.task || "" }, s.task || ""),
           el("td", {}, ...(s.parent ? [el("a", { href: "/s/" + s.parent }, s.parent), " @" + s.fork_seq] : [])),
+          el("td", { class: "num" }, ...(s.forks ? [el("a", { href: `/s/${s.id}#graph`, title: `${s.forks} ${s.forks === 1 ? "session was" : "sessions were"} forked from ${s.id}` }, String(s.forks))] : [])),
           el("td", { class: "num" }, s.seq),
           el("td", {}, ...labels),
           el("td", { title: s.active }, timeText(s.active))));

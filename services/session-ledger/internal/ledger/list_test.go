@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -70,6 +71,20 @@ func TestListPages(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // pacing the polls of the watch's delivery
 	}
 
+	// A listing counts each session's forks.
+	for _, id := range []string{"s1-a", "s1-b"} {
+		if _, err := r.c.Fork(ctx, api.ForkRequest{Parent: "s1", ID: id, At: 1}); err != nil {
+			t.Fatalf("fork %s: %v", id, err)
+		}
+	}
+	forks := map[string]int{}
+	for _, s := range mustList(t, r, api.ListRequest{Match: "s1"}) {
+		forks[s.ID] = s.Forks
+	}
+	if want := map[string]int{"s1": 2, "s1-a": 0, "s1-b": 0}; !maps.Equal(forks, want) {
+		t.Fatalf("forks listed %v, want %v", forks, want)
+	}
+
 	if got, total := pages(api.ListRequest{Match: "S5"}); !slices.Equal(got, []string{"s5"}) || total != 1 {
 		t.Fatalf("match S5: %v (total %d)", got, total)
 	}
@@ -82,4 +97,13 @@ func TestListPages(t *testing.T) {
 			t.Errorf("%s: %v, want malformed", name, err)
 		}
 	}
+}
+
+func mustList(t *testing.T, r *rig, f api.ListRequest) []api.Session {
+	t.Helper()
+	all, err := r.c.List(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
 }

@@ -136,8 +136,15 @@ func (l *Ledger) List(ctx context.Context, f api.ListRequest) (api.ListReply, er
 		if err != nil {
 			return api.ListReply{}, unavailable(err)
 		}
+		forks := map[string]int{}
+		for _, r := range recs {
+			if r.Parent != "" {
+				forks[r.Parent]++
+			}
+		}
 		var all []eventstore.Entry
 		for _, r := range recs {
+			r.Forks = forks[r.ID]
 			if !keep(r) {
 				continue
 			}
