@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -12,10 +13,16 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	cloudevent "github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/console"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // chromium finds the browser the console's tests drive, or fails naming it:
@@ -109,17 +116,17 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	memoryEdges := run(t, ctx, "count memory edges", chromedp.Evaluate[int](`document.querySelectorAll('#graph path[marker-end="url(#recall)"]').length`))
 	run(t, ctx, "wait for verification", chromedp.WaitVisible(chromedp.CSS(`#verify [data-done]`)))
 	verified := run(t, ctx, "read verification", chromedp.Text(chromedp.CSS(`#verify`)))
-	// A tool call that changed files, opened from the timeline.
-	clicked := run(t, ctx, "click a tool call with a diff", chromedp.Evaluate[bool](`(() => {
-		const rows = [...document.querySelectorAll('#timeline tbody tr')];
-		const r = rows.find(r => r.cells[2].textContent === 'tool.call.completed' && r.cells[4].querySelector('.badge'));
-		if (!r) return false;
-		r.click();
-		return true;
+	// A tool call that changed files, found by scrolling the timeline up
+	// from the newest events and opened.
+	run(t, ctx, "scroll to a tool call with a diff (none: the root's timeline shows no tool.call.completed that changed files)", chromedp.Poll[bool](`(() => {
+		const box = document.getElementById('timeline-scroll');
+		const inView = (r) => { const a = r.getBoundingClientRect(), b = box.getBoundingClientRect(); return a.top >= b.top && a.bottom <= b.bottom; };
+		const r = [...document.querySelectorAll('#timeline tbody tr[data-seq]')].filter(inView).find(r =>
+			r.cells[2].textContent === 'tool.call.completed' && r.cells[4] && r.cells[4].querySelector('.badge'));
+		if (r) { r.click(); return true; }
+		if (!document.querySelector('#timeline tr.loading')) box.scrollTop -= box.clientHeight / 2;
+		return false;
 	})()`))
-	if !clicked {
-		t.Fatal("the root's timeline shows no tool.call.completed that changed files")
-	}
 	run(t, ctx, "open the diff", chromedp.WaitVisible(chromedp.CSS(`#detail pre.diff`)))
 	diff := run(t, ctx, "read the diff", chromedp.TextContent(chromedp.CSS(`#detail pre.diff`)))
 	page2 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
@@ -130,12 +137,14 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 		chromedp.Navigate(web.URL+"/s/"+fork),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline tbody tr`)),
 	))
-	recalled := run(t, ctx, "open the fork's recall", chromedp.Evaluate[bool](`(() => {
-		const r = [...document.querySelectorAll('#timeline tbody tr')].find(r =>
-			r.cells[2].textContent === 'memory.recalled' && !r.cells[4].textContent.includes(': 0 items') && r.cells[4].className !== 'inherited');
-		if (!r) return false;
-		r.click();
-		return true;
+	recalled := run(t, ctx, "open the fork's recall (none: the fork's timeline shows no recall of its own that found something)", chromedp.Poll[bool](`(() => {
+		const box = document.getElementById('timeline-scroll');
+		const inView = (r) => { const a = r.getBoundingClientRect(), b = box.getBoundingClientRect(); return a.top >= b.top && a.bottom <= b.bottom; };
+		const r = [...document.querySelectorAll('#timeline tbody tr[data-seq]')].filter(inView).find(r =>
+			r.cells[2].textContent === 'memory.recalled' && r.cells[4] && !r.cells[4].textContent.includes(': 0 items') && r.cells[4].className !== 'inherited');
+		if (r) { r.click(); return true; }
+		if (!document.querySelector('#timeline tr.loading')) box.scrollTop -= box.clientHeight / 2;
+		return false;
 	})()`))
 	if !recalled {
 		t.Fatal("the fork's timeline shows no recall of its own that found something")
@@ -176,7 +185,12 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 		chromedp.WaitVisible(chromedp.CSS(`#detail form.fork`)),
 		chromedp.SendKeys(chromedp.CSS(`#detail form.fork input[name=message]`), "try the other way"),
 		chromedp.Submit(chromedp.CSS(`#detail form.fork`)),
-		chromedp.WaitVisible(chromedp.CSS(`#ev-2`)),
+	))
+	// The post answers with the fork's page: wait for it, not for a row
+	// the session's own page has too.
+	run(t, ctx, "wait for the fork's page", chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS(`dd a[href="/s/console-live"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#ev-3:not(.loading)`)),
 	))
 	forkURL := run(t, ctx, "read the fork's address", chromedp.Location())
 	forkText := run(t, ctx, "read the fork's timeline", chromedp.Text(chromedp.CSS(`#timeline`)))
@@ -231,5 +245,100 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	}
 	if !strings.Contains(diff, "\n+") && !strings.HasPrefix(diff, "+") {
 		t.Errorf("the tool call's diff shows no added line:\n%s", diff)
+	}
+}
+
+// A long session's timeline is virtualised: the page holds the rows in view,
+// opens at the newest, and fetches the pages it moves to, by keyboard or by
+// a link to one event.
+func TestConsoleLongTimeline(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
+	c, err := client.New(natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const id, n = "long", 3000
+	if _, err := c.Start(ctx, id, events.SessionStarted{Task: "a long session"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n-1; {
+		var batch []cloudevent.Event
+		for ; i < n-1 && len(batch) < api.MaxBatch; i++ {
+			ev, err := events.New(id, &events.ChunkAppended{Role: events.RoleUser, Content: fmt.Sprintf("message %d", i+2)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, ev)
+		}
+		res, err := c.AppendBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	srv, err := console.New(c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(srv)
+	t.Cleanup(web.Close)
+	t.Cleanup(srv.Close)
+
+	b := browser(t)
+	rows := `document.querySelectorAll('#timeline tbody tr[data-seq]').length`
+	run(t, b, "open the long session", chromedp.Steps(
+		chromedp.Navigate(web.URL+"/s/"+id),
+		chromedp.WaitVisible(chromedp.CSS(`#ev-3000`)),
+	))
+	if got := run(t, b, "count the rows", chromedp.Evaluate[int](rows)); got < 10 || got > 150 {
+		t.Errorf("the newest events show %d rows of %d; want the rows in view, not the session", got, n)
+	}
+	last := run(t, b, "read the newest", chromedp.Text(chromedp.CSS(`#ev-3000`)))
+	if !strings.Contains(last, "message 3000") {
+		t.Errorf("event 3000 reads %q", last)
+	}
+	run(t, b, "go to the first event with Home", chromedp.Steps(
+		chromedp.Focus(chromedp.CSS(`#ev-3000`)),
+		chromedp.KeyEvent(kb.Home),
+	))
+	run(t, b, "wait for event 1", chromedp.Poll[bool](`(() => { const r = document.getElementById('ev-1'); return r && !r.classList.contains('loading') && document.activeElement === r; })()`))
+	first := run(t, b, "read the first", chromedp.Text(chromedp.CSS(`#ev-1`)))
+	if !strings.Contains(first, "session.started") {
+		t.Errorf("event 1 reads %q", first)
+	}
+	run(t, b, "move down with the arrow", chromedp.KeyEvent(kb.ArrowDown))
+	run(t, b, "wait for the focus on event 2", chromedp.Poll[bool](`document.activeElement && document.activeElement.id === 'ev-2'`))
+	// A link to an event within the page, and one that opens the page.
+	for _, at := range []struct {
+		seq  int
+		open chromedp.Action[chromedp.Void]
+	}{
+		{1500, chromedp.Evaluate[chromedp.Void](`location.hash = '#ev-1500'`)},
+		{2500, chromedp.Steps(chromedp.Navigate(web.URL+"/"), chromedp.Navigate(web.URL+"/s/"+id+"#ev-2500"))},
+	} {
+		run(t, b, fmt.Sprintf("follow a link to event %d", at.seq), at.open)
+		run(t, b, fmt.Sprintf("wait for event %d open", at.seq), chromedp.Poll[bool](fmt.Sprintf(`(() => {
+			const r = document.getElementById('ev-%[1]d'), h = document.querySelector('#detail h2');
+			return r && r.classList.contains('selected') && !r.classList.contains('loading') && h && h.textContent.startsWith('Event %[1]d:');
+		})()`, at.seq)))
+		got := run(t, b, fmt.Sprintf("read event %d", at.seq), chromedp.Text(chromedp.CSS(fmt.Sprintf(`#ev-%d`, at.seq))))
+		if !strings.Contains(got, fmt.Sprintf("message %d", at.seq)) {
+			t.Errorf("event %d reads %q", at.seq, got)
+		}
+		if got := run(t, b, "count the rows", chromedp.Evaluate[int](rows)); got > 150 {
+			t.Errorf("at event %d the page holds %d rows", at.seq, got)
+		}
+	}
+	shot := run(t, b, "screenshot", chromedp.CaptureScreenshot())
+	if dir := os.Getenv("RATH_SCREENSHOTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "long-timeline.png"), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -32,67 +32,157 @@ function timeText(iso) {
   return isNaN(d) ? "" : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
 }
 
-// maxRows bounds the events one timeline holds in the page.
-const maxRows = 2000;
+// clockText is the time of day of a stamp (UTC), for the timeline's rows;
+// the whole stamp is the cell's title.
+function clockText(iso) {
+  const d = new Date(iso);
+  return isNaN(d) ? "" : d.toISOString().slice(11, 23);
+}
+
+// The timeline is virtualised: however long the session, the page holds the
+// rows in view (and a few either side) between two spacers sized for the
+// rest, and fetches the pages of events it scrolls to. At most keepEvents
+// events stay cached; the farthest from the view leave first.
+const pageSize = 200, keepEvents = 2000, overscan = 12;
 
 // Timeline of one session.
 function timeline(table) {
   const id = table.dataset.session;
   const body = table.tBodies[0];
+  const box = document.getElementById("timeline-scroll");
   const status = document.getElementById("live-status");
-  const earlier = document.getElementById("earlier");
   const detail = document.getElementById("detail");
-  let first = 0, last = 0;
-  const seen = new Set();
+  const cache = new Map(); // seq → event row
+  const loading = new Set(), broken = new Map(); // pages in flight; failed ones, when
+  const faults = new Set(), fresh = new Set();
+  let head = 0, rowH = 29, selected = 0, drawn = "", version = 0;
 
-  function row(ev, fresh) {
-    const tr = el("tr", { "data-seq": ev.seq, id: "ev-" + ev.seq, tabindex: "0", class: fresh ? "fresh" : "" },
-      el("td", {}, ev.seq),
-      el("td", { title: ev.time }, timeText(ev.time)),
-      el("td", { class: typeClass(ev.type) }, ev.type.replace(/^rath\./, "")),
-      el("td", {}, ev.actor || ""),
-      el("td", ev.session !== id ? { class: "inherited", title: "inherited from " + ev.session } : {}, ev.summary,
+  const pageOf = (seq) => Math.floor((seq - 1) / pageSize);
+  const headH = () => table.tHead.offsetHeight;
+  function grow(seq) { if (seq > head) { head = seq; version++; } }
+
+  async function load(page) {
+    if (loading.has(page) || Date.now() - (broken.get(page) || 0) < 5000) return;
+    loading.add(page);
+    try {
+      const p = await getJSON(`/api/s/${id}/events?from=${page * pageSize + 1}&limit=${pageSize}`);
+      for (const ev of p.events) cache.set(ev.seq, ev);
+      grow(p.head);
+      broken.delete(page);
+    } catch (e) {
+      broken.set(page, Date.now());
+      status.textContent = String(e.message || e);
+    } finally {
+      loading.delete(page);
+    }
+    version++;
+    prune();
+    draw();
+  }
+  // prune keeps the cache bounded, dropping the events farthest from view.
+  function prune() {
+    if (cache.size <= keepEvents) return;
+    const [a, b] = range(), mid = (a + b) / 2;
+    const far = [...cache.keys()].sort((x, y) => Math.abs(y - mid) - Math.abs(x - mid));
+    for (const seq of far.slice(0, cache.size - keepEvents)) cache.delete(seq);
+  }
+  // range is the first and last sequence to draw: those in view and
+  // overscan more on either side.
+  function range() {
+    const top = Math.max(0, box.scrollTop - headH());
+    const a = Math.max(1, Math.floor(top / rowH) + 1 - overscan);
+    const b = Math.min(head, Math.ceil((top + box.clientHeight) / rowH) + overscan);
+    return [a, Math.max(a - 1, b)];
+  }
+  function spacer(rows) {
+    const td = el("td", { colspan: "5" });
+    td.style.height = rows * rowH + "px";
+    return el("tr", { class: "spacer", "aria-hidden": "true" }, td);
+  }
+  function row(seq) {
+    const ev = cache.get(seq);
+    const cls = [seq === selected ? "selected" : "", faults.has(seq) ? "fault" : "", fresh.has(seq) ? "fresh" : "", ev ? "" : "loading"].filter(Boolean).join(" ");
+    const tr = el("tr", { "data-seq": seq, id: "ev-" + seq, tabindex: "0", class: cls });
+    if (!ev) {
+      tr.append(el("td", {}, seq), el("td", { colspan: "4", class: "muted" }, "loading…"));
+      return tr;
+    }
+    tr.append(
+      el("td", {}, seq),
+      el("td", { title: timeText(ev.time) }, clockText(ev.time)),
+      el("td", { class: typeClass(ev.type), title: ev.type }, ev.type.replace(/^rath\./, "")),
+      el("td", { title: ev.actor || "" }, ev.actor || ""),
+      el("td", ev.session !== id ? { class: "inherited", title: `inherited from ${ev.session}: ${ev.summary}` } : { title: ev.summary }, ev.summary,
         ...(ev.diff ? [" ", el("span", { class: "badge" }, "diff")] : [])));
-    tr.addEventListener("click", () => open(ev.seq, tr));
-    tr.addEventListener("keydown", (k) => {
-      // Enter opens the event; the arrows move between events.
-      if (k.key === "Enter") open(ev.seq, tr);
-      else if (k.key === "ArrowDown" && tr.nextElementSibling) { k.preventDefault(); tr.nextElementSibling.focus(); }
-      else if (k.key === "ArrowUp" && tr.previousElementSibling) { k.preventDefault(); tr.previousElementSibling.focus(); }
-    });
     return tr;
   }
-  function append(ev, fresh) {
-    if (seen.has(ev.seq) || ev.seq <= last) return; // never twice
-    seen.add(ev.seq);
-    body.append(row(ev, fresh));
-    last = ev.seq;
-    if (!first) first = ev.seq;
-    // The page holds at most maxRows events however long the session
-    // runs: the oldest leave (Load earlier brings them back).
-    while (body.rows.length > maxRows) {
-      const old = body.firstElementChild;
-      seen.delete(Number(old.dataset.seq));
-      old.remove();
-      first = Number(body.firstElementChild.dataset.seq);
-      earlier.hidden = false;
+  // draw puts the rows of the current range in the table, unless they are
+  // there already; the focused row keeps the focus.
+  function draw() {
+    const [a, b] = range();
+    const key = `${a}:${b}:${head}:${version}`;
+    if (key === drawn) return;
+    drawn = key;
+    const had = document.activeElement && body.contains(document.activeElement) ? Number(document.activeElement.dataset.seq) : 0;
+    const rows = [];
+    for (let seq = a; seq <= b; seq++) {
+      rows.push(row(seq));
+      if (!cache.has(seq)) load(pageOf(seq));
     }
+    body.replaceChildren(spacer(a - 1), ...rows, spacer(head - b));
+    fresh.clear();
+    if (measure()) return;
+    if (had) document.getElementById("ev-" + had)?.focus({ preventScroll: true });
   }
-  async function loadEarlier() {
-    const from = Math.max(1, first - 200);
-    const page = await getJSON(`/api/s/${id}/events?from=${from}&limit=${first - from}`);
-    const top = body.firstChild;
-    for (const ev of page.events) {
-      if (seen.has(ev.seq)) continue;
-      seen.add(ev.seq);
-      body.insertBefore(row(ev, false), top);
-    }
-    first = from;
-    earlier.hidden = first <= 1;
+  // measure sizes the spacers by the height rows really have here, keeping
+  // the view where it was (or at the end), and redraws.
+  function measure() {
+    const r = body.querySelector("tr[data-seq]");
+    const h = r ? r.getBoundingClientRect().height : 0;
+    if (h <= 0 || Math.abs(h - rowH) <= 0.5) return false;
+    const end = atEnd(), top = Math.max(0, box.scrollTop - headH()), old = rowH;
+    rowH = h;
+    drawn = "";
+    draw(); // the spacers at the new height
+    box.scrollTop = end ? box.scrollHeight : headH() + top * h / old;
+    draw();
+    return true;
   }
-  async function open(seq, tr) {
-    for (const s of body.querySelectorAll("tr.selected")) s.classList.remove("selected");
-    tr.classList.add("selected");
+  // reveal scrolls seq into view (centred if far) and draws it.
+  function reveal(seq, centre) {
+    const top = headH() + (seq - 1) * rowH;
+    if (centre) box.scrollTop = top - box.clientHeight / 2;
+    else if (top < box.scrollTop + headH()) box.scrollTop = top - headH();
+    else if (top + rowH > box.scrollTop + box.clientHeight) box.scrollTop = top + rowH - box.clientHeight;
+    draw();
+  }
+  function go(seq) {
+    seq = Math.min(Math.max(1, seq), head);
+    reveal(seq, false);
+    document.getElementById("ev-" + seq)?.focus({ preventScroll: true });
+  }
+  const atEnd = () => box.scrollTop + box.clientHeight >= box.scrollHeight - 2 * rowH;
+
+  body.addEventListener("click", (e) => {
+    const tr = e.target.closest("tr[data-seq]");
+    if (tr) open(Number(tr.dataset.seq));
+  });
+  body.addEventListener("keydown", (k) => {
+    const tr = k.target.closest("tr[data-seq]");
+    if (!tr) return;
+    const seq = Number(tr.dataset.seq), pageRows = Math.max(1, Math.floor(box.clientHeight / rowH) - 1);
+    // Enter opens the event; the arrows, Page Up/Down, Home and End move.
+    const to = { ArrowDown: seq + 1, ArrowUp: seq - 1, PageDown: seq + pageRows, PageUp: seq - pageRows, Home: 1, End: head }[k.key];
+    if (k.key === "Enter") open(seq);
+    else if (to !== undefined) { k.preventDefault(); go(to); }
+  });
+  box.addEventListener("scroll", () => requestAnimationFrame(draw), { passive: true });
+  window.addEventListener("resize", () => requestAnimationFrame(draw));
+
+  async function open(seq) {
+    selected = seq;
+    version++;
+    draw();
     detail.replaceChildren(el("p", { class: "muted" }, "Loading event " + seq + "…"));
     try {
       const [ev, st] = await Promise.all([getJSON(`/api/s/${id}/event/${seq}`), getJSON(`/api/s/${id}/state?at=${seq}`)]);
@@ -135,33 +225,47 @@ function timeline(table) {
   }
   function follow() {
     // The browser resends the last event ID when it reconnects; the first
-    // connection starts after the last event the page shows.
-    const src = new EventSource(`/api/s/${id}/live?after=${last}`);
+    // connection starts after the head the page loaded.
+    const src = new EventSource(`/api/s/${id}/live?after=${head}`);
     src.addEventListener("open", () => { status.textContent = "● live"; });
-    src.addEventListener("event", (m) => append(JSON.parse(m.data), true));
+    src.addEventListener("event", (m) => {
+      const ev = JSON.parse(m.data), end = atEnd();
+      cache.set(ev.seq, ev);
+      fresh.add(ev.seq);
+      grow(ev.seq);
+      version++;
+      draw();
+      if (end) { box.scrollTop = box.scrollHeight; draw(); } // following the newest
+    });
     src.addEventListener("failure", (m) => { status.textContent = "live stream failed: " + JSON.parse(m.data); });
     src.addEventListener("error", () => { status.textContent = "reconnecting…"; });
   }
-  // show opens event seq, loading earlier pages until it is there.
+  // show opens event seq: scrolls to it, waits for its page, opens it.
   async function show(seq) {
-    while (first > seq && first > 1) await loadEarlier();
-    const tr = document.getElementById("ev-" + seq);
-    if (!tr) return;
-    tr.scrollIntoView({ block: "center" });
-    tr.focus();
-    await open(seq, tr);
+    if (seq < 1 || seq > head) return;
+    reveal(seq, true);
+    if (!cache.has(seq)) await load(pageOf(seq));
+    document.getElementById("ev-" + seq)?.focus({ preventScroll: true });
+    await open(seq);
   }
   window.rathShow = show; // the verification's "show" link
+  window.rathFault = (seq) => { faults.add(seq); version++; draw(); };
   (async () => {
     try {
-      const page = await getJSON(`/api/s/${id}/events`);
-      for (const ev of page.events) append(ev, false);
-      if (!first) first = page.head + 1;
-      earlier.hidden = first <= 1;
-      earlier.addEventListener("click", loadEarlier);
+      const page = await getJSON(`/api/s/${id}/events`); // the last page
+      for (const ev of page.events) cache.set(ev.seq, ev);
+      grow(page.head);
+      draw();
+      box.scrollTop = box.scrollHeight; // the newest events first
+      draw();
       follow();
-      const m = location.hash.match(/^#ev-(\d+)$/); // a link to one event
-      if (m) await show(Number(m[1]));
+      // A link to one event, on arrival or within the page.
+      const linked = () => {
+        const m = location.hash.match(/^#ev-(\d+)$/);
+        return m ? show(Number(m[1])) : undefined;
+      };
+      window.addEventListener("hashchange", linked);
+      await linked();
     } catch (e) {
       status.textContent = String(e.message || e);
     }
@@ -187,15 +291,10 @@ async function verify(dd) {
       const f = rep.fault || {};
       dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, `✗ fails at event ${f.seq}`), ` of ${f.session}: ${f.reason} `);
       // The first bad event, marked in the timeline.
+      if (window.rathFault) window.rathFault(f.seq); // a fork shares its parent's sequences up to the fork
       const go = el("button", { type: "button" }, `show event ${f.seq}`);
-      go.addEventListener("click", async () => {
-        if (window.rathShow) await window.rathShow(f.seq);
-        const tr = document.getElementById("ev-" + f.seq);
-        if (tr) tr.classList.add("fault");
-      });
+      go.addEventListener("click", () => window.rathShow && window.rathShow(f.seq));
       dd.append(go);
-      const tr = document.getElementById("ev-" + f.seq);
-      if (tr) tr.classList.add("fault");
     }
   } catch (e) {
     dd.replaceChildren(el("span", { class: "bad", "data-done": "" }, "cannot verify: " + (e.message || e)));
