@@ -346,3 +346,45 @@ func decode(t *testing.T, body string, v any) {
 		t.Fatalf("%v:\n%s", err, body)
 	}
 }
+
+// An event's panel names what the event records: a model call's tokens and
+// latency; a tool call's arguments (from its request), exit code, attempt
+// and result; a routing decision's rule and inputs.
+func TestEventFacts(t *testing.T) {
+	r := start(t)
+	r.session(t, "f1", 0)
+	ctx := context.Background()
+	for _, d := range []any{
+		&events.ModelCalled{Agent: "coder", Provider: "scripted", Model: "m1", TokensIn: 120, TokensOut: 7, LatencyMS: 42},
+		&events.ToolRequested{CallID: "c1", Tool: "run", Agent: "coder", Arguments: json.RawMessage(`{"command":"echo hi"}`)},
+		&events.ToolCompleted{CallID: "c1", Tool: "run", Attempt: 1, Result: "hi\n", ExitCode: 3, DurationMS: 5},
+		&events.SelectorDecided{Rule: "retry", Route: "fork", Inputs: json.RawMessage(`{"failures":2}`)},
+	} {
+		if _, err := r.c.Emit(ctx, "f1", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	facts := func(seq int) map[string]string {
+		var one struct {
+			Facts []struct{ Name, Value string } `json:"facts"`
+		}
+		decode(t, r.want(t, fmt.Sprintf("/api/s/f1/event/%d", seq), 200), &one)
+		m := map[string]string{}
+		for _, f := range one.Facts {
+			m[f.Name] = f.Value
+		}
+		return m
+	}
+	check := func(seq int, want map[string]string) {
+		t.Helper()
+		got := facts(seq)
+		for k, v := range want {
+			if !strings.Contains(got[k], v) {
+				t.Errorf("event %d: %s = %q, want it to contain %q (all: %v)", seq, k, got[k], v, got)
+			}
+		}
+	}
+	check(2, map[string]string{"Model": "scripted/m1", "Tokens": "120 in, 7 out", "Latency": "42 ms", "Agent": "coder"})
+	check(4, map[string]string{"Tool": "run", "Arguments": `"command": "echo hi"`, "Exit code": "3", "Attempt": "1", "Result": "hi", "Agent": "coder"})
+	check(5, map[string]string{"Rule": "retry", "Route": "fork", "Inputs": `"failures":2`})
+}

@@ -260,10 +260,12 @@ func (s *Server) eventJSON(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Row      row             `json:"row"`
 		Event    json.RawMessage `json:"event"`
+		Facts    []fact          `json:"facts,omitempty"`
 		Diff     string          `json:"diff,omitempty"`
 		Recalled []recalledItem  `json:"recalled,omitempty"`
 	}{Row: toRow(ev), Event: raws[0]}
 	if data, err := ev.Decode(); err == nil {
+		out.Facts = eventFacts(ctx, s.client(r), ev, data)
 		switch d := data.(type) {
 		case *events.ToolCompleted:
 			out.Diff = d.Diff

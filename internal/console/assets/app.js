@@ -187,6 +187,18 @@ function timeline(table) {
     try {
       const [ev, st] = await Promise.all([getJSON(`/api/s/${id}/event/${seq}`), getJSON(`/api/s/${id}/state?at=${seq}`)]);
       const kids = [el("h2", {}, `Event ${seq}: ${ev.row.type}`), el("p", { class: "muted" }, ev.row.summary)];
+      if (ev.facts && ev.facts.length) {
+        // What the event records, named: tokens, arguments, exit code,
+        // result, placement, rule, verdict, approver.
+        const dl = el("dl", { class: "event-facts" });
+        for (const f of ev.facts) {
+          const v = f.code ? el("pre", {}, f.value) : el("span", {}, f.value);
+          const dd = el("dd", {}, v);
+          if (f.seq && f.seq !== seq) dd.append(el("br"), "requested at ", el("a", { href: `#ev-${f.seq}` }, `#${f.seq}`));
+          dl.append(el("dt", {}, f.name), dd);
+        }
+        kids.push(dl);
+      }
       if (ev.recalled && ev.recalled.length) {
         // Each recalled version, linked to the session and events it was
         // written from.
