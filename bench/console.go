@@ -7,8 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/openrath/rath/internal/console"
 	"github.com/openrath/rath/pkg/events"
@@ -74,6 +78,17 @@ func (h *harness) runConsole(ctx context.Context) error {
 			at10 = a.median
 		}
 		h.rep.add(a.rows...)
+	}
+
+	// K3: the same 10,000-event session opened in Chromium, as a person
+	// sees it: until the newest event's row is drawn, then Home until the
+	// first event's is.
+	if h.wants("K3") {
+		for _, n := range []int{10, h.cfg.n(10_000, 10)} {
+			if err := h.consoleInBrowser(ctx, web.URL, sessionID(fmt.Sprintf("console%d", n), 0), n); err != nil {
+				return err
+			}
+		}
 	}
 
 	// K2: the sessions page with many sessions.
@@ -144,4 +159,75 @@ func fetch(ctx context.Context, url, want string) error {
 		return fmt.Errorf("GET %s: %s: %.300s", url, resp.Status, b)
 	}
 	return nil
+}
+
+// consoleInBrowser times K3: a session of n events opened in headless
+// Chromium until its newest row is drawn, and Home until its first is.
+func (h *harness) consoleInBrowser(ctx context.Context, base, id string, n int) error {
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		return fmt.Errorf("K3 needs Chromium (Debian's package chromium; scripts/install-chromium.sh): %w", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if err := chromedp.Do(bctx); err != nil {
+		return fmt.Errorf("K3: start Chromium: %w", err)
+	}
+	drawn := func(seq int) string {
+		return fmt.Sprintf(`(() => { const r = document.getElementById('ev-%d'); return !!r && !r.classList.contains('loading'); })()`, seq)
+	}
+	// focus focuses a row; the rows are redrawn as pages come in, so a node
+	// found by one step may be gone by the next.
+	focus := func(seq int) string {
+		return fmt.Sprintf(`(() => { const r = document.getElementById('ev-%d'); if (r) r.focus(); return !!r && document.activeElement === r; })()`, seq)
+	}
+	return h.measureQuietly(ctx, "K3", func(ctx context.Context, _ int) (attempt, error) {
+		var a attempt
+		var open, home, settled latencies
+		for range consoleTries / 2 {
+			start := time.Now()
+			if _, err := chromedp.Run(bctx, chromedp.Steps(chromedp.Navigate(base+"/"+"s/"+id))); err != nil {
+				return a, fmt.Errorf("K3: open: %w", err)
+			}
+			if _, err := chromedp.Run(bctx, chromedp.Poll[bool](drawn(n))); err != nil {
+				return a, fmt.Errorf("K3: the newest row: %w", err)
+			}
+			open = append(open, time.Since(start))
+			start = time.Now()
+			if _, err := chromedp.Run(bctx, chromedp.Poll[bool](focus(n))); err != nil {
+				return a, fmt.Errorf("K3: focus: %w", err)
+			}
+			if _, err := chromedp.Run(bctx, chromedp.KeyEvent(kb.Home)); err != nil {
+				return a, fmt.Errorf("K3: Home: %w", err)
+			}
+			if _, err := chromedp.Run(bctx, chromedp.Poll[bool](drawn(1))); err != nil {
+				return a, fmt.Errorf("K3: the first row: %w", err)
+			}
+			home = append(home, time.Since(start))
+			// The graph and the verification, which read the whole
+			// tree, finish before the next open.
+			if _, err := chromedp.Run(bctx, chromedp.Steps(chromedp.WaitVisible(chromedp.CSS(`#verify [data-done]`)), chromedp.WaitVisible(chromedp.CSS(`#graph svg`)))); err != nil {
+				return a, fmt.Errorf("K3: the verification and the graph: %w", err)
+			}
+			settled = append(settled, time.Since(start))
+		}
+		rows, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#timeline tbody tr[data-seq]').length`))
+		if err != nil {
+			return a, fmt.Errorf("K3: count rows: %w", err)
+		}
+		a.median = open.median()
+		verdict := "**met**"
+		if a.median > time.Second {
+			verdict = "**missed**"
+		}
+		a.rows = []row{{id: fmt.Sprintf("K3@%d", n), what: fmt.Sprintf("console in headless Chromium: open a session of %d events until its newest row is drawn; then Home until its first is; then until the tree's graph and verification are in (%d times; %d rows in the page after)", n, consoleTries/2, rows),
+			rath: fmt.Sprintf("open %s; Home %s; graph and verification in after Home %s", open, home, settled), rawWhat: "—", raw: "—", ratio: "—", target: fmt.Sprintf("≤ 1 s: %s, %s", fmtDur(a.median), verdict)}}
+		if n <= 10 {
+			a.rows[0].target = "— (what opening any page costs this browser here)"
+		}
+		return a, nil
+	})
 }

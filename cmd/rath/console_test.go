@@ -179,8 +179,8 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 		t.Errorf("the live event shows %q", arrived)
 	}
 	// Fork from step 1 with the keyboard: focus the event, Enter, type.
+	run(t, ctx, "focus step 1", chromedp.Poll[bool](`(() => { const r = document.getElementById('ev-1'); if (r) r.focus(); return !!r && document.activeElement === r; })()`))
 	run(t, ctx, "fork from step 1", chromedp.Steps(
-		chromedp.Focus(chromedp.CSS(`#ev-1`)),
 		chromedp.KeyEvent("\r"),
 		chromedp.WaitVisible(chromedp.CSS(`#detail form.fork`)),
 		chromedp.SendKeys(chromedp.CSS(`#detail form.fork input[name=message]`), "try the other way"),
@@ -303,10 +303,10 @@ func TestConsoleLongTimeline(t *testing.T) {
 	if !strings.Contains(last, "message 3000") {
 		t.Errorf("event 3000 reads %q", last)
 	}
-	run(t, b, "go to the first event with Home", chromedp.Steps(
-		chromedp.Focus(chromedp.CSS(`#ev-3000`)),
-		chromedp.KeyEvent(kb.Home),
-	))
+	// The rows are redrawn as pages come in: focus by script, which finds
+	// the row and focuses it in one step.
+	run(t, b, "focus the newest", chromedp.Poll[bool](`(() => { const r = document.getElementById('ev-3000'); if (r) r.focus(); return !!r && document.activeElement === r; })()`))
+	run(t, b, "go to the first event with Home", chromedp.KeyEvent(kb.Home))
 	run(t, b, "wait for event 1", chromedp.Poll[bool](`(() => { const r = document.getElementById('ev-1'); return r && !r.classList.contains('loading') && document.activeElement === r; })()`))
 	first := run(t, b, "read the first", chromedp.Text(chromedp.CSS(`#ev-1`)))
 	if !strings.Contains(first, "session.started") {

@@ -120,7 +120,7 @@ func (s *Server) verifyJSON(w http.ResponseWriter, r *http.Request) {
 // graph is the lineage graph of a session's tree, as the dossier draws it
 // (an SVG document with forks, merges and memory edges).
 func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
-	d, ok := s.dossier(w, r)
+	d, ok := s.dossier(w, r, false) // the graph reads no blob
 	if !ok {
 		return
 	}
@@ -129,7 +129,7 @@ func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) dossierMarkdown(w http.ResponseWriter, r *http.Request) {
-	d, ok := s.dossier(w, r)
+	d, ok := s.dossier(w, r, true)
 	if !ok {
 		return
 	}
@@ -138,7 +138,9 @@ func (s *Server) dossierMarkdown(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(dossier.Markdown(d)))
 }
 
-func (s *Server) dossier(w http.ResponseWriter, r *http.Request) (*dossier.Dossier, bool) {
+// dossier builds the dossier of the request's session, with the blobs its
+// events refer to when withBlobs.
+func (s *Server) dossier(w http.ResponseWriter, r *http.Request, withBlobs bool) (*dossier.Dossier, bool) {
 	id := r.PathValue("id")
 	if err := validID(id); err != nil {
 		s.fail(w, r, "dossier", err)
@@ -146,7 +148,11 @@ func (s *Server) dossier(w http.ResponseWriter, r *http.Request) (*dossier.Dossi
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	d, err := dossier.Build(ctx, s.client(r), id, dossier.Options{Blobs: s.client(r).GetBlob, Log: s.log})
+	opts := dossier.Options{Log: s.log}
+	if withBlobs {
+		opts.Blobs = s.client(r).GetBlob
+	}
+	d, err := dossier.Build(ctx, s.client(r), id, opts)
 	if err != nil {
 		s.fail(w, r, "dossier of "+id, err)
 		return nil, false

@@ -262,7 +262,7 @@ function timeline(table) {
   }
   window.rathShow = show; // the verification's "show" link
   window.rathFault = (seq) => { faults.add(seq); version++; draw(); };
-  (async () => {
+  return (async () => {
     try {
       const page = await getJSON(`/api/s/${id}/events`); // the last page
       for (const ev of page.events) cache.set(ev.seq, ev);
@@ -349,9 +349,11 @@ function sessions(table) {
   }, 3000);
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+document.addEventListener("DOMContentLoaded", async () => {
+  // The timeline first: the graph and the verification read the whole
+  // tree, which takes a while on a long session, and come in after it.
   const t = document.getElementById("timeline");
-  if (t) timeline(t);
+  if (t) await timeline(t);
   const g = document.getElementById("graph");
   if (g) graph(g);
   const v = document.getElementById("verify");
