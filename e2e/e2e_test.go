@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -56,9 +56,9 @@ func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logger) *rig {
 	t.Helper()
 	ns, _ := natstest.Start(t)
-	cfg := suiteConfig(t, ns.ClientURL(), seeds)
+	cfg := testrig.SuiteConfig(t, ns.ClientURL(), seeds)
 	cfg.Worker = wcfg
-	rt := startSuite(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
+	rt := testrig.Suite(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
 	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)
@@ -69,43 +69,6 @@ func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logge
 		t.Fatal(err)
 	}
 	return &rig{url: ns.ClientURL(), nc: rt.Conn, c: c, store: store}
-}
-
-// suiteConfig is rath up's configuration against the natstest server at
-// url, with its identities, the ledger's key and the workspaces in the
-// test's directories, and the tool runner seeding workspaces from seeds.
-func suiteConfig(t *testing.T, url, seeds string) runtime.Config {
-	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
-	// The local backend, whatever this machine offers: these tests are
-	// about the loop (the placement tests of services/tool-runner/service
-	// run the bwrap backend).
-	cfg.ToolRunner.Backend = events.BackendLocal
-	cfg.ToolRunner.Sandbox.Root = t.TempDir()
-	cfg.ToolRunner.Seeds = seeds
-	return cfg
-}
-
-// startSuite runs the services through internal/runtime, each connected in
-// process to ns as its own role, so that the server enforces its
-// permissions. They stop when the test ends, the agent loop before the
-// ledger, and must stop without an error or a permission violation.
-func startSuite(t *testing.T, ns *server.Server, cfg runtime.Config, opts ...runtime.Option) *runtime.Runtime {
-	t.Helper()
-	rt, err := runtime.Start(context.Background(), cfg, append(opts, runtime.WithServer(ns))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Stop(); err != nil {
-			t.Errorf("services: %v", err)
-		}
-		for _, err := range rt.Violations() {
-			t.Errorf("permission violation: %v", err)
-		}
-	})
-	rt.StartLoop()
-	return rt
 }
 
 // run starts a session of a workflow in testdata and waits until it is

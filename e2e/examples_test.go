@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/eventstore"
 )
@@ -34,7 +35,7 @@ func TestExampleWorkflowsUseRealTools(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	}
 	// The services register their tools as they start.
-	eventually(t, time.Minute, "the suite's tools registered", func() (bool, string) {
+	testrig.Eventually(t, time.Minute, "the suite's tools registered", func() (bool, string) {
 		for _, name := range []string{"run", "todo", "remember"} {
 			if ok, why := registered(name); !ok {
 				return false, name + ": " + why

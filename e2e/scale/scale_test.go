@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -125,7 +126,7 @@ func TestScaleSurvivesKill9(t *testing.T) {
 	var started atomic.Int64
 	starting := r.startPaced(start, ids, 30*time.Millisecond, &started)
 	var closed int
-	eventually(t, time.Minute, "some sessions closed", func() (bool, string) {
+	testrig.Eventually(t, time.Minute, "some sessions closed", func() (bool, string) {
 		closed = len(ids) - len(r.closes.open(ids))
 		return closed >= 5, fmt.Sprintf("%d started, %d closed", started.Load(), closed)
 	})
@@ -497,7 +498,7 @@ func TestWorkerTakesOverAPartlyRecordedTurn(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 20*time.Second, "the selector and the tool runner done with the planted events", func() (bool, string) {
+	testrig.Eventually(t, 20*time.Second, "the selector and the tool runner done with the planted events", func() (bool, string) {
 		for _, durable := range []string{kindSelector, kindRunner} {
 			if ok, state := p.idle(t, durable); !ok {
 				return false, state

@@ -31,6 +31,7 @@ import (
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -187,7 +188,7 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 		}
 	}
 	for _, kind := range workerKinds {
-		eventually(t, 30*time.Second, kind+" processes pulling", func() (bool, string) {
+		testrig.Eventually(t, 30*time.Second, kind+" processes pulling", func() (bool, string) {
 			ci := r.consumer(t, kind)
 			if ci == nil {
 				return false, "no consumer yet"
@@ -220,7 +221,7 @@ func (r *scaleRig) startProc(t *testing.T, kind, name string, extra ...string) *
 		close(p.exited)
 	}()
 	r.procs = append(r.procs, p)
-	eventually(t, 30*time.Second, name+" connected", func() (bool, string) {
+	testrig.Eventually(t, 30*time.Second, name+" connected", func() (bool, string) {
 		if !p.running() {
 			t.Fatalf("%s exited while starting: %v\n%s", name, p.err, tail(p.stderr.String(), 40))
 		}
@@ -228,7 +229,7 @@ func (r *scaleRig) startProc(t *testing.T, kind, name string, extra ...string) *
 		return p.inbox != "", "no new connection with a reply subscription yet"
 	})
 	if kind == kindLedger {
-		eventually(t, 30*time.Second, name+" serving", func() (bool, string) {
+		testrig.Eventually(t, 30*time.Second, name+" serving", func() (bool, string) {
 			return strings.Contains(p.stderr.String(), `"msg":"ledger serving"`), `no "ledger serving" line yet`
 		})
 	}
@@ -765,24 +766,6 @@ func firstN(s []string, n int) []string {
 	return s
 }
 
-// eventually polls cond until it holds or the deadline passes, and returns
-// how long that took.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s (last state: %s)", what, timeout, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // inProcess is the crash-point test's rig: the ledger, a selector and a tool
 // runner run in-process (internal/runtime); agent workers come and go as the
 // test says.
@@ -804,7 +787,7 @@ func startInProcess(t *testing.T) *inProcess {
 	// The ledger, the selector and the tool runner (on local, as the
 	// processes'), as rath up wires them; started before the cleanup that
 	// stops the agent workers is registered, so that they stop after it.
-	startSuite(t, ns, suiteConfig(t, ns.ClientURL(), seeds), runtime.WithLogger(slog.New(slog.DiscardHandler)),
+	testrig.Suite(t, ns, testrig.SuiteConfig(t, ns.ClientURL(), seeds), runtime.WithLogger(slog.New(slog.DiscardHandler)),
 		runtime.WithRoles(auth.RoleLedger, auth.RoleSelector, auth.RoleToolRunner))
 	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}, workerNC: natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker)}
 	// Workers stop before the ledger.
@@ -978,7 +961,7 @@ func sameTurn(got, ref workerTurn) []string {
 func (r *scaleRig) nthTurnRequest(t *testing.T, id string, n int) (events.Stored, string) {
 	t.Helper()
 	var req events.Stored
-	eventually(t, 20*time.Second, fmt.Sprintf("turn %d of %s requested", n+1, id), func() (bool, string) {
+	testrig.Eventually(t, 20*time.Second, fmt.Sprintf("turn %d of %s requested", n+1, id), func() (bool, string) {
 		k := 0
 		for _, ev := range r.readLog(t, id) {
 			if ev.Type != events.TypeTurnRequested {
