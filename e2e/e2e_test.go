@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/runtime"
-	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/internal/testsuite"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -56,9 +56,9 @@ func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logger) *rig {
 	t.Helper()
 	ns, _ := natstest.Start(t)
-	cfg := testrig.SuiteConfig(t, ns.ClientURL(), seeds)
+	cfg := testsuite.Config(t, ns.ClientURL(), seeds)
 	cfg.Worker = wcfg
-	rt := testrig.Suite(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
+	rt := testsuite.Start(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
 	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)

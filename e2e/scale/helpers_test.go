@@ -32,6 +32,7 @@ import (
 	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/internal/testsuite"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -787,7 +788,7 @@ func startInProcess(t *testing.T) *inProcess {
 	// The ledger, the selector and the tool runner (on local, as the
 	// processes'), as rath up wires them; started before the cleanup that
 	// stops the agent workers is registered, so that they stop after it.
-	testrig.Suite(t, ns, testrig.SuiteConfig(t, ns.ClientURL(), seeds), runtime.WithLogger(slog.New(slog.DiscardHandler)),
+	testsuite.Start(t, ns, testsuite.Config(t, ns.ClientURL(), seeds), runtime.WithLogger(slog.New(slog.DiscardHandler)),
 		runtime.WithRoles(auth.RoleLedger, auth.RoleSelector, auth.RoleToolRunner))
 	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}, workerNC: natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker)}
 	// Workers stop before the ledger.

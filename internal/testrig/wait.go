@@ -67,3 +67,23 @@ func (w *LogWatch) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+// Eventually polls cond until it holds or timeout passes, failing the test
+// with what and cond's last state then, and returns how long it took. For
+// conditions no event announces (a process's registration, a count across
+// processes); a session's event is awaited with WaitFor.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s (last state: %s)", what, timeout, state)
+		}
+		time.Sleep(10 * time.Millisecond) // pacing the polls
+	}
+}

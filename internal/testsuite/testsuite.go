@@ -1,9 +1,12 @@
-package testrig
+// Package testsuite runs Rath's services in a test as rath up wires them,
+// each connected in process as its own role: the end-to-end tests' rig.
+// It is apart from testrig because it links every service, and the
+// services' own tests use testrig.
+package testsuite
 
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -12,12 +15,12 @@ import (
 	"github.com/openrath/rath/pkg/natstest"
 )
 
-// SuiteConfig is the configuration the end-to-end tests run the services
+// Config is the configuration the end-to-end tests run the services
 // with: role credentials for url, data and workspaces in temporary
 // directories, seeds as the workspaces' seed directory, and the local
 // sandbox backend whatever this machine offers (those tests are about the
 // loop; the placement tests of services/tool-runner/service run bwrap).
-func SuiteConfig(t testing.TB, url, seeds string) runtime.Config {
+func Config(t testing.TB, url, seeds string) runtime.Config {
 	cfg := runtime.DefaultConfig()
 	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
 	cfg.ToolRunner.Backend = events.BackendLocal
@@ -26,11 +29,11 @@ func SuiteConfig(t testing.TB, url, seeds string) runtime.Config {
 	return cfg
 }
 
-// Suite runs the services through internal/runtime, each connected in
+// Start runs the services through internal/runtime, each connected in
 // process to ns as its own role, so that the server enforces its
 // permissions. They stop when the test ends, the agent loop before the
 // ledger, and must stop without an error or a permission violation.
-func Suite(t testing.TB, ns *server.Server, cfg runtime.Config, opts ...runtime.Option) *runtime.Runtime {
+func Start(t testing.TB, ns *server.Server, cfg runtime.Config, opts ...runtime.Option) *runtime.Runtime {
 	t.Helper()
 	rt, err := runtime.Start(context.Background(), cfg, append(opts, runtime.WithServer(ns))...)
 	if err != nil {
@@ -46,24 +49,4 @@ func Suite(t testing.TB, ns *server.Server, cfg runtime.Config, opts ...runtime.
 	})
 	rt.StartLoop()
 	return rt
-}
-
-// Eventually polls cond until it holds or timeout passes, failing the test
-// with what and cond's last state then, and returns how long it took. For
-// conditions no event announces (a process's registration, a count across
-// processes); a session's event is awaited with WaitFor.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s (last state: %s)", what, timeout, state)
-		}
-		time.Sleep(10 * time.Millisecond) // pacing the polls
-	}
 }
