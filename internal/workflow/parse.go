@@ -48,7 +48,7 @@ func Parse(data []byte, path string) (*Workflow, error) {
 // misspelt key never silently means "unset".
 var (
 	workflowFields  = []string{"name", "description", "sandbox", "network", "agents", "mcp_servers", "rules", "gates", "budgets", "stop", "compaction", "memory"}
-	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "network", "script", "max_tokens", "recall"}
+	agentFields     = []string{"name", "role", "provider", "model", "base_url", "system", "tools", "sandbox", "network", "script", "max_tokens", "recall", "served"}
 	recallFields    = []string{"query", "scopes", "tags", "k"}
 	memoryFields    = []string{"scope"}
 	memWriteFields  = []string{"content", "tags", "scope", "evidence"}
@@ -212,6 +212,8 @@ func (p *parser) agent(n *yaml.Node, field string) Agent {
 			a.MaxTokens = int(p.count(v, f))
 		case "recall":
 			a.Recall = p.recall(v, f)
+		case "served":
+			a.Served = p.boolean(v, f)
 		}
 	})
 	return a
@@ -479,6 +481,20 @@ func (p *parser) strMap(n *yaml.Node, field string) map[string]string {
 		out[k.Value] = p.str(n.Content[i+1], kf)
 	}
 	return out
+}
+
+// boolean decodes true or false. Null is false.
+func (p *parser) boolean(n *yaml.Node, field string) bool {
+	n = resolve(n)
+	if isNull(n) {
+		return false
+	}
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
+		p.add(n.Line, field, "expected true or false, got %s", describe(n))
+		return false
+	}
+	return v
 }
 
 // count decodes a non-negative whole number. Null is 0.

@@ -166,6 +166,12 @@ func TestParseProblems(t *testing.T) {
 				{3, "agents[0].name", `"my-coder" is not a valid agent name (letters, digits and _, not starting with a digit)`},
 				{8, "rules[0].route.agent", `"coder" is not an agent (agents: my-coder)`},
 			}},
+		{"served with a provider", strings.Replace(base, "openai", "openai\n    served: true", 1),
+			[]workflow.Problem{{4, "agents[0].provider", "a served agent has no provider: the program serving it answers its turns"}}},
+		{"served not a bool", strings.Replace(base, "    provider: openai", "    provider: openai\n    served: yes please", 1),
+			[]workflow.Problem{{5, "agents[0].served", `expected true or false, got "yes please"`}}},
+		{"served worker", strings.Replace(strings.Replace(base, "    provider: openai", "    served: true", 1), "coder", "worker", 2),
+			[]workflow.Problem{{3, "agents[0].name", `"worker" cannot be served: its durable consumer would be the agent worker's`}}},
 		{"unknown sandbox of an agent", strings.Replace(base, "openai", "openai\n    sandbox: docker", 1),
 			[]workflow.Problem{{5, "agents[0].sandbox", `"docker" is not a sandbox backend (backends: bwrap, local)`}}},
 		{"unknown sandbox of the workflow", strings.Replace(base, "name: w\n", "name: w\nsandbox: Bwrap\n", 1),
@@ -203,7 +209,7 @@ func TestParseProblems(t *testing.T) {
 		{"duplicate rule", base + "  - name: go\n    when: \"false\"\n    route: {agent: coder}\n",
 			[]workflow.Problem{{9, "rules[1].name", `duplicate rule "go" (first at line 6)`}}},
 		{"unknown field", strings.Replace(base, "openai", "openai\n    temperature: 0.2", 1),
-			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, network, script, max_tokens, recall)"}}},
+			[]workflow.Problem{{5, "agents[0].temperature", "unknown field (fields: name, role, provider, model, base_url, system, tools, sandbox, network, script, max_tokens, recall, served)"}}},
 		{"unknown top-level field", base + "budget:\n  max_turns: 3\n",
 			[]workflow.Problem{{9, "budget", "unknown field (fields: name, description, sandbox, network, agents, mcp_servers, rules, gates, budgets, stop, compaction, memory)"}}},
 		{"field given twice", strings.Replace(base, "openai", "openai\n    provider: anthropic", 1),
@@ -349,5 +355,19 @@ func TestNetworkFor(t *testing.T) {
 		if _, err := workflow.Parse([]byte("network: ["+strconv.Quote(bad)+"]\n"+base), "w.yaml"); err == nil || !strings.Contains(err.Error(), "network[0]") {
 			t.Errorf("network %q: %v, want refused naming network[0]", bad, err)
 		}
+	}
+}
+
+// A served agent needs no provider, and keeps its tools (the bundle's tools
+// table lists them for the tool servers).
+func TestParseServedAgent(t *testing.T) {
+	src := strings.Replace(base, "    provider: openai", "    served: true\n    system: You plan.\n    tools: [run]", 1)
+	w, err := workflow.Parse([]byte(src), "served.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := w.Agent("coder")
+	if !ok || !a.Served || a.Provider != "" || a.System != "You plan." || len(a.Tools) != 1 {
+		t.Fatalf("agent %+v", a)
 	}
 }

@@ -21,6 +21,11 @@ const (
 
 var providers = []string{ProviderScripted, ProviderOpenAI, ProviderAnthropic}
 
+// ReservedServedName is the one agent name that cannot be served: a served
+// agent's durable consumer is agent-<name>, and agent-worker is the agent
+// worker's.
+const ReservedServedName = "worker"
+
 // Outcomes the selector records when it closes a session on its own account
 // rather than because a close rule matched.
 const (
@@ -97,6 +102,11 @@ type Agent struct {
 	// Recall, if set, is what the agent worker recalls from memory before
 	// the first model call of each of the agent's turns.
 	Recall *Recall
+	// Served marks an agent that a program serves from the bus
+	// (pkg/agentserver, durable agent-<name>) instead of the agent worker:
+	// the worker leaves its turns alone. A served agent has no provider,
+	// model, base URL, script or recall: the program answers its turns.
+	Served bool
 }
 
 // SandboxFor is the sandbox backend the workflow asks for a session whose

@@ -106,6 +106,10 @@ func (p *parser) validateAgents(w *Workflow) {
 		a := &w.Agents[i]
 		f := fmt.Sprintf("agents[%d]", i)
 		p.checkName(f+".name", a.Name, identifier, "agent", names)
+		if a.Served {
+			p.validateServed(w, f, a)
+			continue
+		}
 		switch {
 		case a.Provider == "":
 			p.add(p.line(f+".provider"), f+".provider", "required (one of %s)", strings.Join(providers, ", "))
@@ -130,24 +134,52 @@ func (p *parser) validateAgents(w *Workflow) {
 				p.add(p.line(f+".base_url"), f+".base_url", "%q is not an http or https URL", a.BaseURL)
 			}
 		}
-		seen := map[string]bool{}
-		for j, t := range a.Tools {
-			tf := fmt.Sprintf("%s.tools[%d]", f, j)
-			switch server, _, scoped := strings.Cut(t, "."); {
-			case t == "":
-				p.add(p.line(tf), tf, "empty tool name")
-			case seen[t]:
-				p.add(p.line(tf), tf, "tool %q is listed twice", t)
-			case scoped:
-				if _, ok := w.MCPServer(server); !ok {
-					p.add(p.line(tf), tf, "%q names MCP server %q, which is not defined (mcp_servers: %s)", t, server, serverNames(w))
-				}
-			}
-			seen[t] = true
-		}
+		p.checkTools(w, f, a)
 		if a.Recall != nil {
 			p.validateRecall(f+".recall", a.Recall)
 		}
+	}
+}
+
+// validateServed checks an agent a program serves (pkg/agentserver): the
+// program answers its turns, so nothing that configures a model may be
+// set, and its name must make a durable consumer name (agent-<name>) that
+// is not the agent worker's.
+func (p *parser) validateServed(w *Workflow, f string, a *Agent) {
+	for _, c := range []struct {
+		field string
+		set   bool
+	}{{"provider", a.Provider != ""}, {"model", a.Model != ""}, {"base_url", a.BaseURL != ""},
+		{"script", a.Script != ""}, {"max_tokens", a.MaxTokens != 0}, {"recall", a.Recall != nil}} {
+		if c.set {
+			p.add(p.line(f+"."+c.field), f+"."+c.field, "a served agent has no %s: the program serving it answers its turns", c.field)
+		}
+	}
+	if a.Name == ReservedServedName {
+		p.add(p.line(f+".name"), f+".name", "%q cannot be served: its durable consumer would be the agent worker's", a.Name)
+	}
+	p.checkSandbox(f+".sandbox", a.Sandbox)
+	p.checkNetwork(f+".network", a.Network)
+	p.checkTools(w, f, a)
+}
+
+// checkTools checks an agent's tool names: none empty or listed twice, and
+// an MCP server's tool of a server the workflow defines.
+func (p *parser) checkTools(w *Workflow, f string, a *Agent) {
+	seen := map[string]bool{}
+	for j, t := range a.Tools {
+		tf := fmt.Sprintf("%s.tools[%d]", f, j)
+		switch server, _, scoped := strings.Cut(t, "."); {
+		case t == "":
+			p.add(p.line(tf), tf, "empty tool name")
+		case seen[t]:
+			p.add(p.line(tf), tf, "tool %q is listed twice", t)
+		case scoped:
+			if _, ok := w.MCPServer(server); !ok {
+				p.add(p.line(tf), tf, "%q names MCP server %q, which is not defined (mcp_servers: %s)", t, server, serverNames(w))
+			}
+		}
+		seen[t] = true
 	}
 }
 

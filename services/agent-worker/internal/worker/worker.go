@@ -129,6 +129,11 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 	if !ok {
 		return t.fail(ctx, fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name), 0)
 	}
+	if agent.Served {
+		// A program serves this agent (pkg/agentserver) from its own
+		// durable consumer, agent-<name>: its turns are not the worker's.
+		return nil
+	}
 	agent = withModelLabels(agent, st.Labels)
 	// A redelivered turn whose model answer is recorded already is finished
 	// from the log, not asked again: the model need not answer the same way.
