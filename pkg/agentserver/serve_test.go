@@ -1,0 +1,127 @@
+package agentserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/agentserver"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
+)
+
+// A workflow mixing a served Go planner with a scripted reviewer runs to
+// its close through the unchanged selector: two processes serve the
+// planner on one durable consumer, each of its turns is answered once, by
+// one of them, and the agent worker takes the reviewer's turns and leaves
+// the planner's alone. Both servers stop cleanly.
+func TestServedAndScriptedAgentsMix(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	url := ns.ClientURL()
+	cfg := runtime.DefaultConfig()
+	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
+	cfg.ToolRunner.Backend = events.BackendLocal
+	cfg.ToolRunner.Sandbox.Root, cfg.ToolRunner.Seeds = t.TempDir(), t.TempDir()
+	rt, err := runtime.Start(context.Background(), cfg, runtime.WithServer(ns), runtime.WithClient("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	rt.StartLoop()
+	c, err := client.New(rt.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var asked atomic.Int32
+	planner := agentserver.Func(func(ctx context.Context, turn agentserver.Turn) (agentserver.Answer, error) {
+		asked.Add(1)
+		if len(turn.State.Tools) == 0 {
+			return agentserver.Answer{Text: "Noting the work.", ToolCalls: []agentserver.ToolCall{{Tool: "todo",
+				Arguments: json.RawMessage(`{"action":"add","id":"w","description":"the work"}`)}}}, nil
+		}
+		return agentserver.Answer{Text: "Plan done."}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // before the runtime stops, if the test ends early
+	done := make(chan error, 2)
+	for range 2 {
+		nc := natstest.ConnectAs(t, url, auth.RoleAgentWorker)
+		go func() { done <- agentserver.Serve(ctx, nc, "planner", planner) }()
+	}
+
+	wf, err := workflow.Load("testdata/plan-review.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := workflow.Store(ctx, wf, c.PutBlob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, "mix", events.SessionStarted{Task: "plan", Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	var log []events.Stored
+	closed := errors.New("closed")
+	if err := c.Watch(wctx, "mix", func(ev events.Stored) error {
+		log = append(log, ev)
+		if ev.Type == events.TypeSessionClosed {
+			return closed
+		}
+		return nil
+	}); !errors.Is(err, closed) {
+		t.Fatalf("the session did not close: %v", err)
+	}
+
+	ended := map[string]int{}
+	for _, ev := range log {
+		d, err := ev.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d := d.(type) {
+		case *events.TurnCompleted:
+			ended[d.TurnID]++
+			if want := map[string]string{"planner": agentserver.Source("planner"), "reviewer": "rath/agent-worker"}[d.Agent]; ev.Source != want {
+				t.Errorf("turn %s of %s ended by %s, want %s", d.TurnID, d.Agent, ev.Source, want)
+			}
+		case *events.TurnFailed:
+			t.Errorf("turn %s of %s failed: %s", d.TurnID, d.Agent, d.Error)
+		case *events.ModelCalled:
+			if d.Agent == "planner" && (d.Provider != agentserver.DefaultProvider || d.Model != "planner") {
+				t.Errorf("planner's usage recorded as %s/%s", d.Provider, d.Model)
+			}
+		}
+	}
+	for id, n := range ended {
+		if n != 1 {
+			t.Errorf("turn %s ended %d times", id, n)
+		}
+	}
+	st, err := c.State(ctx, "mix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != "succeeded" || st.Counts.TurnsByAgent["planner"] != 2 || st.Counts.TurnsByAgent["reviewer"] != 1 || asked.Load() != 2 {
+		t.Fatalf("outcome %s, turns %v, the planner asked %d times", st.Outcome, st.Counts.TurnsByAgent, asked.Load())
+	}
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}
+}
