@@ -154,3 +154,8 @@ func ExampleAgent_Forward() {
 	// by-hand-b@10: 2 turns, last reviewer: The plan covers the task. Approved.
 	// true
 }
+
+// agentserverPlanner serves planner (the examples' Go agent) on nc.
+func agentserverPlanner(ctx context.Context, nc *nats.Conn) error {
+	return agentserver.Serve(ctx, nc, "planner", planner)
+}

@@ -1,0 +1,55 @@
+package rath_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openrath/rath/pkg/rath"
+)
+
+// A served agent's gated call stops the workflow's forward at the approval
+// request (ErrAwaitingApproval); once a maintainer grants it, the call
+// runs and the next forward reaches the close.
+func TestForwardStopsAtAnApproval(t *testing.T) {
+	r, err := startRig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.stop)
+	t.Cleanup(r.serve(func(ctx context.Context, nc *nats.Conn) error {
+		return agentserverPlanner(ctx, nc)
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "gated", Workflow: testdata("gated.yaml"), Task: "plan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := s.Forward(ctx, rath.Workflow{})
+	if !errors.Is(err, rath.ErrAwaitingApproval) {
+		t.Fatalf("forward: %v, want ErrAwaitingApproval", err)
+	}
+	pending, err := r.c.Pending(ctx, "gated")
+	if err != nil || len(pending) != 1 || pending[0].Seq != waiting.Head() || pending[0].Agent != "planner" {
+		t.Fatalf("pending %+v at %s: %v", pending, waiting, err)
+	}
+	if _, err := r.c.Approve(ctx, "gated", pending[0].ApprovalID, "fine"); err != nil {
+		t.Fatal(err)
+	}
+	done, err := waiting.Forward(ctx, rath.Workflow{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := done.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != "succeeded" || st.Tools[pending[0].CallID].Status != "completed" || done.Head() <= waiting.Head() {
+		t.Fatalf("closed %s at %s; call %+v", st.Outcome, done, st.Tools[pending[0].CallID])
+	}
+}
