@@ -272,6 +272,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runCluster(ctx)
 	case sectionConsole:
 		err = h.runConsole(ctx)
+	case sectionGoAPI:
+		err = h.runGoAPI(ctx)
 	}
 	return errors.Join(err, stop())
 }
