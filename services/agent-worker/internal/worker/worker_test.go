@@ -923,3 +923,23 @@ func TestWorkerRenamesAReusedToolCallID(t *testing.T) {
 		t.Fatalf("tool calls recorded as %v, want %v", ids, want)
 	}
 }
+
+// A turn of an agent the workflow declares served is a program's
+// (pkg/agentserver): the worker asks no model and records nothing, however
+// often the request is delivered.
+func TestWorkerLeavesServedAgentsAlone(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := setupFile(t, nc, "testdata/served.yaml", "")
+	m := answering(provider.Response{Content: "never", StopReason: provider.StopEndTurn})
+	w := r.newWorker(t, worker.Config{Override: override(m)}, quiet)
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "planner")
+	for range 2 {
+		if err := w.Handle(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := caused(r.log(t, "s1"), req); len(got) != 0 || m.calls() != 0 {
+		t.Fatalf("the worker recorded %v and asked the model %d times", typesOf(got), m.calls())
+	}
+}
