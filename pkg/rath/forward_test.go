@@ -53,3 +53,40 @@ func TestForwardStopsAtAnApproval(t *testing.T) {
 		t.Fatalf("closed %s at %s; call %+v", st.Outcome, done, st.Tools[pending[0].CallID])
 	}
 }
+
+// Say, Open and Close are single appends: each returns the session at its
+// event, and Open finds the head a value may lag.
+func TestSayOpenClose(t *testing.T) {
+	r, err := startRig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.stop)
+	ctx := context.Background()
+	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "talk", Task: "talk", Labels: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	said, err := s.Say(ctx, "hello")
+	if err != nil || said.Head() != s.Head()+1 {
+		t.Fatalf("say: %s, %v", said, err)
+	}
+	opened, err := rath.Open(ctx, r.c, "talk")
+	if err != nil || opened.Head() != said.Head() || opened.ID() != "talk" {
+		t.Fatalf("open: %s, %v", opened, err)
+	}
+	closed, err := s.Close(ctx, "succeeded", "said it")
+	if err != nil || closed.Head() != said.Head()+1 {
+		t.Fatalf("close: %s, %v", closed, err)
+	}
+	st, err := closed.State(ctx)
+	if err != nil || st.Outcome != "succeeded" || len(st.Chunks) != 1 || st.Labels["team"] != "a" {
+		t.Fatalf("state %+v: %v", st, err)
+	}
+	if before, err := s.State(ctx); err != nil || len(before.Chunks) != 0 {
+		t.Fatalf("the first value's state: %+v, %v", before, err)
+	}
+	if _, err := closed.Say(ctx, "too late"); err == nil {
+		t.Fatal("a closed session took a message")
+	}
+}
