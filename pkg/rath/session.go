@@ -97,7 +97,7 @@ func Start(ctx context.Context, c *client.Client, o StartOptions) (Session, erro
 	}
 	ack, err := c.Start(ctx, o.ID, data)
 	if err != nil {
-		return Session{}, fmt.Errorf("start session %s: %w", o.ID, err)
+		return Session{}, fmt.Errorf("start session %q: %w", o.ID, err)
 	}
 	return Session{c: c, id: ack.Session, head: ack.Seq}, nil
 }
