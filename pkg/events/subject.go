@@ -114,11 +114,16 @@ const (
 	// OpPutBlob and OpGetBlob store and read evidence blobs by content hash.
 	OpPutBlob = "putblob"
 	OpGetBlob = "getblob"
+	// OpPull and OpSettle read a durable feed of a tenant's stored events
+	// and ack or nack what was read (ledgerapi.PullRequest), for workers
+	// of a tenant's users, who have no JetStream access of their own.
+	OpPull   = "pull"
+	OpSettle = "settle"
 )
 
 // LedgerOps lists every ledger operation.
 func LedgerOps() []string {
-	return []string{OpAppend, OpBatch, OpAtomic, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob}
+	return []string{OpAppend, OpBatch, OpAtomic, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob, OpPull, OpSettle}
 }
 
 // LedgerFilter is the subscription of the ledger to op from every principal.
@@ -173,6 +178,19 @@ func LiveFilter(tenant, sessionID string) string {
 
 // TenantLiveWildcard matches the live events of every session of a tenant.
 func TenantLiveWildcard(tenant string) string { return livePrefix + tenant + ".>" }
+
+// TenantFilter matches the stored events of one session of a tenant, or of
+// every session of the tenant when sessionID is empty. An empty tenant
+// matches every tenant (for services).
+func TenantFilter(tenant, sessionID string) string {
+	if tenant == "" {
+		tenant = "*"
+	}
+	if sessionID == "" {
+		return logPrefix + tenant + ".>"
+	}
+	return logPrefix + tenant + "." + sessionID + ".>"
+}
 
 // KindFilter matches the stored events of every session that carry the given
 // token, for durable consumers of workers.

@@ -459,3 +459,59 @@ type Merged struct {
 	Source    string `json:"source"`
 	SourceSeq uint64 `json:"source_seq"`
 }
+
+// PullRequest asks for the next events of a durable feed: the stored events
+// of the asker's tenant (of one session, or of every session when Session
+// is empty), read through a JetStream durable consumer that the ledger
+// keeps for the tenant under the name Consumer. Every process asking with
+// the same tenant, Consumer and Session shares the feed (a consumer group):
+// an event goes to one of them at a time, and comes back until it is acked
+// (Settle). A feed delivers one event at a time, so a session's events are
+// handled in order. The ledger creates the feed on the first pull; it starts
+// at the first stored event and is kept until an operator removes it.
+type PullRequest struct {
+	Consumer string `json:"consumer"`
+	Session  string `json:"session,omitempty"`
+	// Max bounds the events of one reply (default and at most MaxPull).
+	Max int `json:"max,omitempty"`
+}
+
+// MaxPull bounds the events of one pull reply. A feed has at most one
+// event outstanding, so a reply holds one event or none today.
+const MaxPull = 1
+
+// PullAckWait is how long an event pulled and neither acked nor nacked stays
+// with its puller before the feed delivers it again.
+const PullAckWait = 30 * time.Second
+
+// PullReply carries the pulled events, none when the feed has nothing for
+// now (ask again when the session's live subject announces an event).
+type PullReply struct {
+	Events []Pulled `json:"events"`
+}
+
+// Pulled is one event of a feed: the stored event (structured-mode
+// CloudEvent JSON, its signature expanded as the log serves it), the token
+// to settle it with, and how many times it has been delivered.
+type Pulled struct {
+	Event     json.RawMessage `json:"event"`
+	Token     string          `json:"token"`
+	Delivered uint64          `json:"delivered"`
+}
+
+// SettleRequest acks a pulled event (done: not delivered again) or, with
+// Nack, gives it back to be delivered again after DelayMS milliseconds (0:
+// at once).
+// Consumer and Session name the feed the token came from.
+type SettleRequest struct {
+	Consumer string `json:"consumer"`
+	Session  string `json:"session,omitempty"`
+	Token    string `json:"token"`
+	Nack     bool   `json:"nack,omitempty"`
+	DelayMS  int64  `json:"delay_ms,omitempty"`
+}
+
+// Settled is the reply to a settle request.
+type Settled struct {
+	OK bool `json:"ok"`
+}

@@ -107,6 +107,9 @@ type Ledger struct {
 	// catalog is the session index in memory, which List reads; nil until
 	// Serve loaded it, or when it could not.
 	catalog atomic.Pointer[eventstore.Catalog]
+
+	// feeds caches the durable consumers of the pull operation, by name.
+	feeds sync.Map
 }
 
 // entry is the cached head of one session. Its mutex serialises every append

@@ -75,6 +75,8 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		events.OpRejections: l.handleRejections,
 		events.OpPutBlob:    l.handlePutBlob,
 		events.OpGetBlob:    l.handleGetBlob,
+		events.OpPull:       l.handlePull,
+		events.OpSettle:     l.handleSettle,
 	})
 	if err != nil {
 		inbox.stop()
