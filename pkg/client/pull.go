@@ -21,13 +21,17 @@ func (c *Client) Pull(ctx context.Context, r api.PullRequest) (api.PullReply, er
 }
 
 // Settle acks a pulled event, or with r.Nack gives it back to its feed to
-// be delivered again after r.DelayMS.
+// be delivered again after r.DelayMS, or with r.Progress keeps it (its ack
+// wait starts again).
 func (c *Client) Settle(ctx context.Context, r api.SettleRequest) error {
 	var reply api.Settled
 	if err := c.request(ctx, c.as.Ledger(events.OpSettle), r, &reply); err != nil {
 		what := "ack"
-		if r.Nack {
+		switch {
+		case r.Nack:
 			what = "nack"
+		case r.Progress:
+			what = "progress"
 		}
 		return fmt.Errorf("%s in feed %s: %w", what, r.Consumer, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/openrath/rath/pkg/events"
@@ -476,6 +477,18 @@ type PullRequest struct {
 	Max int `json:"max,omitempty"`
 }
 
+// validFeed keeps a feed's name readable and one token.
+var validFeed = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidateFeed reports whether name can name a durable feed (PullRequest's
+// Consumer): 1-64 characters of A-Z a-z 0-9 _ -.
+func ValidateFeed(name string) error {
+	if !validFeed.MatchString(name) {
+		return fmt.Errorf("feed %q: want 1-64 characters of A-Z a-z 0-9 _ -", name)
+	}
+	return nil
+}
+
 // MaxPull bounds the events of one pull reply. A feed has at most one
 // event outstanding, so a reply holds one event or none today.
 const MaxPull = 1
@@ -499,15 +512,17 @@ type Pulled struct {
 	Delivered uint64          `json:"delivered"`
 }
 
-// SettleRequest acks a pulled event (done: not delivered again) or, with
+// SettleRequest acks a pulled event (done: not delivered again); with
 // Nack, gives it back to be delivered again after DelayMS milliseconds (0:
-// at once).
+// at once); with Progress, says it is still being worked on, which starts
+// its ack wait (PullAckWait) again.
 // Consumer and Session name the feed the token came from.
 type SettleRequest struct {
 	Consumer string `json:"consumer"`
 	Session  string `json:"session,omitempty"`
 	Token    string `json:"token"`
 	Nack     bool   `json:"nack,omitempty"`
+	Progress bool   `json:"progress,omitempty"`
 	DelayMS  int64  `json:"delay_ms,omitempty"`
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -26,9 +25,6 @@ import (
 // position of the group across restarts); the ledger only checks that a
 // principal reads and settles feeds of its own tenant.
 
-// validConsumer keeps a feed's name readable and one token.
-var validConsumer = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // feed is one durable feed: who may use it and what it reads.
 type feed struct {
 	tenant   string // "" for a service: every tenant
@@ -38,8 +34,8 @@ type feed struct {
 
 // feedOf checks a pull or settle request's feed for the asker.
 func feedOf(ctx context.Context, consumer, sessionID string) (feed, error) {
-	if !validConsumer.MatchString(consumer) {
-		return feed{}, api.Errorf(api.CodeMalformed, "consumer %q: want 1-64 characters of A-Z a-z 0-9 _ -", consumer)
+	if err := api.ValidateFeed(consumer); err != nil {
+		return feed{}, api.Errorf(api.CodeMalformed, "%v", err)
 	}
 	if sessionID != "" {
 		if err := events.ValidateSessionID(sessionID); err != nil {
@@ -166,7 +162,12 @@ func (l *Ledger) handleSettle(ctx context.Context, m *nats.Msg) (any, error) {
 		return nil, api.Errorf(api.CodeMalformed, "delay_ms %d is negative", r.DelayMS)
 	}
 	body := []byte("+ACK")
-	if r.Nack {
+	switch {
+	case r.Nack && r.Progress:
+		return nil, api.Errorf(api.CodeMalformed, "nack and progress: choose one")
+	case r.Progress:
+		body = []byte("+WPI")
+	case r.Nack:
 		body = []byte("-NAK")
 		if r.DelayMS > 0 {
 			body = fmt.Appendf(nil, `-NAK {"delay":%d}`, time.Duration(r.DelayMS)*time.Millisecond)
