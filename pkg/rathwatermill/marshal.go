@@ -69,7 +69,9 @@ type Marshaler interface {
 
 // JSONMarshaler is the default marshaler: a message's payload is the
 // event's data (JSON, checked by the ledger against the type's schema; an
-// empty payload is {}), its metadata the attributes above.
+// empty payload is {}), its metadata the attributes above. A delivered
+// payload is the data as stored: the same JSON value, in the canonical form
+// the chain hash covers (keys sorted, no spaces), not the bytes published.
 type JSONMarshaler struct {
 	// Type is the event type of a message without MetadataType.
 	Type string
