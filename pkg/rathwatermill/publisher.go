@@ -194,3 +194,34 @@ func (p *PoisonPublisher) record(msg *message.Message) error {
 
 // Close does nothing: each Publish returns once its events are stored.
 func (p *PoisonPublisher) Close() error { return nil }
+
+// PublishInHandler is a handler middleware that publishes the messages the
+// handler returns to topic itself, inside the middleware chain, and returns
+// none to the router. Watermill's router publishes a handler's messages
+// after every middleware has returned, where a refusal of the ledger (a
+// closed session, a schema) escapes Retry and PoisonQueue and is redelivered
+// for ever; published here, it is retried and poisoned like any failure of
+// the handler. Place it inside Retry and PoisonQueue, and outside
+// CorrelationID, which then marks the messages before they are published.
+func PublishInHandler(pub message.Publisher, topic string) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err != nil {
+				return nil, err
+			}
+			if len(out) == 0 {
+				return nil, nil
+			}
+			for _, m := range out {
+				if m.Context() == context.Background() {
+					m.SetContext(msg.Context())
+				}
+			}
+			if err := pub.Publish(topic, out...); err != nil {
+				return nil, err
+			}
+			return nil, nil
+		}
+	}
+}
