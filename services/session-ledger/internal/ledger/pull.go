@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,38 +104,76 @@ func (l *Ledger) handlePull(ctx context.Context, m *nats.Msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := l.feedConsumer(ctx, f)
-	if err != nil {
+	if _, err := l.feedConsumer(ctx, f); err != nil {
 		return nil, err
 	}
-	n := r.Max
-	if n <= 0 || n > api.MaxPull {
-		n = api.MaxPull
+	reply := api.PullReply{Events: []api.Pulled{}}
+	msg, err := l.nextOf(ctx, f)
+	if err != nil || msg == nil {
+		return reply, err
 	}
-	batch, err := c.FetchNoWait(n)
+	// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+	tokens := strings.Split(msg.Reply, ".")
+	if len(tokens) != 9 {
+		return nil, unavailable(fmt.Errorf("pull feed %s: unexpected ack subject %q", f.consumer, msg.Reply))
+	}
+	delivered, _ := strconv.ParseUint(tokens[4], 10, 64)
+	ev, err := events.ParseStored(msg.Data)
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("pull feed %s: stream sequence %s: %w", f.consumer, tokens[5], err))
+	}
+	body, err := l.readOut(ctx, ev, msg.Data)
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
 	}
-	reply := api.PullReply{Events: []api.Pulled{}}
-	for msg := range batch.Messages() {
-		md, err := msg.Metadata()
-		if err != nil {
-			return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
-		}
-		ev, err := events.ParseStored(msg.Data())
-		if err != nil {
-			return nil, unavailable(fmt.Errorf("pull feed %s: stream sequence %d: %w", f.consumer, md.Sequence.Stream, err))
-		}
-		body, err := l.readOut(ctx, ev, msg.Data())
-		if err != nil {
-			return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
-		}
-		reply.Events = append(reply.Events, api.Pulled{Event: json.RawMessage(body), Token: msg.Reply(), Delivered: md.NumDelivered})
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+	reply.Events = append(reply.Events, api.Pulled{Event: json.RawMessage(body), Token: msg.Reply, Delivered: delivered})
+	return reply, nil
+}
+
+// pullWait is how long JetStream may hold a pull of a feed whose one event
+// is out with another puller (it answers at once when the feed is empty
+// or has an event ready); pullMargin is how much longer the ledger listens.
+// A pull JetStream holds is answered with the next event that becomes
+// ready, so the ledger must still be listening then: an event sent to a
+// listener that left is lost to its feed until the ack wait expires
+// (api.PullAckWait).
+const (
+	pullWait   = time.Second
+	pullMargin = 4 * time.Second
+)
+
+// nextOf asks the feed's consumer for its next event (nil: none now, or the
+// one event is out with another puller). It asks on an inbox of its own,
+// dropped afterwards, rather than through a shared reply subscription
+// (nats.Conn.Request) or jetstream's FetchNoWait (which listens for one
+// second and sets no expiry): JetStream keeps a no-wait pull it cannot
+// answer yet, and without an expiry and with its reply subject still
+// listened to, it would hand the next event to a request no one awaits.
+func (l *Ledger) nextOf(ctx context.Context, f feed) (*nats.Msg, error) {
+	nc := l.store.Conn()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
 		return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
 	}
-	return reply, nil
+	defer func() { _ = sub.Unsubscribe() }()
+	subject := "$JS.API.CONSUMER.MSG.NEXT." + events.StreamSessions + "." + f.name()
+	req := fmt.Appendf(nil, `{"batch":1,"no_wait":true,"expires":%d}`, pullWait.Nanoseconds())
+	if err := nc.PublishRequest(subject, inbox, req); err != nil {
+		return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
+	}
+	rctx, cancel := context.WithTimeout(ctx, pullWait+pullMargin)
+	defer cancel()
+	msg, err := sub.NextMsgWithContext(rctx)
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
+	}
+	// A status (404 no messages, 408 expired or requests pending, 409) and
+	// no event: nothing for now.
+	if msg.Header.Get("Status") != "" || msg.Reply == "" {
+		return nil, nil
+	}
+	return msg, nil
 }
 
 // settleTimeout bounds the wait for JetStream's confirmation of an ack.
