@@ -3,7 +3,10 @@ package service_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -106,6 +109,37 @@ func TestFeedDeliversATenantsEventsOnceAcked(t *testing.T) {
 	}
 	if p := pullOne(t, r.alice, api.PullRequest{Consumer: "theirs", Session: "feed-b"}); p != nil {
 		t.Fatalf("acme read globex's session: %s", p.Event)
+	}
+	// An operator removes a feed: the next pull starts it anew, at the first
+	// event.
+	js, err := jetstream.New(r.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var removed int
+	lister := stream.ListConsumers(ctx)
+	for info := range lister.Info() {
+		if strings.Contains(info.Config.Description, `"workers" of acme`) {
+			if err := stream.DeleteConsumer(ctx, info.Name); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if removed != 1 {
+		t.Fatalf("removed %d consumers of acme's feed workers", removed)
+	}
+	if p := pullOne(t, r.alice, feed); p == nil {
+		t.Fatal("no event after the feed was removed")
+	} else if ev, _ := events.ParseStored(p.Event); ev.Seq != 1 || p.Delivered != 1 {
+		t.Fatalf("after the feed was removed: seq %d delivered %d, want the first event anew", ev.Seq, p.Delivered)
 	}
 	if _, err := r.alice.Pull(ctx, api.PullRequest{Consumer: "a.b"}); !errors.Is(err, api.ErrMalformed) {
 		t.Fatalf("a feed named a.b: %v", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -165,12 +166,18 @@ func (l *Ledger) nextOf(ctx context.Context, f feed) (*nats.Msg, error) {
 	rctx, cancel := context.WithTimeout(ctx, pullWait+pullMargin)
 	defer cancel()
 	msg, err := sub.NextMsgWithContext(rctx)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// The consumer is gone (an operator removed the feed). Forget it,
+		// so the next pull creates it again.
+		l.feeds.Delete(f.name())
+		return nil, unavailable(fmt.Errorf("pull feed %s: its consumer %s is gone; ask again to start it anew", f.consumer, f.name()))
+	}
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("pull feed %s: %w", f.consumer, err))
 	}
-	// A status (404 no messages, 408 expired or requests pending, 409) and
-	// no event: nothing for now.
 	if msg.Header.Get("Status") != "" || msg.Reply == "" {
+		// 404 no messages, 408 expired or requests pending, 409: nothing
+		// for now.
 		return nil, nil
 	}
 	return msg, nil
