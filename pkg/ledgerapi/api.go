@@ -497,6 +497,11 @@ const MaxPull = 1
 // with its puller before the feed delivers it again.
 const PullAckWait = 30 * time.Second
 
+// FeedIdle is how long a feed may go unpulled before the server removes
+// it, and its position with it: the next pull starts it again from the
+// first event.
+const FeedIdle = 7 * 24 * time.Hour
+
 // PullReply carries the pulled events, none when the feed has nothing for
 // now (ask again when the session's live subject announces an event).
 type PullReply struct {

@@ -88,6 +88,10 @@ func (l *Ledger) feedConsumer(ctx context.Context, f feed) (jetstream.Consumer, 
 		// by however many processes share the feed.
 		MaxAckPending: 1,
 		MaxDeliver:    -1,
+		// A feed no one pulls for a week is removed by the server (its
+		// position with it: the next pull starts it again from the first
+		// event), so feeds users stop using do not pile up.
+		InactiveThreshold: api.FeedIdle,
 	})
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("feed %s: %w", f.consumer, err))
