@@ -273,3 +273,47 @@ func (p *parser) compileGates(e *cel.Env, w *Workflow) {
 		}
 	}
 }
+
+// Call is one tool call of an agent's answer, as its model or its Go
+// program named it.
+type Call struct {
+	ID        string
+	Tool      string
+	Arguments json.RawMessage
+}
+
+// Recorded is one event of an answer: its data, and what it records (the
+// last part of its derived ID).
+type Recorded struct {
+	What string
+	Data any
+}
+
+// CallEvents returns the events that record an answer's tool calls, in
+// order: each call's rath.tool.call.requested, after its
+// rath.approval.requested when a gate holds it (ADR 0025). A call keeps its
+// ID unless it has none or the session or the answer already has a call of
+// that ID: then it is named after the turn. st is the session's state
+// before the answer; held, when not nil, hears of each gate whose condition
+// failed (it holds the call).
+func (w *Workflow) CallEvents(st *session.State, sessionID, turnID, agent string, calls []Call, now time.Time, held func(callID string, m Match)) []Recorded {
+	var out []Recorded
+	used := make(map[string]bool, len(calls))
+	for i, call := range calls {
+		id := call.ID
+		if _, taken := st.Tools[id]; id == "" || taken || used[id] {
+			id = fmt.Sprintf("%s-%d", turnID, i)
+		}
+		used[id] = true
+		req := &events.ToolRequested{CallID: id, Tool: call.Tool, Arguments: call.Arguments, Agent: agent}
+		if m, gated := w.GateFor(st, sessionID, req); gated {
+			if m.Err != nil && held != nil {
+				held(id, m)
+			}
+			req.ApprovalID = m.ApprovalID
+			out = append(out, Recorded{What: fmt.Sprintf("approval-%d", i), Data: m.Request(req, now)})
+		}
+		out = append(out, Recorded{What: fmt.Sprintf("tool-%d", i), Data: req})
+	}
+	return out
+}

@@ -36,7 +36,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
@@ -195,9 +194,12 @@ func Serve(ctx context.Context, nc *nats.Conn, name string, a Agent, opts ...Opt
 // newServer attaches to the event store (nil if ctx ended first) and
 // builds the server's client, cache and workflow library.
 func newServer(ctx context.Context, nc *nats.Conn, name string, a Agent, o options) (*server, error) {
-	store, err := attach(ctx, nc, o.log)
-	if err != nil || store == nil {
-		return nil, err
+	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(o.log))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil // stopped before the ledger was up
+		}
+		return nil, fmt.Errorf("agent server %s: %w", name, err)
 	}
 	c, err := client.New(nc, client.As(o.as), client.WithSource(Source(name)))
 	if err != nil {
@@ -240,27 +242,4 @@ func validName(name string) bool {
 		}
 	}
 	return true
-}
-
-// attach binds to the event store, waiting for the ledger to create it. It
-// returns a nil store if ctx ended first.
-func attach(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*eventstore.Store, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
-		store, err := eventstore.Attach(ctx, nc)
-		if err == nil {
-			return store, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("agent server: %w", err)
-		}
-		log.Info("waiting for the Rath streams and buckets", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(wait):
-		}
-	}
 }

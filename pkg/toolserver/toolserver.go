@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
@@ -172,9 +171,12 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 	if o.bytes < 0 {
 		return fmt.Errorf("tool server %s: state cache size must not be negative, got %d", t.Name, o.bytes)
 	}
-	store, err := attach(ctx, nc, o.log)
-	if err != nil || store == nil {
-		return err
+	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(o.log))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before the ledger was up
+		}
+		return fmt.Errorf("tool server %s: %w", t.Name, err)
 	}
 	if o.states == nil {
 		o.states = fold.NewCache(store, fold.CacheConfig{MaxBytes: o.bytes})
@@ -216,29 +218,6 @@ func (t Tool) validate() error {
 		errs = append(errs, fmt.Errorf("tool %s: parameters are not valid JSON", t.Name))
 	}
 	return errors.Join(errs...)
-}
-
-// attach binds to the event store, waiting for the ledger to create it. It
-// returns a nil store if ctx ended first.
-func attach(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*eventstore.Store, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
-		store, err := eventstore.Attach(ctx, nc)
-		if err == nil {
-			return store, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("tool server: %w", err)
-		}
-		log.Info("waiting for the Rath streams and buckets", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(wait):
-		}
-	}
 }
 
 // register puts the tool in the registry, unless another server holds the

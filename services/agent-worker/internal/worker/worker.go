@@ -422,24 +422,15 @@ func (t *turn) answered(ctx context.Context, st *session.State, wf *workflow.Wor
 			return err
 		}
 	}
-	used := make(map[string]bool, len(resp.ToolCalls))
-	for i, call := range resp.ToolCalls {
-		id := call.ID
-		if _, taken := st.Tools[id]; id == "" || taken || used[id] {
-			id = t.req.TurnID + "-" + strconv.Itoa(i)
-		}
-		used[id] = true
-		req := &events.ToolRequested{CallID: id, Tool: call.Name, Arguments: call.Arguments, Agent: t.req.Agent}
-		if m, gated := wf.GateFor(st, t.ev.Session, req); gated {
-			if m.Err != nil {
-				t.w.log.Warn("gate condition failed; the call waits for approval", "session", t.ev.Session, "call", id, "gate", m.Gate, "err", m.Err)
-			}
-			req.ApprovalID = m.ApprovalID
-			if err := add("approval-"+strconv.Itoa(i), m.Request(req, time.Now())); err != nil {
-				return err
-			}
-		}
-		if err := add("tool-"+strconv.Itoa(i), req); err != nil {
+	calls := make([]workflow.Call, len(resp.ToolCalls))
+	for i, c := range resp.ToolCalls {
+		calls[i] = workflow.Call{ID: c.ID, Tool: c.Name, Arguments: c.Arguments}
+	}
+	held := func(id string, m workflow.Match) {
+		t.w.log.Warn("gate condition failed; the call waits for approval", "session", t.ev.Session, "call", id, "gate", m.Gate, "err", m.Err)
+	}
+	for _, r := range wf.CallEvents(st, t.ev.Session, t.req.TurnID, t.req.Agent, calls, time.Now(), held) {
+		if err := add(r.What, r.Data); err != nil {
 			return err
 		}
 	}
