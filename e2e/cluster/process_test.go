@@ -88,7 +88,7 @@ type agentRun struct {
 // command, about 23 events a session) for n sessions.
 func startAgents(ctx context.Context, t *testing.T, c *natstest.Cluster, cl *client.Client, rec *clustercheck.Recorder, log *slog.Logger, n int) *agentRun {
 	t.Helper()
-	seeds, err := filepath.Abs(filepath.Join("..", "testdata", "scale"))
+	seeds, err := filepath.Abs(filepath.Join("..", "scale", "testdata", "scale"))
 	if err != nil {
 		t.Fatal(err)
 	}
