@@ -173,8 +173,7 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	if _, err := c.Emit(bg, "console-live", &events.ChunkAppended{Role: events.RoleUser, Content: "hello from the test"}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, ctx, "see the live event", chromedp.WaitVisible(chromedp.CSS(`#ev-3`)))
-	arrived := run(t, ctx, "read the live event", chromedp.Text(chromedp.CSS(`#ev-3`)))
+	arrived := run(t, ctx, "see the live event", chromedp.Poll[string](`(() => { const r = document.getElementById('ev-3'); return r && !r.classList.contains('loading') ? r.innerText : ''; })()`))
 	if !strings.Contains(arrived, "hello from the test") {
 		t.Errorf("the live event shows %q", arrived)
 	}
@@ -299,7 +298,11 @@ func TestConsoleLongTimeline(t *testing.T) {
 	if got := run(t, b, "count the rows", chromedp.Evaluate[int](rows)); got < 10 || got > 150 {
 		t.Errorf("the newest events show %d rows of %d; want the rows in view, not the session", got, n)
 	}
-	last := run(t, b, "read the newest", chromedp.Text(chromedp.CSS(`#ev-3000`)))
+	// Read a row once it shows its event (a row is redrawn while pages come in).
+	text := func(seq int) string {
+		return run(t, b, fmt.Sprintf("read event %d", seq), chromedp.Poll[string](fmt.Sprintf(`(() => { const r = document.getElementById('ev-%d'); return r && !r.classList.contains('loading') ? r.innerText : ''; })()`, seq)))
+	}
+	last := text(3000)
 	if !strings.Contains(last, "message 3000") {
 		t.Errorf("event 3000 reads %q", last)
 	}
@@ -308,7 +311,7 @@ func TestConsoleLongTimeline(t *testing.T) {
 	run(t, b, "focus the newest", chromedp.Poll[bool](`(() => { const r = document.getElementById('ev-3000'); if (r) r.focus(); return !!r && document.activeElement === r; })()`))
 	run(t, b, "go to the first event with Home", chromedp.KeyEvent(kb.Home))
 	run(t, b, "wait for event 1", chromedp.Poll[bool](`(() => { const r = document.getElementById('ev-1'); return r && !r.classList.contains('loading') && document.activeElement === r; })()`))
-	first := run(t, b, "read the first", chromedp.Text(chromedp.CSS(`#ev-1`)))
+	first := text(1)
 	if !strings.Contains(first, "session.started") {
 		t.Errorf("event 1 reads %q", first)
 	}
@@ -327,7 +330,7 @@ func TestConsoleLongTimeline(t *testing.T) {
 			const r = document.getElementById('ev-%[1]d'), h = document.querySelector('#detail h2');
 			return r && r.classList.contains('selected') && !r.classList.contains('loading') && h && h.textContent.startsWith('Event %[1]d:');
 		})()`, at.seq)))
-		got := run(t, b, fmt.Sprintf("read event %d", at.seq), chromedp.Text(chromedp.CSS(fmt.Sprintf(`#ev-%d`, at.seq))))
+		got := text(at.seq)
 		if !strings.Contains(got, fmt.Sprintf("message %d", at.seq)) {
 			t.Errorf("event %d reads %q", at.seq, got)
 		}

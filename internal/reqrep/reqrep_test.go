@@ -49,14 +49,15 @@ func TestServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := reqrep.Start(ctx, serverConn, reqrep.Config{Prefix: events.LedgerPrefix, Queue: "q", Inflight: 4, Timeout: 10 * time.Second, TooLarge: "ask for less", Log: slog.New(slog.DiscardHandler)}, handlers)
+	srv, err := reqrep.Start(ctx, serverConn, reqrep.Config{Prefix: events.LedgerPrefix, Queue: "q", Inflight: 4, Timeout: 30 * time.Second, TooLarge: "ask for less", Log: slog.New(slog.DiscardHandler)}, handlers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient)
 	ask := func(op string) *nats.Msg {
 		t.Helper()
-		m, err := nc.Request(events.DefaultClient.Ledger(op), []byte(`{}`), 5*time.Second)
+		// Generous: "huge" encodes 9 MiB under -race on a busy machine.
+		m, err := nc.Request(events.DefaultClient.Ledger(op), []byte(`{}`), 30*time.Second)
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}

@@ -99,10 +99,14 @@ function timeline(table) {
     td.style.height = rows * rowH + "px";
     return el("tr", { class: "spacer", "aria-hidden": "true" }, td);
   }
+  // signOf is what a row shows besides its event: a row whose sign did not
+  // change is kept as it is when the table redraws.
+  function signOf(seq) {
+    return [seq === selected ? "selected" : "", faults.has(seq) ? "fault" : "", cache.has(seq) ? "" : "loading"].filter(Boolean).join(" ");
+  }
   function row(seq) {
-    const ev = cache.get(seq);
-    const cls = [seq === selected ? "selected" : "", faults.has(seq) ? "fault" : "", fresh.has(seq) ? "fresh" : "", ev ? "" : "loading"].filter(Boolean).join(" ");
-    const tr = el("tr", { "data-seq": seq, id: "ev-" + seq, tabindex: "0", class: cls });
+    const ev = cache.get(seq), sign = signOf(seq);
+    const tr = el("tr", { "data-seq": seq, id: "ev-" + seq, tabindex: "0", class: (fresh.has(seq) ? "fresh " : "") + sign, "data-sign": sign });
     if (!ev) {
       tr.append(el("td", {}, seq), el("td", { colspan: "4", class: "muted" }, "loading…"));
       return tr;
@@ -116,23 +120,37 @@ function timeline(table) {
         ...(ev.diff ? [" ", el("span", { class: "badge" }, "diff")] : [])));
     return tr;
   }
-  // draw puts the rows of the current range in the table, unless they are
-  // there already; the focused row keeps the focus.
+  // draw puts the rows of the current range in the table between the two
+  // spacers, unless they are there already: rows that stay in range and
+  // show the same are kept (and so keep the focus and the pointer), the
+  // others leave, and the missing ones are made.
+  const above = spacer(0), below = spacer(0);
+  body.replaceChildren(above, below);
   function draw() {
     const [a, b] = range();
     const key = `${a}:${b}:${head}:${version}`;
     if (key === drawn) return;
     drawn = key;
     const had = document.activeElement && body.contains(document.activeElement) ? Number(document.activeElement.dataset.seq) : 0;
-    const rows = [];
+    above.firstChild.style.height = (a - 1) * rowH + "px";
+    below.firstChild.style.height = (head - b) * rowH + "px";
+    for (const tr of [...body.querySelectorAll("tr[data-seq]")]) {
+      const seq = Number(tr.dataset.seq);
+      if (seq < a || seq > b || tr.dataset.sign !== signOf(seq)) tr.remove();
+    }
+    let at = above;
     for (let seq = a; seq <= b; seq++) {
-      rows.push(row(seq));
+      let tr = document.getElementById("ev-" + seq);
+      if (!tr) {
+        tr = row(seq);
+        at.after(tr);
+      }
+      at = tr;
       if (!cache.has(seq)) load(pageOf(seq));
     }
-    body.replaceChildren(spacer(a - 1), ...rows, spacer(head - b));
     fresh.clear();
     if (measure()) return;
-    if (had) document.getElementById("ev-" + had)?.focus({ preventScroll: true });
+    if (had && document.activeElement !== document.getElementById("ev-" + had)) document.getElementById("ev-" + had)?.focus({ preventScroll: true });
   }
   // measure sizes the spacers by the height rows really have here, keeping
   // the view where it was (or at the end), and redraws.
@@ -267,8 +285,10 @@ function timeline(table) {
       const page = await getJSON(`/api/s/${id}/events`); // the last page
       for (const ev of page.events) cache.set(ev.seq, ev);
       grow(page.head);
-      draw();
-      box.scrollTop = box.scrollHeight; // the newest events first
+      // The newest events first: size the table, go to its end, then draw
+      // (drawing the top first would fetch a page no one looks at).
+      below.firstChild.style.height = head * rowH + "px";
+      box.scrollTop = box.scrollHeight;
       draw();
       follow();
       // A link to one event, on arrival or within the page.
