@@ -10,8 +10,8 @@ import (
 
 	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/testsuite"
 	"github.com/openrath/rath/pkg/client"
-	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
 )
 
@@ -22,20 +22,8 @@ import (
 func TestGoAgentExample(t *testing.T) {
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
-	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
-	cfg.ToolRunner.Backend = events.BackendLocal
-	cfg.ToolRunner.Sandbox.Root, cfg.ToolRunner.Seeds = t.TempDir(), t.TempDir()
-	rt, err := runtime.Start(context.Background(), cfg, runtime.WithServer(ns), runtime.WithClient("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	rt.StartLoop()
+	cfg := testsuite.Config(t, url, t.TempDir())
+	rt := testsuite.Start(t, ns, cfg, runtime.WithClient("test"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
+	"github.com/openrath/rath/internal/testsuite"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/agentserver"
 	"github.com/openrath/rath/pkg/client"
@@ -25,20 +26,7 @@ import (
 func TestServedAndScriptedAgentsMix(t *testing.T) {
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
-	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
-	cfg.ToolRunner.Backend = events.BackendLocal
-	cfg.ToolRunner.Sandbox.Root, cfg.ToolRunner.Seeds = t.TempDir(), t.TempDir()
-	rt, err := runtime.Start(context.Background(), cfg, runtime.WithServer(ns), runtime.WithClient("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	rt.StartLoop()
+	rt := testsuite.Start(t, ns, testsuite.Config(t, url, t.TempDir()), runtime.WithClient("test"))
 	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)
