@@ -17,6 +17,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/proctest"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -115,7 +116,7 @@ func startLedger(t *testing.T, url, name string, extra ...string) *ledgerProc {
 			t.Logf("stderr of ledger %s (pid %d):\n%s", name, p.cmd.Process.Pid, tail(p.stderr.String(), 40))
 		}
 	})
-	eventually(t, 30*time.Second, "ledger "+name+" serving", func() (bool, string) {
+	testrig.Eventually(t, 30*time.Second, "ledger "+name+" serving", func() (bool, string) {
 		select {
 		case <-p.exited:
 			t.Fatalf("ledger %s exited before serving: %v\n%s", name, p.err, p.stderr.String())
@@ -171,27 +172,6 @@ func tail(s string, lines int) string {
 		parts = append([]string{fmt.Sprintf("... (%d lines before)", len(parts)-lines)}, parts[len(parts)-lines:]...)
 	}
 	return strings.Join(parts, "\n")
-}
-
-// eventually polls cond until it holds or the deadline passes; it returns how
-// long that took. The poll interval only paces the loop: nothing is assumed
-// to have happened because time passed.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s (last state: %s)", what, timeout, state)
-		}
-		<-tick.C
-	}
 }
 
 // bus is the test's view of the embedded server: a client for the ledger
@@ -272,7 +252,7 @@ func (b *bus) inboxState(t *testing.T) (uint64, *jetstream.ConsumerInfo) {
 // been decided and acked, and returns how long that took.
 func (b *bus) waitInboxDecided(t *testing.T, timeout time.Duration) time.Duration {
 	t.Helper()
-	return eventually(t, timeout, "inbox decided", func() (bool, string) {
+	return testrig.Eventually(t, timeout, "inbox decided", func() (bool, string) {
 		msgs, ci := b.inboxState(t)
 		if ci == nil {
 			return false, fmt.Sprintf("%d proposals in the inbox, no consumer yet", msgs)

@@ -20,6 +20,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -255,7 +256,7 @@ func inboxOutage(t *testing.T, how string, graceful bool, stop func(*testing.T, 
 
 	first := startLedger(t, b.url, "ledger-first")
 	var stored uint64
-	eventually(t, 60*time.Second, "ledger decided part of the backlog", func() (bool, string) {
+	testrig.Eventually(t, 60*time.Second, "ledger decided part of the backlog", func() (bool, string) {
 		stored = b.storedCount(t)
 		return stored >= stopAt, fmt.Sprintf("%d of %d stored", stored, sessions*before)
 	})
