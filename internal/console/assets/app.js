@@ -264,6 +264,7 @@ function timeline(table) {
       fresh.add(ev.seq);
       grow(ev.seq);
       version++;
+      prune(); // a session watched for hours stays within keepEvents
       draw();
       if (end) { box.scrollTop = box.scrollHeight; draw(); } // following the newest
     });
