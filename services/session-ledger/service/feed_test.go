@@ -136,10 +136,20 @@ func TestFeedDeliversATenantsEventsOnceAcked(t *testing.T) {
 	if removed != 1 {
 		t.Fatalf("removed %d consumers of acme's feed workers", removed)
 	}
-	if p := pullOne(t, r.alice, feed); p == nil {
+	p := pullOne(t, r.alice, feed)
+	if p == nil {
 		t.Fatal("no event after the feed was removed")
 	} else if ev, _ := events.ParseStored(p.Event); ev.Seq != 1 || p.Delivered != 1 {
 		t.Fatalf("after the feed was removed: seq %d delivered %d, want the first event anew", ev.Seq, p.Delivered)
+	}
+	// A settle that cannot mean one thing is refused, naming why.
+	for want, bad := range map[string]api.SettleRequest{
+		"choose one": {Consumer: "workers", Token: p.Token, Nack: true, Progress: true},
+		"negative":   {Consumer: "workers", Token: p.Token, Nack: true, DelayMS: -1},
+	} {
+		if err := r.alice.Settle(ctx, bad); !errors.Is(err, api.ErrMalformed) || !strings.Contains(err.Error(), want) {
+			t.Errorf("settle %+v: %v, want malformed naming %q", bad, err, want)
+		}
 	}
 	if _, err := r.alice.Pull(ctx, api.PullRequest{Consumer: "a.b"}); !errors.Is(err, api.ErrMalformed) {
 		t.Fatalf("a feed named a.b: %v", err)
