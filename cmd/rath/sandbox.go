@@ -124,12 +124,17 @@ func writeDoctor(w io.Writer, s toolrunner.Sandboxes) {
 		if !b.Works {
 			fmt.Fprintf(w, "         why: %s\n", b.Why)
 		}
-		switch b.Helper {
-		case "":
-		case "/proc/self/exe":
+		switch {
+		case b.Limits == "ptrace":
+			fmt.Fprintf(w, "         limits: set by the runner on each command, stopped after its execve (ptrace); no helper process\n")
+		case b.Helper == "":
+		case b.Helper == "/proc/self/exe":
 			fmt.Fprintf(w, "         helper: this binary; a rath-sandbox-exec beside it saves ~20 ms of CPU per command (go install github.com/openrath/rath/services/tool-runner/rath-sandbox-exec)\n")
 		default:
 			fmt.Fprintf(w, "         helper: %s\n", b.Helper)
+		}
+		if b.Limits != "" && b.Limits != "ptrace" && b.Limits != "helper" {
+			fmt.Fprintf(w, "         limits: %s\n", b.Limits)
 		}
 		if b.Development {
 			fmt.Fprintf(w, "         isolation: %s: for development only, commands run as the runner's user on this host\n", b.Isolation)

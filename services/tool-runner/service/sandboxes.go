@@ -44,6 +44,10 @@ type SandboxStatus struct {
 	// Helper is the spawn helper every command starts as: rath-sandbox-exec,
 	// or /proc/self/exe (the runner's own binary, slower to start).
 	Helper string `json:"helper,omitempty"`
+	// Limits is how the backend sets a command's resource limits: "ptrace"
+	// (the runner, on the command stopped after its execve) or "helper"
+	// (the spawn helper, before it), with why not ptrace.
+	Limits string `json:"limits,omitempty"`
 }
 
 // Sandboxes is the tool runner's sandbox backends on this machine and the
@@ -102,6 +106,7 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			err = b.Probe(pctx)
 			cancel()
+			st.Limits = b.LimitsBy()
 		}
 		if err != nil {
 			st.Why = err.Error()

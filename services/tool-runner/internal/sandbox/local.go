@@ -61,13 +61,19 @@ type Config struct {
 	// Git is the git binary the backend itself uses; empty means "git" in
 	// the runner's PATH.
 	Git string
-	// Helper is the spawn helper every command starts as (package spawn):
-	// the binary services/tool-runner/rath-sandbox-exec builds. Empty means
+	// Helper is the spawn helper commands start as (package spawn) on the
+	// isolating backend, and on the local one where it cannot trace its
+	// commands (trace.go): the binary services/tool-runner/rath-sandbox-exec
+	// builds. Empty means
 	// HelperName beside the runner's executable when it is there, else the
 	// runner's own binary (/proc/self/exe), which works as the helper too
-	// but whose size costs each command its start: ~20 ms of CPU for rath,
-	// against ~1 ms for the helper (docs/benchmarks.md).
+	// but whose size costs each command its start: ~20–30 ms of CPU for
+	// rath, against ~10 ms for the helper (docs/benchmarks.md).
 	Helper string
+	// NoTrace makes the local backend set a command's limits through the
+	// helper even where the kernel lets the runner trace its commands,
+	// which saves each command the helper's start (trace.go).
+	NoTrace bool
 	// Limits bound every command.
 	Limits Limits
 }
@@ -131,6 +137,9 @@ type Local struct {
 	runs    string       // parent of per-run temporary directories
 	staging string       // where Place builds a workspace before renaming it in
 	gitRuns atomic.Int64 // git processes run, for tests
+
+	traceOnce sync.Once // probes whether commands can start traced (trace.go)
+	traceErr  error     // why not, or nil
 }
 
 // Location is where this backend keeps workspaces: its host and root.
@@ -224,7 +233,8 @@ func helperPath(given string) (string, error) {
 
 func executable(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 }
 
-// Helper is the spawn helper this backend starts every command as.
+// Helper is the spawn helper this backend starts commands as where it
+// does not trace them (LimitsBy).
 func (l *Local) Helper() string { return l.helper }
 
 // Place implements Backend. The workspace is built in a staging directory

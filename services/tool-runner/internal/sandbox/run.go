@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 )
 
 // Run implements Workspace. The command runs as the leader of a new process
-// group in the workspace directory, through the rlimit helper (rlimit.go).
+// group in the workspace directory, with its limits set by the runner on the
+// command stopped after its execve (trace.go) or by the spawn helper
+// (rlimit.go).
 // When the timeout expires or ctx is done, the whole group is killed; after
 // the leader exits for any reason, what is left of the group (background
 // jobs, daemons) is killed too, so a run leaves no process behind except one
@@ -55,6 +58,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		WaitDelay: 2 * time.Second,
 	}
 	var info *os.File // bwrap's --info-fd, read for the sandbox's init
+	traced := false   // started by the runner itself, not the helper
 	var proxy *netProxy
 	if iso := w.l.iso; iso != nil {
 		argv, extra, env := c.Args, []bind(nil), []string{}
@@ -127,10 +131,32 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 			"TMPDIR=" + tmpdir,
 			"LANG=C.UTF-8",
 		}, w.l.cfg.Env...)
+		if w.l.traces() {
+			// The command itself, stopped after its execve for its limits
+			// (trace.go).
+			path, err := spawn.LookPath(c.Args[0], cmd.Env, w.dir)
+			if err != nil {
+				statusW.Close()
+				return notStarted(err, timeout), nil
+			}
+			cmd.Path, cmd.Args, cmd.ExtraFiles = path, c.Args, nil
+			traced = true
+		}
 	}
 	start := time.Now()
-	err = cmd.Start()
-	statusW.Close()
+	var limits string
+	if traced {
+		statusW.Close()
+		limits, err = startTraced(cmd, newRlimits(lim))
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) && pathErr.Op == "fork/exec" {
+			// What the helper reports as a shell does: exit 127.
+			return notStarted(fmt.Errorf("exec %s: %w", c.Args[0], pathErr.Err), timeout), nil
+		}
+	} else {
+		err = cmd.Start()
+		statusW.Close()
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 	}
@@ -196,7 +222,9 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	res.Stderr, res.StderrBytes = string(stderr.buf), stderr.total
 	res.Truncated = stdout.total > int64(len(stdout.buf)) || stderr.total > int64(len(stderr.buf))
 	res.Limits = "timeout=" + timeout.String()
-	if s := <-status; s != "" {
+	if s := <-status; traced {
+		res.Limits += " " + limits
+	} else if s != "" {
 		res.Limits += " " + s
 	} else {
 		res.Limits += " rlimits=unknown (the helper ended before applying them)"
@@ -206,6 +234,14 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		return res, fmt.Errorf("run in %s: %w", w.id, ctxErr)
 	}
 	return res, nil
+}
+
+// notStarted is the result of a command that could not be started (not
+// found, not executable), as the helper reports one: exit 127, and why on
+// stderr.
+func notStarted(err error, timeout time.Duration) Result {
+	msg := "rath-sandbox: " + err.Error() + "\n"
+	return Result{ExitCode: 127, Stderr: msg, StderrBytes: int64(len(msg)), Limits: "timeout=" + timeout.String() + " (not started)"}
 }
 
 // stoppedBy names the limit that ended a run, when the run's outcome says

@@ -19,9 +19,44 @@ import (
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
 
+// startModes are the two ways the local backend starts a command: traced
+// (the runner sets the limits on the command stopped after its execve) and
+// through the spawn helper. Tests of what a command sees run in both.
+var startModes = []struct {
+	name string
+	opt  func(*sandbox.Config)
+}{
+	{"ptrace", func(*sandbox.Config) {}},
+	{"helper", func(c *sandbox.Config) { c.NoTrace = true }},
+}
+
+// newLocalIn is newLocal started in mode m, failing when the mode is not
+// what the backend uses.
+func newLocalIn(t *testing.T, m string, opts ...func(*sandbox.Config)) *sandbox.Local {
+	t.Helper()
+	for _, sm := range startModes {
+		if sm.name == m {
+			opts = append(opts, sm.opt)
+		}
+	}
+	l := newLocal(t, opts...)
+	if got := l.LimitsBy(); !strings.HasPrefix(got, m) {
+		t.Fatalf("the local backend sets limits by %q, want %s (ptrace needs Yama's ptrace_scope ≤ 1 and no seccomp profile refusing it)", got, m)
+	}
+	return l
+}
+
 func TestRunBasics(t *testing.T) {
 	t.Parallel()
-	ws := place(t, newLocal(t), "s1", nil)
+	for _, m := range startModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			testRunBasics(t, place(t, newLocalIn(t, m.name), "s1", nil))
+		})
+	}
+}
+
+func testRunBasics(t *testing.T, ws sandbox.Workspace) {
 
 	res := run(t, ws, sandbox.Cmd{Args: []string{"pwd"}})
 	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != ws.Dir() {
@@ -43,6 +78,21 @@ func TestRunBasics(t *testing.T) {
 	res = run(t, ws, sandbox.Cmd{Args: []string{"no-such-command-rath"}})
 	if res.ExitCode != 127 || !strings.Contains(res.Stderr, "no-such-command-rath") {
 		t.Errorf("missing command: %+v, want exit 127 naming it", res)
+	}
+	if err := os.WriteFile(filepath.Join(ws.Dir(), "not-executable"), []byte("echo ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = run(t, ws, sandbox.Cmd{Args: []string{"./not-executable"}})
+	if res.ExitCode != 127 || !strings.Contains(res.Stderr, "not-executable") || !strings.Contains(res.Stderr, "permission denied") || res.Stdout != "" {
+		t.Errorf("a file that is not executable: %+v, want exit 127 naming it", res)
+	}
+	// A relative PATH entry is the workspace's directory, in both modes.
+	if err := os.WriteFile(filepath.Join(ws.Dir(), "here"), []byte("#!/bin/sh\necho here\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res = run(t, ws, sh("PATH=.:$PATH exec here"))
+	if res.Stdout != "here\n" {
+		t.Errorf("a command in the workspace: %+v", res)
 	}
 	if _, err := ws.Run(context.Background(), sandbox.Cmd{}); err == nil {
 		t.Error("empty command: no error")
@@ -160,7 +210,16 @@ func TestRunMemoryLimit(t *testing.T) {
 
 func TestRunRlimitsInChild(t *testing.T) {
 	t.Parallel()
-	ws := place(t, newLocal(t, func(c *sandbox.Config) {
+	for _, m := range startModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			testRlimitsInChild(t, m.name)
+		})
+	}
+}
+
+func testRlimitsInChild(t *testing.T, mode string) {
+	ws := place(t, newLocalIn(t, mode, func(c *sandbox.Config) {
 		c.Limits.CPU = 7 * time.Second
 		c.Limits.Memory = 512 << 20
 		c.Limits.OpenFiles = 64
@@ -170,6 +229,9 @@ func TestRunRlimitsInChild(t *testing.T) {
 	res := run(t, ws, sh("ulimit -t; ulimit -v; ulimit -n; ulimit -f"))
 	if got, want := strings.Fields(res.Stdout), []string{"7", "524288", "64", "2048"}; !slices.Equal(got, want) {
 		t.Errorf("child limits %q, want %q (result %+v)", got, want, res)
+	}
+	if want := "timeout=20s cpu=7s nofile=64 fsize=1048576B as=536870912B"; res.Limits != want {
+		t.Errorf("limits reported %q, want %q", res.Limits, want)
 	}
 
 	// Writing past RLIMIT_FSIZE kills with SIGXFSZ and leaves the file at
@@ -269,6 +331,7 @@ func TestHelperBinary(t *testing.T) {
 	helper := filepath.Join(dir, sandbox.HelperName)
 	l := newLocal(t, func(c *sandbox.Config) {
 		c.Helper = helper
+		c.NoTrace = true
 		c.Limits.CPU = 7 * time.Second
 		c.Limits.OpenFiles = 64
 	})
@@ -284,7 +347,7 @@ func TestHelperBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal("the test needs true(1) on PATH")
 	}
-	fake := newLocal(t, func(c *sandbox.Config) { c.Helper = truth })
+	fake := newLocal(t, func(c *sandbox.Config) { c.Helper, c.NoTrace = truth, true })
 	if res, err := place(t, fake, "s2", nil).Run(context.Background(), sh("echo ran")); err == nil && strings.Contains(res.Stdout, "ran") {
 		t.Errorf("a command ran past a helper that runs nothing: %+v", res)
 	}
@@ -293,5 +356,22 @@ func TestHelperBinary(t *testing.T) {
 	cfg.Root, cfg.Helper = t.TempDir(), dir
 	if _, err := sandbox.NewLocal(cfg); err == nil || !strings.Contains(err.Error(), "not an executable file") {
 		t.Errorf("a directory as the helper: %v", err)
+	}
+}
+
+// A traced start passes on no descriptor the runner's process inherited
+// without close-on-exec (a socket a supervisor passed), as the helper
+// closes them in its own process.
+func TestTracedStartClosesInherited(t *testing.T) {
+	// Not parallel: the descriptor is this process's.
+	fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY, 0) // no O_CLOEXEC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	ws := place(t, newLocalIn(t, "ptrace"), "s1", nil)
+	res := run(t, ws, sh("ls /proc/$$/fd"))
+	if got := strings.Fields(res.Stdout); !slices.Equal(got, []string{"0", "1", "2"}) {
+		t.Errorf("the command's descriptors %q, want 0 1 2 (the runner's %d must not reach it)", got, fd)
 	}
 }

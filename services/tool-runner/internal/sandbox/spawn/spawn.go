@@ -174,46 +174,12 @@ func run(spec string, argv []string) {
 	env := syscall.Environ()
 	// Resolve and encode everything before the limits are set: with a low
 	// address-space limit, this process may not be able to grow its heap.
-	path, err := lookPath(argv[0], env)
+	path, err := LookPath(argv[0], env, "")
 	if err != nil {
 		fail(err.Error())
 	}
 
-	var report []string
-	set := func(name string, resource int, v int64, unit string, slack int64) {
-		if v == 0 {
-			report = append(report, name+"=unlimited")
-			return
-		}
-		want := itoa(v) + unit
-		var cur syscall.Rlimit
-		if err := syscall.Getrlimit(resource, &cur); err != nil {
-			report = append(report, name+"="+want+" (not applied: "+err.Error()+")")
-			return
-		}
-		// Lowering is always allowed; raising the hard limit is not, and a
-		// hard limit already below v is the stricter limit anyway.
-		lim := syscall.Rlimit{Cur: uint64(v), Max: uint64(v + slack)}
-		lim.Max = min(lim.Max, cur.Max)
-		lim.Cur = min(lim.Cur, lim.Max)
-		if err := syscall.Setrlimit(resource, &lim); err != nil {
-			report = append(report, name+"="+want+" (not applied: "+err.Error()+")")
-			return
-		}
-		if lim.Cur < uint64(v) {
-			report = append(report, name+"="+want+" (lowered to the hard limit "+utoa(lim.Cur)+")")
-			return
-		}
-		report = append(report, name+"="+want)
-	}
-	// The CPU hard limit is a second above the soft one, so the command gets
-	// SIGXCPU (which it may catch to report) before SIGKILL.
-	set("cpu", syscall.RLIMIT_CPU, r.CPU, "s", 1)
-	set("nofile", syscall.RLIMIT_NOFILE, r.NoFile, "", 0)
-	set("fsize", syscall.RLIMIT_FSIZE, r.FSize, "B", 0)
-	if r.NProc > 0 {
-		set("nproc", rlimitNProc, r.NProc, "", 0)
-	}
+	report := Apply(0, r)
 	if err := stage(r, dirs); err != nil {
 		fail(err.Error())
 	}
@@ -223,25 +189,8 @@ func run(spec string, argv []string) {
 	// for a new thread (the race detector's runtime in tests is well above
 	// any small limit), and a blocking syscall could make the runtime start
 	// one. Everything it reports is decided before it is applied.
-	var asLim *syscall.Rlimit
-	if r.AS == 0 {
-		report = append(report, "as=unlimited")
-	} else {
-		want := itoa(r.AS) + "B"
-		var cur syscall.Rlimit
-		if err := syscall.Getrlimit(syscall.RLIMIT_AS, &cur); err != nil {
-			report = append(report, "as="+want+" (not applied: "+err.Error()+")")
-		} else {
-			lim := syscall.Rlimit{Cur: uint64(r.AS), Max: min(uint64(r.AS), cur.Max)}
-			lim.Cur = min(lim.Cur, lim.Max)
-			asLim = &lim
-			if lim.Cur < uint64(r.AS) {
-				report = append(report, "as="+want+" (lowered to the hard limit "+utoa(lim.Cur)+")")
-			} else {
-				report = append(report, "as="+want)
-			}
-		}
-	}
+	asLim, asReport := AddressSpace(0, r.AS)
+	report = append(report, asReport)
 	msg := []byte(join(report, " "))
 	argv0, err := syscall.BytePtrFromString(path)
 	if err != nil {
@@ -258,7 +207,7 @@ func run(spec string, argv []string) {
 	// One thread from here: the limit and the execve happen on it.
 	runtime.LockOSThread()
 	if asLim != nil {
-		if _, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, syscall.RLIMIT_AS, uintptr(unsafe.Pointer(asLim)), 0, 0, 0); e != 0 {
+		if e := prlimit(0, syscall.RLIMIT_AS, asLim, nil); e != 0 {
 			fail("set the address-space limit: " + e.Error())
 		}
 	}
@@ -267,6 +216,82 @@ func run(spec string, argv []string) {
 	}
 	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(argv0)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
 	fail("exec " + argv[0] + ": " + e.Error())
+}
+
+// Apply sets the limits of r but the address space's on process pid (0:
+// this process) and reports each as "name=value", with why when it was not
+// applied or was lowered. A limit is only ever lowered: the hard limit is
+// the value (the CPU's a second above it, so the command gets SIGXCPU,
+// which it may catch to report, before SIGKILL), or the hard limit already
+// in place when that is lower.
+func Apply(pid int, r Limits) []string {
+	var report []string
+	set := func(name string, resource int, v int64, unit string, slack int64) {
+		if v == 0 {
+			report = append(report, name+"=unlimited")
+			return
+		}
+		want := itoa(v) + unit
+		var cur syscall.Rlimit
+		if e := prlimit(pid, resource, nil, &cur); e != 0 {
+			report = append(report, name+"="+want+" (not applied: "+e.Error()+")")
+			return
+		}
+		lim := syscall.Rlimit{Cur: uint64(v), Max: uint64(v + slack)}
+		lim.Max = min(lim.Max, cur.Max)
+		lim.Cur = min(lim.Cur, lim.Max)
+		if e := prlimit(pid, resource, &lim, nil); e != 0 {
+			report = append(report, name+"="+want+" (not applied: "+e.Error()+")")
+			return
+		}
+		if lim.Cur < uint64(v) {
+			report = append(report, name+"="+want+" (lowered to the hard limit "+utoa(lim.Cur)+")")
+			return
+		}
+		report = append(report, name+"="+want)
+	}
+	set("cpu", syscall.RLIMIT_CPU, r.CPU, "s", 1)
+	set("nofile", syscall.RLIMIT_NOFILE, r.NoFile, "", 0)
+	set("fsize", syscall.RLIMIT_FSIZE, r.FSize, "B", 0)
+	if r.NProc > 0 {
+		set("nproc", rlimitNProc, r.NProc, "", 0)
+	}
+	return report
+}
+
+// AddressSpace decides the address-space limit as bytes for process pid
+// (0: this process): the limit to set, nil for none, and its report. It
+// sets nothing: the helper must set it last (see run).
+func AddressSpace(pid int, as int64) (*syscall.Rlimit, string) {
+	if as == 0 {
+		return nil, "as=unlimited"
+	}
+	want := itoa(as) + "B"
+	var cur syscall.Rlimit
+	if e := prlimit(pid, syscall.RLIMIT_AS, nil, &cur); e != 0 {
+		return nil, "as=" + want + " (not applied: " + e.Error() + ")"
+	}
+	lim := syscall.Rlimit{Cur: uint64(as), Max: min(uint64(as), cur.Max)}
+	lim.Cur = min(lim.Cur, lim.Max)
+	if lim.Cur < uint64(as) {
+		return &lim, "as=" + want + " (lowered to the hard limit " + utoa(lim.Cur) + ")"
+	}
+	return &lim, "as=" + want
+}
+
+// Prlimit sets one limit of process pid (0: this process) with prlimit(2).
+func Prlimit(pid, resource int, lim *syscall.Rlimit) error {
+	if e := prlimit(pid, resource, lim, nil); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// prlimit is prlimit64(2) as a raw system call: it neither blocks nor
+// allocates, so the helper may call it after the address-space limit.
+func prlimit(pid, resource int, set, old *syscall.Rlimit) syscall.Errno {
+	_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(resource), uintptr(unsafe.Pointer(set)), uintptr(unsafe.Pointer(old)), 0, 0)
+	return e
 }
 
 // closeOnExecAbove marks every file descriptor above keep close-on-exec.
@@ -296,9 +321,10 @@ func closeOnExecAbove(keep int64) {
 	}
 }
 
-// lookPath finds a command as a shell would: a name with a slash as it is,
-// a bare name in PATH.
-func lookPath(name string, env []string) (string, error) {
+// LookPath finds a command as a shell in directory cwd would (empty: this
+// process's): a name with a slash as it is, a bare name in env's PATH. A
+// path it returns may be relative to cwd.
+func LookPath(name string, env []string, cwd string) (string, error) {
 	for i := range len(name) {
 		if name[i] == '/' {
 			return name, nil
@@ -315,8 +341,12 @@ func lookPath(name string, env []string) (string, error) {
 			dir = "."
 		}
 		p := dir + "/" + name
+		at := p
+		if cwd != "" && p[0] != '/' {
+			at = cwd + "/" + p
+		}
 		var st syscall.Stat_t
-		if syscall.Stat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && syscall.Access(p, 1) == nil {
+		if syscall.Stat(at, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && syscall.Access(at, 1) == nil {
 			return p, nil
 		}
 	}
