@@ -27,6 +27,11 @@ import (
 // jobs, daemons) is killed too, so a run leaves no process behind except one
 // that moved itself to another group or session.
 func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
+	return w.run(ctx, c, w.l.iso == nil && w.l.traces())
+}
+
+// run is Run, the command started traced (trace.go) or through the helper.
+func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, error) {
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return Result{}, errors.New("run: empty command")
 	}
@@ -131,7 +136,7 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 			"TMPDIR=" + tmpdir,
 			"LANG=C.UTF-8",
 		}, w.l.cfg.Env...)
-		if w.l.traces() {
+		if trace {
 			// The command itself, stopped after its execve for its limits
 			// (trace.go).
 			path, err := spawn.LookPath(c.Args[0], cmd.Env, w.dir)
@@ -149,6 +154,12 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 		statusW.Close()
 		limits, err = startTraced(cmd, newRlimits(lim))
 		var pathErr *fs.PathError
+		if errors.Is(err, syscall.EPERM) {
+			// The trace refused after the probe allowed it (the runner
+			// itself traced since, by strace -f or a debugger): the
+			// helper runs this one, or says why it cannot.
+			return w.run(ctx, c, false)
+		}
 		if errors.As(err, &pathErr) && pathErr.Op == "fork/exec" {
 			// What the helper reports as a shell does: exit 127.
 			return notStarted(fmt.Errorf("exec %s: %w", c.Args[0], pathErr.Err), timeout), nil
