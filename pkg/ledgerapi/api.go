@@ -469,11 +469,13 @@ type Merged struct {
 // an event goes to one of them at a time, and comes back until it is acked
 // (Settle). A feed delivers one event at a time, so a session's events are
 // handled in order. The ledger creates the feed on the first pull; it starts
-// at the first stored event and is kept until an operator removes it.
+// at the first stored event and is kept until an operator removes it or
+// nobody pulls it for FeedIdle.
 type PullRequest struct {
 	Consumer string `json:"consumer"`
 	Session  string `json:"session,omitempty"`
-	// Max bounds the events of one reply (default and at most MaxPull).
+	// Max bounds the events of one reply (default and at most MaxPull;
+	// more, or a negative value, is malformed).
 	Max int `json:"max,omitempty"`
 }
 

@@ -79,6 +79,20 @@ func TestFeedDeliversATenantsEventsOnceAcked(t *testing.T) {
 	if ev, _ := events.ParseStored(again.Event); ev.Seq != 1 {
 		t.Fatalf("after a nack the feed delivered seq %d, want 1 again", ev.Seq)
 	}
+	// The first delivery's token is stale now: it neither settles the event
+	// its new holder works on nor moves the feed under it.
+	for _, stale := range []api.SettleRequest{
+		{Consumer: "workers", Token: first.Token},
+		{Consumer: "workers", Token: first.Token, Nack: true},
+		{Consumer: "workers", Token: first.Token, Progress: true},
+	} {
+		if err := r.alice.Settle(ctx, stale); !errors.Is(err, api.ErrStale) || !strings.Contains(err.Error(), "delivered since") {
+			t.Fatalf("settle %+v with the first delivery's token: %v, want stale", stale, err)
+		}
+	}
+	if p := pullOne(t, r.alice, feed); p != nil {
+		t.Fatalf("the feed moved on while its event is out: %s", p.Event)
+	}
 	// Progress keeps it; an ack settles it; a second ack changes nothing.
 	if err := r.carol.Settle(ctx, api.SettleRequest{Consumer: "workers", Token: again.Token, Progress: true}); err != nil {
 		t.Fatal(err)
@@ -153,5 +167,19 @@ func TestFeedDeliversATenantsEventsOnceAcked(t *testing.T) {
 	}
 	if _, err := r.alice.Pull(ctx, api.PullRequest{Consumer: "a.b"}); !errors.Is(err, api.ErrMalformed) {
 		t.Fatalf("a feed named a.b: %v", err)
+	}
+	for _, max := range []int{-1, 2} {
+		if _, err := r.alice.Pull(ctx, api.PullRequest{Consumer: "workers", Max: max}); !errors.Is(err, api.ErrMalformed) || !strings.Contains(err.Error(), "at most 1") {
+			t.Errorf("a pull of max %d: %v, want malformed", max, err)
+		}
+	}
+	// A token settled without the session its feed was pulled with names
+	// another feed, and the refusal says so.
+	one := pullOne(t, r.alice, api.PullRequest{Consumer: "solo", Session: "feed-a"})
+	if one == nil {
+		t.Fatal("no event in the session's feed")
+	}
+	if err := r.alice.Settle(ctx, api.SettleRequest{Consumer: "solo", Token: one.Token}); !errors.Is(err, api.ErrMalformed) || !strings.Contains(err.Error(), "without a session") {
+		t.Errorf("a settle without its feed's session: %v", err)
 	}
 }

@@ -105,6 +105,9 @@ func (l *Ledger) handlePull(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := decodeRequest(m, &r); err != nil {
 		return nil, err
 	}
+	if r.Max < 0 || r.Max > api.MaxPull {
+		return nil, api.Errorf(api.CodeMalformed, "max %d: a pull answers at most %d event (0: the default)", r.Max, api.MaxPull)
+	}
 	f, err := feedOf(ctx, r.Consumer, r.Session)
 	if err != nil {
 		return nil, err
@@ -187,6 +190,14 @@ func (l *Ledger) nextOf(ctx context.Context, f feed) (*nats.Msg, error) {
 	return msg, nil
 }
 
+// sessionNote names a feed's session in a message, or says it has none.
+func sessionNote(session string) string {
+	if session == "" {
+		return " without a session"
+	}
+	return " of session " + session
+}
+
 // settleTimeout bounds the wait for JetStream's confirmation of an ack.
 const settleTimeout = 5 * time.Second
 
@@ -205,10 +216,35 @@ func (l *Ledger) handleSettle(ctx context.Context, m *nats.Msg) (any, error) {
 	prefix := "$JS.ACK." + events.StreamSessions + "." + f.name() + "."
 	rest, ok := strings.CutPrefix(r.Token, prefix)
 	if !ok || strings.Count(rest, ".") != 4 || strings.ContainsAny(rest, "*> \t") {
-		return nil, api.Errorf(api.CodeMalformed, "token %q is not one of feed %q", r.Token, r.Consumer)
+		return nil, api.Errorf(api.CodeMalformed, "token %q is not one of feed %q%s of this tenant (a feed is named by its consumer and its session, as pulled)", r.Token, r.Consumer, sessionNote(r.Session))
 	}
 	if r.DelayMS < 0 {
 		return nil, api.Errorf(api.CodeMalformed, "delay_ms %d is negative", r.DelayMS)
+	}
+	// JetStream settles a message by its stream sequence whichever of its
+	// deliveries the token names: a puller that overran the ack wait would
+	// settle the event its new holder is working on, and the feed would
+	// move on under it, out of order. A token is good only while its
+	// delivery is the feed's last one (one event is out at a time).
+	var token struct{ delivered, stream, consumer uint64 }
+	for i, p := range []*uint64{&token.delivered, &token.stream, &token.consumer} {
+		v, err := strconv.ParseUint(strings.Split(rest, ".")[i], 10, 64)
+		if err != nil {
+			return nil, api.Errorf(api.CodeMalformed, "token %q is not one of feed %q", r.Token, r.Consumer)
+		}
+		*p = v
+	}
+	c, err := l.feedConsumer(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("settle in feed %s: %w", f.consumer, err))
+	}
+	if last := info.Delivered.Consumer; token.consumer < last {
+		return nil, api.Errorf(api.CodeStale, "token of delivery %d of stream sequence %d is stale: feed %q has delivered since (delivery %d of the feed), and that delivery's holder settles it; nothing settled",
+			token.delivered, token.stream, r.Consumer, last)
 	}
 	body := []byte("+ACK")
 	switch {
