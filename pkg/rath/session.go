@@ -3,10 +3,16 @@
 // moves between sandbox backends and inspects, the way OpenRath's
 // session = workflow.forward(session) reads in Python:
 //
-//	s, err := rath.Start(ctx, c, rath.StartOptions{Workflow: "workflow.yaml", Task: "fix the test"})
+//	s, err := rath.Start(ctx, c, rath.StartOptions{Workflow: "by-hand.yaml", Task: "fix the test"})
 //	s, err = rath.Agent("planner").Forward(ctx, s)
-//	s, err = s.To(ctx, "bwrap", "isolate the build")
-//	s, err = s.Forward(ctx, rath.Workflow{})
+//	plan := s
+//	s, err = rath.Agent("reviewer").Forward(ctx, s)
+//	other, err := plan.Fork(ctx, 0, "", "review another way")
+//
+// (each err checked). A program drives a session either by hand, as here,
+// in a workflow whose rules open no turns, or by its rules with
+// s.Forward(ctx, rath.Workflow{}); forwarding by hand in a session whose
+// rules also route races them (ADR 0029).
 //
 // There is no second store: every call is an event in the session's log,
 // proposed through the ledger by the pkg/client Client it is given and
