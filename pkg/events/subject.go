@@ -59,6 +59,7 @@ const (
 	sigPrefix     = "rath.sig."
 	timerAt       = "rath.timer.at."
 	timerFired    = "rath.timer.fired."
+	routePrefix   = "rath.route."
 
 	// SessionsWildcard matches every stored session event.
 	SessionsWildcard = logPrefix + ">"
@@ -78,6 +79,9 @@ const (
 	TimersSetWildcard = timerAt + ">"
 	// TimersFiredWildcard matches every fired timer.
 	TimersFiredWildcard = timerFired + ">"
+	// RouteWildcard matches every question the selector asks a served
+	// router (rath.route.<tenant>.<router>).
+	RouteWildcard = routePrefix + ">"
 	// InboxConsumer is the durable consumer the ledgers share on the inbox.
 	InboxConsumer = "ledger-inbox"
 )
@@ -203,6 +207,16 @@ func TimerSubject(sessionID, name string) string { return timerAt + sessionID + 
 
 // TimerFiredSubject is where the timer TimerSubject sets fires.
 func TimerFiredSubject(sessionID, name string) string { return timerFired + sessionID + "." + name }
+
+// RouteSubject is where the selector asks the served router named router
+// for the route of a session of tenant: rath.route.<tenant>.<router>. The
+// tenant is the session's (as in the stored and live subjects), so that
+// permissions can confine a router to one tenant's sessions.
+func RouteSubject(tenant, router string) string { return routePrefix + tenant + "." + router }
+
+// RouteFilter matches the questions to the router named router about the
+// sessions of every tenant.
+func RouteFilter(router string) string { return routePrefix + "*." + router }
 
 // InboxFilter matches the proposals for a session by any principal.
 func InboxFilter(sessionID string) string { return inboxPrefix + "*.*." + sessionID }
