@@ -53,7 +53,7 @@ var (
 	memoryFields    = []string{"scope"}
 	memWriteFields  = []string{"content", "tags", "scope", "evidence"}
 	mcpServerFields = []string{"name", "command", "env"}
-	ruleFields      = []string{"name", "when", "route", "reason"}
+	ruleFields      = []string{"name", "when", "route", "reason", "fallback"}
 	closeFields     = []string{"outcome", "reason"}
 	forkFields      = []string{"at", "agent", "reason"}
 	approvalFields  = append([]string{"action", "approver"}, expiryFields...)
@@ -263,6 +263,9 @@ func (p *parser) rule(n *yaml.Node, field string) Rule {
 			r.Route = p.route(v, f)
 		case "reason":
 			r.Reason = p.str(v, f)
+		case "fallback":
+			fb := p.route(v, f)
+			r.Fallback = &fb
 		}
 	})
 	return r
@@ -327,6 +330,8 @@ func (p *parser) route(n *yaml.Node, field string) Route {
 				}
 			})
 			r.Memory = m
+		case "router":
+			r.Router = p.str(v, f)
 		}
 	})
 	return r

@@ -190,6 +190,24 @@ func TestParseProblems(t *testing.T) {
 			[]workflow.Problem{{8, "rules[0].route.close", `expected a mapping, got "done"`}}},
 		{"approval without action", strings.Replace(base, "{agent: coder}", "{approval: {approver: ops}}", 1),
 			[]workflow.Problem{{8, "rules[0].route.approval.action", "required"}}},
+		{"bad router name", strings.Replace(base, "{agent: coder}", "{router: tri.age}", 1),
+			[]workflow.Problem{{8, "rules[0].route.router", `"tri.age" is not a valid router name (letters, digits and _, not starting with a digit, at most 64)`}}},
+		{"router name empty", strings.Replace(base, "{agent: coder}", `{router: ""}`, 1),
+			[]workflow.Problem{{8, "rules[0].route.router", `"" is not a valid router name`}}},
+		{"router and agent", strings.Replace(base, "{agent: coder}", "{agent: coder, router: triage}", 1),
+			[]workflow.Problem{{8, "rules[0].route", "has agent and router; a route is exactly one of agent, close, fork, approval, memory, router"}}},
+		{"fallback without a router", strings.Replace(base, "{agent: coder}", "{agent: coder}\n    fallback: {agent: coder}", 1),
+			[]workflow.Problem{{9, "rules[0].fallback", "only a rule whose route asks a router has a fallback"}}},
+		{"fallback to an unknown agent", strings.Replace(base, "{agent: coder}", "{router: triage}\n    fallback: {agent: tester}", 1),
+			[]workflow.Problem{{9, "rules[0].fallback.agent", `"tester" is not an agent (agents: coder)`}}},
+		{"fallback of a kind not offered", strings.Replace(base, "{agent: coder}", "{router: triage}\n    fallback: {fork: {agent: coder}}", 1),
+			[]workflow.Problem{{9, "rules[0].fallback.fork", "a fallback is one of agent, close, not fork"}}},
+		{"fallback to a router", strings.Replace(base, "{agent: coder}", "{router: triage}\n    fallback: {router: other}", 1),
+			[]workflow.Problem{{9, "rules[0].fallback.router", "a fallback is one of agent, close, not router"}}},
+		{"fallback of two kinds", strings.Replace(base, "{agent: coder}", "{router: triage}\n    fallback: {agent: coder, close: {outcome: x}}", 1),
+			[]workflow.Problem{{9, "rules[0].fallback", "required: exactly one of agent, close"}}},
+		{"fallback close without outcome", strings.Replace(base, "{agent: coder}", "{router: triage}\n    fallback: {close: {reason: r}}", 1),
+			[]workflow.Problem{{9, "rules[0].fallback.close.outcome", "required"}}},
 		{"bad CEL", strings.Replace(base, `"true"`, `"state.turns <"`, 1),
 			[]workflow.Problem{{7, "rules[0].when", "invalid CEL: Syntax error: "}}},
 		{"undeclared CEL variable", strings.Replace(base, `"true"`, `"stat.turns < 3"`, 1),
@@ -369,5 +387,27 @@ func TestParseServedAgent(t *testing.T) {
 	a, ok := w.Agent("coder")
 	if !ok || !a.Served || a.Provider != "" || a.System != "You plan." || len(a.Tools) != 1 {
 		t.Fatalf("agent %+v", a)
+	}
+}
+
+// A rule may ask a served router for its route, with a fallback for when no
+// valid answer comes; both keep their values, and the route renders as
+// router:NAME.
+func TestParseRouterRoute(t *testing.T) {
+	src := strings.Replace(base, "{agent: coder}", "{router: triage}\n    fallback: {close: {outcome: unrouted, reason: no router}}", 1) +
+		"  - name: plain\n    when: \"false\"\n    route: {router: triage_2}\n"
+	w, err := workflow.Parse([]byte(src), "router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.Rules[0]
+	if r.Route.Kind() != workflow.RouteRouter || r.Route.Router != "triage" || r.Route.String() != "router:triage" {
+		t.Fatalf("route %+v (%s)", r.Route, r.Route.String())
+	}
+	if r.Fallback == nil || r.Fallback.Kind() != workflow.RouteClose || r.Fallback.Close.Outcome != "unrouted" || r.Fallback.Close.Reason != "no router" {
+		t.Fatalf("fallback %+v", r.Fallback)
+	}
+	if p := w.Rules[1]; p.Route.String() != "router:triage_2" || p.Fallback != nil {
+		t.Fatalf("rule %+v", p)
 	}
 }

@@ -59,8 +59,9 @@ func (d Decision) Event() (*events.SelectorDecided, error) {
 // evaluated, so Candidates lists all that held.
 //
 // One turn is in flight at a time: while state.turn_in_flight is true a rule
-// that routes to an agent may be a candidate but never wins, and the next
-// rule that held with another kind of route wins instead. Decide returns
+// that routes to an agent, or asks a router (which mostly routes to one),
+// may be a candidate but never wins, and the next rule that held with
+// another kind of route wins instead. Decide returns
 // false when no rule wins, and a *RuleError when an expression fails to
 // evaluate or yields something other than a bool.
 func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
@@ -77,7 +78,7 @@ func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
 			continue
 		}
 		d.Candidates = append(d.Candidates, r.Name)
-		if won < 0 && !(busy && r.Route.Kind() == RouteAgent) && !feedsItself(r, act) {
+		if won < 0 && !(busy && routesTurns(r.Route)) && !feedsItself(r, act) {
 			won = i
 		}
 	}
@@ -257,6 +258,12 @@ func forkAt(prg cel.Program, act map[string]any) (uint64, error) {
 		return 0, fmt.Errorf("sequence %d is not a position of the log", at)
 	}
 	return uint64(at), nil
+}
+
+// routesTurns reports a route that may start an agent turn: an agent route,
+// or a router's, whose answer may be one.
+func routesTurns(r Route) bool {
+	return r.Kind() == RouteAgent || r.Kind() == RouteRouter
 }
 
 func turnInFlight(act map[string]any) bool {

@@ -368,3 +368,23 @@ func TestGuards(t *testing.T) {
 		}
 	}
 }
+
+// A rule that asks a router may start a turn, so it is held while a turn is
+// in flight, like an agent rule; idle, it wins and Decide returns its route
+// for the selector to ask.
+func TestDecideRouterRouteHeldWhileBusy(t *testing.T) {
+	w := mustParse(t, `name: busy
+agents: [{name: coder, provider: openai}]
+rules:
+  - {name: triage, when: "true", route: {router: triage}}
+  - {name: watchdog, when: "state.turn_in_flight", route: {close: {outcome: stalled}}}
+`)
+	d, ok, err := w.Decide(activation(t, started...))
+	if err != nil || !ok || d.Rule != "triage" || d.Route.Router != "triage" {
+		t.Fatalf("idle: %+v %v %v", d, ok, err)
+	}
+	d, ok, err = w.Decide(activation(t, concat(started, []any{&events.TurnRequested{TurnID: "t1", Agent: "coder"}})...))
+	if err != nil || !ok || d.Rule != "watchdog" || !reflect.DeepEqual(d.Candidates, []string{"triage", "watchdog"}) {
+		t.Fatalf("busy: %+v %v %v", d, ok, err)
+	}
+}

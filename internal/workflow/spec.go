@@ -205,6 +205,11 @@ type Rule struct {
 	// Reason explains the rule in the recorded decision; when empty the
 	// route's own reason is used.
 	Reason string
+	// Fallback is the route taken when Route asks a served router and no
+	// valid answer comes (none serving, a timeout, an error, an answer the
+	// workflow refuses); nil: the selector waits for a router, or records
+	// the refusal. Only an agent or close route.
+	Fallback *Route
 
 	when cel.Program
 	// at evaluates Route.Fork.At; nil when the fork is at the head.
@@ -225,9 +230,17 @@ const (
 	RouteFork     RouteKind = "fork"
 	RouteApproval RouteKind = "approval"
 	RouteMemory   RouteKind = "memory"
+	// RouteRouter asks a served router (a program, pkg/agentserver
+	// ServeRouter) for the route; the selector records its answer, an
+	// agent, close or fork route, as the decision.
+	RouteRouter RouteKind = "router"
 )
 
-var routeKinds = []string{string(RouteAgent), string(RouteClose), string(RouteFork), string(RouteApproval), string(RouteMemory)}
+var routeKinds = []string{string(RouteAgent), string(RouteClose), string(RouteFork), string(RouteApproval), string(RouteMemory), string(RouteRouter)}
+
+// fallbackKinds are the route kinds a rule's fallback may take: those that
+// need no expression of their own.
+var fallbackKinds = []string{string(RouteAgent), string(RouteClose)}
 
 // Route is where a matching rule sends the session. Exactly one field is set.
 type Route struct {
@@ -237,6 +250,8 @@ type Route struct {
 	Fork     *Fork
 	Approval *Approval
 	Memory   *MemoryWrite
+	// Router names the served router asked for the route.
+	Router string
 }
 
 // Close ends the session.
@@ -304,14 +319,17 @@ func (r Route) Kind() RouteKind {
 		return RouteApproval
 	case r.Memory != nil:
 		return RouteMemory
+	case r.Router != "":
+		return RouteRouter
 	}
 	return ""
 }
 
 // String renders the route as "KIND:DETAIL": "agent:NAME",
 // "close:OUTCOME", "fork:AGENT" (AGENT may be empty), "approval:ACTION",
-// "memory:SCOPE". A
-// decision records a fork with its point appended (Decision.Event).
+// "memory:SCOPE", "router:NAME". A decision records a fork with its point
+// appended (Decision.Event), and a router's route as the route it answered,
+// never "router:".
 func (r Route) String() string {
 	switch r.Kind() {
 	case RouteAgent:
@@ -324,6 +342,8 @@ func (r Route) String() string {
 		return "approval:" + r.Approval.Action
 	case RouteMemory:
 		return "memory:" + r.Memory.Scope
+	case RouteRouter:
+		return "router:" + r.Router
 	}
 	return ""
 }

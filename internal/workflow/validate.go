@@ -13,6 +13,7 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
+	"github.com/openrath/rath/pkg/routerapi"
 )
 
 // nameForm is the allowed form of a kind of name.
@@ -288,6 +289,48 @@ func (p *parser) validateRules(w *Workflow) {
 			p.checkExpiry(rf+".approval", rt.Approval.Expiry)
 		case RouteMemory:
 			p.validateMemoryWrite(w, rf+".memory", rt.Memory)
+		case RouteRouter:
+			if err := routerapi.ValidateName(rt.Router); err != nil && !p.reported(rf+".router") {
+				p.add(p.line(rf+".router"), rf+".router", "%q is not a valid router name (letters, digits and _, not starting with a digit, at most 64)", rt.Router)
+			}
+		}
+		p.validateFallback(w, f, r)
+	}
+}
+
+// validateFallback checks a rule's fallback: only beside a router route
+// (no other route can fail to answer), and an agent or close route.
+func (p *parser) validateFallback(w *Workflow, f string, r Rule) {
+	ff := f + ".fallback"
+	if r.Fallback == nil || p.reported(ff) {
+		return
+	}
+	if r.Route.Kind() != RouteRouter {
+		p.add(p.line(ff), ff, "only a rule whose route asks a router has a fallback")
+		return
+	}
+	var kinds []string
+	for _, k := range routeKinds {
+		if _, given := p.lines[ff+"."+k]; given {
+			kinds = append(kinds, k)
+		}
+	}
+	switch {
+	case len(kinds) != 1:
+		p.add(p.line(ff), ff, "required: exactly one of %s", strings.Join(fallbackKinds, ", "))
+		return
+	case !slices.Contains(fallbackKinds, kinds[0]):
+		p.add(p.line(ff+"."+kinds[0]), ff+"."+kinds[0], "a fallback is one of %s, not %s", strings.Join(fallbackKinds, ", "), kinds[0])
+		return
+	case p.reported(ff + "." + kinds[0]):
+		return
+	}
+	switch RouteKind(kinds[0]) {
+	case RouteAgent:
+		p.checkAgent(w, ff+".agent", r.Fallback.Agent, true)
+	case RouteClose:
+		if r.Fallback.Close.Outcome == "" {
+			p.add(p.line(ff+".close.outcome"), ff+".close.outcome", "required")
 		}
 	}
 }
