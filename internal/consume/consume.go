@@ -6,7 +6,8 @@
 // Permanent error, or a transient one on the last allowed attempt, sends the
 // event to the dead-letter subject rath.dead.<handler> with the error, records
 // a rath.handler.failed event in the session, and ends delivery (Term). Any
-// other error is retried after a growing delay (NakWithDelay). A handler that
+// other error is retried after a growing delay (NakWithDelay); a Waiting
+// one without end. A handler that
 // runs long keeps its delivery alive automatically (InProgress).
 //
 // Handlers must be idempotent: an event can be delivered again after a crash.
@@ -85,6 +86,31 @@ type attemptKey struct{}
 func Attempt(ctx context.Context) int {
 	n, _ := ctx.Value(attemptKey{}).(int)
 	return n
+}
+
+type waiting struct{ err error }
+
+func (w waiting) Error() string { return w.err.Error() }
+func (w waiting) Unwrap() error { return w.err }
+
+// Waiting marks an error that is a wait for something outside Rath to
+// appear, such as a program serving a router no process serves yet: the
+// event is retried with the usual growing delay (at most 10 s apart) for
+// as long as it takes, and never given up, so it is not lost for want of a
+// program. Its attempts do not count toward MaxAttempts. Something else
+// must bound the wait (a workflow's wall_time closes the session, and the
+// redelivered event then routes nothing).
+func Waiting(err error) error {
+	if err == nil {
+		return nil
+	}
+	return waiting{err}
+}
+
+// IsWaiting reports whether err was marked Waiting.
+func IsWaiting(err error) bool {
+	var w waiting
+	return errors.As(err, &w)
 }
 
 // IsPermanent reports whether err was marked Permanent.
@@ -249,13 +275,23 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 		if err := m.DoubleAck(ctx); err != nil {
 			r.log.Warn("ack lost; the event will be redelivered", "event", ev.ID, "err", err)
 		}
+	case IsWaiting(err) && !IsPermanent(err):
+		delay := retryDelay(attempt)
+		r.log.Warn("handler waiting; retrying", "event", ev.ID, "type", ev.Type, "session", ev.Session, "attempt", attempt, "retry_in", delay, "err", err)
+		_ = m.NakWithDelay(delay)
 	case IsPermanent(err) || attempt >= r.h.MaxAttempts:
 		r.giveUp(ctx, m, ev, attempt, err)
 	default:
-		delay := min(100*time.Millisecond<<min(attempt-1, 7), 10*time.Second)
+		delay := retryDelay(attempt)
 		r.log.Warn("handler failed; retrying", "event", ev.ID, "type", ev.Type, "session", ev.Session, "attempt", attempt, "retry_in", delay, "err", err)
 		_ = m.NakWithDelay(delay)
 	}
+}
+
+// retryDelay is how long the delivery attempt waits before the next: 100 ms,
+// doubling, at most 10 s.
+func retryDelay(attempt int) time.Duration {
+	return min(100*time.Millisecond<<min(max(attempt, 1)-1, 7), 10*time.Second)
 }
 
 // handle runs the handler, keeping the delivery alive while it works.

@@ -145,6 +145,50 @@ func TestGivingUpDeadLettersAndRecordsInTheSession(t *testing.T) {
 	}
 }
 
+// A handler waiting for something outside Rath (consume.Waiting) is
+// retried past MaxAttempts, and the event is handled once the wait is over:
+// nothing is dead-lettered or recorded as failed.
+func TestWaitingIsRetriedPastMaxAttempts(t *testing.T) {
+	nc, c := setup(t)
+	ctx := context.Background()
+	const waits = 4
+	var mu sync.Mutex
+	deliveries := 0
+	run(t, nc, c, consume.Handler{
+		Name: "test-waiting", Tokens: []string{events.TokenConversation}, MaxAttempts: 2,
+		Handle: func(_ context.Context, ev events.Stored) error {
+			mu.Lock()
+			deliveries++
+			n := deliveries
+			mu.Unlock()
+			if n <= waits {
+				return consume.Waiting(errors.New("no program serves it yet"))
+			}
+			_, err := c.Emit(ctx, ev.Session, &events.WorkDone{WorkID: "served"})
+			return err
+		},
+	})
+	if _, err := c.Start(ctx, "w", events.SessionStarted{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Emit(ctx, "w", &events.ChunkAppended{Role: "user", Content: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	testrig.WaitFor(t, c, "w", events.TypeWorkDone)
+	page, err := c.Log(ctx, "w", client.Range{From: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range page {
+		if ev.Type == events.TypeHandlerFailed {
+			t.Fatalf("a waiting handler was given up: %s", ev.Data)
+		}
+	}
+	if consume.IsWaiting(consume.Permanent(errors.New("x"))) || !consume.IsWaiting(consume.Waiting(errors.New("x"))) || consume.Waiting(nil) != nil {
+		t.Fatal("IsWaiting")
+	}
+}
+
 // A handler started on a cluster with no meta leader yet (one node of
 // three) waits, saying so, and consumes once the cluster has formed and
 // the ledger created the streams: it never exits. (It exited on a timeout
