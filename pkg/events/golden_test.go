@@ -208,6 +208,7 @@ var examples = map[string]any{
 		Reason:     "research is done; the coder takes over",
 		Agent:      "coder",
 		TurnID:     "turn-7",
+		Router:     "triage",
 	},
 	events.TypeWorkPending: events.WorkPending{
 		WorkID:      "work_01JDQ9D4",

@@ -262,9 +262,9 @@ func (d MemoryRetracted) Summarize() string {
 	return l.add(" by %s", d.By).text(d.Reason).String()
 }
 
-// Summarize is "selector: rule → route: reason".
+// Summarize is "selector: rule → route (router NAME): reason".
 func (d SelectorDecided) Summarize() string {
-	return newLine("selector: %s → %s", d.Rule, d.Route).text(d.Reason).String()
+	return newLine("selector: %s → %s", d.Rule, d.Route).add(" (router %s)", d.Router).text(d.Reason).String()
 }
 
 // Summarize is "work pending: ID kind for assignee: description".

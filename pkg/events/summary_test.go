@@ -56,6 +56,7 @@ func TestSummary(t *testing.T) {
 		{&events.MemoryWritten{ItemID: "m1", Version: 2, Scope: "project:x", Content: "run go test", Provenance: events.Provenance{Evidence: "validation_signal"}},
 			"memory written: m1 v2 in project:x (validation_signal): run go test"},
 		{&events.SelectorDecided{Rule: "retry", Route: "fork:coder@22", Reason: "rejected"}, "selector: retry → fork:coder@22: rejected"},
+		{&events.SelectorDecided{Rule: "triage", Route: "agent:coder", Router: "triage", Reason: "a bug"}, "selector: triage → agent:coder (router triage): a bug"},
 		{&events.ValidationPassed{Validator: "go test"}, "validation passed: go test"},
 		{&events.ValidationPassed{Validator: "go test", Target: "65823b3c86241b0e128e3d4f0c1a2b3c4d5e6f70"}, "validation passed: go test (target 65823b3c8624)"},
 		{&events.ValidationFailed{Validator: "go test", Reason: "exit code 1"}, "validation FAILED: go test: exit code 1"},

@@ -391,6 +391,10 @@ type SelectorDecided struct {
 	Reason     string          `json:"reason,omitempty"`
 	Agent      string          `json:"agent,omitempty"`
 	TurnID     string          `json:"turn_id,omitempty"`
+	// Router names the served router that chose Route when the winning
+	// rule asked one (route: {router: NAME}); empty when the workflow's
+	// rules chose it, or a rule's fallback did.
+	Router string `json:"router,omitempty"`
 }
 
 // WorkPending records work the session owes.
