@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/internal/consume"
@@ -56,12 +57,19 @@ type Selector struct {
 	workflows *workflow.Library
 	timers    *timer.Timers
 	log       *slog.Logger
+	// routeTimeout bounds the wait for a served router's answer.
+	routeTimeout time.Duration
 }
 
 // New returns a selector that reads sessions' states from states (ADR 0016)
-// and sets the timers their events ask for (nil: none).
-func New(c *client.Client, states *fold.Cache, workflows *workflow.Library, timers *timer.Timers, log *slog.Logger) *Selector {
-	return &Selector{c: c, states: states, workflows: workflows, timers: timers, log: log}
+// and sets the timers their events ask for (nil: none). It asks served
+// routers over c's connection.
+func New(c *client.Client, states *fold.Cache, workflows *workflow.Library, timers *timer.Timers, log *slog.Logger, opts ...Option) *Selector {
+	s := &Selector{c: c, states: states, workflows: workflows, timers: timers, log: log, routeTimeout: DefaultRouteTimeout}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Handler is the selector's consume handler: every kind of session event can
@@ -265,9 +273,9 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		}
 	}
 	var (
-		rule, reason string
-		p            plan
-		decided      *events.SelectorDecided
+		rule, reason, router string
+		p                    plan
+		decided              *events.SelectorDecided
 	)
 	act, err := workflow.Activation(at, ev)
 	if err != nil {
@@ -295,6 +303,17 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 			return consume.Permanent(err)
 		}
 		switch {
+		case ok && d.Route.Kind() == workflow.RouteRouter:
+			// A program chooses the route; the decision stays this one's,
+			// appended on the head as any other (ADR 0008, ADR 0029).
+			rule = d.Rule
+			if p, reason, router, err = s.ask(ctx, wf.Workflow, at, ev, act, d); err != nil {
+				return err
+			}
+			if decided, err = d.Event(); err != nil {
+				return consume.Permanent(err)
+			}
+			decided.Reason, decided.Router = reason, router
 		case ok:
 			rule, reason = d.Rule, d.Reason
 			p = plan{kind: d.Route.Kind(), agent: d.Route.Agent}
@@ -339,10 +358,22 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	}
 	// Conditional on the head the guards read: if the session moved on, the
 	// ledger refuses it as stale and the trigger is decided again.
-	if _, err := s.c.Emit(ctx, head.ID, decided, append(answerTo(ev).Options("decided"), events.WithExpectedSeq(head.Seq))...); err != nil {
+	ack, err := s.c.Emit(ctx, head.ID, decided, append(answerTo(ev).Options("decided"), events.WithExpectedSeq(head.Seq))...)
+	if err != nil {
 		return err
 	}
-	s.log.Info("routed", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route)
+	if ack.Duplicate && ruleAsks(wf.Workflow, rule) {
+		// Another delivery of the trigger stored its decision under the
+		// same ID first, and a router may have answered it otherwise:
+		// follow the decision stored, never this one.
+		if decided, p, err = s.storedDecision(ctx, head.ID, ack.Seq); err != nil {
+			return err
+		}
+		rule, router, turnID := decided.Rule, decided.Router, decided.TurnID
+		s.log.Info("routed by another delivery", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route, "router", router)
+		return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
+	}
+	s.log.Info("routed", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route, "router", router)
 	return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
 }
 
@@ -562,6 +593,33 @@ func decidedSince(st *session.State, seq uint64) bool {
 		}
 	}
 	return false
+}
+
+// ruleAsks reports whether the named rule asks a served router.
+func ruleAsks(wf *workflow.Workflow, rule string) bool {
+	r := ruleNamed(wf, rule)
+	return r != nil && r.Route.Kind() == workflow.RouteRouter
+}
+
+// storedDecision reads the decision stored at seq of session id.
+func (s *Selector) storedDecision(ctx context.Context, id string, seq uint64) (*events.SelectorDecided, plan, error) {
+	page, err := s.c.Log(ctx, id, client.Range{From: seq, To: seq})
+	if err != nil {
+		return nil, plan{}, fmt.Errorf("read the decision at %d of %s: %w", seq, id, err)
+	}
+	if len(page) != 1 || page[0].Type != events.TypeSelectorDecided {
+		return nil, plan{}, consume.Permanent(fmt.Errorf("session %s: no decision at %d", id, seq))
+	}
+	d, err := page[0].Decode()
+	if err != nil {
+		return nil, plan{}, consume.Permanent(err)
+	}
+	dec := d.(*events.SelectorDecided)
+	p, err := parsePlan(dec.Route)
+	if err != nil {
+		return nil, plan{}, consume.Permanent(err)
+	}
+	return dec, p, nil
 }
 
 func ruleNamed(wf *workflow.Workflow, name string) *workflow.Rule {
