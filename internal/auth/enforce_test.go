@@ -192,3 +192,40 @@ func TestUnknownIdentitiesRefused(t *testing.T) {
 		t.Errorf("connect with another server's admin key: %v, want %v", err, nats.ErrAuthorization)
 	}
 }
+
+// Served routers (ADR 0029): the selector asks, a program with the agent
+// worker's identity answers, and no other role may ask one (its questions
+// are the selector's only) or listen to the questions.
+func TestOnlyTheSelectorAsksRouters(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	url := ns.ClientURL()
+	subject := events.RouteSubject(events.DefaultTenant, "triage")
+	router := natstest.ConnectAs(t, url, auth.RoleAgentWorker)
+	if _, err := router.QueueSubscribe(events.RouteFilter("triage"), "router-triage", func(m *nats.Msg) { _ = m.Respond([]byte(`{"agent":"coder"}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := router.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	selector := natstest.ConnectAs(t, url, auth.RoleSelector)
+	msg, err := selector.Request(subject, []byte(`{}`), 10*time.Second)
+	if err != nil || string(msg.Data) != `{"agent":"coder"}` {
+		t.Fatalf("the selector asks the router: %v %v", msg, err)
+	}
+	for _, role := range []auth.Role{auth.RoleClient, auth.RoleAgentWorker, auth.RoleToolRunner, auth.RoleMemory} {
+		t.Run(string(role), func(t *testing.T) { denied(t, url, role, subject) })
+	}
+	nc, ch := violations(t, url, auth.RoleClient)
+	if _, err := nc.Subscribe(events.RouteWildcard, func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-ch:
+		if !strings.Contains(err.Error(), events.RouteWildcard) {
+			t.Errorf("violation %q does not name %s", err, events.RouteWildcard)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a client may listen to the routers' questions")
+	}
+}

@@ -213,8 +213,15 @@ func worker(r Role) Permissions {
 		pub = append(pub, events.TimersSetWildcard,
 			jsAPI+"STREAM.INFO."+events.StreamTimers, jsAPI+"CONSUMER.INFO."+events.StreamTimers+"."+TimersDurable)
 		pub = append(pub, consumerAPI(events.StreamTimers, TimersDurable)...)
+		// Served routers (ADR 0029): the selector asks them; no other role
+		// may, so a router's questions all come from the selector.
+		pub = append(pub, events.RouteWildcard)
 	case RoleAgentWorker:
 		pub = append(pub, "$O."+events.BucketBlobs+".>")
+		// Served routers run with the agent worker's identity, as served
+		// agents do: they take the selector's questions and answer them.
+		sub = append(sub, events.RouteWildcard)
+		respond = true
 	case RoleToolRunner:
 		// Tool runners register tools, store tool output, and hand calls
 		// over to each other; custom tool servers use this role too.
