@@ -24,6 +24,12 @@
 // event IDs derived from the request, so that a redelivered request records
 // the answer once. An error of the agent ends the turn with
 // rath.agent.turn.failed.
+//
+// It also serves routers written in Go (ServeRouter): a workflow rule whose
+// route is {router: NAME} has the built-in selector ask the program for the
+// route, over NATS request/reply on rath.route.<tenant>.<name> in the queue
+// group router-<name> (pkg/routerapi), and the selector records the answer
+// as its own decision, naming the router.
 package agentserver
 
 import (
