@@ -335,6 +335,9 @@ func writeRoute(w io.Writer, ans dossier.RouteAnswer) error {
 	}
 	for _, d := range ans.Decisions {
 		fmt.Fprintf(&b, "%s seq %d: route %s by rule %s\n", d.Branch, d.Seq, d.Route, d.Rule)
+		if d.Router != "" {
+			fmt.Fprintf(&b, "  router:     %s chose the route\n", d.Router)
+		}
 		fmt.Fprintf(&b, "  reason:     %s\n", orNone(d.Reason))
 		if len(d.Inputs) > 0 {
 			fmt.Fprintf(&b, "  inputs:     %s\n", clip(string(d.Inputs), 400))

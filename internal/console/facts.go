@@ -94,6 +94,7 @@ func eventFacts(ctx context.Context, c *client.Client, ev events.Stored, data an
 	case *events.SelectorDecided:
 		add("Rule", d.Rule)
 		add("Route", d.Route)
+		add("Router", d.Router)
 		add("Agent", d.Agent)
 		add("Reason", d.Reason)
 		code("Inputs", d.Inputs)

@@ -355,6 +355,9 @@ type Decision struct {
 	Candidates []string        `json:"candidates,omitempty"`
 	Agent      string          `json:"agent,omitempty"`
 	TurnID     string          `json:"turn_id,omitempty"`
+	// Router names the served router that chose the route (a rule's
+	// route {router: NAME}); empty when the workflow's rules chose it.
+	Router string `json:"router,omitempty"`
 	// Cause is the event the decision answered (its causation ID), when the
 	// branch's logical log holds it.
 	Cause *Cause `json:"cause,omitempty"`

@@ -166,7 +166,8 @@ func TestDossierContents(t *testing.T) {
 	if len(d.Validations) != 3 {
 		t.Errorf("validations %+v", d.Validations)
 	}
-	if len(d.Decisions) != 5 || d.Decisions[0].Cause == nil || d.Decisions[0].Cause.Seq != 1 || d.Decisions[1].Cause.Seq != 7 {
+	if len(d.Decisions) != 5 || d.Decisions[0].Cause == nil || d.Decisions[0].Cause.Seq != 1 || d.Decisions[1].Cause.Seq != 7 ||
+		d.Decisions[0].Router != "" || d.Decisions[1].Router != "triage" {
 		t.Errorf("decisions %+v", d.Decisions)
 	}
 	if len(d.Turns) != 3 || d.Turns[2].Number != 2 || d.Turns[2].Branch != dt.Accepted || d.Turns[0].Answer != "Add subtracts; it should add." {

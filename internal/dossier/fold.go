@@ -298,7 +298,7 @@ func (f *fold) event(e events.Stored) bool {
 	case *events.SelectorDecided:
 		if own {
 			dec := Decision{At: at(e), Rule: d.Rule, Route: d.Route, Reason: d.Reason, Inputs: d.Inputs,
-				Candidates: d.Candidates, Agent: d.Agent, TurnID: d.TurnID}
+				Candidates: d.Candidates, Agent: d.Agent, TurnID: d.TurnID, Router: d.Router}
 			if e.Causation != "" {
 				dec.Cause = &Cause{EventID: e.Causation}
 				if c, ok := f.ids[e.Causation]; ok {

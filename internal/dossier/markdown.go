@@ -373,7 +373,11 @@ func story(d *Dossier, b Branch, n namer) []storyLine {
 	}
 	for _, dec := range d.Decisions {
 		if dec.Branch == b.ID {
-			add(dec.Seq, "selector: rule %s → route %s: %s", code(dec.Rule), code(dec.Route), inline(n.text(orDash(dec.Reason)), 300))
+			by := ""
+			if dec.Router != "" {
+				by = " (chosen by router " + code(dec.Router) + ")"
+			}
+			add(dec.Seq, "selector: rule %s → route %s%s: %s", code(dec.Rule), code(dec.Route), by, inline(n.text(orDash(dec.Reason)), 300))
 		}
 	}
 	for _, iv := range d.Interventions {

@@ -88,7 +88,7 @@ func Tree(t testing.TB, c *client.Client) map[string]string {
 	emit("", Root, &events.ModelCalled{Agent: "researcher", Provider: "scripted", Model: "m1", TokensIn: 100, TokensOut: 10, LatencyMS: 3})
 	done1 := emit("", Root, &events.TurnCompleted{TurnID: "turn-1", Agent: "researcher", ToolCalls: 0})
 	emit("", Root, &events.SelectorDecided{Rule: "code-after-research", Route: "agent:coder", Reason: "research done",
-		Inputs: raw(`{"event.type":"rath.agent.turn.completed","event.data.agent":"researcher"}`), Agent: "coder", TurnID: "turn-2"},
+		Inputs: raw(`{"event.type":"rath.agent.turn.completed","event.data.agent":"researcher"}`), Agent: "coder", TurnID: "turn-2", Router: "triage"},
 		events.WithCausation(done1.ID))
 	emit("", Root, &events.TurnRequested{TurnID: "turn-2", Agent: "coder", Rule: "code-after-research"})
 	emit("", Root, &events.ToolRequested{CallID: "c1", Tool: "write_file", Agent: "coder", Arguments: raw(`{"path":"calc.go","content":"…a * b…"}`)})
