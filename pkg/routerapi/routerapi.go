@@ -130,7 +130,8 @@ type Answer struct {
 	Close *Close `json:"close,omitempty"`
 	// Fork forks the session (and closes it as superseded).
 	Fork *Fork `json:"fork,omitempty"`
-	// Reason is recorded with the decision; empty: the rule's.
+	// Reason is recorded with the decision (and is a close's reason);
+	// empty: the close's own reason, else the rule's.
 	Reason string `json:"reason,omitempty"`
 	// Error says the router cannot route this trigger; the selector takes
 	// the rule's fallback, or records the refusal.

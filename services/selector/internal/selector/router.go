@@ -91,7 +91,12 @@ func (s *Selector) ask(ctx context.Context, wf *workflow.Workflow, at *session.S
 	)
 	switch {
 	case err == nil:
+		// The answer's reason, else its close's, else the rule's: as a
+		// rule's reason goes before its route's.
 		reason = ans.Reason
+		if reason == "" && ans.Close != nil {
+			reason = ans.Close.Reason
+		}
 		if reason == "" {
 			reason = d.Reason
 		}
