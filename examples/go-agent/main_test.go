@@ -16,9 +16,10 @@ import (
 )
 
 // The example end to end against a whole Rath (as rath up runs it): the
-// program serves the Go planner, runs the session to its close, and the
-// session's dossier (rath export) shows the turns of both agents, the
-// planner's write of PLAN.md and the reviewer's read of it.
+// program serves the Go planner and the Go router, runs the session to its
+// close, and the session's dossier (rath export) shows the turns of both
+// agents, the planner's write of PLAN.md, the reviewer's read of it, and
+// the router's hand-overs.
 func TestGoAgentExample(t *testing.T) {
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
@@ -64,6 +65,15 @@ func TestGoAgentExample(t *testing.T) {
 	}
 	if turns["planner"] != 2 || turns["reviewer"] != 2 {
 		t.Fatalf("dossier turns by agent %v, want 2 of the planner and 2 of the reviewer", turns)
+	}
+	var routed []string
+	for _, dec := range d.Decisions {
+		if dec.Router != "" {
+			routed = append(routed, dec.Route+" by "+dec.Router)
+		}
+	}
+	if strings.Join(routed, ", ") != "agent:reviewer by handover, close:succeeded by handover" {
+		t.Fatalf("decisions of the router: %v", routed)
 	}
 	md := dossier.Markdown(d)
 	for _, want := range []string{"planner", "reviewer", "PLAN.md"} {

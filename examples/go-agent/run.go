@@ -24,9 +24,9 @@ type config struct {
 	Task     string
 }
 
-// run serves the planner, runs one session through the workflow and
-// prints its turns; it returns once the session closed (or ctx ended), with
-// the planner's server stopped.
+// run serves the planner and the hand-over router, runs one session through
+// the workflow and prints its turns; it returns once the session closed (or
+// ctx ended), with both servers stopped.
 func run(ctx context.Context, cfg config, out io.Writer, log *slog.Logger) error {
 	user, err := connect(cfg, "client.creds", "go-agent")
 	if err != nil {
@@ -49,6 +49,9 @@ func run(ctx context.Context, cfg config, out io.Writer, log *slog.Logger) error
 		return agentserver.Serve(serving, agents, "planner", planner{}, agentserver.WithLogger(log))
 	})
 	g.Go(func() error {
+		return agentserver.ServeRouter(serving, agents, "handover", handover{}, agentserver.WithLogger(log))
+	})
+	g.Go(func() error {
 		defer stopServing()
 		return drive(gctx, c, cfg, out)
 	})
@@ -63,7 +66,7 @@ func drive(ctx context.Context, c *client.Client, cfg config, out io.Writer) err
 	}
 	fmt.Fprintf(out, "started %s\n", s)
 	// The selector routes it: planner, planner again once its file is
-	// written, then the reviewer, then the close.
+	// written, then (asking the router) the reviewer, then the close.
 	if s, err = s.Forward(ctx, rath.Workflow{}); err != nil {
 		return err
 	}
