@@ -369,7 +369,7 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		if decided, p, err = s.storedDecision(ctx, head.ID, ack.Seq); err != nil {
 			return err
 		}
-		rule, router, turnID := decided.Rule, decided.Router, decided.TurnID
+		rule, router, turnID = decided.Rule, decided.Router, decided.TurnID
 		s.log.Info("routed by another delivery", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route, "router", router)
 		return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
 	}
