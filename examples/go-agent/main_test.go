@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openrath/rath/internal/dossier"
+	"github.com/openrath/rath/internal/replay"
+	"github.com/openrath/rath/internal/rerun"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/testsuite"
 	"github.com/openrath/rath/pkg/client"
@@ -80,5 +83,17 @@ func TestGoAgentExample(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("dossier.md does not mention %s", want)
 		}
+	}
+
+	// rath replay cannot run the Go planner and router in its private
+	// runtime: it says so at once rather than wait for a turn nobody
+	// answers.
+	orig, err := replay.Read(ctx, c, "go-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rerun.Reexecute(ctx, c, orig, rerun.Options{Seeds: ".", Runtime: runtime.DefaultConfig()})
+	if !errors.Is(err, rerun.ErrUsage) || !strings.Contains(err.Error(), "programs serve (agent planner") {
+		t.Fatalf("replay of a session with a served agent: %v, want a usage error naming the planner", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -112,6 +113,9 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 	seeds, err := seedsDir(o.Seeds, start.Labels, data)
 	if err != nil {
 		return nil, usageError{err}
+	}
+	if err := refuseServed(ctx, c, o.Workflow, start.WorkflowRef); err != nil {
+		return nil, err
 	}
 	logFile, err := os.Create(filepath.Join(data, "rath.log"))
 	if err != nil {
@@ -255,6 +259,43 @@ func copyBlob(ctx context.Context, from, to *client.Client, ref string) error {
 		return fmt.Errorf("replay: workflow bundle %s stored as %s", ref, got)
 	}
 	return nil
+}
+
+// refuseServed refuses a re-execution of a workflow that has agents or
+// routers programs serve (pkg/agentserver): the private runtime runs
+// Rath's own services only, so their turns and routes would wait until the
+// run's --wait or --idle and be reported as a divergence that is not one
+// (ADR 0029).
+func refuseServed(ctx context.Context, c *client.Client, wf *workflow.Workflow, ref string) error {
+	if wf == nil && ref != "" {
+		raw, err := c.GetBlob(ctx, ref)
+		if err != nil {
+			return fmt.Errorf("replay: workflow bundle %s: %w", ref, err)
+		}
+		if wf, _, err = workflow.OpenBundle(raw); err != nil {
+			return fmt.Errorf("replay: workflow bundle %s: %w", ref, err)
+		}
+	}
+	if wf == nil {
+		return nil
+	}
+	var served []string
+	for _, a := range wf.Agents {
+		if a.Served {
+			served = append(served, "agent "+a.Name)
+		}
+	}
+	for _, r := range wf.Rules {
+		if r.Route.Router != "" {
+			served = append(served, "router "+r.Route.Router+" (rule "+r.Name+")")
+		}
+	}
+	if len(served) == 0 {
+		return nil
+	}
+	return usageError{fmt.Errorf("replay: workflow %s has parts that programs serve (%s): a replay runs Rath's own services in a private runtime, where no program serves them, so their turns and routes would never be answered (ADR 0029). "+
+		"The record is evidence as it is (rath verify, rath audit, the dossier); a what-if (--from N --fork) runs in the live deployment, where the programs serve them",
+		wf.Name, strings.Join(served, ", "))}
 }
 
 // upload stores a workflow with its scripts as one bundle and names it in
