@@ -20,8 +20,9 @@ import (
 
 // Serve a planner written in Go: its first turn asks the tool runner to
 // write a plan, the next says it is done. A workflow declares it with
-// served: true; `rath up` runs the rest (see examples/go-agent, whose test
-// runs this against a whole Rath).
+// served: true; `rath up` runs the rest. Not run (it has no Output): it
+// needs a Rath runtime. examples/go-agent serves a planner of this shape,
+// and its test runs it against a whole Rath.
 func ExampleServe() {
 	ctx := context.Background()
 	opts, _, err := client.Credentials(".rath/data/creds/agent-worker.creds")
