@@ -93,6 +93,12 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 	if err != nil {
 		return fmt.Errorf("router %s: subscribe: %w", name, err)
 	}
+	// The server refuses a subscription apart from it: asked a round trip
+	// later, a refusal has arrived.
+	if err := nc.FlushWithContext(ctx); err == nil && errors.Is(nc.LastError(), nats.ErrPermissionViolation) {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("router %s: %w (a program that serves routers connects as the agent worker, agent-worker.creds)", name, nc.LastError())
+	}
 	closed := sub.StatusChanged(nats.SubscriptionClosed)
 	log.Info("serving router", "subject", routerapi.Filter(name), "queue", routerapi.Queue(name))
 	<-ctx.Done()

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
@@ -111,5 +114,23 @@ func TestServedAndScriptedAgentsMix(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
+	}
+}
+
+// Serving with an identity that may not use the ledger's streams (a
+// user's, as the README's program uses) fails at once, saying which
+// identity serves, rather than wait for ever for streams it cannot see.
+func TestServeWithAUsersIdentityFails(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	// The violation is what the test expects: its own handler keeps natstest
+	// from failing the test for it.
+	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := agentserver.Serve(ctx, nc, "planner", agentserver.Func(func(context.Context, agentserver.Turn) (agentserver.Answer, error) {
+		return agentserver.Answer{}, nil
+	}))
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "agent-worker") {
+		t.Fatalf("serve as a user: %v (ctx %v), want an error naming the agent worker's identity", err, ctx.Err())
 	}
 }

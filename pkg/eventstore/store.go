@@ -263,6 +263,10 @@ func Attach(ctx context.Context, nc *nats.Conn) (*Store, error) {
 	return s, nil
 }
 
+// ErrForbidden is AttachWait's error when the connection's identity may not
+// use the ledger's streams.
+var ErrForbidden = errors.New("this identity may not read the ledger's streams")
+
 // attachAttempt bounds the first attempt of AttachWait, doubling up to
 // createAttemptMax: an attempt is six requests, and one that goes
 // unanswered (a node that hangs, a reply lost to a reconnect) must cost an
@@ -273,7 +277,9 @@ const attachAttempt = 2 * time.Second
 // ledger has created the streams and buckets: worker services start in any
 // order and never create or reconfigure what the ledger owns. Each attempt
 // is bounded, so a request that is never answered is asked again. It says
-// what it waits for on the logger WithLogger names.
+// what it waits for on the logger WithLogger names. A connection whose
+// identity the server refuses those requests fails at once with
+// ErrForbidden.
 func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store, error) {
 	log := openOpts(opts).log
 	started := time.Now()
@@ -288,6 +294,12 @@ func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store,
 			}
 			s.log = log
 			return s, nil
+		}
+		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
+			// Streams this identity may not read never appear: the server
+			// refused the request (reported apart from it, so the attempt
+			// itself only timed out).
+			return nil, fmt.Errorf("%w: %w (a program that serves agents or routers connects as the agent worker, agent-worker.creds; one that serves tools as the tool runner, tool-runner.creds; a user's program reads through the ledger)", ErrForbidden, last)
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			log.Info("waiting for the ledger's streams and buckets (or a forming JetStream cluster)", "attempt", attempt, "waited", time.Since(started).Round(time.Millisecond), "err", err)
