@@ -301,8 +301,14 @@ func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store,
 			// itself only timed out).
 			return nil, fmt.Errorf("%w: %w (a program that serves agents or routers connects as the agent worker, agent-worker.creds; one that serves tools as the tool runner, tool-runner.creds; a user's program reads through the ledger)", ErrForbidden, last)
 		}
+		// A first miss is the usual start (the ledger creates the streams
+		// meanwhile): said at Info only once the wait is longer.
+		level := slog.LevelDebug
+		if attempt%10 == 0 {
+			level = slog.LevelInfo
+		}
 		if attempt == 1 || attempt%10 == 0 {
-			log.Info("waiting for the ledger's streams and buckets (or a forming JetStream cluster)", "attempt", attempt, "waited", time.Since(started).Round(time.Millisecond), "err", err)
+			log.Log(ctx, level, "waiting for the ledger's streams and buckets (or a forming JetStream cluster)", "attempt", attempt, "waited", time.Since(started).Round(time.Millisecond), "err", err)
 		}
 		select {
 		case <-ctx.Done():
