@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os/exec"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
@@ -104,7 +105,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		delete(ready, events.BackendLocal)
 		gone[events.BackendLocal] = fmt.Errorf("the runner's default, %s, isolates, and its operator does not let sessions leave it (--sandbox-allow-local)", sandboxes.Default)
 	}
-	log.Info("sandbox backends", "default", sandboxes.Default, "asked", sandboxes.Asked, "ready", slices.Sorted(maps.Keys(ready)))
+	var limits []string
+	for _, b := range sandboxes.Backends {
+		if _, ok := ready[b.Name]; ok {
+			limits = append(limits, b.Name+": "+b.Limits)
+		}
+	}
+	log.Info("sandbox backends", "default", sandboxes.Default, "asked", sandboxes.Asked, "ready", slices.Sorted(maps.Keys(ready)), "limits_set_by", strings.Join(limits, "; "))
 	backends, err := runner.NewBackends(sandboxes.Default, ready, gone)
 	if err != nil {
 		return fmt.Errorf("tool runner: %w", err)
