@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,5 +105,48 @@ func TestServer(t *testing.T) {
 	<-stopped
 	if m := <-answered; m == nil || string(m.Data) != `"done"` {
 		t.Fatalf("the request in hand at Stop: %v", m)
+	}
+}
+
+// At most Inflight requests are handled at once, whichever goroutines
+// handle them, and every request queued beyond that is answered.
+func TestServerBoundsRequestsInHand(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	serverConn := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleLedger)
+	const inflight, asked = 2, 12
+	var now, most atomic.Int64
+	full := make(chan struct{})
+	var fullOnce sync.Once
+	handlers := map[string]reqrep.Handler{
+		"work": func(context.Context, *nats.Msg) (any, error) {
+			n := now.Add(1)
+			defer now.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			if n == inflight {
+				fullOnce.Do(func() { close(full) })
+			}
+			<-full // the first ones wait until the bound is reached
+			return "ok", nil
+		},
+	}
+	srv, err := reqrep.Start(context.Background(), serverConn, reqrep.Config{Prefix: events.LedgerPrefix, Queue: "q", Inflight: inflight, Timeout: 30 * time.Second, Log: slog.New(slog.DiscardHandler)}, handlers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient)
+	var wg sync.WaitGroup
+	for range asked {
+		wg.Go(func() {
+			m, err := nc.Request(events.DefaultClient.Ledger("work"), nil, 30*time.Second)
+			if err != nil || string(m.Data) != `"ok"` {
+				t.Errorf("request: %v %v", m, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := most.Load(); got != inflight {
+		t.Errorf("at most %d requests in hand at once, want %d", got, inflight)
 	}
 }
