@@ -85,7 +85,7 @@ this command line (naming it allows it), and to what --allow-base-url and
 	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces (default: a fresh temporary directory)")
 	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
 	f.StringVar(&o.out, "out", "rath-demo", "directory the dossier is written to")
-	f.BoolVar(&o.serve, "serve", false, "keep the runtime up after the run, to explore it with rath commands, until interrupted")
+	f.BoolVar(&o.serve, "serve", false, "keep the runtime up after the run, to explore it in the web console and with rath commands, until interrupted")
 	f.DurationVar(&o.wait, "wait", 3*time.Minute, "give up if the run has not finished after this long")
 	f.StringVar(&o.live.provider, "provider", "", "run every agent on this provider instead of its script: openai or anthropic")
 	f.StringVar(&o.live.model, "model", "", "model of --provider")
@@ -107,18 +107,34 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		}
 		return err
 	}
-	if o.serve {
-		rath := fmt.Sprintf("%s --nats %s --creds %s", a.self(), run.rt.URL, run.rt.Creds)
-		fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  %s graph %s\n  %s audit final %s\n",
-			run.rt.URL, rath, run.root, rath, run.root)
-		<-ctx.Done()
+	if !o.serve {
+		fmt.Fprintf(a.Stdout, "rath demo: to look around the run (the web console, rath log, graph, audit), run it again with --serve\n")
+		return nil
 	}
+	a.serveDemo(ctx, run)
 	return nil
+}
+
+// serveDemo keeps a finished run's runtime up, with the web console, until
+// ctx ends, saying how to look around.
+func (a *app) serveDemo(ctx context.Context, run *demoRun) {
+	rath := fmt.Sprintf("%s --nats %s --creds %s", a.self(), run.rt.URL, run.rt.Creds)
+	fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  %s graph %s\n  %s audit final %s\n",
+		run.rt.URL, rath, run.root, rath, run.root)
+	// The console on a port of its own: a rath up may hold the default.
+	if bound, stop, err := serveTelemetry(run.rt, "127.0.0.1:0", run.log); err != nil {
+		fmt.Fprintf(a.Stdout, "rath demo: no console: %v\n", err)
+	} else {
+		defer stop()
+		fmt.Fprintf(a.Stdout, "  the console: http://%s/s/%s\n", bound, run.root)
+	}
+	<-ctx.Done()
 }
 
 // demoRun is a finished demo whose runtime is still up.
 type demoRun struct {
 	rt      *runtime.Runtime
+	log     *slog.Logger // the services' log
 	root    string
 	data    string
 	out     string // the dossier's directory
@@ -168,6 +184,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	}
 	run.cleanup = append(run.cleanup, func() { logFile.Close() })
 	log := slog.New(slog.NewTextHandler(logFile, nil))
+	run.log = log
 
 	if run.rt, err = startRuntime(ctx, o.config(run.data, example), "rath-demo", log); err != nil {
 		return run, err
@@ -211,6 +228,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 		return run, err
 	}
 	fmt.Fprintf(a.Stdout, "rath demo: session %s started (root below; a fork is fork-N@SEQ: the Nth created, at sequence SEQ)\n", run.root)
+	fmt.Fprintf(a.Stdout, "rath demo: a line per step, numbered by its sequence in its session; the events between (chunks, model calls, tool starts) are in the dossier\n")
 
 	wctx, cancel := context.WithTimeout(ctx, o.wait)
 	defer cancel()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	demoex "github.com/openrath/rath/examples/demo"
 	"github.com/openrath/rath/internal/dossier"
 	dt "github.com/openrath/rath/internal/dossier/dossiertest"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -210,6 +213,31 @@ func TestDemo(t *testing.T) {
 
 	// The console shows the run in a real browser.
 	t.Run("console", func(t *testing.T) { checkConsole(t, c, run.root, fork, forkName) })
+
+	// --serve keeps the runtime up with a console of its own, and says where.
+	t.Run("serve", func(t *testing.T) {
+		out := &syncBuffer{}
+		a := &app{env: env{Stdout: out, Stderr: out}, timeout: 10 * time.Second}
+		sctx, stop := context.WithCancel(ctx)
+		served := make(chan struct{})
+		go func() { a.serveDemo(sctx, run); close(served) }()
+		defer func() { stop(); <-served }()
+		var url string
+		testrig.Eventually(t, time.Minute, "the console's address in the output", func() (bool, string) {
+			_, line, ok := strings.Cut(out.String(), "the console: ")
+			url, _, _ = strings.Cut(line, "\n")
+			return ok && strings.HasSuffix(line, "\n"), out.String()
+		})
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(body), run.root) {
+			t.Fatalf("GET %s: %s\n%s", url, res.Status, body)
+		}
+	})
 }
 
 // runDemoForTest runs the demo as `rath demo` does and keeps its runtime up
