@@ -48,7 +48,8 @@ type Handler struct {
 	Types []string
 	// Handle handles one event.
 	Handle func(ctx context.Context, ev events.Stored) error
-	// MaxAttempts bounds the deliveries of one event (default 5).
+	// MaxAttempts bounds the failures of one event in a process: errors
+	// neither Permanent nor Waiting (default 5). The event is then given up.
 	MaxAttempts int
 	// Workers is how many events are handled at once (default 8). Events of
 	// one session are always handled one at a time, in order.
@@ -97,7 +98,8 @@ func (w waiting) Unwrap() error { return w.err }
 // appear, such as a program serving a router no process serves yet: the
 // event is retried with the usual growing delay (at most 10 s apart) for
 // as long as it takes, and never given up, so it is not lost for want of a
-// program. Its attempts do not count toward MaxAttempts. Something else
+// program. Its attempts do not count toward MaxAttempts (which counts a
+// process's failures of the event, not its deliveries). Something else
 // must bound the wait (a workflow's wall_time closes the session, and the
 // redelivered event then routes nothing).
 func Waiting(err error) error {
@@ -241,6 +243,58 @@ type runner struct {
 	onFailure Failure
 	log       *slog.Logger
 	types     map[string]bool
+	failures  failures
+}
+
+// failures counts, per message (its stream sequence), the handler's
+// failures in this process that count toward MaxAttempts: errors neither
+// permanent nor Waiting. A delivery count would include the waits (a
+// trigger that waited for a router twenty times, then met one transient
+// error, would be given up at once), and deliveries lost to a stopped or
+// dead process. Another process that takes the message over counts its own,
+// so a message that keeps failing is given up after at most MaxAttempts
+// failures in some process.
+type failures struct {
+	mu sync.Mutex
+	n  map[uint64]failure
+}
+
+type failure struct {
+	count int
+	last  time.Time
+}
+
+// failuresKept bounds the counts kept: beyond it, counts not added to for
+// an hour (a message another process settled) are dropped.
+const failuresKept = 4096
+
+// add counts a failure of message seq and returns its count.
+func (f *failures) add(seq uint64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[uint64]failure{}
+	}
+	now := time.Now()
+	if len(f.n) >= failuresKept {
+		for k, v := range f.n {
+			if now.Sub(v.last) > time.Hour {
+				delete(f.n, k)
+			}
+		}
+	}
+	c := f.n[seq]
+	c.count++
+	c.last = now
+	f.n[seq] = c
+	return c.count
+}
+
+// done forgets message seq: settled.
+func (f *failures) done(seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.n, seq)
 }
 
 func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
@@ -253,9 +307,9 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	attempt := 1
+	attempt, seq := 1, uint64(0)
 	if meta, err := m.Metadata(); err == nil {
-		attempt = int(meta.NumDelivered)
+		attempt, seq = int(meta.NumDelivered), meta.Sequence.Stream
 	}
 	// The handler continues the trace of the append that stored the event
 	// (the ledger puts its context on the stored message).
@@ -272,6 +326,7 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 	}
 	switch {
 	case err == nil:
+		r.failures.done(seq)
 		if err := m.DoubleAck(ctx); err != nil {
 			r.log.Warn("ack lost; the event will be redelivered", "event", ev.ID, "err", err)
 		}
@@ -279,7 +334,8 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 		delay := retryDelay(attempt)
 		r.log.Warn("handler waiting; retrying", "event", ev.ID, "type", ev.Type, "session", ev.Session, "attempt", attempt, "retry_in", delay, "err", err)
 		_ = m.NakWithDelay(delay)
-	case IsPermanent(err) || attempt >= r.h.MaxAttempts:
+	case IsPermanent(err) || r.failures.add(seq) >= r.h.MaxAttempts:
+		r.failures.done(seq)
 		r.giveUp(ctx, m, ev, attempt, err)
 	default:
 		delay := retryDelay(attempt)
