@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +81,9 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 	defer hcancel()
 	slots := make(chan struct{}, o.workers)
 	var wg sync.WaitGroup
+	// A connection's last error stays until it reconnects: only a refusal
+	// of this subscription, after it, is this call's.
+	before := nc.LastError()
 	sub, err := nc.QueueSubscribe(routerapi.Filter(name), routerapi.Queue(name), func(m *nats.Msg) {
 		// Blocks the subscription while every worker is busy: questions
 		// queue in the client, and the selector's wait bounds them.
@@ -95,9 +99,11 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 	}
 	// The server refuses a subscription apart from it: asked a round trip
 	// later, a refusal has arrived.
-	if err := nc.FlushWithContext(ctx); err == nil && errors.Is(nc.LastError(), nats.ErrPermissionViolation) {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("router %s: %w (a program that serves routers connects as the agent worker, agent-worker.creds)", name, nc.LastError())
+	if err := nc.FlushWithContext(ctx); err == nil {
+		if last := nc.LastError(); last != before && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), routerapi.Filter(name)) {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("router %s: %w (a program that serves routers connects as the agent worker, agent-worker.creds)", name, last)
+		}
 	}
 	closed := sub.StatusChanged(nats.SubscriptionClosed)
 	log.Info("serving router", "subject", routerapi.Filter(name), "queue", routerapi.Queue(name))

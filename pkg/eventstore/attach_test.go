@@ -2,6 +2,8 @@ package eventstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,7 +11,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // A request of AttachWait that is never answered (a node that hangs, a
@@ -59,5 +64,36 @@ func TestAttachWaitAsksAgainWhenARequestGoesUnanswered(t *testing.T) {
 	}
 	if n := asked.Load(); n < 7 {
 		t.Fatalf("%d requests, want the six of an attempt after the lost one", n)
+	}
+}
+
+// A permission refusal from before AttachWait (another request of the same
+// connection) is not taken for the identity's refusal of the streams: a
+// service whose streams appear later still attaches.
+func TestAttachWaitIgnoresAnEarlierRefusal(t *testing.T) {
+	ns, admin := natstest.Start(t)
+	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err := nc.Publish("$JS.API.STREAM.CREATE.NOT_ITS_OWN", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testrig.Eventually(t, 10*time.Second, "the refusal of a publish", func() (bool, string) {
+		return errors.Is(nc.LastError(), nats.ErrPermissionViolation), fmt.Sprint(nc.LastError())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	attached := make(chan error, 1)
+	go func() {
+		_, err := eventstore.AttachWait(ctx, nc)
+		attached <- err
+	}()
+	// The ledger creates the streams after the service began to wait.
+	if _, err := eventstore.Open(ctx, admin, eventstore.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-attached; err != nil {
+		t.Fatalf("attach after an earlier refusal: %v", err)
 	}
 }

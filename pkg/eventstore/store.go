@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -284,6 +285,9 @@ func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store,
 	log := openOpts(opts).log
 	started := time.Now()
 	bound := attachAttempt
+	// A connection's last error stays until it reconnects: only a refusal
+	// that comes after this call, of a JetStream request, is this one's.
+	before := nc.LastError()
 	for attempt, wait := 1, 50*time.Millisecond; ; attempt, wait, bound = attempt+1, min(wait*2, 2*time.Second), min(bound*2, createAttemptMax) {
 		actx, cancel := context.WithTimeout(ctx, bound)
 		s, err := Attach(actx, nc)
@@ -295,7 +299,7 @@ func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store,
 			s.log = log
 			return s, nil
 		}
-		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
+		if last := nc.LastError(); last != before && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), "$JS.API.") {
 			// Streams this identity may not read never appear: the server
 			// refused the request (reported apart from it, so the attempt
 			// itself only timed out).
