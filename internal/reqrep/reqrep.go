@@ -60,8 +60,12 @@ type Server struct {
 	jobs chan job        // requests for an idle handling goroutine
 	quit chan struct{}   // closed by Stop: idle goroutines end
 	stop sync.Once
-	wg   sync.WaitGroup
-	subs []*nats.Subscription
+	// mu guards stopped, set by Stop before it waits, so that no handling
+	// goroutine is added to wg while Stop waits for them.
+	mu      sync.Mutex
+	stopped bool
+	wg      sync.WaitGroup
+	subs    []*nats.Subscription
 }
 
 // job is one request and its operation's handler.
@@ -113,7 +117,12 @@ func (s *Server) Stop() {
 		case <-time.After(s.cfg.Timeout):
 		}
 	}
-	s.stop.Do(func() { close(s.quit) })
+	s.stop.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		close(s.quit)
+	})
 	s.wg.Wait()
 }
 
@@ -132,7 +141,17 @@ func (s *Server) dispatch(m *nats.Msg, h Handler) {
 	select {
 	case s.jobs <- j:
 	case s.sem <- struct{}{}:
+		s.mu.Lock()
+		if s.stopped {
+			// A subscription Stop could not drain in time: its late
+			// requests are told to ask again, not handled after Stop.
+			s.mu.Unlock()
+			<-s.sem
+			s.reply(m, nil, api.Errorf(api.CodeUnavailable, "%s is stopping; ask again", s.cfg.Service))
+			return
+		}
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go s.work(j)
 	}
 }
