@@ -140,6 +140,9 @@ type Local struct {
 
 	traceOnce sync.Once // probes whether commands can start traced (trace.go)
 	traceErr  error     // why not, or nil
+	// traceRefused is set when a traced start was refused after the probe
+	// allowed it: commands go through the helper from then on.
+	traceRefused atomic.Bool
 }
 
 // Location is where this backend keeps workspaces: its host and root.

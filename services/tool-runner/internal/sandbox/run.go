@@ -154,13 +154,17 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 		statusW.Close()
 		limits, err = startTraced(cmd, newRlimits(lim))
 		var pathErr *fs.PathError
-		if errors.Is(err, syscall.EPERM) {
-			// The trace refused after the probe allowed it (the runner
-			// itself traced since, by strace -f or a debugger): the
-			// helper runs this one, or says why it cannot.
+		started := errors.As(err, &pathErr) && pathErr.Op == "fork/exec"
+		if started && errors.Is(pathErr.Err, syscall.EPERM) {
+			// The trace refused at the start after the probe allowed it
+			// (the runner itself traced since, by strace -f or a
+			// debugger): the helper runs this command and the next ones,
+			// or says why it cannot. Nothing of the command ran, stdin
+			// included.
+			w.l.traceRefused.Store(true)
 			return w.run(ctx, c, false)
 		}
-		if errors.As(err, &pathErr) && pathErr.Op == "fork/exec" {
+		if started {
 			// What the helper reports as a shell does: exit 127.
 			return notStarted(fmt.Errorf("exec %s: %w", c.Args[0], pathErr.Err), timeout), nil
 		}

@@ -40,7 +40,7 @@ func (l *Local) traces() bool {
 			l.traceErr = l.probeTrace()
 		}
 	})
-	return l.traceErr == nil
+	return l.traceErr == nil && !l.traceRefused.Load()
 }
 
 // LimitsBy says how the backend sets a command's limits: "ptrace" (the
@@ -52,6 +52,8 @@ func (l *Local) LimitsBy() string {
 		return "helper"
 	case l.traces():
 		return "ptrace"
+	case l.traceErr == nil:
+		return "helper (ptrace: refused since the probe)"
 	}
 	return "helper (ptrace: " + l.traceErr.Error() + ")"
 }
@@ -115,8 +117,10 @@ func startTraced(cmd *exec.Cmd, r spawn.Limits) (string, error) {
 		}
 	}
 	report = append(report, asReport)
-	// A stop for another signal than the exec's SIGTRAP (one sent to the
-	// process before its execve) passes that signal on.
+	// The stop is the exec's SIGTRAP: nothing signals the command's new
+	// process group before it is let go (and a stop before its execve would
+	// hold Start, which waits for the execve with vfork semantics). A stop
+	// for any other signal passes that signal on when it is let go.
 	sig := 0
 	if s := ws.StopSignal(); s != syscall.SIGTRAP {
 		sig = int(s)
