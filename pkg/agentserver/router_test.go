@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
@@ -186,20 +183,5 @@ func TestServeRouterRefusesBadArguments(t *testing.T) {
 	err := agentserver.ServeRouter(context.Background(), nil, "tri.age", nil)
 	if !errors.Is(err, routerapi.ErrBadName) {
 		t.Fatalf("ServeRouter: %v, want ErrBadName", err)
-	}
-}
-
-// Serving a router with a user's identity, which may not subscribe to
-// rath.route.>, fails at once, naming the identity that serves.
-func TestServeRouterWithAUsersIdentityFails(t *testing.T) {
-	ns, _ := natstest.Start(t)
-	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := agentserver.ServeRouter(ctx, nc, "handover", agentserver.RouterFunc(func(context.Context, agentserver.RouteRequest) (agentserver.RouteAnswer, error) {
-		return agentserver.RouteAnswer{}, nil
-	}))
-	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "agent-worker") {
-		t.Fatalf("serve a router as a user: %v (ctx %v), want an error naming the agent worker's identity", err, ctx.Err())
 	}
 }

@@ -117,20 +117,32 @@ func TestServedAndScriptedAgentsMix(t *testing.T) {
 	}
 }
 
-// Serving with an identity that may not use the ledger's streams (a
+// Serving an agent or a router with an identity the server refuses (a
 // user's, as the README's program uses) fails at once, saying which
-// identity serves, rather than wait for ever for streams it cannot see.
-func TestServeWithAUsersIdentityFails(t *testing.T) {
-	ns, _ := natstest.Start(t)
-	// The violation is what the test expects: its own handler keeps natstest
-	// from failing the test for it.
-	nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := agentserver.Serve(ctx, nc, "planner", agentserver.Func(func(context.Context, agentserver.Turn) (agentserver.Answer, error) {
-		return agentserver.Answer{}, nil
-	}))
-	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "agent-worker") {
-		t.Fatalf("serve as a user: %v (ctx %v), want an error naming the agent worker's identity", err, ctx.Err())
+// identity serves, rather than wait for ever for what it cannot see.
+func TestServingWithAUsersIdentityFails(t *testing.T) {
+	for name, serve := range map[string]func(context.Context, *nats.Conn) error{
+		"agent": func(ctx context.Context, nc *nats.Conn) error {
+			return agentserver.Serve(ctx, nc, "planner", agentserver.Func(func(context.Context, agentserver.Turn) (agentserver.Answer, error) {
+				return agentserver.Answer{}, nil
+			}))
+		},
+		"router": func(ctx context.Context, nc *nats.Conn) error {
+			return agentserver.ServeRouter(ctx, nc, "handover", agentserver.RouterFunc(func(context.Context, agentserver.RouteRequest) (agentserver.RouteAnswer, error) {
+				return agentserver.RouteAnswer{}, nil
+			}))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns, _ := natstest.Start(t)
+			// The violation is what the test expects: its own handler keeps
+			// natstest from failing the test for it.
+			nc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := serve(ctx, nc); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "agent-worker") {
+				t.Fatalf("serve as a user: %v (ctx %v), want an error naming the agent worker's identity", err, ctx.Err())
+			}
+		})
 	}
 }
