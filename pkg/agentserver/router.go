@@ -80,7 +80,14 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	slots := make(chan struct{}, o.workers)
-	var wg sync.WaitGroup
+	var (
+		wg sync.WaitGroup
+		// stopped is set before the wait for the questions in hand: a
+		// question the drain did not stop in time goes unanswered (the
+		// selector asks again) rather than join the wait.
+		mu      sync.Mutex
+		stopped bool
+	)
 	// A connection's last error stays until it reconnects: only a refusal
 	// of this subscription, after it, is this call's.
 	before := nc.LastError()
@@ -88,7 +95,14 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 		// Blocks the subscription while every worker is busy: questions
 		// queue in the client, and the selector's wait bounds them.
 		slots <- struct{}{}
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			<-slots
+			return
+		}
 		wg.Add(1)
+		mu.Unlock()
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			answerQuestion(hctx, m, name, r, log)
@@ -116,6 +130,9 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 		case <-hctx.Done():
 		}
 	}
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
 	wg.Wait()
 	return nil
 }
