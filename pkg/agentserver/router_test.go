@@ -75,13 +75,7 @@ func TestServedRouterRoutesAMixedWorkflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := workflow.Store(ctx, wf, c.PutBlob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Start(ctx, "routed", events.SessionStarted{Task: "plan", Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref}); err != nil {
-		t.Fatal(err)
-	}
+	startWorkflow(t, c, wf, "routed")
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	var routes []string

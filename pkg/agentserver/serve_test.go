@@ -56,13 +56,7 @@ func TestServedAndScriptedAgentsMix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := workflow.Store(ctx, wf, c.PutBlob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Start(ctx, "mix", events.SessionStarted{Task: "plan", Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref}); err != nil {
-		t.Fatal(err)
-	}
+	startWorkflow(t, c, wf, "mix")
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	var log []events.Stored
@@ -114,6 +108,20 @@ func TestServedAndScriptedAgentsMix(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
+	}
+}
+
+// startWorkflow stores wf's bundle and starts session id running it, with
+// the task "plan".
+func startWorkflow(t *testing.T, c *client.Client, wf *workflow.Workflow, id string) {
+	t.Helper()
+	ctx := context.Background()
+	ref, err := workflow.Store(ctx, wf, c.PutBlob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, id, events.SessionStarted{Task: "plan", Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref}); err != nil {
+		t.Fatal(err)
 	}
 }
 
