@@ -30,7 +30,8 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	return w.run(ctx, c, w.l.iso == nil && w.l.traces())
 }
 
-// run is Run, the command started traced (trace.go) or through the helper.
+// run is Run, the command started traced (trace.go; the local backend only)
+// or through the helper.
 func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, error) {
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return Result{}, errors.New("run: empty command")
@@ -63,7 +64,6 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 		WaitDelay: 2 * time.Second,
 	}
 	var info *os.File // bwrap's --info-fd, read for the sandbox's init
-	traced := false   // started by the runner itself, not the helper
 	var proxy *netProxy
 	if iso := w.l.iso; iso != nil {
 		argv, extra, env := c.Args, []bind(nil), []string{}
@@ -145,12 +145,11 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 				return notStarted(err, timeout), nil
 			}
 			cmd.Path, cmd.Args, cmd.ExtraFiles = path, c.Args, nil
-			traced = true
 		}
 	}
 	start := time.Now()
 	var limits string
-	if traced {
+	if trace {
 		statusW.Close()
 		limits, err = startTraced(cmd, newRlimits(lim))
 		var pathErr *fs.PathError
@@ -237,7 +236,7 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	res.Stderr, res.StderrBytes = string(stderr.buf), stderr.total
 	res.Truncated = stdout.total > int64(len(stdout.buf)) || stderr.total > int64(len(stderr.buf))
 	res.Limits = "timeout=" + timeout.String()
-	if s := <-status; traced {
+	if s := <-status; trace {
 		res.Limits += " " + limits
 	} else if s != "" {
 		res.Limits += " " + s
