@@ -163,10 +163,14 @@ func (h *harness) agentLatency(ctx context.Context, dir string, start events.Ses
 }
 
 // agentThroughput is 5b: the same sessions started agentsInFlight at a
-// time through k processes of each worker kind, for each k.
+// time through k processes of each worker kind, for each k. With
+// profiling, the binaries carry the profiling hook and the worker processes
+// of the first row are profiled while its sessions run, into
+// 5b-<kind>.pprof.
 func (h *harness) agentThroughput(ctx context.Context, dir string, start events.SessionStarted, feed *liveFeed) error {
+	profile := h.cfg.profileDir != ""
 	h.logf("5b: building %s", strings.Join(agentKinds, ", "))
-	bins, err := buildServices(ctx, filepath.Join(h.dir, "bin"), agentKinds...)
+	bins, err := buildServices(ctx, filepath.Join(h.dir, "bin"), profile, agentKinds...)
 	if err != nil {
 		return err
 	}
@@ -176,18 +180,29 @@ func (h *harness) agentThroughput(ctx context.Context, dir string, start events.
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		procs, err := h.startAgentProcesses(ctx, bins, dir, k)
+		profDir := ""
+		if profile && k == agentProcs[0] {
+			profDir = h.cfg.profileDir
+		}
+		procs, err := h.startAgentProcesses(ctx, bins, dir, k, profDir)
 		if err != nil {
 			h.stopAgentProcesses(procs)
 			return err
 		}
 		ids := agentIDs(fmt.Sprintf("agents-p%d", k), n)
 		h.logf("5b: %d sessions, %d in flight, %d process(es) of each worker kind", n, agentsInFlight, k)
+		var stopProfiles []func() error
+		for _, p := range procs { // nothing without profDir
+			stopProfiles = append(stopProfiles, p.profile(filepath.Join(h.cfg.profileDir, "5b-"+p.prog()+".pprof")))
+		}
 		cpu := h.cpuStart()
 		began := time.Now()
 		err = h.runSessions(ctx, start, feed, ids, agentsInFlight)
 		took := time.Since(began)
 		use := cpu.stop()
+		for _, stop := range stopProfiles {
+			err = errors.Join(err, stop())
+		}
 		if err := errors.Join(err, h.stopAgentProcesses(procs)); err != nil {
 			return err
 		}
@@ -309,7 +324,7 @@ func (h *harness) startAgentsInProcess(dir string) (func(), error) {
 	cfg.ToolRunner.Sandbox.Root = filepath.Join(h.dir, "workspaces-inproc")
 	cfg.ToolRunner.Seeds = dir
 	bin := filepath.Join(h.dir, "helper-bin")
-	if _, err := buildServices(context.Background(), bin, "tool-runner/"+sandboxHelper); err != nil {
+	if _, err := buildServices(context.Background(), bin, false, "tool-runner/"+sandboxHelper); err != nil {
 		return nil, fmt.Errorf("the sandbox helper: %w", err)
 	}
 	cfg.ToolRunner.Sandbox.Helper = filepath.Join(bin, sandboxHelper)
@@ -353,8 +368,11 @@ func (h *harness) startAgentsInProcess(dir string) (func(), error) {
 }
 
 // startAgentProcesses runs k processes of each worker kind and waits until
-// each kind's consumer has k pull requests waiting.
-func (h *harness) startAgentProcesses(ctx context.Context, bins map[string]string, dir string, k int) ([]*ledgerRun, error) {
+// each kind's consumer has k pull requests waiting. With profDir, binaries
+// built with the profiling hook write their profiles there (profile): the
+// hook names the files after the binary, so only one process of each kind
+// may be profiled at a time.
+func (h *harness) startAgentProcesses(ctx context.Context, bins map[string]string, dir string, k int, profDir string) ([]*ledgerRun, error) {
 	var procs []*ledgerRun
 	for _, kind := range agentKinds {
 		for i := 1; i <= k; i++ {
@@ -363,7 +381,7 @@ func (h *harness) startAgentProcesses(ctx context.Context, bins map[string]strin
 			if kind == "tool-runner" {
 				args = append(args, "--workspaces", filepath.Join(h.dir, "workspaces-"+name), "--seeds", dir, "--timeout", "30s", "--sandbox", events.BackendLocal)
 			}
-			p, err := startCommand(name, filepath.Join(h.dir, name+".log"), bins[kind], args, []string{"RATH_NATS_URL="})
+			p, err := startCommand(name, filepath.Join(h.dir, name+".log"), bins[kind], args, []string{"RATH_NATS_URL="}, profDir)
 			if err != nil {
 				return procs, err
 			}
@@ -437,17 +455,32 @@ func (h *harness) workerPIDs() []string {
 }
 
 // buildServices builds the service binaries of kinds (their directories
-// under ./services) into dir with one go build.
-func buildServices(ctx context.Context, dir string, kinds ...string) (map[string]string, error) {
+// under ./services) into dir with one go build. With profile, the binaries
+// of kinds (not the tool runner's spawn helper) carry the profiling hook.
+func buildServices(ctx context.Context, dir string, profile bool, kinds ...string) (map[string]string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	var pkgs []string
 	bins := map[string]string{}
 	for _, k := range kinds {
-		args = append(args, "./services/"+k)
-		bins[k] = filepath.Join(dir, k)
+		pkgs = append(pkgs, "./services/"+k)
+		bins[k] = filepath.Join(dir, filepath.Base(k))
+	}
+	if profile {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		ov, err := writeProfileOverlay(dir, root, pkgs...)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-overlay", ov)
+	}
+	args = append(args, pkgs...)
+	for _, k := range kinds {
 		if k == "tool-runner" { // its spawn helper, found beside it
 			args = append(args, "./services/tool-runner/"+sandboxHelper)
 		}

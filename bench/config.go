@@ -62,7 +62,8 @@ type config struct {
 	// ledgerBin is a prebuilt session-ledger binary ("" builds one).
 	ledgerBin string
 	// profileDir, if set, receives CPU profiles of this process and of the
-	// ledger (built with a profiling hook) per section.
+	// ledger (built with a profiling hook) per section, and of the worker
+	// processes of 5b's first row (5b-<kind>.pprof, built with the same hook).
 	profileDir string
 	// timeout bounds the whole run.
 	timeout time.Duration
@@ -101,7 +102,7 @@ func parseFlags(args []string) (config, error) {
 	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ",")+"; also "+strings.Join(optionalSections, ",")+" (durability: R1 default sync, R1 sync always, R3, servers of its own; cluster: the process-cluster test at full scale, a leader killed and one stopped; console: the web console's pages with a 10,000-event session and 100,000 sessions; goapi: one agent turn forwarded through the Go Session API against the raw client, and a Go agent's turn against a YAML-declared scripted one)")
 	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
 	fs.StringVar(&c.ledgerBin, "ledger-bin", "", "prebuilt session-ledger binary (default: go build ./services/session-ledger)")
-	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the harness and of the ledger per section")
+	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the harness and of the ledger per section, and of 5b's worker processes at 1 of each kind")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound on the whole run (default 40m, 5m with --quick)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (JetStream store, ledger logs)")
 	fs.IntVar(&c.tries, "tries", 3, "measure a figure disturbed by other processes up to this many times (1 with --quick unless set)")

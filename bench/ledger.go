@@ -65,15 +65,8 @@ func buildLedger(ctx context.Context, dir string, profile bool) (string, error) 
 	bin := filepath.Join(dir, "session-ledger")
 	args := []string{"build", "-o", bin}
 	if profile {
-		hook := filepath.Join(dir, "zz_benchprofile.go")
-		if err := os.WriteFile(hook, profileHook, 0o644); err != nil {
-			return "", err
-		}
-		overlay, _ := json.Marshal(map[string]map[string]string{
-			"Replace": {filepath.Join(root, ledgerPkg, "zz_benchprofile.go"): hook},
-		})
-		ov := filepath.Join(dir, "overlay.json")
-		if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		ov, err := writeProfileOverlay(dir, root, ledgerPkg)
+		if err != nil {
 			return "", err
 		}
 		args = append(args, "-overlay", ov)
@@ -86,9 +79,35 @@ func buildLedger(ctx context.Context, dir string, profile bool) (string, error) 
 	return bin, nil
 }
 
+// writeProfileOverlay writes the profiling hook and a go build overlay that
+// adds it to each of the main packages pkgs (directories relative to the
+// module root at root, such as ./services/selector) into dir, and returns
+// the overlay's path. An overlay entry adds the file to that one package
+// directory only: other packages of the same build stay as they are.
+func writeProfileOverlay(dir, root string, pkgs ...string) (string, error) {
+	hook := filepath.Join(dir, "zz_benchprofile.go")
+	if err := os.WriteFile(hook, profileHook, 0o644); err != nil {
+		return "", err
+	}
+	replace := map[string]string{}
+	for _, pkg := range pkgs {
+		replace[filepath.Join(root, pkg, "zz_benchprofile.go")] = hook
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
+	if err != nil {
+		return "", err
+	}
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		return "", err
+	}
+	return ov, nil
+}
+
 // ledgerRun is a running session ledger: service.Run in this process (the
 // topology of `rath up`), or the session-ledger binary as its own process.
-// The agents section runs its worker processes as ledgerRuns too.
+// The agents section runs its worker processes as ledgerRuns too (and
+// profiles them with the same hook).
 type ledgerRun struct {
 	name    string
 	logPath string
@@ -135,23 +154,19 @@ func (h *harness) startInProcess(name, logPath string) (*ledgerRun, error) {
 // startProcess runs the ledger binary against the server at url; its log goes
 // to logPath. The process dies with the harness (Pdeathsig).
 func (h *harness) startProcess(bin, url, name, logPath, profDir string) (*ledgerRun, error) {
-	var env []string
-	if profDir != "" {
-		env = append(env, "RATH_BENCH_PROFILE_DIR="+profDir)
-	}
-	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--creds", h.creds.Path(auth.RoleLedger), "--name", name, "--key", service.KeyFileIn(filepath.Dir(logPath))}, env)
+	p, err := startCommand(name, logPath, bin, []string{"--nats", url, "--creds", h.creds.Path(auth.RoleLedger), "--name", name, "--key", service.KeyFileIn(filepath.Dir(logPath))}, nil, profDir)
 	if err != nil {
 		return nil, fmt.Errorf("start ledger: %w", err)
 	}
-	p.profDir = profDir
 	return p, nil
 }
 
 // startCommand runs a service binary with args and the harness's
 // environment plus env; its output goes to logPath. The process dies with
 // the harness (Pdeathsig). The agents section runs the worker services with
-// it too.
-func startCommand(name, logPath, bin string, args, env []string) (*ledgerRun, error) {
+// it too. With profDir, a binary built with the profiling hook writes its
+// profiles there (see profile); without, the hook stays off.
+func startCommand(name, logPath, bin string, args, env []string, profDir string) (*ledgerRun, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -159,12 +174,12 @@ func startCommand(name, logPath, bin string, args, env []string) (*ledgerRun, er
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), env...), "RATH_BENCH_PROFILE_DIR="+profDir)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &ledgerRun{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	p := &ledgerRun{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{}), profDir: profDir}
 	go func() {
 		p.waitErr = cmd.Wait()
 		logf.Close()
@@ -327,30 +342,34 @@ func (p *ledgerRun) logSummary(substr string) string {
 	return s
 }
 
-// profile starts a CPU profile of a ledger process for one section and
-// returns the function that stops it and moves it to dst. Without profiling,
-// or in this process (whose own profile covers the ledger), it does nothing.
+// profileWait bounds the wait for a process's hook to write a profile.
+const profileWait = 15 * time.Second
+
+// prog is the name the profiling hook gives the process's files: the base
+// name of its executable.
+func (p *ledgerRun) prog() string {
+	return filepath.Base(p.cmd.Args[0])
+}
+
+// profile starts a CPU profile of a process (the ledger, or a worker of the
+// agents section) and returns the function that stops it and moves it to
+// dst. Without profiling, or in this process (whose own profile covers the
+// ledger), it does nothing.
 func (p *ledgerRun) profile(dst string) func() error {
 	if p.profDir == "" || p.cmd == nil {
 		return func() error { return nil }
 	}
 	p.nprof++
-	n := p.nprof
+	name := filepath.Join(p.profDir, fmt.Sprintf("%s-cpu-%d", p.prog(), p.nprof))
+	_ = os.Remove(name + ".done") // left by an earlier run into the same directory
 	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		return func() error { return err }
+		return func() error { return fmt.Errorf("%s: start CPU profile: %w", p.name, err) }
 	}
 	return func() error {
 		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-			return err
+			return fmt.Errorf("%s: stop CPU profile: %w", p.name, err)
 		}
-		done := filepath.Join(p.profDir, fmt.Sprintf("ledger-cpu-%d.done", n))
-		for range 100 {
-			if _, err := os.Stat(done); err == nil {
-				return os.Rename(filepath.Join(p.profDir, fmt.Sprintf("ledger-cpu-%d.pprof", n)), dst)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return fmt.Errorf("ledger profile %d not written", n)
+		return p.awaitProfile(name, dst, "CPU profile")
 	}
 }
 
@@ -361,15 +380,32 @@ func (p *ledgerRun) heapProfile(dst string) error {
 		return nil
 	}
 	p.nheap++
+	name := filepath.Join(p.profDir, fmt.Sprintf("%s-heap-%d", p.prog(), p.nheap))
+	_ = os.Remove(name + ".done") // left by an earlier run into the same directory
 	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
-		return err
+		return fmt.Errorf("%s: heap profile: %w", p.name, err)
 	}
-	name := filepath.Join(p.profDir, fmt.Sprintf("ledger-heap-%d", p.nheap))
-	for range 200 {
+	return p.awaitProfile(name, dst, "heap profile")
+}
+
+// awaitProfile waits up to profileWait for the hook's .done marker beside
+// name+".pprof" and moves the profile to dst.
+func (p *ledgerRun) awaitProfile(name, dst, what string) error {
+	deadline := time.Now().Add(profileWait)
+	for {
 		if _, err := os.Stat(name + ".done"); err == nil {
+			_ = os.Remove(name + ".done")
 			return os.Rename(name+".pprof", dst)
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s (%s) exited before writing its %s %s.pprof: %v (log %s)", p.name, p.where(), what, name, p.waitErr, p.logPath)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s (%s): no %s %s.pprof (no %s.done) within %s; is %s built with the profiling hook (bench/testdata/profilehook.go.txt)? (log %s)",
+				p.name, p.where(), what, name, filepath.Base(name), profileWait, p.cmd.Args[0], p.logPath)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("ledger heap profile %d not written", p.nheap)
 }
