@@ -48,6 +48,13 @@ type Handler struct {
 	Types []string
 	// Handle handles one event.
 	Handle func(ctx context.Context, ev events.Stored) error
+	// Observe, if set, is shown every event received (of Types or not), in
+	// the order delivered and before any is handled, with its stream
+	// sequence: a handler that folds sessions (fold.Cache.Observe) keeps
+	// them current from its own deliveries instead of reading the log on
+	// each event. Such a handler receives every kind (events.Tokens) and
+	// names the ones it handles in Types: the others are acked once seen.
+	Observe func(ctx context.Context, ev events.Stored, streamSeq uint64)
 	// MaxAttempts bounds the failures of one event in a process: errors
 	// neither Permanent nor Waiting (default 5). The event is then given up.
 	MaxAttempts int
@@ -189,23 +196,27 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	// finish is redelivered.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	shards := make([]chan jetstream.Msg, h.Workers)
+	shards := make([]chan delivery, h.Workers)
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = make(chan jetstream.Msg, 32)
+		shards[i] = make(chan delivery, 32)
 		wg.Add(1)
-		go func(ch chan jetstream.Msg) {
+		go func(ch chan delivery) {
 			defer wg.Done()
-			for m := range ch {
-				r.deliver(hctx, m)
+			for d := range ch {
+				r.deliver(hctx, d)
 			}
 		}(shards[i])
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		d, ok := r.receive(hctx, m)
+		if !ok {
+			return
+		}
 		sid, _ := events.SessionFromSubject(m.Subject())
 		f := fnv.New32a()
 		f.Write([]byte(sid))
-		shards[f.Sum32()%uint32(len(shards))] <- m
+		shards[f.Sum32()%uint32(len(shards))] <- d
 	}, jetstream.PullMaxMessages(h.Workers*8), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			r.log.Debug("consumer", "err", err)
@@ -297,19 +308,41 @@ func (f *failures) done(seq uint64) {
 	delete(f.n, seq)
 }
 
-func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
-	ev, err := events.ParseStored(m.Data())
-	if err != nil {
-		r.giveUp(ctx, m, events.Stored{}, 1, Permanent(err))
-		return
+// delivery is a message received, parsed, for a handling goroutine.
+type delivery struct {
+	m        jetstream.Msg
+	ev       events.Stored
+	parseErr error
+	attempt  int
+	seq      uint64 // stream sequence
+}
+
+// receive parses a message as it arrives, shows it to Observe and acks it
+// at once if it is not of the handled types. It reports whether the message
+// is to be handled (or given up, unparsable).
+func (r *runner) receive(ctx context.Context, m jetstream.Msg) (delivery, bool) {
+	d := delivery{m: m, attempt: 1}
+	if d.ev, d.parseErr = events.ParseStored(m.Data()); d.parseErr != nil {
+		return d, true
 	}
-	if len(r.types) > 0 && !r.types[ev.Type] {
-		_ = m.Ack()
-		return
-	}
-	attempt, seq := 1, uint64(0)
 	if meta, err := m.Metadata(); err == nil {
-		attempt, seq = int(meta.NumDelivered), meta.Sequence.Stream
+		d.attempt, d.seq = int(meta.NumDelivered), meta.Sequence.Stream
+	}
+	if r.h.Observe != nil && d.seq != 0 {
+		r.h.Observe(ctx, d.ev, d.seq)
+	}
+	if len(r.types) > 0 && !r.types[d.ev.Type] {
+		_ = m.Ack()
+		return d, false
+	}
+	return d, true
+}
+
+func (r *runner) deliver(ctx context.Context, d delivery) {
+	m, ev, attempt, seq := d.m, d.ev, d.attempt, d.seq
+	if d.parseErr != nil {
+		r.giveUp(ctx, m, events.Stored{}, 1, Permanent(d.parseErr))
+		return
 	}
 	// The handler continues the trace of the append that stored the event
 	// (the ledger puts its context on the stored message).
@@ -319,7 +352,7 @@ func (r *runner) deliver(ctx context.Context, m jetstream.Msg) {
 			attribute.String("rath.session", ev.Session), attribute.Int64("rath.seq", int64(ev.Seq)),
 			attribute.String("rath.event.type", ev.Type), attribute.String("rath.event.id", ev.ID), attribute.Int("rath.attempt", attempt)))
 	defer span.End()
-	err = r.handle(context.WithValue(ctx, attemptKey{}, attempt), m, ev)
+	err := r.handle(context.WithValue(ctx, attemptKey{}, attempt), m, ev)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -263,3 +263,74 @@ func (w *logWatch) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// Observe is shown every event received, handled or not, in order, before
+// the handler gets the events it handles: a handler that folds sessions
+// holds the session up to its trigger without reading the log.
+func TestObserveSeesEveryEventBeforeItsHandler(t *testing.T) {
+	nc, c := setup(t)
+	ctx := context.Background()
+	var (
+		mu       sync.Mutex
+		observed = map[string][]uint64{}
+		handled  = map[string][]uint64{}
+		bad      []string
+	)
+	run(t, nc, c, consume.Handler{
+		Name: "test-observe", Tokens: events.Tokens(), Types: []string{events.TypeWorkDone}, Workers: 2,
+		Observe: func(_ context.Context, ev events.Stored, streamSeq uint64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if streamSeq == 0 {
+				bad = append(bad, "no stream sequence for "+ev.ID)
+			}
+			observed[ev.Session] = append(observed[ev.Session], ev.Seq)
+		},
+		Handle: func(_ context.Context, ev events.Stored) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if ev.Type != events.TypeWorkDone {
+				bad = append(bad, "handled "+ev.Type)
+			}
+			if o := observed[ev.Session]; len(o) == 0 || o[len(o)-1] < ev.Seq {
+				bad = append(bad, "handled "+ev.ID+" before observing it")
+			}
+			handled[ev.Session] = append(handled[ev.Session], ev.Seq)
+			if len(handled[ev.Session]) == 2 {
+				_, err := c.Emit(ctx, ev.Session, &events.SessionClosed{Outcome: "succeeded"})
+				return err
+			}
+			return nil
+		},
+	})
+	for _, id := range []string{"w1", "w2"} {
+		if _, err := c.Start(ctx, id, events.SessionStarted{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []any{&events.ChunkAppended{Role: "user", Content: "x"}, &events.WorkDone{WorkID: "a"},
+			&events.ChunkAppended{Role: "user", Content: "y"}, &events.WorkDone{WorkID: "b"}} {
+			if _, err := c.Emit(ctx, id, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, id := range []string{"w1", "w2"} {
+		testrig.WaitFor(t, c, id, events.TypeSessionClosed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatal(strings.Join(bad, "; "))
+	}
+	for _, id := range []string{"w1", "w2"} {
+		o := observed[id]
+		for i := range 5 {
+			if i >= len(o) || o[i] != uint64(i+1) {
+				t.Fatalf("%s observed %v, want 1…5 in order first", id, o)
+			}
+		}
+		if h := handled[id]; len(h) != 2 || h[0] != 3 || h[1] != 5 {
+			t.Fatalf("%s handled %v, want its two work.done events, 3 and 5", id, h)
+		}
+	}
+}

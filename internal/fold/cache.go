@@ -58,7 +58,9 @@ type Cache struct {
 	reader  *Reader
 	entries *lru.Sized[string, *entry]
 
-	loads, refolds atomic.Int64
+	loads, refolds, scans atomic.Int64
+	// fed: Observe was called; refresh reads the last event first.
+	fed atomic.Bool
 }
 
 // entry is one session's folded state. st is folded up to some sequence;
@@ -76,6 +78,7 @@ type entry struct {
 	streamSeq uint64         // stream sequence of the last event read (folded or in tail)
 	tail      []events.Stored
 	head      *session.State // nil: st is the head, or nobody asked
+	gap       bool           // Observe was shown an event beyond the next
 	// Approximate bytes of st, tail and head: a state's JSON size when
 	// loaded, plus the stored size of each event folded into it since.
 	stSize, tailSize, headSize int64
@@ -104,11 +107,14 @@ type Stats struct {
 	// Refolds counts states asked for at a sequence below what the cache
 	// had folded, folded anew from a snapshot.
 	Refolds int64
+	// Scans counts refreshes that read a session's log from where the cache
+	// stopped (a fed cache that holds every event scans none).
+	Scans int64
 }
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
-	return Stats{Sessions: c.entries.Len(), Bytes: c.entries.Bytes(), Loads: c.loads.Load(), Refolds: c.refolds.Load()}
+	return Stats{Sessions: c.entries.Len(), Bytes: c.entries.Bytes(), Loads: c.loads.Load(), Refolds: c.refolds.Load(), Scans: c.scans.Load()}
 }
 
 // State returns the state of session id at sequence at, 0 for its head (the
@@ -146,11 +152,29 @@ var ErrBehind = errors.New("a replica of the sessions stream is behind an event 
 // rather than a state: taken for the head, it would make a handler drop its
 // trigger as superseded (seen on a cluster whose leader was stopped with
 // SIGSTOP: a turn never taken, a session never closed).
+//
+// The cache folds up to seq and keeps what came after it apart, like
+// StateAndHead: a handler's next trigger of the session comes after this
+// one, and a state cannot be unfolded (a selector that decides on trigger
+// seq+1 after a StateSince of seq would otherwise fold the session anew
+// from the log).
 func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session.State, error) {
-	st, err := c.State(ctx, id, 0)
+	slot := c.entries.Get(id, newEntry)
+	e := slot.Value
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer c.account(slot)
+	err := c.current(ctx, e)
+	if err == nil {
+		err = c.foldTail(ctx, e, seq)
+	}
 	if api.CodeOf(err) == api.CodeNotFound {
 		return nil, fmt.Errorf("state of %s: no events, but %d was delivered: %w", id, seq, ErrBehind)
 	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.headOf(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +182,26 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 		return nil, fmt.Errorf("state of %s: head %d, but %d was delivered: %w", id, st.Seq, seq, ErrBehind)
 	}
 	return st, nil
+}
+
+// headOf returns the entry's state with its tail folded in, kept as e.head
+// while the tail is not empty; the caller holds e.mu.
+func (c *Cache) headOf(ctx context.Context, e *entry) (*session.State, error) {
+	if len(e.tail) == 0 {
+		return e.st.View(), nil
+	}
+	if e.head == nil {
+		head := e.st.View()
+		for _, ev := range e.tail {
+			if err := c.reader.Fold(ctx, head, ev); err != nil {
+				return nil, c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
+			}
+		}
+		e.head = head
+		// About as much again: the head's slices part from st's as it grows.
+		e.headSize = e.stSize + e.tailSize
+	}
+	return e.head.View(), nil
 }
 
 // StateAndHead returns the state of session id at sequence at and its head,
@@ -191,18 +235,10 @@ func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState
 	if len(e.tail) == 0 {
 		return atState, atState, nil
 	}
-	if e.head == nil {
-		head := e.st.View()
-		for _, ev := range e.tail {
-			if err := c.reader.Fold(ctx, head, ev); err != nil {
-				return nil, nil, c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
-			}
-		}
-		e.head = head
-		// About as much again: the head's slices part from st's as it grows.
-		e.headSize = e.stSize + e.tailSize
+	if head, err = c.headOf(ctx, e); err != nil {
+		return nil, nil, err
 	}
-	return atState, e.head.View(), nil
+	return atState, head, nil
 }
 
 // stateAt serves State(at) for at > 0; the caller holds e.mu.
@@ -292,27 +328,127 @@ func approxSize(st *session.State) int64 {
 	return int64(len(b))
 }
 
+// Observe offers the cache an event delivered from the stream at stream
+// sequence streamSeq, in the order the stream holds it: a worker's consumer
+// that receives every event of its sessions feeds them here, so that its
+// next State finds them read already and asks the stream only for the
+// session's last event, to see that nothing else came (refresh). An event
+// of a session the cache does not hold, or one that does not continue what
+// it read (a redelivery, a gap), is ignored: a read fills in what Observe
+// did not.
+//
+// A session's first event (session.started) starts its entry: a cache fed
+// from the stream's start of a session never reads the session from the
+// log. (A fork's first event folds its parent's state, which is read: such
+// a session is loaded when first asked for, as one not observed.)
+func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64) {
+	c.fed.Store(true)
+	slot, ok := c.entries.Lookup(ev.Session)
+	if !ok {
+		if ev.Seq != 1 || ev.Type != events.TypeSessionStarted {
+			return
+		}
+		slot = c.entries.Get(ev.Session, newEntry)
+	}
+	e := slot.Value
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer c.account(slot)
+	if e.st == nil {
+		if ev.Seq != 1 || ev.Type != events.TypeSessionStarted {
+			return
+		}
+		st := &session.State{}
+		if err := c.reader.Fold(ctx, st, ev); err != nil {
+			return // (a read folds it, and reports what is wrong)
+		}
+		e.st, e.streamSeq, e.stSize = st, streamSeq, int64(len(ev.Raw))
+		return
+	}
+	if streamSeq <= e.streamSeq {
+		return
+	}
+	if ev.Seq != e.next() {
+		// Events of the session went elsewhere (several processes share
+		// the consumer): the next refresh scans without asking first.
+		e.gap = ev.Seq > e.next()
+		return
+	}
+	if err := c.read(ctx, e, ev, streamSeq); err != nil {
+		c.fail(e, fmt.Errorf("observe session %s: %w", e.id, err))
+	}
+}
+
+// next is the session sequence the entry reads next.
+func (e *entry) next() uint64 {
+	if n := len(e.tail); n > 0 {
+		return e.tail[n-1].Seq + 1
+	}
+	return e.st.Seq + 1
+}
+
+// read adds the session's next event, stored at streamSeq, to the tail.
+func (c *Cache) read(ctx context.Context, e *entry, ev events.Stored, streamSeq uint64) error {
+	if e.head != nil {
+		if err := c.reader.Fold(ctx, e.head, ev); err != nil {
+			return err
+		}
+		e.headSize += int64(len(ev.Raw))
+	}
+	e.tail = append(e.tail, ev)
+	e.streamSeq = streamSeq
+	e.tailSize += int64(len(ev.Raw))
+	return nil
+}
+
 // refresh reads the session's own events stored after the last one read
 // into the tail. They must continue the sequence: anything else is a log
 // written around the ledger, which the ledger refuses too.
+//
+// A cache that is fed (Observe) usually holds them already: it reads the
+// session's last event first, a direct get the server answers from its
+// index, and stops there when that event is the last one read or the next.
+// Only a gap is scanned. A session Observe saw a gap in (its events are
+// shared among processes), and any session of an unfed cache, is scanned at
+// once: it has moved on by several events, and the scan finds where. (A scan from a
+// stream sequence walks the stream's messages after it: with many sessions
+// interleaved, its cost grows with the other sessions' events in between,
+// which is what the last-event read avoids.)
 func (c *Cache) refresh(ctx context.Context, e *entry) error {
-	next := e.st.Seq + 1
-	if n := len(e.tail); n > 0 {
-		next = e.tail[n-1].Seq + 1
+	upTo := uint64(0)
+	if c.fed.Load() && !e.gap {
+		last, err := c.reader.store.Last(ctx, e.id)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return nil // a replica that lags answered; the caller checks
+		}
+		if err != nil {
+			return c.fail(e, fmt.Errorf("refresh session %s: %w", e.id, err))
+		}
+		if last.StreamSeq <= e.streamSeq {
+			return nil // (below: a replica that lags answered; the caller checks)
+		}
+		ev, err := events.ParseStored(last.Body)
+		if err != nil {
+			return c.fail(e, fmt.Errorf("refresh session %s: %w", e.id, err))
+		}
+		if ev.Session == e.id && ev.Seq == e.next() && ev.Type != events.TypeSessionArchived {
+			if err := c.read(ctx, e, ev, last.StreamSeq); err != nil {
+				return c.fail(e, fmt.Errorf("refresh session %s: %w", e.id, err))
+			}
+			return nil
+		}
+		upTo = last.StreamSeq
 	}
-	err := c.reader.ScanOwn(ctx, e.id, e.streamSeq+1, 0, func(ev events.Stored, m eventstore.Msg) error {
+	c.scans.Add(1)
+	e.gap = false
+	next := e.next()
+	err := c.reader.ScanOwn(ctx, e.id, e.streamSeq+1, upTo, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.Session != e.id || ev.Seq != next {
 			return api.Errorf(api.CodeDamaged, "session %s: after sequence %d its log holds %s's event %d at stream sequence %d", e.id, next-1, ev.Session, ev.Seq, m.StreamSeq)
 		}
-		if e.head != nil {
-			if err := c.reader.Fold(ctx, e.head, ev); err != nil {
-				return err
-			}
-			e.headSize += int64(len(ev.Raw))
+		if err := c.read(ctx, e, ev, m.StreamSeq); err != nil {
+			return err
 		}
-		e.tail = append(e.tail, ev)
-		e.streamSeq = m.StreamSeq
-		e.tailSize += int64(len(ev.Raw))
 		next++
 		return nil
 	})

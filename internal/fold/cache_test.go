@@ -396,3 +396,150 @@ func TestStatesAreTheCallersOwn(t *testing.T) {
 		t.Fatal("folding on changed a state handed out")
 	}
 }
+
+// stored is a session's events as a consumer receives them, with their
+// stream sequences.
+type stored struct {
+	ev  events.Stored
+	seq uint64
+}
+
+func (r *rig) stored(t *testing.T, id string) []stored {
+	t.Helper()
+	nc := natstest.ConnectAs(t, r.url, auth.RoleSelector)
+	store, err := eventstore.AttachWait(r.ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []stored
+	err = store.ScanParsed(r.ctx, id, 1, 0, func(ev events.Stored, m eventstore.Msg) error {
+		out = append(out, stored{ev, m.StreamSeq})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A cache fed every event of a session from its start (a worker's consumer,
+// consume.Handler.Observe) reads nothing of the session's log: it starts
+// the session from its first event, and each State finds the events read
+// already. What it was not fed, it reads: one event from the session's last
+// event, more by a scan. Redelivered, repeated or unknown events change
+// nothing. Every answer is the ledger's.
+func TestObservedCacheReadsNoLog(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	fed := 0 // events of s1 fed so far
+	feed := func(upTo int) {
+		t.Helper()
+		all := r.stored(t, "s1")
+		for _, s := range all[fed:upTo] {
+			c.Observe(r.ctx, s.ev, s.seq)
+		}
+		fed = upTo
+	}
+	feed(1)
+	if st := c.Stats(); st.Sessions != 1 || st.Loads != 0 {
+		t.Fatalf("after the first event: %+v, want the session held, not loaded", st)
+	}
+	for n := range 3 {
+		r.turn(t, "s1", n)
+		feed(len(r.stored(t, "s1")))
+		head := r.head(t, "s1")
+		st, err := c.StateSince(r.ctx, "s1", head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.equal(t, st, "s1", 0)
+	}
+	if st := c.Stats(); st.Loads != 0 || st.Scans != 0 || st.Refolds != 0 {
+		t.Fatalf("fed every event: %+v, want no load, no scan, no refold", st)
+	}
+	// Fed again (a redelivery), and a later session's event out of turn.
+	all := r.stored(t, "s1")
+	c.Observe(r.ctx, all[3].ev, all[3].seq)
+	c.Observe(r.ctx, all[len(all)-1].ev, all[len(all)-1].seq)
+	r.same(t, c, "s1", 0)
+	// One event not fed: read as the session's last event, no scan.
+	r.emit(t, "s1", &events.ChunkAppended{Role: "user", Content: "unfed"})
+	r.same(t, c, "s1", 0)
+	if st := c.Stats(); st.Scans != 0 {
+		t.Fatalf("one event not fed: %+v, want no scan", st)
+	}
+	fed = len(r.stored(t, "s1"))
+	// A turn not fed: a scan from where the cache stopped, then fed again.
+	r.turn(t, "s1", 5)
+	r.same(t, c, "s1", 0)
+	if st := c.Stats(); st.Scans != 1 {
+		t.Fatalf("a turn not fed: %+v, want one scan", st)
+	}
+	fed = len(r.stored(t, "s1"))
+	r.turn(t, "s1", 6)
+	feed(len(r.stored(t, "s1")))
+	r.same(t, c, "s1", 0)
+	if st := c.Stats(); st.Loads != 0 || st.Scans != 1 || st.Refolds != 0 {
+		t.Fatalf("fed again: %+v, want no load, the one scan, no refold", st)
+	}
+	// A session first seen mid-way is not started from a later event.
+	r.start(t, "s2")
+	r.turn(t, "s2", 0)
+	s2 := r.stored(t, "s2")
+	c.Observe(r.ctx, s2[2].ev, s2[2].seq)
+	if st := c.Stats(); st.Sessions != 1 {
+		t.Fatalf("an unknown session's later event: %+v, want it not held", st)
+	}
+	r.same(t, c, "s2", 0)
+}
+
+// A handler's triggers come in order: StateSince of one, then the state at
+// the next (the selector), folds each event once, with no refold, however
+// far the fed head ran ahead.
+func TestStateSinceKeepsTheHeadApart(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	r.turn(t, "s1", 0)
+	for _, s := range r.stored(t, "s1") {
+		c.Observe(r.ctx, s.ev, s.seq)
+	}
+	head := r.head(t, "s1")
+	for at := uint64(1); at <= head; at++ {
+		h, err := c.StateSince(r.ctx, "s1", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.equal(t, h, "s1", 0)
+		st, _, err := c.StateAndHead(r.ctx, "s1", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.equal(t, st, "s1", at)
+	}
+	if st := c.Stats(); st.Loads != 0 || st.Scans != 0 || st.Refolds != 0 {
+		t.Fatalf("in order: %+v, want no load, scan or refold", st)
+	}
+}
+
+// A cache fed only some of a session's events (processes sharing a
+// consumer) scans for the rest at once, without asking for the last event
+// first, and every answer is the ledger's.
+func TestPartlyFedCacheScans(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	for n := range 3 {
+		r.turn(t, "s1", n)
+	}
+	all := r.stored(t, "s1")
+	c.Observe(r.ctx, all[0].ev, all[0].seq)
+	for i := 1; i < len(all); i += 2 {
+		c.Observe(r.ctx, all[i].ev, all[i].seq)
+	}
+	r.same(t, c, "s1", 0)
+	if st := c.Stats(); st.Loads != 0 || st.Scans != 1 {
+		t.Fatalf("fed every other event: %+v, want no load and one scan", st)
+	}
+}

@@ -51,6 +51,19 @@ func (c *Sized[K, V]) Get(key K, create func(K) V) *Slot[K, V] {
 	return s
 }
 
+// Lookup returns the slot of key as the most recently used, if the key has
+// one.
+func (c *Sized[K, V]) Lookup(key K) (*Slot[K, V], bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*Slot[K, V]), true
+}
+
 // Account records that s holds size bytes now and drops the least recently
 // used slots beyond the bound, never s. A dropped slot is not counted again.
 func (c *Sized[K, V]) Account(s *Slot[K, V], size int64) {

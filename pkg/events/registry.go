@@ -19,6 +19,12 @@ const (
 	TokenAgent        = "agent"
 )
 
+// Tokens returns every subject token, for a consumer that receives every
+// kind of event.
+func Tokens() []string {
+	return []string{TokenLifecycle, TokenConversation, TokenModel, TokenTool, TokenMemory, TokenControl, TokenAgent}
+}
+
 // Kind describes one registered event kind.
 type Kind struct {
 	// Type is the CloudEvents type, the wire name.

@@ -92,11 +92,13 @@ func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library,
 }
 
 // Handler is the worker's consume handler. A session has at most one turn
-// in flight, so turns of different sessions run in parallel.
+// in flight, so turns of different sessions run in parallel. It receives
+// every kind, to keep its folded sessions current (consume.Handler.Observe),
+// and handles requested turns.
 func (w *Worker) Handler() consume.Handler {
 	return consume.Handler{
-		Name: Durable, Tokens: []string{events.TokenAgent}, Types: []string{events.TypeTurnRequested},
-		Handle: w.Handle, Workers: 16, AckWait: time.Minute,
+		Name: Durable, Tokens: events.Tokens(), Types: []string{events.TypeTurnRequested},
+		Handle: w.Handle, Observe: w.cfg.States.Observe, Workers: 16, AckWait: time.Minute,
 	}
 }
 

@@ -76,10 +76,10 @@ func New(c *client.Client, states *fold.Cache, workflows *workflow.Library, time
 // be a routing point.
 func (s *Selector) Handler() consume.Handler {
 	return consume.Handler{
-		Name: Durable,
-		Tokens: []string{events.TokenLifecycle, events.TokenConversation, events.TokenModel, events.TokenTool,
-			events.TokenMemory, events.TokenControl, events.TokenAgent},
+		Name:    Durable,
+		Tokens:  events.Tokens(),
 		Handle:  s.Handle,
+		Observe: s.states.Observe,
 		Workers: 16,
 	}
 }

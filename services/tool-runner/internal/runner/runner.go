@@ -92,11 +92,11 @@ func (r *Runner) Register(ctx context.Context) error {
 // sandbox backends, and the decisions of approvals that gate calls (which
 // run or fail the call they gate). A session's events are handled one at a
 // time, in order, so each call's diff is its own and a move happens between
-// calls. The approval kinds are on the control token, so the consumer
-// reads it too and acks its other kinds unseen.
+// calls. It receives every kind, to keep its folded sessions current
+// (consume.Handler.Observe), and handles those.
 func (r *Runner) Handler() consume.Handler {
 	return consume.Handler{
-		Name: Durable, Tokens: []string{events.TokenTool, events.TokenControl},
+		Name: Durable, Tokens: events.Tokens(), Observe: r.states.Observe,
 		Types:  []string{events.TypeToolRequested, events.TypeSandboxRequested, events.TypeApprovalGranted, events.TypeApprovalRejected, events.TypeApprovalExpired},
 		Handle: r.Handle, Workers: 8, AckWait: time.Minute,
 	}
