@@ -150,6 +150,13 @@ func (h *harness) agentLatency(ctx context.Context, dir string, start events.Ses
 				raw:     fmtDur(rawLat.median() * time.Duration(perSession)),
 				ratio:   fmtRatio(latencyRatio(hp.session.median(), rawLat.median()*time.Duration(perSession)))},
 		)
+		// The same sessions' messages on JetStream alone: the floor of
+		// 5a‴'s CPU per event.
+		floor, err := h.agentFloor(ctx, &a, ids[0], n, try, (use.self+use.ledger+use.workers)/time.Duration(max(hp.events, 1)))
+		if err != nil {
+			return a, fmt.Errorf("5a‴ raw: %w", err)
+		}
+		a.rows = append(a.rows, floor...)
 		if missing := n*perSession - hp.events; perSession > 0 && missing != 0 {
 			h.rep.note("5a: the live feed missed %d events (it is at-most-once); hops that need them are not counted", missing)
 		}
