@@ -189,6 +189,9 @@ type floorRun struct {
 	// hop, when set, is the responder's connection of the ledger-hop
 	// variant: appends go to it by core NATS request/reply.
 	hop *nats.Conn
+	// split: the unbatched variant stores each message of an atomic batch
+	// as a single conditional publish of its own, acked before the next.
+	split bool
 }
 
 // startFloor (re)creates the floor's stream and starts copies of the given
@@ -392,6 +395,12 @@ func (r *floorRun) floorSession(ctx context.Context, p floorPattern, session str
 					last, err = strconv.ParseUint(string(reply.Data), 10, 64)
 				}
 			}
+		} else if r.split {
+			for _, m := range msgs {
+				if last, err = floorPublish(ctx, r.pub, r.js, []*nats.Msg{m}, filter, last); err != nil {
+					break
+				}
+			}
 		} else {
 			last, err = floorPublish(ctx, r.pub, r.js, msgs, filter, last)
 		}
@@ -492,6 +501,13 @@ func (h *harness) agentFloor(ctx context.Context, a *attempt, id string, n, try 
 		plains += c.plain
 	}
 	deliveries, doubles, plains = deliveries/n, doubles/n, plains/n
+	r.split = true
+	h.logf("5a‴ raw: %d sessions of %s's pattern, its atomic batches stored as single publishes", n, id)
+	split, err := h.floorSessions(ctx, a, r, p, fmt.Sprintf("split%d", try), n)
+	if err != nil {
+		return nil, err
+	}
+	r.split = false
 	if err := h.startHop(ctx, r); err != nil {
 		return nil, err
 	}
@@ -521,6 +537,9 @@ func (h *harness) agentFloor(ctx context.Context, a *attempt, id string, n, try 
 	return []row{
 		{id: "5a‴ raw", what: "5a‴'s CPU per event (this process: server, ledger, services, harness) against JetStream's floor for the same messages",
 			rath: rath, rawWhat: what + "; CPU per event of this process", raw: cell(direct), ratio: ratio(direct)},
+		{id: "5a‴ raw, unbatched", what: "as 5a‴ raw",
+			rath: rath, rawWhat: "as 5a‴ raw, but each message of an atomic batch stored as a single conditional publish of its own (what JetStream's atomic batches cost is the difference: at R1 on file storage the server stages each batch in a file store of its own)",
+			raw: cell(split), ratio: ratio(split)},
 		{id: "5a‴ raw+hop", what: "as 5a‴ raw",
 			rath: rath, rawWhat: "as 5a‴ raw, each append sent by core NATS request/reply to a responder on a connection of its own that publishes it and replies (the ledger's hop without its checks, hashing and signing)",
 			raw: cell(hop), ratio: ratio(hop)},
