@@ -1,10 +1,12 @@
 package fold_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/openrath/rath/internal/auth"
@@ -541,5 +543,56 @@ func TestPartlyFedCacheScans(t *testing.T) {
 	r.same(t, c, "s1", 0)
 	if st := c.Stats(); st.Loads != 0 || st.Scans != 1 {
 		t.Fatalf("fed every other event: %+v, want no load and one scan", st)
+	}
+}
+
+// feed shows the cache every stored event of the sessions, in stream order,
+// as a consumer that receives every kind would.
+func (r *rig) feed(t *testing.T, c *fold.Cache, ids ...string) {
+	t.Helper()
+	var all []stored
+	for _, id := range ids {
+		all = append(all, r.stored(t, id)...)
+	}
+	slices.SortFunc(all, func(a, b stored) int { return cmp.Compare(a.seq, b.seq) })
+	for _, s := range all {
+		c.Observe(r.ctx, s.ev, s.seq)
+	}
+}
+
+// Forks, merges and compactions, fed: a fork (whose first event folds its
+// parent's state) is loaded once and fed after; a merge folds in the
+// source's events; every answer is the ledger's, without a scan.
+func TestObservedThroughForkMergeAndCompaction(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	ids := []string{"m1", "x1", "y1"}
+	r.start(t, "m1")
+	r.turn(t, "m1", 0)
+	r.feed(t, c, ids...)
+	at := r.head(t, "m1")
+	for _, id := range []string{"x1", "y1"} {
+		if _, err := r.c.Fork(r.ctx, api.ForkRequest{Parent: "m1", At: at - 3, ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		r.same(t, c, id, 0) // loaded: a fork is not started from its first event
+	}
+	r.turn(t, "x1", 1)
+	r.turn(t, "y1", 2)
+	r.emit(t, "y1", &events.TranscriptCompacted{FromSeq: 2, ToSeq: 9, Summary: "turn 0 ran echo", TokensBefore: 40, TokensAfter: 10})
+	if _, err := r.c.Merge(r.ctx, api.MergeRequest{Target: "y1", Source: "x1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.turn(t, "m1", 3)
+	if _, err := r.c.Merge(r.ctx, api.MergeRequest{Target: "m1", Source: "y1"}); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats()
+	r.feed(t, c, ids...)
+	for _, id := range ids {
+		r.same(t, c, id, 0)
+	}
+	if st := c.Stats(); st.Scans != before.Scans || st.Loads != 2 {
+		t.Fatalf("fed forks and merges: %+v (before %+v), want no scan, the two forks loaded", st, before)
 	}
 }
