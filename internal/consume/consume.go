@@ -44,12 +44,13 @@ type Handler struct {
 	Name string
 	// Tokens selects the kinds of stored events to receive (subject tokens).
 	Tokens []string
-	// Types, if set, are the event types handled; others are acked unseen.
+	// Types, if set, are the event types handled; others are acked without
+	// being handled (after Observe has seen them).
 	Types []string
 	// Handle handles one event.
 	Handle func(ctx context.Context, ev events.Stored) error
 	// Observe, if set, is shown every event received (of Types or not), in
-	// the order delivered and before any is handled, with its stream
+	// the order delivered and before it is handled, with its stream
 	// sequence: a handler that folds sessions (fold.Cache.Observe) keeps
 	// them current from its own deliveries instead of reading the log on
 	// each event. Such a handler receives every kind (events.Tokens) and
@@ -329,13 +330,25 @@ func (r *runner) receive(ctx context.Context, m jetstream.Msg) (delivery, bool) 
 		d.attempt, d.seq = int(meta.NumDelivered), meta.Sequence.Stream
 	}
 	if r.h.Observe != nil && d.seq != 0 {
-		r.h.Observe(ctx, d.ev, d.seq)
+		r.observe(ctx, d.ev, d.seq)
 	}
 	if len(r.types) > 0 && !r.types[d.ev.Type] {
 		_ = m.Ack()
 		return d, false
 	}
 	return d, true
+}
+
+// observe shows an event to the handler's Observe. A panic there is logged
+// and the event goes on to be handled: what Observe keeps is a shortcut,
+// which a handler reads for itself when it is missing.
+func (r *runner) observe(ctx context.Context, ev events.Stored, seq uint64) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("observing an event panicked", "event", ev.ID, "type", ev.Type, "session", ev.Session, "panic", p)
+		}
+	}()
+	r.h.Observe(ctx, ev, seq)
 }
 
 func (r *runner) deliver(ctx context.Context, d delivery) {

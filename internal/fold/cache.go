@@ -48,7 +48,8 @@ func (c CacheConfig) Validate() error {
 // session it does not hold is loaded from the nearest snapshot and the log
 // after it (Reader.StateAt, as the ledger does), and a session it holds is
 // refreshed by reading the session's own log from the stream sequence after
-// the last event it folded. A state it returns is the caller's own (a
+// the last event it folded, unless the worker's consumer showed it those
+// events already (Observe). A state it returns is the caller's own (a
 // session.State.View), equal to what the ledger's State answers for the
 // same session and sequence, whatever happened in between: redeliveries,
 // another process folding the same session, eviction, forks, merges,
@@ -58,7 +59,7 @@ type Cache struct {
 	reader  *Reader
 	entries *lru.Sized[string, *entry]
 
-	loads, refolds, scans atomic.Int64
+	loads, refolds, scans, lasts atomic.Int64
 	// fed: Observe was called; refresh reads the last event first.
 	fed atomic.Bool
 }
@@ -79,6 +80,10 @@ type entry struct {
 	tail      []events.Stored
 	head      *session.State // nil: st is the head, or nobody asked
 	gap       bool           // Observe was shown an event beyond the next
+	asked     bool           // a caller asked for the session
+
+	pmu     sync.Mutex // guards pending
+	pending []observed // observed while mu was held, for its holder
 	// Approximate bytes of st, tail and head: a state's JSON size when
 	// loaded, plus the stored size of each event folded into it since.
 	stSize, tailSize, headSize int64
@@ -108,13 +113,14 @@ type Stats struct {
 	// had folded, folded anew from a snapshot.
 	Refolds int64
 	// Scans counts refreshes that read a session's log from where the cache
-	// stopped (a fed cache that holds every event scans none).
-	Scans int64
+	// stopped (a fed cache that holds every event scans none); Lasts, the
+	// reads of a session's last event by a fed cache's refreshes.
+	Scans, Lasts int64
 }
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
-	return Stats{Sessions: c.entries.Len(), Bytes: c.entries.Bytes(), Loads: c.loads.Load(), Refolds: c.refolds.Load(), Scans: c.scans.Load()}
+	return Stats{Sessions: c.entries.Len(), Bytes: c.entries.Bytes(), Loads: c.loads.Load(), Refolds: c.refolds.Load(), Scans: c.scans.Load(), Lasts: c.lasts.Load()}
 }
 
 // State returns the state of session id at sequence at, 0 for its head (the
@@ -124,7 +130,7 @@ func (c *Cache) Stats() Stats {
 func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State, error) {
 	slot := c.entries.Get(id, newEntry)
 	e := slot.Value
-	e.mu.Lock()
+	c.lock(ctx, e)
 	defer e.mu.Unlock()
 	defer c.account(slot)
 	if at == 0 {
@@ -161,7 +167,7 @@ var ErrBehind = errors.New("a replica of the sessions stream is behind an event 
 func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session.State, error) {
 	slot := c.entries.Get(id, newEntry)
 	e := slot.Value
-	e.mu.Lock()
+	c.lock(ctx, e)
 	defer e.mu.Unlock()
 	defer c.account(slot)
 	err := c.current(ctx, e)
@@ -212,7 +218,7 @@ func (c *Cache) headOf(ctx context.Context, e *entry) (*session.State, error) {
 func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState, head *session.State, err error) {
 	slot := c.entries.Get(id, newEntry)
 	e := slot.Value
-	e.mu.Lock()
+	c.lock(ctx, e)
 	defer e.mu.Unlock()
 	defer c.account(slot)
 	if at == 0 {
@@ -289,6 +295,7 @@ func (c *Cache) load(ctx context.Context, e *entry, at uint64) error {
 		return api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
 	if at == 0 {
+		c.lasts.Add(1)
 		last, err := c.reader.store.Last(ctx, e.id)
 		if errors.Is(err, eventstore.ErrNotFound) {
 			return api.Errorf(api.CodeNotFound, "session %s does not exist", e.id)
@@ -313,10 +320,18 @@ func (c *Cache) load(ctx context.Context, e *entry, at uint64) error {
 		return fmt.Errorf("load session %s: %w", e.id, err)
 	}
 	c.loads.Add(1)
-	e.st, e.streamSeq, e.tail, e.head = st, streamSeq, nil, nil
+	e.st, e.streamSeq, e.tail, e.head, e.gap = st, streamSeq, nil, nil, false
 	e.stSize, e.tailSize, e.headSize = approxSize(st), 0, 0
 	return nil
 }
+
+// eventOverhead is what an event read costs beyond its stored bytes: the
+// parsed event's fields and the message's headers its bytes share a buffer
+// with (about 0.5 KB for Rath's events).
+const eventOverhead = 512
+
+// eventSize is what the cache counts an event read as.
+func eventSize(ev events.Stored) int64 { return int64(len(ev.Raw)) + eventOverhead }
 
 // approxSize is a state's JSON size, what the cache counts it as when it
 // loads it (a load is O(state) already).
@@ -341,6 +356,12 @@ func approxSize(st *session.State) int64 {
 // from the stream's start of a session never reads the session from the
 // log. (A fork's first event folds its parent's state, which is read: such
 // a session is loaded when first asked for, as one not observed.)
+//
+// Observe never waits for a caller that holds the session (which may be
+// reading the stream): the event is left for that caller, which takes it
+// before it reads anything. Nor does it read anything itself: a merge,
+// whose fold reads the merged session's events, is folded by the next
+// caller.
 func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64) {
 	c.fed.Store(true)
 	slot, ok := c.entries.Lookup(ev.Session)
@@ -351,9 +372,60 @@ func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64)
 		slot = c.entries.Get(ev.Session, newEntry)
 	}
 	e := slot.Value
-	e.mu.Lock()
+	if !e.mu.TryLock() {
+		e.pmu.Lock()
+		e.pending = append(e.pending, observed{ev, streamSeq})
+		e.pmu.Unlock()
+		return
+	}
 	defer e.mu.Unlock()
 	defer c.account(slot)
+	defer func() {
+		if p := recover(); p != nil {
+			c.fail(e, nil) // a fold cut short: hold nothing of the session
+			panic(p)
+		}
+	}()
+	c.take(ctx, e)
+	c.observe(ctx, e, ev, streamSeq)
+	if !e.asked && len(e.tail) > unaskedTail {
+		// No handler of this process wants the session (yet): hold no
+		// more of it than a load from a snapshot would read.
+		c.fail(e, nil)
+	}
+}
+
+// unaskedTail bounds the events a cache keeps of a session only observed,
+// never asked for.
+const unaskedTail = 256
+
+// observed is an event Observe left for the caller holding its session.
+type observed struct {
+	ev        events.Stored
+	streamSeq uint64
+}
+
+// lock takes the entry for a caller, with the events observed meanwhile.
+func (c *Cache) lock(ctx context.Context, e *entry) {
+	e.mu.Lock()
+	e.asked = true
+	c.take(ctx, e)
+}
+
+// take applies the events Observe left while the entry was held; the
+// caller holds e.mu.
+func (c *Cache) take(ctx context.Context, e *entry) {
+	e.pmu.Lock()
+	pending := e.pending
+	e.pending = nil
+	e.pmu.Unlock()
+	for _, o := range pending {
+		c.observe(ctx, e, o.ev, o.streamSeq)
+	}
+}
+
+// observe applies one observed event; the caller holds e.mu.
+func (c *Cache) observe(ctx context.Context, e *entry, ev events.Stored, streamSeq uint64) {
 	if e.st == nil {
 		if ev.Seq != 1 || ev.Type != events.TypeSessionStarted {
 			return
@@ -362,17 +434,31 @@ func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64)
 		if err := c.reader.Fold(ctx, st, ev); err != nil {
 			return // (a read folds it, and reports what is wrong)
 		}
-		e.st, e.streamSeq, e.stSize = st, streamSeq, int64(len(ev.Raw))
+		e.st, e.streamSeq, e.stSize = st, streamSeq, eventSize(ev)
 		return
 	}
 	if streamSeq <= e.streamSeq {
 		return
 	}
-	if ev.Seq != e.next() {
+	switch next := e.next(); {
+	case ev.Seq > next+c.reader.every:
+		// Far behind (evicted and started again from a redelivered first
+		// event, say): a load from the nearest snapshot reads less than
+		// a scan of everything in between.
+		c.fail(e, nil)
+		return
+	case ev.Seq > next:
 		// Events of the session went elsewhere (several processes share
 		// the consumer): the next refresh scans without asking first.
-		e.gap = ev.Seq > e.next()
+		e.gap = true
 		return
+	case ev.Seq < next:
+		return
+	}
+	if ev.Type == events.TypeSessionMerged {
+		// Its fold reads the merged session: leave the head to be folded
+		// by the next caller.
+		e.head, e.headSize = nil, 0
 	}
 	if err := c.read(ctx, e, ev, streamSeq); err != nil {
 		c.fail(e, fmt.Errorf("observe session %s: %w", e.id, err))
@@ -393,11 +479,11 @@ func (c *Cache) read(ctx context.Context, e *entry, ev events.Stored, streamSeq 
 		if err := c.reader.Fold(ctx, e.head, ev); err != nil {
 			return err
 		}
-		e.headSize += int64(len(ev.Raw))
+		e.headSize += eventSize(ev)
 	}
 	e.tail = append(e.tail, ev)
 	e.streamSeq = streamSeq
-	e.tailSize += int64(len(ev.Raw))
+	e.tailSize += eventSize(ev)
 	return nil
 }
 
@@ -417,6 +503,7 @@ func (c *Cache) read(ctx context.Context, e *entry, ev events.Stored, streamSeq 
 func (c *Cache) refresh(ctx context.Context, e *entry) error {
 	upTo := uint64(0)
 	if c.fed.Load() && !e.gap {
+		c.lasts.Add(1)
 		last, err := c.reader.store.Last(ctx, e.id)
 		if errors.Is(err, eventstore.ErrNotFound) {
 			return nil // a replica that lags answered; the caller checks
@@ -436,6 +523,11 @@ func (c *Cache) refresh(ctx context.Context, e *entry) error {
 				return c.fail(e, fmt.Errorf("refresh session %s: %w", e.id, err))
 			}
 			return nil
+		}
+		if ev.Session == e.id && ev.Seq > e.next()+c.reader.every {
+			// Far behind: the nearest snapshot and the events after it
+			// read less than a scan of everything in between.
+			return c.load(ctx, e, 0)
 		}
 		upTo = last.StreamSeq
 	}
@@ -468,8 +560,8 @@ func (c *Cache) foldTail(ctx context.Context, e *entry, upTo uint64) error {
 		if err := c.reader.Fold(ctx, e.st, ev); err != nil {
 			return c.fail(e, fmt.Errorf("fold session %s at %d: %w", e.id, ev.Seq, err))
 		}
-		e.stSize += int64(len(ev.Raw))
-		e.tailSize -= int64(len(ev.Raw))
+		e.stSize += eventSize(ev)
+		e.tailSize -= eventSize(ev)
 		n++
 	}
 	e.tail = e.tail[n:]
@@ -483,7 +575,7 @@ func (c *Cache) foldTail(ctx context.Context, e *entry, upTo uint64) error {
 // fail forgets an entry whose state may be half folded: the next use loads
 // it again.
 func (c *Cache) fail(e *entry, err error) error {
-	e.st, e.tail, e.head, e.streamSeq = nil, nil, nil, 0
+	e.st, e.tail, e.head, e.streamSeq, e.gap = nil, nil, nil, 0, false
 	e.stSize, e.tailSize, e.headSize = 0, 0, 0
 	return err
 }

@@ -460,7 +460,7 @@ func TestObservedCacheReadsNoLog(t *testing.T) {
 	if st := c.Stats(); st.Loads != 0 || st.Scans != 0 || st.Refolds != 0 {
 		t.Fatalf("fed every event: %+v, want no load, no scan, no refold", st)
 	}
-	// Fed again (a redelivery), and a later session's event out of turn.
+	// Fed again (redeliveries).
 	all := r.stored(t, "s1")
 	c.Observe(r.ctx, all[3].ev, all[3].seq)
 	c.Observe(r.ctx, all[len(all)-1].ev, all[len(all)-1].seq)
@@ -472,18 +472,26 @@ func TestObservedCacheReadsNoLog(t *testing.T) {
 		t.Fatalf("one event not fed: %+v, want no scan", st)
 	}
 	fed = len(r.stored(t, "s1"))
-	// A turn not fed: a scan from where the cache stopped, then fed again.
+	// Two events not fed: a scan from where the cache stopped.
+	r.emit(t, "s1", &events.ChunkAppended{Role: "user", Content: "unfed 1"})
+	r.emit(t, "s1", &events.ChunkAppended{Role: "user", Content: "unfed 2"})
+	r.same(t, c, "s1", 0)
+	if st := c.Stats(); st.Scans != 1 || st.Loads != 0 {
+		t.Fatalf("two events not fed: %+v, want one scan", st)
+	}
+	// A turn not fed, more than a snapshot interval: loaded from the
+	// nearest snapshot instead of scanned; then fed again.
 	r.turn(t, "s1", 5)
 	r.same(t, c, "s1", 0)
-	if st := c.Stats(); st.Scans != 1 {
-		t.Fatalf("a turn not fed: %+v, want one scan", st)
+	if st := c.Stats(); st.Scans != 1 || st.Loads != 1 {
+		t.Fatalf("a turn not fed: %+v, want it loaded, no other scan", st)
 	}
 	fed = len(r.stored(t, "s1"))
 	r.turn(t, "s1", 6)
 	feed(len(r.stored(t, "s1")))
 	r.same(t, c, "s1", 0)
-	if st := c.Stats(); st.Loads != 0 || st.Scans != 1 || st.Refolds != 0 {
-		t.Fatalf("fed again: %+v, want no load, the one scan, no refold", st)
+	if st := c.Stats(); st.Loads != 1 || st.Scans != 1 || st.Refolds != 0 {
+		t.Fatalf("fed again: %+v, want no other load or scan, no refold", st)
 	}
 	// A session first seen mid-way is not started from a later event.
 	r.start(t, "s2")
@@ -504,9 +512,7 @@ func TestStateSinceKeepsTheHeadApart(t *testing.T) {
 	c := r.cache(t, 0)
 	r.start(t, "s1")
 	r.turn(t, "s1", 0)
-	for _, s := range r.stored(t, "s1") {
-		c.Observe(r.ctx, s.ev, s.seq)
-	}
+	r.feed(t, c, "s1")
 	head := r.head(t, "s1")
 	for at := uint64(1); at <= head; at++ {
 		h, err := c.StateSince(r.ctx, "s1", at)
@@ -526,23 +532,34 @@ func TestStateSinceKeepsTheHeadApart(t *testing.T) {
 }
 
 // A cache fed only some of a session's events (processes sharing a
-// consumer) scans for the rest at once, without asking for the last event
-// first, and every answer is the ledger's.
+// consumer) scans for the rest at once, without reading the last event
+// first; one that falls further behind than a snapshot interval forgets
+// the session and loads it from a snapshot when asked. Every answer is the
+// ledger's.
 func TestPartlyFedCacheScans(t *testing.T) {
 	r := newRig(t)
 	c := r.cache(t, 0)
 	r.start(t, "s1")
-	for n := range 3 {
-		r.turn(t, "s1", n)
-	}
+	r.turn(t, "s1", 0)
 	all := r.stored(t, "s1")
-	c.Observe(r.ctx, all[0].ev, all[0].seq)
-	for i := 1; i < len(all); i += 2 {
+	for _, i := range []int{0, 1, 3} { // the third went to another process
 		c.Observe(r.ctx, all[i].ev, all[i].seq)
 	}
 	r.same(t, c, "s1", 0)
-	if st := c.Stats(); st.Loads != 0 || st.Scans != 1 {
-		t.Fatalf("fed every other event: %+v, want no load and one scan", st)
+	if st := c.Stats(); st.Loads != 0 || st.Scans != 1 || st.Lasts != 0 {
+		t.Fatalf("fed with a gap: %+v, want no load, one scan, no last-event read", st)
+	}
+	r.start(t, "s2")
+	r.turn(t, "s2", 0)
+	all = r.stored(t, "s2")
+	c.Observe(r.ctx, all[0].ev, all[0].seq)
+	c.Observe(r.ctx, all[1+snapshotEvery+1].ev, all[1+snapshotEvery+1].seq)
+	if st := c.Stats(); st.Sessions != 1 {
+		t.Fatalf("fed an event more than a snapshot interval ahead: %+v, want the session forgotten", st)
+	}
+	r.same(t, c, "s2", 0)
+	if st := c.Stats(); st.Loads != 1 {
+		t.Fatalf("asked for a forgotten session: %+v, want it loaded", st)
 	}
 }
 
@@ -594,5 +611,73 @@ func TestObservedThroughForkMergeAndCompaction(t *testing.T) {
 	}
 	if st := c.Stats(); st.Scans != before.Scans || st.Loads != 2 {
 		t.Fatalf("fed forks and merges: %+v (before %+v), want no scan, the two forks loaded", st, before)
+	}
+}
+
+// Observe never waits for a caller holding the session: what it is shown
+// meanwhile is left for that caller, which takes it before reading, so
+// nothing is scanned.
+func TestObserveLeavesEventsForTheHolder(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	r.feed(t, c, "s1")
+	r.turn(t, "s1", 0)
+	release := c.Hold("s1")
+	for _, s := range r.stored(t, "s1")[1:] {
+		c.Observe(r.ctx, s.ev, s.seq) // returns at once, or the test hangs
+	}
+	release()
+	r.same(t, c, "s1", 0)
+	if st := c.Stats(); st.Loads != 0 || st.Scans != 0 {
+		t.Fatalf("events observed while held: %+v, want no load, no scan", st)
+	}
+}
+
+// The head kept beside a state at a trigger follows what is fed after it.
+func TestFedHeadFollows(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	r.turn(t, "s1", 0)
+	r.feed(t, c, "s1")
+	at := r.head(t, "s1") - 3
+	if _, _, err := c.StateAndHead(r.ctx, "s1", at); err != nil {
+		t.Fatal(err)
+	}
+	fed := len(r.stored(t, "s1"))
+	r.turn(t, "s1", 1)
+	for _, s := range r.stored(t, "s1")[fed:] {
+		c.Observe(r.ctx, s.ev, s.seq)
+	}
+	st, h, err := c.StateAndHead(r.ctx, "s1", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", at)
+	r.equal(t, h, "s1", 0)
+	if st := c.Stats(); st.Scans != 0 || st.Refolds != 0 {
+		t.Fatalf("head followed: %+v, want no scan, no refold", st)
+	}
+}
+
+// A fork's first event folds its parent's state: a cache is not started
+// from it, and loads the fork when asked.
+func TestFedForkIsLoaded(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "p1")
+	r.turn(t, "p1", 0)
+	if _, err := r.c.Fork(r.ctx, api.ForkRequest{Parent: "p1", At: 3, ID: "f1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.turn(t, "f1", 1)
+	c := r.cache(t, 0)
+	r.feed(t, c, "f1")
+	if st := c.Stats(); st.Sessions != 0 {
+		t.Fatalf("fed a fork's events: %+v, want nothing held", st)
+	}
+	r.same(t, c, "f1", 0)
+	if st := c.Stats(); st.Loads != 1 {
+		t.Fatalf("asked for the fork: %+v, want it loaded", st)
 	}
 }
