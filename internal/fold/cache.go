@@ -126,7 +126,9 @@ func (c *Cache) Stats() Stats {
 // State returns the state of session id at sequence at, 0 for its head (the
 // last event stored, as of the call), like the ledger's State. A sequence at
 // or after what the cache has folded costs the events in between; an
-// earlier one is folded anew from a snapshot.
+// earlier one is folded anew from a snapshot. A fed cache (Observe) answers
+// the head without folding the events after the state its handlers use: a
+// trigger of the session still waiting to be handled would be below it.
 func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State, error) {
 	slot := c.entries.Get(id, newEntry)
 	e := slot.Value
@@ -136,6 +138,9 @@ func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State
 	if at == 0 {
 		if err := c.current(ctx, e); err != nil {
 			return nil, err
+		}
+		if c.fed.Load() {
+			return c.headOf(ctx, e)
 		}
 		if err := c.foldTail(ctx, e, 0); err != nil {
 			return nil, err

@@ -681,3 +681,25 @@ func TestFedForkIsLoaded(t *testing.T) {
 		t.Fatalf("asked for the fork: %+v, want it loaded", st)
 	}
 }
+
+// A fed cache's head, asked for between triggers (a timer firing, a recall),
+// leaves the state at the last trigger: the next trigger is not refolded.
+func TestFedHeadBetweenTriggers(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	r.turn(t, "s1", 0)
+	r.feed(t, c, "s1")
+	head := r.head(t, "s1")
+	for at := uint64(1); at <= head; at++ {
+		st, _, err := c.StateAndHead(r.ctx, "s1", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.equal(t, st, "s1", at)
+		r.same(t, c, "s1", 0)
+	}
+	if st := c.Stats(); st.Refolds != 0 || st.Scans != 0 {
+		t.Fatalf("heads between triggers: %+v, want no refold, no scan", st)
+	}
+}
