@@ -111,6 +111,18 @@ func (r *rig) equal(t *testing.T, got *session.State, id string, at uint64) {
 	}
 }
 
+// sameAndHead fails unless the cache's StateAndHead of id at at is the
+// ledger's state at at and its head.
+func (r *rig) sameAndHead(t *testing.T, c *fold.Cache, id string, at uint64) {
+	t.Helper()
+	st, h, err := c.StateAndHead(r.ctx, id, at)
+	if err != nil {
+		t.Fatalf("cache state and head of %s at %d: %v", id, at, err)
+	}
+	r.equal(t, st, id, at)
+	r.equal(t, h, id, 0)
+}
+
 func js(t *testing.T, st *session.State) string {
 	t.Helper()
 	b, err := json.Marshal(st)
@@ -174,12 +186,7 @@ func TestStateAndHeadInOrder(t *testing.T) {
 	head := r.head(t, "s1")
 	c := r.cache(t, 0)
 	for at := uint64(1); at <= head; at++ {
-		st, h, err := c.StateAndHead(r.ctx, "s1", at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.equal(t, st, "s1", at)
-		r.equal(t, h, "s1", 0)
+		r.sameAndHead(t, c, "s1", at)
 		if at == 5 {
 			// Stored while the walk is under way: the head moves on.
 			r.turn(t, "s1", 7)
@@ -190,12 +197,7 @@ func TestStateAndHeadInOrder(t *testing.T) {
 		t.Fatalf("walk in order: %+v, want one load and no refold", st)
 	}
 	// A redelivery below the walk is folded anew, and equal.
-	st, h, err := c.StateAndHead(r.ctx, "s1", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.equal(t, st, "s1", 3)
-	r.equal(t, h, "s1", 0)
+	r.sameAndHead(t, c, "s1", 3)
 }
 
 // StateSince is the head when it includes the delivered sequence, and
@@ -520,11 +522,7 @@ func TestStateSinceKeepsTheHeadApart(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.equal(t, h, "s1", 0)
-		st, _, err := c.StateAndHead(r.ctx, "s1", at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.equal(t, st, "s1", at)
+		r.sameAndHead(t, c, "s1", at)
 	}
 	if st := c.Stats(); st.Loads != 0 || st.Scans != 0 || st.Refolds != 0 {
 		t.Fatalf("in order: %+v, want no load, scan or refold", st)
@@ -650,12 +648,7 @@ func TestFedHeadFollows(t *testing.T) {
 	for _, s := range r.stored(t, "s1")[fed:] {
 		c.Observe(r.ctx, s.ev, s.seq)
 	}
-	st, h, err := c.StateAndHead(r.ctx, "s1", at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.equal(t, st, "s1", at)
-	r.equal(t, h, "s1", 0)
+	r.sameAndHead(t, c, "s1", at)
 	if st := c.Stats(); st.Scans != 0 || st.Refolds != 0 {
 		t.Fatalf("head followed: %+v, want no scan, no refold", st)
 	}
@@ -692,11 +685,7 @@ func TestFedHeadBetweenTriggers(t *testing.T) {
 	r.feed(t, c, "s1")
 	head := r.head(t, "s1")
 	for at := uint64(1); at <= head; at++ {
-		st, _, err := c.StateAndHead(r.ctx, "s1", at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.equal(t, st, "s1", at)
+		r.sameAndHead(t, c, "s1", at)
 		r.same(t, c, "s1", 0)
 	}
 	if st := c.Stats(); st.Refolds != 0 || st.Scans != 0 {
