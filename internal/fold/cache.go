@@ -300,7 +300,6 @@ func (c *Cache) load(ctx context.Context, e *entry, at uint64) error {
 		return api.Errorf(api.CodeInvalidSession, "%v", err)
 	}
 	if at == 0 {
-		c.lasts.Add(1)
 		last, err := c.reader.store.Last(ctx, e.id)
 		if errors.Is(err, eventstore.ErrNotFound) {
 			return api.Errorf(api.CodeNotFound, "session %s does not exist", e.id)
