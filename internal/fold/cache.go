@@ -261,12 +261,7 @@ func (c *Cache) stateAt(ctx context.Context, e *entry, at uint64) (*session.Stat
 	}
 	if at < e.st.Seq {
 		// Below what is folded: a state cannot be unfolded.
-		c.refolds.Add(1)
-		st, _, err := c.reader.StateAt(ctx, e.id, at)
-		if err != nil {
-			return nil, fmt.Errorf("state of %s at %d: %w", e.id, at, err)
-		}
-		return st, nil
+		return c.refold(ctx, e, at)
 	}
 	if err := c.foldTail(ctx, e, at); err != nil {
 		return nil, err
@@ -274,6 +269,11 @@ func (c *Cache) stateAt(ctx context.Context, e *entry, at uint64) (*session.Stat
 	if e.st.Seq < at {
 		if err := c.refresh(ctx, e); err != nil {
 			return nil, err
+		}
+		if at < e.st.Seq {
+			// The refresh loaded the head from a snapshot (the cache was
+			// far behind), past at.
+			return c.refold(ctx, e, at)
 		}
 		if err := c.foldTail(ctx, e, at); err != nil {
 			return nil, err
@@ -283,6 +283,17 @@ func (c *Cache) stateAt(ctx context.Context, e *entry, at uint64) (*session.Stat
 		return nil, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d (head %d)", e.id, at, e.st.Seq)
 	}
 	return e.st.View(), nil
+}
+
+// refold folds session e anew from a snapshot up to at, below what the
+// cache folded.
+func (c *Cache) refold(ctx context.Context, e *entry, at uint64) (*session.State, error) {
+	c.refolds.Add(1)
+	st, _, err := c.reader.StateAt(ctx, e.id, at)
+	if err != nil {
+		return nil, fmt.Errorf("state of %s at %d: %w", e.id, at, err)
+	}
+	return st, nil
 }
 
 // current loads or refreshes an entry up to the last stored event.

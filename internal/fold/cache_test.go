@@ -692,3 +692,18 @@ func TestFedHeadBetweenTriggers(t *testing.T) {
 		t.Fatalf("heads between triggers: %+v, want no refold, no scan", st)
 	}
 }
+
+// A trigger's state asked for when the cache is far behind it: the head is
+// loaded from a snapshot, and the trigger's state folded anew, equal.
+func TestFarBehindStateAt(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	r.feed(t, c, "s1")
+	r.turn(t, "s1", 0) // not fed: more than a snapshot interval
+	at := r.head(t, "s1") - 2
+	r.sameAndHead(t, c, "s1", at)
+	if st := c.Stats(); st.Loads != 1 || st.Refolds != 1 {
+		t.Fatalf("far behind a trigger: %+v, want the head loaded and the trigger refolded", st)
+	}
+}
