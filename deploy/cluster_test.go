@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // TestComposeClusterForms starts the three NATS nodes of docker-compose.yml in
@@ -44,9 +44,12 @@ func TestComposeClusterForms(t *testing.T) {
 	if len(names) != natsNodes {
 		t.Fatalf("NATS services %v, want %d", names, natsNodes)
 	}
+	// Chosen together: ports chosen one at a time, each closed before the
+	// next, can repeat, and a node whose cluster port its peer took never
+	// becomes ready (seen once in CI: "nats-2 not ready").
 	clusterPorts := map[string]int{}
-	for _, n := range names {
-		clusterPorts[n] = freePort(t)
+	for i, port := range natstest.FreePorts(t, len(names)) {
+		clusterPorts[names[i]] = port
 	}
 	var servers []*server.Server
 	for _, n := range names {
@@ -83,8 +86,9 @@ func TestComposeClusterForms(t *testing.T) {
 		servers = append(servers, srv)
 	}
 	for i, srv := range servers {
-		if !srv.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("%s not ready", names[i])
+		if !srv.ReadyForConnections(30 * time.Second) {
+			t.Fatalf("%s not ready after 30 s (client listener %v, cluster listener %v on port %d)",
+				names[i], srv.Addr(), srv.ClusterAddr(), clusterPorts[names[i]])
 		}
 	}
 
@@ -164,14 +168,4 @@ func TestComposeClusterForms(t *testing.T) {
 	if err := admin.DeleteStream(ctx, cfg.Name); err != nil {
 		t.Errorf("admin cannot delete the stream: %v", err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

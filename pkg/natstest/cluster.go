@@ -88,7 +88,7 @@ func startNodesWith(t testing.TB, n, up int, bin string) *Cluster {
 	}
 	c := &Cluster{t: t, name: "rath-test", creds: set, bin: bin}
 	urls := make([]string, n)
-	ports := freePorts(t, 3*n)
+	ports := FreePorts(t, 3*n)
 	for i := range n {
 		nd := &node{
 			name:        fmt.Sprintf("rath-%d", i),
@@ -126,11 +126,12 @@ func startNodesWith(t testing.TB, n, up int, bin string) *Cluster {
 	return c
 }
 
-// freePorts returns n distinct loopback ports free now (all held open until
-// every one is chosen, so none is handed out twice). A node's ports are
-// fixed before it starts, so that routes can name them and a restarted node
-// comes back where its peers and clients look for it.
-func freePorts(t testing.TB, n int) []int {
+// FreePorts returns n distinct loopback ports free now (all held open until
+// every one is chosen, so none is handed out twice: ports chosen one at a
+// time, each closed before the next, can repeat). A node's ports are fixed
+// before it starts, so that routes can name them and a restarted node comes
+// back where its peers and clients look for it.
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports := make([]int, 0, n)
 	for range n {
