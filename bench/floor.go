@@ -221,9 +221,10 @@ func (h *harness) startFloor(ctx context.Context, tmpl []*floorConsumer) (*floor
 		return nil, fmt.Errorf("create stream %s: %w", floorStream, err)
 	}
 	for _, t := range tmpl {
-		c := *t
+		c := new(floorConsumer)
+		*c = *t
 		c.got = make(chan error, 1024)
-		r.cons = append(r.cons, &c)
+		r.cons = append(r.cons, c)
 		if c.nc, err = h.connect(auth.RoleAdmin, "rath-bench-floor-"+c.name, true); err != nil {
 			r.stop()
 			return nil, err
@@ -248,17 +249,16 @@ func (h *harness) startFloor(ctx context.Context, tmpl []*floorConsumer) (*floor
 			r.stop()
 			return nil, fmt.Errorf("floor consumer %s: %w", c.name, err)
 		}
-		cc := &c
-		cc.cc, err = cons.Consume(func(m jetstream.Msg) {
+		c.cc, err = cons.Consume(func(m jetstream.Msg) {
 			ev, err := events.ParseStored(m.Data())
 			switch {
 			case err != nil:
-			case cc.all || cc.handles[ev.Type]:
+			case c.all || c.handles[ev.Type]:
 				err = m.DoubleAck(ctx)
 			default:
 				err = m.Ack()
 			}
-			cc.got <- err
+			c.got <- err
 		}, jetstream.PullMaxMessages(max(c.pending/8, 1)), jetstream.PullExpiry(floorPullExpiry), jetstream.PullHeartbeat(floorPullHeartbeat))
 		if err != nil {
 			r.stop()

@@ -381,7 +381,7 @@ func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64)
 	c.fed.Store(true)
 	slot, ok := c.entries.Lookup(ev.Session)
 	if !ok {
-		if ev.Seq != 1 || ev.Type != events.TypeSessionStarted {
+		if !startsSession(ev) {
 			return
 		}
 		slot = c.entries.Get(ev.Session, newEntry)
@@ -408,6 +408,12 @@ func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64)
 		// more of it than a load from a snapshot would read.
 		c.fail(e, nil)
 	}
+}
+
+// startsSession reports whether ev is a session's first event that folds
+// from nothing: its session.started (a fork's first event reads its parent).
+func startsSession(ev events.Stored) bool {
+	return ev.Seq == 1 && ev.Type == events.TypeSessionStarted
 }
 
 // unaskedTail bounds the events a cache keeps of a session only observed,
@@ -442,7 +448,7 @@ func (c *Cache) take(ctx context.Context, e *entry) {
 // observe applies one observed event; the caller holds e.mu.
 func (c *Cache) observe(ctx context.Context, e *entry, ev events.Stored, streamSeq uint64) {
 	if e.st == nil {
-		if ev.Seq != 1 || ev.Type != events.TypeSessionStarted {
+		if !startsSession(ev) {
 			return
 		}
 		st := &session.State{}
