@@ -26,6 +26,7 @@ const (
 	exitDiverged    = 7
 	exitDenied      = 8
 	exitNotPending  = 9
+	exitQuota       = 10
 )
 
 // usageError marks a bad command line: an unknown command or flag, a wrong
@@ -96,6 +97,9 @@ func (e *brokenError) Error() string {
 //	9  the approval is not pending: the session never requested it
 //	   (unknown_approval) or it was granted or rejected already
 //	   (approval_settled)
+//	10 over quota: the ledger refused because the tenant is at one of its
+//	   quotas (quota_exceeded); the message names the quota, its limit and
+//	   the flag that raises it
 func exitCode(err error) int {
 	var (
 		usage     usageError
@@ -138,6 +142,8 @@ func exitCode(err error) int {
 			return exitNotPending
 		case api.CodeNotApprover:
 			return exitDenied
+		case api.CodeQuotaExceeded:
+			return exitQuota
 		}
 	case noAnswer(err):
 		return exitUnavailable

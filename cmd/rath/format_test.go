@@ -31,6 +31,7 @@ func TestExitCode(t *testing.T) {
 		{&brokenError{session: "s"}, exitBroken},
 		{api.Errorf(api.CodeConflict, "retry"), exitUnavailable},
 		{api.Errorf(api.CodeUnavailable, "retry"), exitUnavailable},
+		{fmt.Errorf("start s: %w", api.Errorf(api.CodeQuotaExceeded, "at most 3")), exitQuota},
 		{fmt.Errorf("log: %w", nats.ErrNoResponders), exitUnavailable},
 		{&unreachableError{err: nats.ErrNoServers}, exitUnavailable},
 		{api.Errorf("brand_new", "?"), exitError},

@@ -118,7 +118,8 @@ Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
 ledger (or by the tool runner: rath to), 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
 7 a replay diverged from its original, 8 not authorized (no or unknown
 credentials, or a permission the identity lacks), 9 the approval is not
-pending (rath approve, rath reject: unknown or decided already).`,
+pending (rath approve, rath reject: unknown or decided already), 10 over
+quota (the tenant is at a quota of the ledger's: the message names it).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {

@@ -54,6 +54,7 @@ const (
 	CodeNotApprover     Code = "not_approver"      // a grant or rejection by a principal that does not hold the approver role asked
 	CodeConflict        Code = "conflict"          // concurrent appenders kept winning; retry
 	CodeDamaged         Code = "damaged"           // a stored event is not the ledger's (forged, altered or lost): nothing more is appended
+	CodeQuotaExceeded   Code = "quota_exceeded"    // the asker's tenant is at one of its quotas (the message names it, its limit and the flag that raises it)
 	CodeUnavailable     Code = "unavailable"       // JetStream or the ledger failed; retry
 )
 
@@ -104,6 +105,12 @@ var (
 	ErrNotApprover     = &Error{Code: CodeNotApprover, Message: "not an approver of the role asked"}
 	ErrConflict        = &Error{Code: CodeConflict, Message: "concurrent appenders kept winning"}
 	ErrDamaged         = &Error{Code: CodeDamaged, Message: "session's stored events are damaged"}
+	// ErrQuotaExceeded: the ledger refused a request because the asker's
+	// tenant is at a quota (durable feeds, sessions started per minute,
+	// blob bytes, pulls in flight). Asking again succeeds only once the
+	// tenant is below it again (a minute later, for starts) or an operator
+	// raised it.
+	ErrQuotaExceeded = &Error{Code: CodeQuotaExceeded, Message: "tenant at a quota"}
 	// ErrUnavailable also matches the Go client's failures to reach the
 	// ledger at all (no responders, timeouts), which CodeOf reports as
 	// CodeUnavailable too.

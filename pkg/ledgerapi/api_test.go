@@ -28,12 +28,13 @@ var sentinels = map[api.Code]error{
 	api.CodeDuplicateID:    api.ErrDuplicateID,
 	api.CodeConflict:       api.ErrConflict,
 	api.CodeDamaged:        api.ErrDamaged,
+	api.CodeQuotaExceeded:  api.ErrQuotaExceeded,
 	api.CodeUnavailable:    api.ErrUnavailable,
 }
 
 func TestSentinels(t *testing.T) {
-	if len(sentinels) != 18 {
-		t.Fatalf("%d sentinels, want one for each of the 18 codes", len(sentinels))
+	if len(sentinels) != 19 {
+		t.Fatalf("%d sentinels, want one for each of the 19 codes", len(sentinels))
 	}
 	for code, sentinel := range sentinels {
 		err := fmt.Errorf("append e1 to session s: %w", api.Errorf(code, "session s: something about %s", code))
