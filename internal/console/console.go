@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -47,16 +48,29 @@ type Server struct {
 	closed context.Context
 	close  context.CancelFunc
 
-	// login, when set, signs people in (login.go); users are the
-	// sign-ins by token.
-	login *Login
-	mu    sync.Mutex
-	users map[string]*user
+	// login, when set, signs people in with their credentials (login.go);
+	// links, with one-time links (links.go); users are the sign-ins by
+	// token, pending the links not used yet, idle how long a sign-in
+	// lasts unused.
+	login   *Login
+	links   *Links
+	mu      sync.Mutex
+	users   map[string]*user
+	pending map[linkKey]link
+	idle    time.Duration
+	now     func() time.Time
+
+	// hosts are what a request's Host may name (hosts.go); hostsErr is
+	// WithHosts' complaint, which New returns.
+	hosts    hosts
+	hostsErr error
 }
 
-// New returns the console of the sessions c may read, acting as c; with
-// WithLogin, of the sessions each signed-in person may read, acting as them
-// (c may then be nil).
+// New returns the console of the sessions c may read, acting as c for
+// whoever reaches it; with WithLogin, of the sessions each person signed in
+// with their credentials may read, acting as them (c may then be nil);
+// with WithLinks, acting as c for whoever signed in with a one-time link.
+// Either way it answers only requests for its own addresses (WithHosts).
 func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
@@ -65,13 +79,19 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	s := &Server{c: c, log: log, pages: pages, mux: http.NewServeMux(), timeout: 10 * time.Second}
+	s := &Server{c: c, log: log, pages: pages, mux: http.NewServeMux(), timeout: 10 * time.Second,
+		users: make(map[string]*user), pending: make(map[linkKey]link), idle: 8 * time.Hour, now: time.Now, hosts: loopbackOnly}
 	s.closed, s.close = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
-	if s.c == nil && s.login == nil {
+	switch {
+	case s.hostsErr != nil:
+		return nil, s.hostsErr
+	case s.c == nil && s.login == nil:
 		return nil, errors.New("console: no client, and no sign-in")
+	case s.c == nil && s.links != nil:
+		return nil, errors.New("console: sign-in links act as the console's client, and there is none")
 	}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -80,6 +100,7 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	s.mux.Handle("GET /favicon.ico", http.RedirectHandler("/assets/favicon.svg", http.StatusMovedPermanently))
 	s.mux.HandleFunc("GET /login", s.loginForm)
+	s.mux.HandleFunc("GET /login/{token}", s.useLink)
 	s.mux.HandleFunc("GET /{$}", s.sessions)
 	s.mux.HandleFunc("GET /api/sessions", s.sessionsJSON)
 	s.mux.HandleFunc("GET /s/{id}", s.session)
@@ -98,7 +119,7 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	s.mux.Handle("POST /s/{id}/approvals/{approval}/{decision}", cop.Handler(http.HandlerFunc(s.decide)))
 	s.mux.Handle("POST /s/{id}/fork", cop.Handler(http.HandlerFunc(s.fork)))
 	s.mux.Handle("POST /s/{id}/lifecycle/{action}", cop.Handler(http.HandlerFunc(s.lifecycle)))
-	s.mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.signIn)))
+	s.mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.signInCreds)))
 	s.mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(s.signOut)))
 	return s, nil
 }
@@ -107,25 +128,43 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 // graceful shutdown until their browsers leave.
 func (s *Server) Close() {
 	s.close()
-	if s.login != nil {
-		s.closeUsers()
-	}
+	s.closeUsers()
 }
 
 // ServeHTTP implements http.Handler. Every response forbids framing and
-// loading anything from elsewhere.
+// loading anything from elsewhere; a request for another host is refused
+// first; with sign-in, only the sign-in's own paths and the static assets
+// answer before it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
-	if s.login != nil && r.URL.Path != "/login" && !strings.HasPrefix(r.URL.Path, "/assets/") {
+	if !s.checkHost(w, r) {
+		return
+	}
+	if s.signsIn() && !open(r.URL.Path) {
 		var ok bool
 		if r, ok = s.signedIn(w, r); !ok {
 			return
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// signsIn says whether pages need a sign-in.
+func (s *Server) signsIn() bool { return s.login != nil || s.links != nil }
+
+// open says whether p answers without a sign-in: the sign-in page, a
+// link, the static assets. p is judged cleaned, as the mux routes it (an
+// unclean path is only redirected to its clean one).
+func open(p string) bool {
+	p = path.Clean(p)
+	if p == "/login" || strings.HasPrefix(p, "/assets/") {
+		return true
+	}
+	token, ok := strings.CutPrefix(p, "/login/")
+	return ok && token != "" && !strings.Contains(token, "/")
 }
 
 // ctx bounds a page's requests to the ledger.
@@ -149,7 +188,7 @@ type framed interface{ frame() *Frame }
 // render writes a page, titled, or the error that kept it from rendering.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data framed) {
 	f := data.frame()
-	f.Title, f.Who, f.SignOut = title, s.who(r), s.login != nil
+	f.Title, f.Who, f.SignOut = title, s.who(r), s.signsIn()
 	var b strings.Builder
 	if err := s.pages.ExecuteTemplate(&b, name, data); err != nil {
 		s.log.Error("console: render", "page", name, "err", err)

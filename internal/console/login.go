@@ -40,12 +40,30 @@ type Option func(*Server)
 // client it was given.
 func WithLogin(l Login) Option {
 	return func(s *Server) {
-		if l.Idle <= 0 {
-			l.Idle = 8 * time.Hour
+		if l.Idle > 0 {
+			s.idle = l.Idle
 		}
 		s.login = &l
-		s.users = make(map[string]*user)
 	}
+}
+
+// WithHosts has the console answer only requests whose Host is one of the
+// addresses it serves: addr, the address its listener bound (host:port;
+// on loopback also localhost, 127.0.0.1 and [::1] with its port; on every
+// address, 0.0.0.0 or [::], any IP literal with its port and localhost),
+// and names the operator gave (NAME:PORT, or NAME with any port: a proxy's
+// name). Without it the console answers to loopback names only, on any
+// port. Any other Host is refused (421), signed in or not.
+func WithHosts(addr string, names ...string) Option {
+	return func(s *Server) {
+		s.hosts, s.hostsErr = newHosts(addr, names)
+	}
+}
+
+// WithClock has the console read the time from now (sign-ins' idling,
+// links' expiry), for tests.
+func WithClock(now func() time.Time) Option {
+	return func(s *Server) { s.now = now }
 }
 
 // cookieName holds a signed-in person's token.
@@ -56,11 +74,42 @@ const maxCreds = 16 << 10
 
 // user is one person signed in.
 type user struct {
-	c     *client.Client
+	c *client.Client
+	// nc is the sign-in's own connection (credentials); nil for a link's,
+	// which shares the console's client.
 	nc    *nats.Conn
 	as    events.Principal
 	used  time.Time
 	token string
+}
+
+// end closes the sign-in's own connection, if it has one.
+func (u *user) end() {
+	if u.nc != nil {
+		u.nc.Close()
+	}
+}
+
+// signIn records a new sign-in of c as as, on nc when it is the sign-in's
+// own, and returns it with its token (a random cookie value).
+func (s *Server) signIn(c *client.Client, nc *nats.Conn, as events.Principal) (*user, error) {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, fmt.Errorf("console: sign-in token: %w", err)
+	}
+	u := &user{c: c, nc: nc, as: as, used: s.now(), token: base64.RawURLEncoding.EncodeToString(raw[:])}
+	s.mu.Lock()
+	s.users[u.token] = u
+	s.mu.Unlock()
+	return u, nil
+}
+
+// setCookie gives the browser the sign-in's token: never readable by a
+// script, never sent with a request another site started, and over TLS
+// only when the console is served over TLS.
+func setCookie(w http.ResponseWriter, r *http.Request, u *user) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: u.token, Path: "/", HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
 type userKey struct{}
@@ -75,7 +124,8 @@ func (s *Server) client(r *http.Request) *client.Client {
 }
 
 // signedIn admits a request with a live sign-in, or sends the person to
-// sign in (an API request gets 401).
+// sign in (an API request and any other method than GET gets 401, and
+// nothing is done).
 func (s *Server) signedIn(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	ck, err := r.Cookie(cookieName)
 	var u *user
@@ -90,7 +140,12 @@ func (s *Server) signedIn(w http.ResponseWriter, r *http.Request) (*http.Request
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return r, false
 	}
-	return r.WithContext(context.WithValue(r.Context(), userKey{}, u)), true
+	return r.WithContext(withUser(r.Context(), u)), true
+}
+
+// withUser is ctx of a request u makes.
+func withUser(ctx context.Context, u *user) context.Context {
+	return context.WithValue(ctx, userKey{}, u)
 }
 
 // user returns the live sign-in of token. Every sign-in that idled out
@@ -99,11 +154,11 @@ func (s *Server) signedIn(w http.ResponseWriter, r *http.Request) (*http.Request
 func (s *Server) user(token string) *user {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.now()
 	for t, u := range s.users {
-		if now.Sub(u.used) > s.login.Idle {
+		if now.Sub(u.used) > s.idle {
 			delete(s.users, t)
-			u.nc.Close()
+			u.end()
 		}
 	}
 	u := s.users[token]
@@ -114,41 +169,58 @@ func (s *Server) user(token string) *user {
 	return u
 }
 
+// loginPage offers the ways this console signs people in: Creds, the
+// credentials form; Links, the one-time links rath up prints.
 type loginPage struct {
 	Frame
-	Error string
+	Error        string
+	Creds, Links bool
 }
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
-	if s.login == nil {
+	if !s.signsIn() {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	s.render(w, r, "login.html", "Sign in", &loginPage{})
+	s.render(w, r, "login.html", "Sign in", s.loginPage(""))
 }
 
-// signIn connects as the uploaded credentials, checks that the ledger
+func (s *Server) loginPage(err string) *loginPage {
+	return &loginPage{Frame: Frame{Title: "Sign in"}, Error: err, Creds: s.login != nil, Links: s.links != nil}
+}
+
+// refuseSignIn answers a sign-in that failed with the sign-in page and why.
+func (s *Server) refuseSignIn(w http.ResponseWriter, why string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	var b strings.Builder
+	if err := s.pages.ExecuteTemplate(&b, "login.html", s.loginPage(why)); err != nil {
+		s.log.Error("console: render", "page", "login.html", "err", err)
+		return
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// signInCreds connects as the uploaded credentials, checks that the ledger
 // answers that identity, and sets the cookie of the new sign-in.
-func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
+func (s *Server) signInCreds(w http.ResponseWriter, r *http.Request) {
+	if s.login == nil {
+		s.refuseSignIn(w, "this console does not take credentials: open the one-time sign-in link")
+		return
+	}
 	creds, err := uploaded(r)
 	if err == nil {
 		var u *user
 		if u, err = s.connect(r.Context(), creds); err == nil {
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: u.token, Path: "/", HttpOnly: true,
-				Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-			s.log.Info("console: signed in", "as", u.as.String())
+			s.endSignIn(r)
+			setCookie(w, r, u)
+			s.log.Info("console: signed in", "as", u.as.String(), "with", "credentials")
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
 	}
 	s.log.Warn("console: sign-in refused", "err", err)
-	w.WriteHeader(http.StatusUnauthorized)
-	var b strings.Builder
-	if err := s.pages.ExecuteTemplate(&b, "login.html", &loginPage{Frame: Frame{Title: "Sign in"}, Error: err.Error()}); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	_, _ = io.WriteString(w, b.String())
+	s.refuseSignIn(w, err.Error())
 }
 
 // uploaded reads the credentials from the form: a file, or pasted text.
@@ -201,30 +273,34 @@ func (s *Server) connect(ctx context.Context, creds []byte) (*user, error) {
 		nc.Close()
 		return nil, fmt.Errorf("the ledger does not answer %s: %w", id.Principal, err)
 	}
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	u, err := s.signIn(c, nc, id.Principal)
+	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	u := &user{c: c, nc: nc, as: id.Principal, used: time.Now(), token: base64.RawURLEncoding.EncodeToString(raw[:])}
-	s.mu.Lock()
-	s.users[u.token] = u
-	s.mu.Unlock()
 	return u, nil
+}
+
+// endSignIn ends the sign-in r's cookie names, if any, and its connection.
+func (s *Server) endSignIn(r *http.Request) {
+	ck, err := r.Cookie(cookieName)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	u := s.users[ck.Value]
+	delete(s.users, ck.Value)
+	s.mu.Unlock()
+	if u != nil {
+		u.end()
+	}
 }
 
 // signOut ends the sign-in and its connection.
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
-	if ck, err := r.Cookie(cookieName); err == nil {
-		s.mu.Lock()
-		u := s.users[ck.Value]
-		delete(s.users, ck.Value)
-		s.mu.Unlock()
-		if u != nil {
-			u.nc.Close()
-		}
-	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	s.endSignIn(r)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
@@ -233,17 +309,17 @@ func (s *Server) closeUsers() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, u := range s.users {
-		u.nc.Close()
+		u.end()
 		delete(s.users, t)
 	}
 }
 
-// who is the identity pages say they act as.
+// who is the identity pages say they act as: nobody's before a sign-in.
 func (s *Server) who(r *http.Request) string {
 	if u, ok := r.Context().Value(userKey{}).(*user); ok {
 		return u.as.String()
 	}
-	if s.c != nil {
+	if s.c != nil && !s.signsIn() {
 		return s.c.Principal().String()
 	}
 	return ""

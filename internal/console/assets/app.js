@@ -371,6 +371,10 @@ function sessions(table) {
 }
 
 document.addEventListener("DOMContentLoaded", async () => {
+  // A sign-in link's page goes on at once: from the console's own page,
+  // so the request carries the sign-in's SameSite=Strict cookie.
+  const go = document.querySelector("a[data-continue]");
+  if (go) { location.replace(go.href); return; }
   // The timeline first: the graph and the verification read the whole
   // tree, which takes a while on a long session, and come in after it.
   const t = document.getElementById("timeline");
