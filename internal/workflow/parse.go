@@ -14,23 +14,46 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/openrath/rath/internal/egress"
 )
 
 // Load reads and parses a workflow file.
-func Load(path string) (*Workflow, error) {
+func Load(path string, opts ...Option) (*Workflow, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load workflow: %w", err)
 	}
-	return Parse(data, path)
+	return Parse(data, path, opts...)
 }
+
+// An Option changes what Parse admits.
+type Option func(*parser)
+
+// AllowNet admits network entries that name what allow names beyond public
+// destinations: the tool runner's operator's allowlist (egress.AllowFlag),
+// where the one checking a workflow knows it. Without it, an entry naming a
+// loopback, private, link-local or metadata address, or a name such as
+// localhost, is a problem.
+func AllowNet(allow egress.Allowlist) Option {
+	return func(p *parser) { p.allowNet = allow }
+}
+
+// netUnchecked admits network entries whatever destination they name, as
+// long as they are well formed: for the services opening a stored bundle,
+// where the tool runner is the authority on destinations (it checks every
+// entry against its operator's allowlist before and as it connects).
+func netUnchecked(p *parser) { p.netUnchecked = true }
 
 // Parse decodes, validates and compiles a workflow file. path names the file
 // in problems and anchors relative script paths; Parse does not open it. Any
 // problem fails the whole file: the error is a *SpecError listing all of
 // them, each with its line and field.
-func Parse(data []byte, path string) (*Workflow, error) {
+func Parse(data []byte, path string, opts ...Option) (*Workflow, error) {
 	p := &parser{lines: map[string]int{}}
+	for _, o := range opts {
+		o(p)
+	}
 	w := &Workflow{path: path, source: bytes.Clone(data), lines: p.lines}
 	if root := p.document(data); root != nil {
 		p.workflow(root, w)
@@ -67,6 +90,9 @@ var (
 type parser struct {
 	problems []Problem
 	lines    map[string]int
+	// allowNet and netUnchecked are Parse's options (AllowNet).
+	allowNet     egress.Allowlist
+	netUnchecked bool
 }
 
 // reported tells whether field already has a problem, so that validation

@@ -2,15 +2,14 @@ package workflow
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/openrath/rath/internal/egress"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/routerapi"
@@ -67,22 +66,21 @@ func (p *parser) checkSandbox(field, backend string) {
 	}
 }
 
-// checkNetwork admits host names, "*.domain" and either with ":port"; the
-// tool runner's sandbox parses them again (sandbox.ParseHosts).
+// checkNetwork admits host names, "*.domain" and IP addresses, either with
+// ":port" (egress.ParseEntry), that name public destinations or what the
+// operator's allowlist names (AllowNet): an entry naming this host, a
+// private network or a cloud's metadata service, in any spelling, is a
+// problem that says why and how the operator allows it. The tool runner
+// checks them again (sandbox.ParseHosts), and the address it dials.
 func (p *parser) checkNetwork(field string, hosts []string) {
 	for i, h := range hosts {
-		name := h
-		if host, port, err := net.SplitHostPort(h); err == nil {
-			n, err := strconv.Atoi(port)
-			if err != nil || n <= 0 || n > 65535 {
-				p.add(p.line(field), fmt.Sprintf("%s[%d]", field, i), "%q: bad port", h)
-				continue
-			}
-			name = host
+		f := fmt.Sprintf("%s[%d]", field, i)
+		e, err := egress.ParseEntry(h)
+		if err == nil && !p.netUnchecked {
+			err = e.Check(p.allowNet)
 		}
-		name = strings.TrimPrefix(name, "*.")
-		if name == "" || strings.ContainsAny(name, "/@*?#[] ") || strings.HasPrefix(name, "-") {
-			p.add(p.line(field), fmt.Sprintf("%s[%d]", field, i), "%q is not a host name (host, host:port, *.domain)", h)
+		if err != nil {
+			p.add(p.line(f), f, "%v", err)
 		}
 	}
 }
