@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/egress"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
 
@@ -365,7 +366,11 @@ func TestIsolatedAllowedHosts(t *testing.T) {
 	allowedHost := strings.TrimPrefix(srv.URL, "http://")
 	otherHost := strings.TrimPrefix(other.URL, "http://")
 
-	ws := place(t, newIsolated(t), "s1", nil)
+	// Both listen on the host's loopback, which only the operator's
+	// allowlist opens, and it names one.
+	ws := place(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) {
+		c.Net.Allow = mustAllow(t, allowedHost)
+	}), "s1", nil)
 	// bash speaks HTTP to the proxy the environment names; curl may not be
 	// installed.
 	get := func(hostport, path string) string {
@@ -399,12 +404,20 @@ func TestIsolatedAllowedHosts(t *testing.T) {
 	if _, err := ws.Run(context.Background(), sandbox.Cmd{Args: []string{"true"}, Hosts: []string{"bad/host"}}); err == nil {
 		t.Error("a malformed host was accepted")
 	}
+	// The other loopback port, which the operator did not allow: refused
+	// before the command runs, naming the entry.
+	_, err := ws.Run(context.Background(), sandbox.Cmd{Args: []string{"true"}, Hosts: []string{otherHost}})
+	if err == nil || !strings.Contains(err.Error(), otherHost) || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("a loopback port the operator did not allow: %v", err)
+	}
 }
 
-// TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall: an allowed name
-// that resolves to the host's loopback is refused (only a rule naming the
-// address itself reaches it), and a connection to an upstream that never
-// answers ends with the call instead of holding Run.
+// TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall: a name that
+// leads to the host's loopback is refused, by name (localhost) before the
+// command runs, or when a command asks for a name that resolves there (this
+// host's own name) as it connects, the refusal in the call's network log;
+// only the operator's allowlist opens the address. A connection to an
+// upstream that never answers ends with the call instead of holding Run.
 func TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -420,22 +433,53 @@ func TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall(t *testing.T) {
 		}
 	}()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ws := place(t, newIsolated(t), "s1", nil)
+	ws := place(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) {
+		c.Net.Allow = mustAllow(t, "127.0.0.1:"+port)
+	}), "s1", nil)
 	connect := func(hostport string) string {
 		return `u=${HTTP_PROXY#http://}; exec 3<>/dev/tcp/${u%:*}/${u##*:}; printf 'CONNECT ` + hostport + ` HTTP/1.1\r\nHost: ` + hostport + `\r\n\r\n' >&3; head -c 12 <&3; echo`
 	}
-	res := run(t, ws, sandbox.Cmd{Args: []string{"bash", "-c", connect("localhost:" + port)}, Hosts: []string{"localhost:" + port}})
-	if !strings.Contains(res.Stdout, "403") || len(res.Network) != 1 || !strings.Contains(res.Network[0], "not a public address") {
-		t.Errorf("localhost allowed by name: %+v", res)
+	for _, h := range []string{"localhost", "console.localhost", "localhost.localdomain"} {
+		_, err := ws.Run(context.Background(), sandbox.Cmd{Args: []string{"bash", "-c", connect(h + ":" + port)}, Hosts: []string{h + ":" + port}})
+		if err == nil || !strings.Contains(err.Error(), h+":"+port) {
+			t.Errorf("%s allowed by name: %v", h, err)
+		}
+	}
+	if name, err := os.Hostname(); err == nil && resolves(name) {
+		// Another loopback port, which the operator did not allow.
+		other, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		hp := name + ":" + strconv.Itoa(other.Addr().(*net.TCPAddr).Port)
+		res := run(t, ws, sandbox.Cmd{Args: []string{"bash", "-c", connect(hp)}, Hosts: []string{hp}})
+		if !strings.Contains(res.Stdout, "403") || len(res.Network) != 1 || !strings.Contains(res.Network[0], "refused: "+name+" resolves to ") {
+			t.Errorf("this host's name %s: %+v", name, res)
+		}
 	}
 	c := sandbox.Cmd{Args: []string{"bash", "-c", connect("127.0.0.1:"+port) + "; sleep 100"}, Hosts: []string{"127.0.0.1:" + port}, Timeout: time.Second}
-	res = run(t, ws, c)
+	res := run(t, ws, c)
 	if !res.TimedOut || !strings.Contains(res.Stdout, "200") {
 		t.Errorf("silent upstream: %+v", res)
 	}
 	// The proxy's connection is in the listener's queue (its 200 came
 	// after the dial): Accept returns it.
 	(<-held).Close()
+}
+
+func resolves(name string) bool {
+	_, err := net.LookupHost(name)
+	return err == nil
+}
+
+func mustAllow(t *testing.T, entries ...string) egress.Allowlist {
+	t.Helper()
+	l, err := egress.ParseAllowlist(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // TestNoInheritedDescriptors: a descriptor the runner's process holds

@@ -76,6 +76,9 @@ type Config struct {
 	NoTrace bool
 	// Limits bound every command.
 	Limits Limits
+	// Net is what the operator lets commands reach beyond public
+	// destinations, when their workflow names it (network.go).
+	Net Net
 }
 
 // DefaultConfig returns the defaults; Root must still be set.

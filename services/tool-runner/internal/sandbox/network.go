@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/openrath/rath/internal/egress"
 )
 
 // A sandbox has no network but its own loopback. A command allowed named
@@ -48,36 +50,40 @@ const (
 const forwardFlag = "--rath-sandbox-net"
 
 // HostRule is one allowed destination: a host name (or "*.domain" for its
-// subdomains) and a port.
+// subdomains) or an IP address in its canonical form, and a port.
 type HostRule struct {
 	Host string
 	Port int
 }
 
+// Net is what the operator lets sandboxes reach beyond public destinations
+// (Config.AllowNet, Config.Reserved).
+type Net struct {
+	// Allow names the addresses, ranges and names that are not public but
+	// that a command may still reach when its rules name them
+	// (--sandbox-allow-net).
+	Allow egress.Allowlist
+	// Reserved are the runtime's own endpoints (its NATS servers): never
+	// reached, whatever they are, unless Allow names the address with the
+	// port.
+	Reserved []netip.AddrPort
+}
+
 // ParseHosts reads allowed destinations: "host" (ports 443 and 80),
-// "host:port", "*.domain" and "*.domain:port". Hosts are names or IP
-// literals; nothing else is accepted.
-func ParseHosts(entries []string) ([]HostRule, error) {
+// "host:port", "*.domain", "*.domain:port", and IP addresses ("[::1]:80").
+// An entry naming a destination that is not public (a loopback, private,
+// link-local or metadata address, in any spelling, or localhost and the
+// like) is refused, naming the entry and why, unless allow names it
+// (egress.Entry.Check); the proxy checks the address it dials again.
+func ParseHosts(entries []string, allow egress.Allowlist) ([]HostRule, error) {
 	var rules []HostRule
-	for _, e := range entries {
-		host, port, err := net.SplitHostPort(e)
-		ports := []int{443, 80}
+	for _, text := range entries {
+		e, err := egress.Check(text, allow)
 		if err != nil {
-			host = e
-		} else {
-			n, err := strconv.Atoi(port)
-			if err != nil || n <= 0 || n > 65535 {
-				return nil, fmt.Errorf("allowed host %q: bad port", e)
-			}
-			ports = []int{n}
+			return nil, fmt.Errorf("allowed host %w", err)
 		}
-		host = strings.ToLower(strings.TrimSuffix(host, "."))
-		name := strings.TrimPrefix(host, "*.")
-		if name == "" || strings.ContainsAny(name, "/@*?#[] ") || strings.HasPrefix(name, "-") {
-			return nil, fmt.Errorf("allowed host %q is not a host name", e)
-		}
-		for _, p := range ports {
-			rules = append(rules, HostRule{Host: host, Port: p})
+		for _, p := range e.Ports {
+			rules = append(rules, HostRule{Host: e.Host, Port: p})
 		}
 	}
 	return rules, nil
@@ -88,9 +94,13 @@ func allowed(rules []HostRule, host string, port int) bool {
 	return ok
 }
 
-// allowedBy returns the rule that allows host:port.
+// allowedBy returns the rule that allows host:port. An address is compared
+// in its canonical form.
 func allowedBy(rules []HostRule, host string, port int) (HostRule, bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if a, _, ok, err := egress.Literal(host); ok && err == nil {
+		host = a.String()
+	}
 	for _, r := range rules {
 		if r.Port != port {
 			continue
@@ -109,6 +119,7 @@ func allowedBy(rules []HostRule, host string, port int) (HostRule, bool) {
 // netProxy is one call's proxy.
 type netProxy struct {
 	rules []HostRule
+	net   Net
 	ln    net.Listener
 	dir   string
 	wg    sync.WaitGroup
@@ -122,7 +133,7 @@ type netProxy struct {
 
 // startProxy listens on a unix socket in a new directory under parent,
 // which the sandbox user may enter (uid, when positive, owns it).
-func startProxy(parent string, rules []HostRule, uid int) (*netProxy, error) {
+func startProxy(parent string, rules []HostRule, nets Net, uid int) (*netProxy, error) {
 	dir, err := os.MkdirTemp(parent, "net-")
 	if err != nil {
 		return nil, err
@@ -140,7 +151,7 @@ func startProxy(parent string, rules []HostRule, uid int) (*netProxy, error) {
 	if uid > 0 {
 		_ = os.Chown(dir, uid, uid)
 	}
-	p := &netProxy{rules: rules, ln: ln, dir: dir, conns: map[net.Conn]struct{}{}}
+	p := &netProxy{rules: rules, net: nets, ln: ln, dir: dir, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -217,17 +228,17 @@ func (p *netProxy) handle(c net.Conn) {
 		refuse(c, fmt.Sprintf("%s:%d is not among the hosts this call may reach", host, port))
 		return
 	}
-	// The runner resolves the name, and dials the address it checked: a
-	// name allowed by the workflow must not lead to the host's loopback, a
-	// private network or a cloud's metadata service, unless the rule names
-	// that address itself.
-	addr, err := p.resolve(host, rule)
+	// The runner resolves the name, and dials the address it checked,
+	// never the name again: a rule must not lead to the host's loopback, a
+	// private network, a cloud's metadata service or the runtime's own
+	// endpoints, unless the operator allows that address.
+	addr, err := p.resolve(host, port, rule)
 	if err != nil {
 		p.record(fmt.Sprintf("%s %s:%d refused: %v", verb, host, port, err))
 		refuse(c, err.Error())
 		return
 	}
-	up, err := net.DialTimeout("tcp", net.JoinHostPort(addr.String(), strconv.Itoa(port)), 10*time.Second)
+	up, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, uint16(port)).String(), 10*time.Second)
 	if err != nil {
 		p.record(fmt.Sprintf("%s %s:%d allowed, failed: %v", verb, host, port, err))
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n%v\n", err)
@@ -260,33 +271,78 @@ func (p *netProxy) handle(c net.Conn) {
 	<-done
 }
 
-// resolve returns the address to dial for host: itself if it is an IP
-// literal the rule names, else the first address the name resolves to,
-// which must be a public one.
-func (p *netProxy) resolve(host string, rule HostRule) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		if rule.Host == a.String() {
-			return a, nil // the workflow named this address
+// resolve returns the address to dial for host:port: host itself if it is
+// an address, else the first address the name resolves to. Every address
+// the name resolves to must pass check, so that one answer among several
+// cannot lead inside.
+func (p *netProxy) resolve(host string, port int, rule HostRule) (netip.Addr, error) {
+	if a, _, ok, err := egress.Literal(host); ok && err == nil {
+		if rule.Host != a.String() {
+			return netip.Addr{}, fmt.Errorf("%s: an address is reached only when the workflow names it", host)
 		}
-		return netip.Addr{}, fmt.Errorf("%s: an address is reached only when the workflow names it", host)
+		return a.Unmap(), p.check(a, port, "")
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if why := egress.SpecialName(name); why != "" && !p.net.Allow.Name(name, port) {
+		return netip.Addr{}, fmt.Errorf("%s is %s, which the operator does not allow (%s)", host, why, egress.AllowFlag)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", name)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("resolve %s: %w", host, err)
-	}
-	for _, a := range addrs {
-		a = a.Unmap()
-		if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-			a.IsUnspecified() || a.IsMulticast() || !a.IsGlobalUnicast() {
-			return netip.Addr{}, fmt.Errorf("%s resolves to %s, which is not a public address", host, a)
-		}
 	}
 	if len(addrs) == 0 {
 		return netip.Addr{}, fmt.Errorf("resolve %s: no address", host)
 	}
+	for _, a := range addrs {
+		if err := p.check(a.Unmap(), port, name); err != nil {
+			return netip.Addr{}, fmt.Errorf("%s resolves to %w", host, err)
+		}
+	}
 	return addrs[0].Unmap(), nil
+}
+
+// check refuses to dial a:port when it is not a public address, is one of
+// the runner's host's own addresses, or is one of the runtime's endpoints,
+// unless the operator's allowlist names it (or name, the host name it was
+// resolved from).
+func (p *netProxy) check(a netip.Addr, port int, name string) error {
+	a = a.WithZone("")
+	named := p.net.Allow.Addr(a, port) || name != "" && p.net.Allow.Name(name, port)
+	ap := netip.AddrPortFrom(a.Unmap(), uint16(port))
+	for _, r := range p.net.Reserved {
+		if netip.AddrPortFrom(r.Addr().Unmap(), r.Port()) == ap && !p.net.Allow.AddrPort(a, port) {
+			return fmt.Errorf("%s, one of the runtime's own endpoints", ap)
+		}
+	}
+	if named {
+		return nil
+	}
+	if why := egress.Classify(a); why != "" {
+		return fmt.Errorf("%s, %s, which the operator does not allow (%s)", a, why, egress.AllowFlag)
+	}
+	if ownAddress(a) {
+		return fmt.Errorf("%s, an address of the runner's host, which the operator does not allow (%s)", a, egress.AllowFlag)
+	}
+	return nil
+}
+
+// ownAddress tells whether a is an address of one of this host's
+// interfaces.
+func ownAddress(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // unknown: not reached
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a.Unmap() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func closeWrite(c net.Conn) {

@@ -68,7 +68,7 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	if iso := w.l.iso; iso != nil {
 		argv, extra, env := c.Args, []bind(nil), []string{}
 		if len(c.Hosts) > 0 {
-			rules, err := ParseHosts(c.Hosts)
+			rules, err := ParseHosts(c.Hosts, w.l.cfg.Net.Allow)
 			if err != nil {
 				statusW.Close()
 				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
@@ -82,7 +82,7 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 			if iso.root {
 				uid = iso.uid(w.tenant)
 			}
-			if proxy, err = startProxy(w.l.runs, rules, uid); err != nil {
+			if proxy, err = startProxy(w.l.runs, rules, w.l.cfg.Net, uid); err != nil {
 				statusW.Close()
 				return Result{}, fmt.Errorf("run in %s: the network proxy: %w", w.id, err)
 			}
