@@ -2,12 +2,15 @@ package service_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/openrath/rath/internal/egress"
 	"github.com/openrath/rath/services/tool-runner/service"
 )
 
@@ -23,6 +26,16 @@ func TestEscapesAreContainedAndRecorded(t *testing.T) {
 	}))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
+	// Another listener on the host's loopback, as rath up's console and
+	// NATS port are, which the operator did not allow: a tenant's workflow
+	// names it by address (prober) and by a name that resolves to it
+	// (rebinder, this host's own name).
+	console := strings.TrimPrefix(consoleSrv(t).URL, "http://")
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := strings.ToLower(hostname) + ":" + console[strings.LastIndex(console, ":")+1:]
 	wf := `name: boxes
 sandbox: bwrap
 agents:
@@ -35,12 +48,29 @@ agents:
     script: fetcher.yaml
     tools: [run]
     network: [` + strconv.Quote(host) + `]
+  - name: prober
+    provider: scripted
+    script: prober.yaml
+    tools: [run]
+    network: [` + strconv.Quote(console) + `]
+  - name: rebinder
+    provider: scripted
+    script: rebinder.yaml
+    tools: [run]
+    network: [` + strconv.Quote(byName) + `]
 rules:
   - name: never
     when: "false"
     route: {close: {outcome: done}}
 `
-	r := setupWith(t, wf, sandboxUIDs, func(c *service.Config) { c.Isolation.Processes = 64 })
+	r := setupWith(t, wf, sandboxUIDs, func(c *service.Config) {
+		c.Isolation.Processes = 64
+		// The operator allows the test's upstream, which listens on the
+		// loopback too.
+		if err := c.Sandbox.Net.Allow.Set(host); err != nil {
+			t.Fatal(err)
+		}
+	})
 	r.startWith(t, "e1", nil)
 
 	run := func(callID, agent, script string) string {
@@ -76,4 +106,46 @@ rules:
 	if !strings.Contains(res, "allowed host answered") || !strings.Contains(res, "network: GET "+host+" allowed") {
 		t.Errorf("the allowed host, recorded:\n%s", res)
 	}
+	// A loopback port the operator did not allow, named by address: the
+	// runner refuses the call before the command runs, naming the entry.
+	connect := fmt.Sprintf(`u=${HTTP_PROXY#http://}; [ -n "$u" ] || { echo no proxy; exit 7; }; exec 3<>/dev/tcp/${u%%:*}/${u##*:} && printf 'CONNECT %[1]s HTTP/1.1\r\nHost: %[1]s\r\n\r\nGET /api HTTP/1.1\r\nHost: %[1]s\r\nConnection: close\r\n\r\n' >&3 && cat <&3`, console)
+	args := fmt.Sprintf(`{"command": ["bash", "-c", %s], "timeout_seconds": 20}`, strconv.Quote(connect))
+	done, failed := r.call(t, "e1", "c5", "prober", "run", args)
+	if failed == nil || !strings.Contains(failed.Error, console) || !strings.Contains(failed.Error, "loopback") || !strings.Contains(failed.Error, "--sandbox-allow-net") {
+		t.Errorf("a loopback port by address: %+v %+v", done, failed)
+	}
+	// By a name that resolves to the loopback: the proxy refuses the
+	// CONNECT, and the call's result records it.
+	if _, err := net.LookupHost(hostname); err != nil {
+		t.Logf("this host's name %s does not resolve (%v): the refusal by name is not tried", hostname, err)
+		return
+	}
+	connect = strings.ReplaceAll(connect, console, byName)
+	args = fmt.Sprintf(`{"command": ["bash", "-c", %s], "timeout_seconds": 20}`, strconv.Quote(connect))
+	res = r.ok(t, "e1", "c6", "rebinder", "run", args).Result
+	if !strings.Contains(res, "403 Forbidden") || strings.Contains(res, "console answered") || !strings.Contains(res, "network: CONNECT "+byName+" refused: "+strings.ToLower(hostname)+" resolves to ") {
+		t.Errorf("a loopback port by a name that resolves to it:\n%s", res)
+	}
 }
+
+// consoleSrv stands for rath up's console: it must never answer a sandbox.
+func consoleSrv(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a sandbox reached the console: %s %s", r.Method, r.URL)
+		fmt.Fprintln(w, "console answered")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// anyDestination admits every address in a workflow the rig stores (names
+// are admitted unless special): the rig plays a client that skips the
+// check, and the runner decides.
+var anyDestination = func() egress.Allowlist {
+	l, err := egress.ParseAllowlist([]string{"0.0.0.0/0,::/0"})
+	if err != nil {
+		panic(err)
+	}
+	return l
+}()

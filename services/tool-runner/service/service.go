@@ -86,6 +86,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		}
 		return fmt.Errorf("tool runner: %w", err)
 	}
+	// No command reaches the bus's servers, whatever address they have.
+	cfg.Sandbox.Net.Reserved = append(slices.Clip(cfg.Sandbox.Net.Reserved), natsEndpoints(ctx, nc)...)
 	ready, sandboxes := openBackends(ctx, cfg)
 	if err := sandboxes.Err(); err != nil {
 		return fmt.Errorf("tool runner: %w", err)
