@@ -94,6 +94,18 @@ func (l Allowlist) Addr(a netip.Addr, port int) bool {
 	return false
 }
 
+// AddrPort tells whether the allowlist names address a with port itself
+// ("127.0.0.1:4222", "10.0.0.0/8:4222"), not only as one of every port.
+func (l Allowlist) AddrPort(a netip.Addr, port int) bool {
+	a = a.WithZone("")
+	for _, e := range l.entries {
+		if e.port == port && e.prefix.IsValid() && (e.prefix.Contains(a) || a.Is4In6() && e.prefix.Contains(a.Unmap())) {
+			return true
+		}
+	}
+	return false
+}
+
 // Name tells whether the allowlist names the host name (lower case, no
 // trailing dot) on port.
 func (l Allowlist) Name(name string, port int) bool {

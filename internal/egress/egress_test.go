@@ -194,3 +194,15 @@ func TestAllowlist(t *testing.T) {
 		t.Errorf("flag: %v %q", err, flag.String())
 	}
 }
+
+func TestAllowlistAddrPort(t *testing.T) {
+	allow, err := ParseAllowlist([]string{"127.0.0.0/8,10.0.0.0/8:4222"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a, want := range map[string]bool{"127.0.0.1": false, "10.1.1.1": true, "::ffff:10.1.1.1": true, "11.1.1.1": false} {
+		if got := allow.AddrPort(netip.MustParseAddr(a), 4222); got != want {
+			t.Errorf("%s:4222 named with its port: %v, want %v", a, got, want)
+		}
+	}
+}
