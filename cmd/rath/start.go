@@ -13,6 +13,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/egress"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -24,6 +25,7 @@ func (a *app) startCmd() *cobra.Command {
 		id, wfFile, workspace string
 		data                  events.SessionStarted
 		labelf                []string
+		allowNet              egress.Allowlist
 	)
 	cmd := &cobra.Command{
 		Use:   "start",
@@ -51,7 +53,7 @@ the directory "rath up" runs in).`,
 				return err
 			}
 			if wfFile != "" {
-				if err := uploadWorkflow(cmd.Context(), c, wfFile, &data); err != nil {
+				if err := uploadWorkflow(cmd.Context(), c, wfFile, &data, workflow.AllowNet(allowNet)); err != nil {
 					return err
 				}
 			}
@@ -72,6 +74,7 @@ the directory "rath up" runs in).`,
 	f.StringVar(&wfFile, "workflow", "", "workflow file to run (see docs/workflows.md)")
 	f.StringVar(&workspace, "workspace", "", "seed directory of the session's tool workspace")
 	f.StringArrayVar(&labelf, "label", nil, "label key=value (repeatable)")
+	f.Var(&allowNet, "sandbox-allow-net", "non-public destinations the tool runner's operator allows (its --sandbox-allow-net): the workflow's network lists may name them; the runner checks them again")
 	return cmd
 }
 
@@ -178,8 +181,8 @@ func (a *app) printAck(ack api.Ack) error {
 
 // loadWorkflow parses a workflow file and checks that its scripts can be
 // read. Its errors name the file.
-func loadWorkflow(path string) (*workflow.Workflow, error) {
-	wf, err := workflow.Load(path)
+func loadWorkflow(path string, opts ...workflow.Option) (*workflow.Workflow, error) {
+	wf, err := workflow.Load(path, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +194,8 @@ func loadWorkflow(path string) (*workflow.Workflow, error) {
 
 // uploadWorkflow parses a workflow file, stores it with its scripts as one
 // bundle and names it in the session start.
-func uploadWorkflow(ctx context.Context, c *client.Client, path string, data *events.SessionStarted) error {
-	wf, err := loadWorkflow(path)
+func uploadWorkflow(ctx context.Context, c *client.Client, path string, data *events.SessionStarted, opts ...workflow.Option) error {
+	wf, err := loadWorkflow(path, opts...)
 	if err != nil {
 		return usageError{err}
 	}

@@ -207,6 +207,13 @@ func (f *feed) run(ctx context.Context) {
 			return
 		}
 		reply, err := f.pull()
+		if errors.Is(err, api.ErrNotFound) {
+			// The topic's session is not started yet (the ledger has no
+			// feed of a session it does not know): the doorbell rings on
+			// its first event.
+			wait = f.s.cfg.Poll
+			continue
+		}
 		if err != nil {
 			f.s.cfg.Logger.Error("pull failed, asking again", err, f.log())
 			wait = f.s.cfg.Poll

@@ -32,6 +32,7 @@ func main() {
 	flag.DurationVar(&cfg.Ledger.Retention.Interval, "retention-interval", 0, "how often the retention pass runs (0: every 10m)")
 	flag.IntVar(&cfg.Ledger.CacheSessions, "cache-sessions", cfg.Ledger.CacheSessions, "sessions whose state stays in memory")
 	flag.StringVar(&cfg.Ledger.Name, "name", fmt.Sprintf("ledger-%d", os.Getpid()), "instance name in logs and rejections")
+	cfg.Ledger.Quotas.Flags(flag.CommandLine)
 	daemon.Main("session-ledger", auth.RoleLedger, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		if trusted != "" {
 			cfg.TrustedKeyFiles = strings.Split(trusted, ",")

@@ -121,8 +121,8 @@ func TestFeedDeliversATenantsEventsOnceAcked(t *testing.T) {
 	if p := pullOne(t, r.alice, api.PullRequest{Consumer: "one", Session: "feed-a"}); p == nil {
 		t.Fatal("no event in the session's feed")
 	}
-	if p := pullOne(t, r.alice, api.PullRequest{Consumer: "theirs", Session: "feed-b"}); p != nil {
-		t.Fatalf("acme read globex's session: %s", p.Event)
+	if r, err := r.alice.Pull(ctx, api.PullRequest{Consumer: "theirs", Session: "feed-b"}); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("acme pulled a feed of globex's session: %+v, %v; want session_not_found", r, err)
 	}
 	// An operator removes a feed: the next pull starts it anew, at the first
 	// event.

@@ -161,7 +161,7 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 	e := l.entry(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	refreshed := false
+	refreshed, counted := false, false
 	for attempt := 0; ; attempt++ {
 		if !e.loaded {
 			if err := l.load(ctx, e); err != nil {
@@ -195,6 +195,13 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			if err := before(ctx, e.state, &ev); err != nil {
 				return api.Ack{}, err
 			}
+		}
+		if e.state == nil && !counted {
+			// A new session: one of the tenant's starts.
+			if err := l.takeStart(ctx, id); err != nil {
+				return api.Ack{}, err
+			}
+			counted = true
 		}
 		var seq uint64 = 1
 		var prev string

@@ -209,6 +209,12 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 		e.mu.Unlock()
 		return inflight{}, false, nil // refresh, look for a stored retry, refuse
 	}
+	if e.state == nil {
+		if err := l.takeStart(ctx, id); err != nil {
+			e.mu.Unlock()
+			return inflight{}, false, err
+		}
+	}
 	var s sealed
 	s.seq = 1
 	if e.state != nil {

@@ -78,6 +78,9 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 		}
 		return api.Ack{}, api.Errorf(api.CodeExists, "cannot fork onto %s: session exists (head %d)", req.ID, e.state.Seq)
 	}
+	if err := l.takeStart(ctx, req.ID); err != nil {
+		return api.Ack{}, err
+	}
 	stamp(ctx, &ev, parent.Tenant)
 	body, hash, err := events.Seal(&ev, at+1, parentHash, l.cfg.Key)
 	if err != nil {

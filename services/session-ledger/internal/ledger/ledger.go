@@ -55,11 +55,16 @@ type Config struct {
 	// role (the ledger's own tests); the service sets it from its roles
 	// file (auth.Approvers).
 	Approvers func(events.Principal) ([]string, error)
+	// Quotas bound what one tenant may take (DefaultQuotas; zero: no
+	// bounds, as for the ledger's own tests).
+	Quotas Quotas
+	// clock, when set, is the ledger's time (tests: export_test.go).
+	clock func() time.Time
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger", HeadEvery: time.Second}
+	return Config{SnapshotEvery: 128, CacheSessions: 4096, Name: "ledger", HeadEvery: time.Second, Quotas: DefaultQuotas()}
 }
 
 // Validate reports every problem at once.
@@ -74,7 +79,7 @@ func (c Config) Validate() error {
 	if c.HeadEvery < 0 {
 		errs = append(errs, fmt.Errorf("head record interval must not be negative, got %s", c.HeadEvery))
 	}
-	errs = append(errs, c.Retention.Validate())
+	errs = append(errs, c.Retention.Validate(), c.Quotas.Validate())
 	return errors.Join(errs...)
 }
 
@@ -110,6 +115,9 @@ type Ledger struct {
 
 	// feeds caches the durable consumers of the pull operation, by name.
 	feeds sync.Map
+
+	// quota is what the ledger counts in memory for its quotas.
+	quota quotaState
 }
 
 // entry is the cached head of one session. Its mutex serialises every append
@@ -172,6 +180,10 @@ func New(store *eventstore.Store, cfg Config, log *slog.Logger) (*Ledger, error)
 		reader:  fold.NewReader(store, cfg.SnapshotEvery),
 		records: lru.New[string, *sigRecord](recordCacheBytes),
 		ready:   make(chan struct{}),
+		quota:   quotaState{starts: map[string]*startBucket{}, pulls: map[string]int{}, feeds: map[string]chan struct{}{}, logged: map[string]time.Time{}},
+	}
+	if cfg.clock != nil {
+		l.now = cfg.clock
 	}
 	if !cfg.Unsigned { // an unsigned ledger (the bench's baseline) records no heads
 		l.heads = newHeadBook(store, cfg.HeadEvery, log, l.fullSig)

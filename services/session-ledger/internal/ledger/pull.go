@@ -50,12 +50,13 @@ func feedOf(ctx context.Context, consumer, sessionID string) (feed, error) {
 	return f, nil
 }
 
-// name is the durable consumer's name: a digest of the tenant, the feed's
-// name and its session, so that names of different tenants never meet
-// (tenant and feed names may both hold '-' and '_').
+// name is the durable consumer's name: the tenant's feed prefix
+// (feedPrefix, by which its feeds are counted) and a digest of the tenant,
+// the feed's name and its session, so that names of different tenants
+// never meet (tenant and feed names may both hold '-' and '_').
 func (f feed) name() string {
 	sum := sha256.Sum256([]byte(f.tenant + "\x00" + f.consumer + "\x00" + f.session))
-	return "feed-" + hex.EncodeToString(sum[:12])
+	return feedPrefix(f.tenant) + hex.EncodeToString(sum[:12])
 }
 
 func (f feed) describe() string {
@@ -69,15 +70,39 @@ func (f feed) describe() string {
 	return fmt.Sprintf("rath feed %q of %s, %s (ledger pull)", f.consumer, tenant, session)
 }
 
-// feedConsumer returns the feed's durable consumer, creating it on first use.
+// feedConsumer returns the feed's durable consumer, creating it on first
+// use within the tenant's quota of feeds (a pull; a settle only finds it).
 // Every ledger creates it with the same configuration, so creating it again
 // is a no-op.
-func (l *Ledger) feedConsumer(ctx context.Context, f feed) (jetstream.Consumer, error) {
+func (l *Ledger) feedConsumer(ctx context.Context, f feed, create bool) (jetstream.Consumer, error) {
 	name := f.name()
 	if c, ok := l.feeds.Load(name); ok {
 		return c.(jetstream.Consumer), nil
 	}
-	c, err := l.store.JetStream().CreateOrUpdateConsumer(ctx, events.StreamSessions, jetstream.ConsumerConfig{
+	js := l.store.JetStream()
+	if p := principalOf(ctx); bound(p) || !create {
+		if create {
+			unlock, err := l.lockFeeds(ctx, f.tenant)
+			if err != nil {
+				return nil, err
+			}
+			defer unlock()
+		}
+		c, err := js.Consumer(ctx, events.StreamSessions, name)
+		switch {
+		case err == nil:
+			l.feeds.Store(name, c)
+			return c, nil
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return nil, unavailable(fmt.Errorf("feed %s: %w", f.consumer, err))
+		case !create:
+			return nil, api.Errorf(api.CodeStale, "feed %q%s does not exist (nobody pulled it for %s, or an operator removed it): nothing settled; a pull starts it anew, from the first event", f.consumer, sessionNote(f.session), api.FeedIdle)
+		}
+		if err := l.admitFeed(ctx, f, p); err != nil {
+			return nil, err
+		}
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, events.StreamSessions, jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   f.describe(),
 		FilterSubject: events.TenantFilter(f.tenant, f.session),
@@ -112,7 +137,19 @@ func (l *Ledger) handlePull(ctx context.Context, m *nats.Msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := l.feedConsumer(ctx, f); err != nil {
+	leave, err := l.enterPull(principalOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	if f.session != "" {
+		// A session of another tenant does not exist for the asker, as
+		// for every other operation; nor does one not started yet.
+		if err := l.readable(ctx, f.session); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := l.feedConsumer(ctx, f, true); err != nil {
 		return nil, err
 	}
 	reply := api.PullReply{Events: []api.Pulled{}}
@@ -238,7 +275,12 @@ func (l *Ledger) handleSettle(ctx context.Context, m *nats.Msg) (any, error) {
 		}
 		*p = v
 	}
-	c, err := l.feedConsumer(ctx, f)
+	if f.session != "" {
+		if err := l.readable(ctx, f.session); err != nil {
+			return nil, err
+		}
+	}
+	c, err := l.feedConsumer(ctx, f, false)
 	if err != nil {
 		return nil, err
 	}

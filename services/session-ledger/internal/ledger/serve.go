@@ -356,9 +356,10 @@ func (l *Ledger) handleRejections(ctx context.Context, m *nats.Msg) (any, error)
 	return reply, nil
 }
 
-// handlePutBlob stores the request body as a blob and answers its reference.
+// handlePutBlob stores the request body as a blob, within the asker's
+// tenant's quota of blob bytes, and answers its reference.
 func (l *Ledger) handlePutBlob(ctx context.Context, m *nats.Msg) (any, error) {
-	ref, err := l.store.PutBlob(ctx, m.Data)
+	ref, err := l.putBlob(ctx, m.Data)
 	if err != nil {
 		return nil, unavailable(err)
 	}
