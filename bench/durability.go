@@ -117,6 +117,7 @@ func (h *harness) durabilityRun(ctx context.Context, d durability, try int) (att
 	cfg := service.ConfigIn(dir)
 	cfg.Ledger.Name = "durability-" + d.id
 	cfg.Ledger.Unsigned = h.open
+	cfg.Ledger.Quotas.StartsPerMinute = noStartsQuota
 	cfg.Store.Replicas = d.replicas
 	lctx, stopLedger := context.WithCancel(context.Background())
 	ledgerDone := make(chan error, 1)
