@@ -11,6 +11,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
+	ledgerservice "github.com/openrath/rath/services/session-ledger/service"
 )
 
 // The client's errors match the ledger's codes with errors.Is, wrapped as
@@ -26,7 +27,8 @@ func TestErrorsMatchSentinels(t *testing.T) {
 		t.Fatalf("no ledger: %v, want it to match ErrUnavailable", err)
 	}
 
-	testrig.Ledger(t, nc.ConnectedUrl())
+	// One start a minute: the client is the default tenant's user.
+	testrig.Ledger(t, nc.ConnectedUrl(), func(c *ledgerservice.Config) { c.Ledger.Quotas.StartsPerMinute = 1 })
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +37,7 @@ func TestErrorsMatchSentinels(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, exists := c.Start(ctx, "s", events.SessionStarted{Task: "t"})
+	_, quota := c.Start(ctx, "s2", events.SessionStarted{Task: "a second in the minute"})
 	_, notFound := c.State(ctx, "nope")
 	_, outOfRange := c.StateAt(ctx, "s", 9)
 	_, stale := c.Emit(ctx, "s", &events.ChunkAppended{Role: events.RoleUser, Content: "x"}, events.WithExpectedSeq(7))
@@ -46,6 +49,7 @@ func TestErrorsMatchSentinels(t *testing.T) {
 		want error
 	}{
 		{"start twice", exists, api.ErrExists},
+		{"start past the tenant's quota", quota, api.ErrQuotaExceeded},
 		{"state of a session that does not exist", notFound, api.ErrNotFound},
 		{"state beyond the head", outOfRange, api.ErrOutOfRange},
 		{"append on a stale head", stale, api.ErrStale},

@@ -200,3 +200,37 @@ func TestFeedOfAnotherTenantsSessionIsNotFound(t *testing.T) {
 		t.Fatal("globex has no event in its own session's feed")
 	}
 }
+
+// The blob quota's count lives in the bucket rath-quota, which the ledger
+// creates and updates with its own role's permissions: a tenant's new
+// blob adds its bytes under its tenant, content stored already adds
+// nothing, and another tenant's count is its own.
+func TestBlobBytesAreCountedPerTenant(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := context.Background()
+	blob := []byte(strings.Repeat("evidence ", 100))
+	for _, c := range []*client.Client{r.alice, r.carol, r.bob} {
+		if _, err := c.PutBlob(ctx, blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.bob.PutBlob(ctx, []byte("bob's own")); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(r.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "rath-quota")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"blob-bytes.acme": fmt.Sprint(len(blob)), "blob-bytes.globex": fmt.Sprint(len("bob's own"))} {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+		} else if string(e.Value()) != want {
+			t.Errorf("%s = %s, want %s", key, e.Value(), want)
+		}
+	}
+}
