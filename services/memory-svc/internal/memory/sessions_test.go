@@ -16,6 +16,7 @@ import (
 	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
+	ledger "github.com/openrath/rath/services/session-ledger/service"
 )
 
 // Sync returns only once every lifecycle event stored before the call is
@@ -23,7 +24,9 @@ import (
 // returns, every time.
 func TestSessionsSyncHoldsEveryEventStoredBefore(t *testing.T) {
 	ns, nc := natstest.Start(t)
-	testrig.Ledger(t, ns.ClientURL())
+	// 200 starts and 200 forks in a few seconds: past the default
+	// per-tenant rate of starts, which this test is not about.
+	testrig.Ledger(t, ns.ClientURL(), func(c *ledger.Config) { c.Ledger.Quotas.StartsPerMinute = 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleMemory)
