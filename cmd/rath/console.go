@@ -24,6 +24,7 @@ import (
 func (a *app) consoleCmd() *cobra.Command {
 	addr := "127.0.0.1:8080"
 	login := false
+	var hosts []string
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve the web console: sessions, live timelines, lineage, approvals",
@@ -33,19 +34,27 @@ timelines, events and state at any sequence, the lineage graph, verification,
 the dossier, and the pending approvals it may decide. With --login each person
 signs in with their own user credentials instead (the .creds file rath creds
 add wrote for them) and the console reads and acts as them: a tenant's user
-sees the tenant's sessions, and an approval records who gave it. rath up serves
-the same console, as its client identity, on its own --http address.`,
+sees the tenant's sessions, and an approval records who gave it. It answers
+only requests for its own address (on loopback also localhost, 127.0.0.1 and
+[::1]) and the names --http-host adds, such as a proxy's in front. rath up
+serves the same console on its own --http address, to whoever signed in.`,
 		Example: `  rath console                       # against rath up in this directory
   rath console --nats nats://ops:4222 --creds ops.creds --http 127.0.0.1:8080
-  rath console --nats nats://ops:4222 --login --http 0.0.0.0:8080   # behind TLS`,
+  rath console --nats nats://ops:4222 --login --http 0.0.0.0:8080 --http-host console.example.com   # behind TLS`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return usageError{fmt.Errorf("console: cannot listen on %s: %w", addr, err)}
+			}
+			defer ln.Close()
 			var srv *console.Server
 			var as string
+			only := console.WithHosts(ln.Addr().String(), hosts...)
 			if login {
-				s, err := console.New(nil, slog.Default(), console.WithLogin(console.Login{URL: a.url, Options: []nats.Option{nats.Timeout(a.timeout)}}))
+				s, err := console.New(nil, slog.Default(), only, console.WithLogin(console.Login{URL: a.url, Options: []nats.Option{nats.Timeout(a.timeout)}}))
 				if err != nil {
-					return err
+					return usageError{err}
 				}
 				srv, as = s, "each person signed in"
 			} else {
@@ -53,15 +62,11 @@ the same console, as its client identity, on its own --http address.`,
 				if err != nil {
 					return err
 				}
-				s, err := console.New(c, slog.Default())
+				s, err := console.New(c, slog.Default(), only)
 				if err != nil {
-					return err
+					return usageError{err}
 				}
 				srv, as = s, c.Principal().String()
-			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return usageError{fmt.Errorf("console: cannot listen on %s: %w", addr, err)}
 			}
 			fmt.Fprintf(a.Stdout, "rath: console at http://%s/ (as %s)\n", ln.Addr(), as)
 			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
@@ -83,15 +88,20 @@ the same console, as its client identity, on its own --http address.`,
 	}
 	cmd.Flags().StringVar(&addr, "http", addr, "host:port to serve the console on")
 	cmd.Flags().BoolVar(&login, "login", false, "have each person sign in with their own user credentials (.creds) and act as them, instead of as --creds")
+	hostFlag(cmd, &hosts)
 	return cmd
 }
 
-// upConsole is rath up's console, on a connection of the client role (the
-// identity rath up gives its users): it returns the handler and what closes
-// its connection.
-func upConsole(rt *runtime.Runtime, log *slog.Logger) (http.Handler, func(), error) {
+// upConsole is rath up's console on its address bound (hosts: the names it
+// also answers to), on a connection of the client role (the identity rath
+// up gives its users): whoever opens a one-time link it issues reads and
+// acts as that identity, and, with credentials, each tenant user may sign
+// in as themselves (ADR 0032). It returns the console and what closes its
+// connection.
+func upConsole(rt *runtime.Runtime, bound string, hosts []string, log *slog.Logger) (*console.Server, func(), error) {
 	opts := append([]nats.Option{nats.Name("rath-up-console"), nats.MaxReconnects(-1)}, client.KeepAlive()...)
 	as := client.As(events.DefaultClient) // a server without authentication
+	signIn := []console.Option{console.WithHosts(bound, hosts...), console.WithLinks(console.Links{})}
 	if rt.Identities != nil {
 		cred, id, err := auth.Options(rt.Identities.Path(auth.RoleClient))
 		if err != nil {
@@ -99,6 +109,7 @@ func upConsole(rt *runtime.Runtime, log *slog.Logger) (http.Handler, func(), err
 		}
 		opts = append(opts, cred...)
 		as = client.As(id.Principal)
+		signIn = append(signIn, console.WithLogin(console.Login{URL: rt.URL}))
 	}
 	nc, err := nats.Connect(rt.URL, opts...)
 	if err != nil {
@@ -109,10 +120,16 @@ func upConsole(rt *runtime.Runtime, log *slog.Logger) (http.Handler, func(), err
 		nc.Close()
 		return nil, nil, fmt.Errorf("console: %w", err)
 	}
-	srv, err := console.New(c, log)
+	srv, err := console.New(c, log, signIn...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	return srv, func() { srv.Close(); nc.Close() }, nil
+}
+
+// hostFlag defines --http-host, the names a console answers to besides its
+// address (rath up, rath console).
+func hostFlag(cmd *cobra.Command, hosts *[]string) {
+	cmd.Flags().StringArrayVar(hosts, "http-host", nil, "a host name (NAME, or NAME:PORT) the console also answers to, such as a proxy's in front; requests naming any other host are refused (repeatable)")
 }

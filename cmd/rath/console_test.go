@@ -80,26 +80,51 @@ func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 	return v
 }
 
-// checkConsole opens the console on the demo's runtime in Chromium: the
-// sessions page lists both branches, the root's page draws the lineage with
-// the fork and the memory edge from the root's write to the fork's recall,
-// verifies, and opens a tool call's diff from the timeline.
-func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
-	srv, err := console.New(c, slog.New(slog.DiscardHandler))
+// serveConsole serves the console of c as rath up does: to a browser
+// signed in with a one-time link, for its own address only.
+func serveConsole(t *testing.T, c *client.Client) (*httptest.Server, *console.Server) {
+	t.Helper()
+	web := httptest.NewUnstartedServer(nil)
+	srv, err := console.New(c, slog.New(slog.DiscardHandler), console.WithHosts(web.Listener.Addr().String()), console.WithLinks(console.Links{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := httptest.NewServer(srv)
+	web.Config.Handler = srv
+	web.Start()
 	// Cleanups run last first: the browser closes, then the live streams
 	// end, then the server.
 	t.Cleanup(web.Close)
 	t.Cleanup(srv.Close)
+	return web, srv
+}
+
+// signIn opens a one-time link in the browser, which goes on to the
+// sessions page signed in.
+func signIn(t *testing.T, ctx context.Context, web *httptest.Server, srv *console.Server) {
+	t.Helper()
+	link, _, err := srv.Link("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "sign in with a one-time link", chromedp.Steps(
+		chromedp.Navigate(web.URL+link),
+		chromedp.WaitVisible(chromedp.CSS(`#sessions`)),
+	))
+}
+
+// checkConsole signs in to the console on the demo's runtime in Chromium:
+// the sessions page lists both branches, the root's page draws the lineage
+// with the fork and the memory edge from the root's write to the fork's
+// recall, verifies, and opens a tool call's diff from the timeline.
+func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
+	web, srv := serveConsole(t, c)
 	shots := os.Getenv("RATH_SCREENSHOTS") // keep the screenshots there
 	if shots == "" {
 		shots = t.TempDir()
 	}
 
 	ctx := browser(t)
+	signIn(t, ctx, web, srv)
 	run(t, ctx, "open the sessions page", chromedp.Steps(
 		chromedp.Navigate(web.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#sessions tbody tr`)),
@@ -281,15 +306,9 @@ func TestConsoleLongTimeline(t *testing.T) {
 			}
 		}
 	}
-	srv, err := console.New(c, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	web := httptest.NewServer(srv)
-	t.Cleanup(web.Close)
-	t.Cleanup(srv.Close)
-
+	web, srv := serveConsole(t, c)
 	b := browser(t)
+	signIn(t, b, web, srv)
 	rows := `document.querySelectorAll('#timeline tbody tr[data-seq]').length`
 	run(t, b, "open the long session", chromedp.Steps(
 		chromedp.Navigate(web.URL+"/s/"+id),

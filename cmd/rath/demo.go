@@ -122,11 +122,17 @@ func (a *app) serveDemo(ctx context.Context, run *demoRun) {
 	fmt.Fprintf(a.Stdout, "rath demo: the runtime stays up at %s until interrupted; try\n  %s graph %s\n  %s audit final %s\n",
 		run.rt.URL, rath, run.root, rath, run.root)
 	// The console on a port of its own: a rath up may hold the default.
-	if bound, stop, err := serveTelemetry(run.rt, "127.0.0.1:0", run.log); err != nil {
+	if w, err := serveWeb(run.rt, httpEndpoint{addr: "127.0.0.1:0"}, run.log); err != nil {
 		fmt.Fprintf(a.Stdout, "rath demo: no console: %v\n", err)
 	} else {
-		defer stop()
-		fmt.Fprintf(a.Stdout, "  the console: http://%s/s/%s\n", bound, run.root)
+		defer w.stop()
+		path, expires, err := w.console.Link("/s/" + run.root)
+		if err != nil {
+			fmt.Fprintf(a.Stdout, "rath demo: no console: %v\n", err)
+		} else {
+			fmt.Fprintf(a.Stdout, "  the console: %s%s\n    (a one-time sign-in link to the root session, until %s; afterwards sign in at %s/login with %s)\n",
+				w.url(), path, expires.Format("15:04:05"), w.url(), run.rt.Creds)
+		}
 	}
 	<-ctx.Done()
 }

@@ -25,8 +25,9 @@ func (a *app) upCmd() *cobra.Command {
 	cfg := runtime.DefaultConfig()
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-up-%d", os.Getpid())
 	var (
-		logLevel slog.Level
-		httpAddr string
+		logLevel  slog.Level
+		httpAddr  string
+		httpHosts []string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -44,10 +45,14 @@ go only to each provider's official endpoint, or to one --allow-base-url or
 With OTEL_EXPORTER_OTLP_ENDPOINT set it exports traces over OTLP (the standard
 OTEL_* variables; nothing is exported without it).
 
-It serves the web console (sessions, live timelines, lineage, approvals; as the
-client identity), Prometheus metrics of the whole suite, /healthz and /readyz
-on --http (default ` + defaultHTTP + `; empty: off; if the default port is
-taken it says so and goes on without).`,
+It serves the web console (sessions, live timelines, lineage, approvals),
+Prometheus metrics of the whole suite, /healthz and /readyz on --http (default
+` + defaultHTTP + `; empty: off; if the default port is taken it says so and
+goes on without). The console serves only a browser signed in: with the
+one-time link rath up prints at the start (it acts as the client identity;
+SIGHUP prints a new one), or with a tenant user's own .creds file. It answers
+only requests for its own address (and --http-host names); metrics and health
+stay open.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
@@ -69,7 +74,7 @@ taken it says so and goes on without).`,
 					log.Warn("spans not all exported", "err", err)
 				}
 			}()
-			return up(cmd.Context(), cfg, httpEndpoint{addr: httpAddr, required: cmd.Flags().Changed("http")}, a.Stdout, log)
+			return up(cmd.Context(), cfg, httpEndpoint{addr: httpAddr, required: cmd.Flags().Changed("http"), hosts: httpHosts}, a.Stdout, log)
 		},
 	}
 	f := cmd.Flags()
@@ -88,9 +93,9 @@ taken it says so and goes on without).`,
 	f.BoolVar(&cfg.ToolRunner.AllowLocal, "sandbox-allow-local", false, "let workflows and the rath to command put sessions on the local backend (no isolation) while the default isolates")
 	f.Var(&cfg.ToolRunner.Sandbox.Net.Allow, "sandbox-allow-net", "addresses, ranges and names (127.0.0.1:8080,10.0.0.0/8,db.internal:5432) that workflows' network lists may name beyond public destinations; loopback, private, link-local and metadata addresses are refused otherwise")
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")
-	f.StringVar(&cfg.ToolRunner.Seeds, "seeds", cfg.ToolRunner.Seeds, "directory that sessions' workspace seeds are named under")
 	f.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	f.StringVar(&httpAddr, "http", defaultHTTP, "host:port of the web console, Prometheus /metrics, /healthz and /readyz (empty: off)")
+	hostFlag(cmd, &httpHosts)
 	allowEndpointFlags(cmd, &cfg.Worker.AllowBaseURLs, &cfg.Worker.AllowLoopback)
 	return cmd
 }
@@ -124,7 +129,6 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 		if n := len(creds.Users()); n > 0 {
 			fmt.Fprintf(out, "rath: %s in %s\n", plural(n, "tenant user", "tenant users"), filepath.Join(creds.Dir, auth.TenantsDir))
 		}
-		defer reloadUsersOnHangup(ctx, rt, log)()
 	} else {
 		fmt.Fprintf(out, "rath: using NATS at %s\n", rt.URL)
 	}
@@ -132,19 +136,25 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 	if rt.KeyID != "" {
 		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", rt.KeyID, rt.KeyFile, service.PublicKeyPath(rt.KeyFile))
 	}
+	var newLink func() // prints a new sign-in link to the console
 	if web.addr != "" {
-		bound, stop, err := serveTelemetry(rt, web.addr, log)
+		w, err := serveWeb(rt, web, log)
 		switch {
 		case err == nil:
-			defer stop()
-			fmt.Fprintf(out, "rath: console at http://%s/\n", bound)
-			fmt.Fprintf(out, "rath: metrics and health at http://%s/metrics, /healthz, /readyz\n", bound)
+			defer w.stop()
+			fmt.Fprintf(out, "rath: console at http://%s/\n", w.addr)
+			newLink = func() { w.printLink(out, "rath", "") }
+			newLink()
+			fmt.Fprintf(out, "rath: metrics and health at http://%s/metrics, /healthz, /readyz\n", w.addr)
 		case web.required:
 			_ = rt.Stop()
 			return err
 		default:
 			fmt.Fprintf(out, "rath: no metrics endpoint: %v (choose another with --http, or --http \"\" for none)\n", err)
 		}
+	}
+	if rt.Server != nil || newLink != nil {
+		defer onHangup(ctx, rt, newLink, log)()
 	}
 	printSandboxes(out, "rath", rt.Sandboxes)
 	rt.StartLoop()
@@ -178,11 +188,12 @@ func stopLogged(rt *runtime.Runtime, log *slog.Logger) func() {
 	}
 }
 
-// reloadUsersOnHangup reloads the identities of the credentials directory
-// into the embedded server on each SIGHUP, so that a tenant's user added
-// with "rath creds add" can connect without a restart. It returns a
-// function that stops it.
-func reloadUsersOnHangup(ctx context.Context, rt *runtime.Runtime, log *slog.Logger) func() {
+// onHangup, on each SIGHUP, reloads the identities of the credentials
+// directory into the embedded server, so that a tenant's user added with
+// "rath creds add" can connect without a restart, and prints a new sign-in
+// link to the console (newLink, when it is served). It returns a function
+// that stops it.
+func onHangup(ctx context.Context, rt *runtime.Runtime, newLink func(), log *slog.Logger) func() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(ctx)
@@ -194,6 +205,12 @@ func reloadUsersOnHangup(ctx context.Context, rt *runtime.Runtime, log *slog.Log
 			case <-ctx.Done():
 				return
 			case <-hup:
+			}
+			if newLink != nil {
+				newLink()
+			}
+			if rt.Server == nil {
+				continue
 			}
 			n, err := rt.ReloadUsers()
 			if err != nil {

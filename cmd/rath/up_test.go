@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -73,13 +74,13 @@ func TestUp(t *testing.T) {
 	if body := get(t, web[1]+"/readyz", http.StatusOK); body != "ready\n" {
 		t.Errorf("/readyz: %q", body)
 	}
-	// The console on the same address lists the session, as the client.
+	// The console on the same address serves only a browser signed in
+	// (with the link up printed, as the client) and only for its own
+	// address; metrics and health stay open, and change nothing.
 	if !strings.Contains(out.String(), "rath: console at "+web[1]+"/\n") {
 		t.Errorf("up printed %q, want the console's address", out.String())
 	}
-	if body := get(t, web[1]+"/", http.StatusOK); !strings.Contains(body, `href="/s/s1"`) {
-		t.Errorf("the console's sessions page does not list s1:\n%s", body)
-	}
+	checkUpConsole(t, m[1], web[1], out.String())
 	if nc, err := nats.Connect(m[1]); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()
@@ -193,4 +194,79 @@ func get(t *testing.T, url string, code int) string {
 		t.Fatalf("GET %s: %s %q, want %d", url, res.Status, body, code)
 	}
 	return string(body)
+}
+
+// checkUpConsole checks rath up's console at web, whose output is out, on
+// the NATS at url with a session s1: nothing before a sign-in, the link
+// once, nothing for another host, metrics and health open to all.
+func checkUpConsole(t *testing.T, url, web, out string) {
+	t.Helper()
+	link := regexp.MustCompile(`rath: console sign-in link \(signs one browser in, once, until \d\d:\d\d:\d\d\): (` + regexp.QuoteMeta(web) + `/login/[A-Za-z0-9_-]{43})\n`).FindStringSubmatch(out)
+	if link == nil {
+		t.Fatalf("up printed %q, want a sign-in link to the console", out)
+	}
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path, host string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, web+path, strings.NewReader("reason=x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if host != "" {
+			req.Host = host
+		}
+		res, err := browser.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	if code, body := do("GET", "/", ""); code != http.StatusSeeOther || strings.Contains(body, "s1") {
+		t.Errorf("the console before sign-in: %d, want the sign-in page:\n%s", code, body)
+	}
+	if code, body := do("GET", "/api/s/s1/events", ""); code != http.StatusUnauthorized || strings.Contains(body, "rath.session") {
+		t.Errorf("the console's API before sign-in: %d, want 401:\n%s", code, body)
+	}
+	if code, _ := do("POST", "/s/s1/lifecycle/pause", ""); code != http.StatusUnauthorized {
+		t.Errorf("pause before sign-in: %d, want 401", code)
+	}
+	if code, body := do("GET", "/login", ""); code != http.StatusOK || !strings.Contains(body, "one-time sign-in link") || !strings.Contains(body, `name="creds"`) {
+		t.Errorf("rath up's sign-in page offers the link and the credentials: %d\n%s", code, body)
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(web, "http://"))
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		if code, _ := do("GET", path, "attacker.example:"+port); code != http.StatusOK {
+			t.Errorf("GET %s for any host: %d, want 200", path, code)
+		}
+		if code, _ := do("POST", path, ""); code < 400 {
+			t.Errorf("POST %s: %d, want it refused", path, code)
+		}
+	}
+	if code, _ := do("GET", strings.TrimPrefix(link[1], web), "attacker.example:"+port); code != http.StatusMisdirectedRequest {
+		t.Errorf("the link for another host: %d, want 421", code)
+	}
+	if code, body := do("GET", strings.TrimPrefix(link[1], web), ""); code != http.StatusOK {
+		t.Fatalf("the link: %d\n%s", code, body)
+	}
+	if code, body := do("GET", "/", ""); code != http.StatusOK || !strings.Contains(body, `href="/s/s1"`) || !strings.Contains(body, "as <b>default/client") {
+		t.Errorf("the console's sessions page signed in: %d, want s1 listed, as the client:\n%s", code, body)
+	}
+	if code, body := do("GET", "/api/s/s1/events", "attacker.example:"+port); code != http.StatusMisdirectedRequest || strings.Contains(body, "rath.session") {
+		t.Errorf("signed in, the API for another host: %d, want 421:\n%s", code, body)
+	}
+	if code, _ := do("POST", "/s/s1/lifecycle/pause", "attacker.example:"+port); code != http.StatusMisdirectedRequest {
+		t.Errorf("signed in, pause for another host: %d, want 421", code)
+	}
+	if st := ok(t, url, "state", "s1"); !strings.Contains(st, "active") {
+		t.Errorf("s1 after the refused pauses:\n%s", st)
+	}
+	fresh, _ := cookiejar.New(nil)
+	browser.Jar = fresh
+	if code, _ := do("GET", strings.TrimPrefix(link[1], web), ""); code != http.StatusUnauthorized {
+		t.Errorf("the link used again: %d, want 401", code)
+	}
 }

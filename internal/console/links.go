@@ -17,7 +17,7 @@ const DefaultLinkTTL = 15 * time.Minute
 // Links has the console sign people in with one-time links (Server.Link)
 // that whoever started it prints: opening one gives the browser a sign-in
 // that reads and acts as the console's own client, as a console without
-// sign-in would for anyone (ADR 0031). A link signs in once, and only
+// sign-in would for anyone (ADR 0032). A link signs in once, and only
 // within TTL of being issued; the sign-in then lasts until it idles out or
 // the person signs out, like a credentials sign-in.
 type Links struct {
