@@ -233,6 +233,12 @@ func (f *fold) event(e events.Stored) bool {
 		if own {
 			b.Counts.ToolCalls++
 		}
+	case *events.ToolCleared:
+		// The tool runner found no gate holding the call: an event of the
+		// call, nothing more to show.
+		if f.calls[d.CallID] != nil {
+			f.call(e, own, d.CallID, d.Tool)
+		}
 	case *events.ToolStarted:
 		c := f.call(e, own, d.CallID, d.Tool)
 		c.rec.Status, c.rec.Attempt, c.rec.Sandbox = ToolRunning, max(c.rec.Attempt, d.Attempt), d.Sandbox

@@ -142,13 +142,33 @@ func ApprovalID(callID, approver, action string, args json.RawMessage) string {
 // whose When fails to evaluate holds the call (Match.Err says why): a
 // defect of the workflow must not let a call through unapproved.
 func (w *Workflow) GateFor(st *session.State, sessionID string, call *events.ToolRequested) (Match, bool) {
+	return w.gateFor(st, sessionID, call, false)
+}
+
+// ScreenFor is GateFor for a call the agent worker did not propose, which
+// the tool runner screens where it is executed (ADR 0025, amendment). The
+// agent such a call names is its proposer's claim, not an agent's turn: a
+// gate's agents condition holds whatever agent it names, so no proposer
+// slips a call past a gate by naming another agent. The call is stored
+// already: requestID is its request's event ID, from which the approval's
+// ID derives (as ApprovalID, in place of the call's ID), so that it is
+// never one that an answer of the call's proposer asked for already.
+func (w *Workflow) ScreenFor(st *session.State, sessionID, requestID string, call *events.ToolRequested) (Match, bool) {
+	m, gated := w.gateFor(st, sessionID, call, true)
+	if gated {
+		m.ApprovalID = ApprovalID(requestID, m.Approver, m.Action, call.Arguments)
+	}
+	return m, gated
+}
+
+func (w *Workflow) gateFor(st *session.State, sessionID string, call *events.ToolRequested, anyAgent bool) (Match, bool) {
 	var act map[string]any
 	for i := range w.Gates {
 		g := &w.Gates[i]
 		if len(g.Tools) > 0 && !slices.Contains(g.Tools, call.Tool) {
 			continue
 		}
-		if len(g.Agents) > 0 && !slices.Contains(g.Agents, call.Agent) {
+		if len(g.Agents) > 0 && !anyAgent && !slices.Contains(g.Agents, call.Agent) {
 			continue
 		}
 		m := Match{Gate: g.Name, Action: g.Action, Approver: g.Approver,

@@ -84,6 +84,46 @@ func TestGateFor(t *testing.T) {
 	}
 }
 
+// ScreenFor, for a call the agent worker did not propose: a gate's agents
+// condition holds whatever agent the call names (a proposer's claim), the
+// other conditions as for GateFor, and the approval's ID derives from the
+// request's event ID, so it differs from any the proposer could have asked.
+func TestScreenFor(t *testing.T) {
+	w := mustParse(t, gated)
+	st := &session.State{ID: "s"}
+	call := func(agent, tool, args string) *events.ToolRequested {
+		return &events.ToolRequested{CallID: "c1", Tool: tool, Agent: agent, Arguments: json.RawMessage(args)}
+	}
+	tests := []struct {
+		name string
+		call *events.ToolRequested
+		gate string
+	}{
+		{"a push claimed by the coder", call("coder", "run", `{"command":["git","push"]}`), "push"},
+		{"a read claimed by the coder: the reviewer's gate holds it", call("coder", "read_file", `{"path":"a"}`), "reviewer-writes"},
+		{"a read by no agent", call("", "read_file", `{"path":"a"}`), "reviewer-writes"},
+		{"go test claimed by the coder: the reviewer's gate holds any call", call("coder", "run", `{"command":["go","test"]}`), "reviewer-writes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := w.ScreenFor(st, "s", "ev-1", tc.call)
+			if !ok || m.Gate != tc.gate {
+				t.Fatalf("gated %v by %q, want %q", ok, m.Gate, tc.gate)
+			}
+			if want := workflow.ApprovalID("ev-1", m.Approver, m.Action, tc.call.Arguments); m.ApprovalID != want {
+				t.Errorf("approval ID %s, want %s", m.ApprovalID, want)
+			}
+			if byCall, _ := w.GateFor(st, "s", tc.call); byCall.ApprovalID == m.ApprovalID {
+				t.Errorf("the screened approval's ID %s is the one the call's proposer derives", m.ApprovalID)
+			}
+		})
+	}
+	onlyPush := mustParse(t, strings.Replace(gated, "  - name: reviewer-writes\n    agents: [reviewer]\n    approver: leads\n", "", 1))
+	if m, ok := onlyPush.ScreenFor(st, "s", "ev-1", call("coder", "run", `{"command":["go","test"]}`)); ok {
+		t.Errorf("an ungated call screened as gated: %+v", m)
+	}
+}
+
 // The approval ID is a function of the call ID, approver, action and
 // arguments, and of each of them.
 func TestApprovalID(t *testing.T) {

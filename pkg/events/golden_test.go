@@ -151,6 +151,10 @@ var examples = map[string]any{
 		DurationMS: 120004,
 		Sandbox:    &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c"},
 	},
+	events.TypeToolCleared: events.ToolCleared{
+		CallID: "call_01JDQ9D1",
+		Tool:   "run",
+	},
 	events.TypeSandboxPlaced: events.SandboxPlaced{
 		Backend:   events.BackendBwrap,
 		SandboxID: "bwrap-" + exampleSession,

@@ -85,6 +85,7 @@ func init() {
 	register[ToolStarted](TypeToolStarted, TokenTool)
 	register[ToolCompleted](TypeToolCompleted, TokenTool)
 	register[ToolFailed](TypeToolFailed, TokenTool)
+	register[ToolCleared](TypeToolCleared, TokenTool)
 	register[SandboxPlaced](TypeSandboxPlaced, TokenTool)
 	register[SandboxRequested](TypeSandboxRequested, TokenTool)
 	register[SandboxRefused](TypeSandboxRefused, TokenTool)

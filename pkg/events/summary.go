@@ -191,6 +191,11 @@ func (d ToolRequested) Summarize() string {
 	return d.Agent + " " + l.String()
 }
 
+// Summarize is "tool CALL cleared: no gate holds it".
+func (d ToolCleared) Summarize() string {
+	return newLine("%s %s cleared: no gate holds it", d.Tool, d.CallID).String()
+}
+
 // Summarize is "tool CALL started, attempt N, in backend/sandbox".
 func (d ToolStarted) Summarize() string {
 	l := newLine("%s %s started, attempt %d", d.Tool, d.CallID, d.Attempt)

@@ -46,6 +46,7 @@ func TestSummary(t *testing.T) {
 		{&events.ToolRequested{Tool: "shell", CallID: "c1"}, "calls shell c1"},
 		{&events.ToolCompleted{CallID: "c1", Tool: "shell", ExitCode: 1, DurationMS: 9, Result: "no\nsuch file"}, "shell c1 exit 1, 9 ms: no such file"},
 		{&events.ToolFailed{CallID: "c1", Tool: "shell", Error: "timeout"}, "shell c1 failed: timeout"},
+		{&events.ToolCleared{CallID: "c1", Tool: "run"}, "run c1 cleared: no gate holds it"},
 		{&events.SandboxPlaced{Backend: "local", SandboxID: "local-s", Host: "h"}, "sandbox local/local-s (development backend: no isolation), host h"},
 		{&events.SandboxPlaced{Backend: "bwrap", SandboxID: "bwrap-s", Isolation: "namespaces", From: &events.Sandbox{Backend: "local", SandboxID: "local-s"}},
 			"sandbox bwrap/bwrap-s (isolation: namespaces), moved from local/local-s"},

@@ -24,6 +24,7 @@ const (
 	TypeToolStarted         = "rath.tool.call.started"
 	TypeToolCompleted       = "rath.tool.call.completed"
 	TypeToolFailed          = "rath.tool.call.failed"
+	TypeToolCleared         = "rath.tool.call.cleared"
 	TypeSandboxPlaced       = "rath.sandbox.placed"
 	TypeSandboxRequested    = "rath.sandbox.requested"
 	TypeSandboxRefused      = "rath.sandbox.refused"
@@ -214,6 +215,16 @@ type ToolRequested struct {
 	// ApprovalID names the approval the call waits for; absent: the call
 	// is not gated.
 	ApprovalID string `json:"approval_id,omitempty"`
+}
+
+// ToolCleared records that no gate of the session's workflow holds a tool
+// call that the agent worker did not propose: the tool runner decides the
+// gate of every such call where it is executed, and records either this or
+// the call's rath.approval.requested (ADR 0025, amendment). A tool server
+// runs such a call only once one of the two is in the log.
+type ToolCleared struct {
+	CallID string `json:"call_id"`
+	Tool   string `json:"tool"`
 }
 
 // ToolStarted records that a runner began a tool call attempt.

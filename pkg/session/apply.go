@@ -128,7 +128,13 @@ func apply(s *State, e events.Stored, merged bool) bool {
 	case *events.ToolRequested:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
 		t.Agent, t.Arguments, t.Origin, t.Approval = d.Agent, d.Arguments, origin, d.ApprovalID
+		t.ProposedBy, t.Screened = e.Actor, ""
 		s.Counts.ToolCalls++
+	case *events.ToolCleared:
+		if t := s.Tools[d.CallID]; t != nil {
+			t.Seqs = append(t.Seqs, e.Seq)
+			s.screen(d.CallID, e.Actor, ScreenedClear)
+		}
 	case *events.ToolStarted:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
 		t.Status = ToolRunning
@@ -184,6 +190,9 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		}
 		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, Approver: d.Approver, CallID: d.CallID, Tool: d.Tool, Gate: d.Gate,
 			Requested: e.Time, RequestedBy: e.Actor, Deadline: d.Deadline, OnTimeout: d.OnTimeout, EscalateTo: d.EscalateTo, EscalateDeadline: d.EscalateDeadline}
+		if d.CallID != "" {
+			s.screen(d.CallID, e.Actor, d.ApprovalID)
+		}
 	case *events.TurnRequested:
 		// A second request of the turn that just ended (the ledger does not
 		// refuse one) does not open it again: the agent worker would take

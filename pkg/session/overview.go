@@ -374,14 +374,14 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 	}
 	slices.Reverse(last)
 	for _, t := range open {
-		v.Tools.Open = append(v.Tools.Open, toolEntry(t))
+		v.Tools.Open = append(v.Tools.Open, s.toolEntry(t))
 	}
 	for _, t := range last {
-		v.Tools.Last = append(v.Tools.Last, toolEntry(t))
+		v.Tools.Last = append(v.Tools.Last, s.toolEntry(t))
 	}
 	for _, id := range o.Calls {
 		if t, ok := s.Tools[id]; ok {
-			v.Tools.Asked = append(v.Tools.Asked, toolEntry(t))
+			v.Tools.Asked = append(v.Tools.Asked, s.toolEntry(t))
 		}
 	}
 
@@ -429,10 +429,11 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 	return v
 }
 
-func toolEntry(t *Tool) ToolEntry {
+func (s *State) toolEntry(t *Tool) ToolEntry {
+	gate := s.GateOf(t.CallID).ApprovalID
 	e := ToolEntry{CallID: name(t.CallID), Tool: name(t.Tool), Agent: name(t.Agent), Status: name(t.Status), Attempts: t.Attempts,
 		ExitCode: t.ExitCode, CommitBefore: name(t.CommitBefore), CommitAfter: name(t.CommitAfter), Error: text(t.Error, maxText),
-		Events: len(t.Seqs), Origin: name(t.Origin), Approval: name(t.Approval)}
+		Events: len(t.Seqs), Origin: name(t.Origin), Approval: name(gate)}
 	if rawCost(t.Arguments) <= maxArguments && json.Valid(t.Arguments) {
 		e.Arguments = t.Arguments
 	} else {

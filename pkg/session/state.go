@@ -5,7 +5,6 @@ package session
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/openrath/rath/pkg/events"
@@ -307,75 +306,6 @@ const (
 	ApprovalExpired = "expired"
 )
 
-// Gate is what a session's state says about running a tool call: whether
-// it waits for an approval and how that approval was decided.
-type Gate struct {
-	// ApprovalID is the approval the call waits for; "" for a call no gate
-	// holds (it may run).
-	ApprovalID string
-	// Outcome is the approval's outcome: "" while pending (or when the
-	// approval itself is not in the state: a fork taken between the two,
-	// which cannot happen as the request precedes the call in one atomic
-	// append), ApprovalGranted or ApprovalRejected.
-	Outcome string
-	// Reason is a rejection's reason.
-	Reason string
-	// Actor decided.
-	Actor string
-}
-
-// Rejection is what a call whose approval was rejected fails with: the
-// reason and who rejected it, which its agent reads as the call's result.
-func (g Gate) Rejection() string {
-	if g.Outcome == ApprovalExpired {
-		return fmt.Sprintf("the call was not approved in time (approval %s): %s", g.ApprovalID, g.Reason)
-	}
-	who := g.Actor
-	if who == "" {
-		who = "an unknown actor"
-	}
-	return fmt.Sprintf("the call was rejected by %s (approval %s): %s", who, g.ApprovalID, g.Reason)
-}
-
-// GatedCall returns the request of the tool call that approval id gates,
-// rebuilt from the state, so a runner woken by the approval's decision can
-// run the call; nil when the approval gates no call the state holds.
-func (s *State) GatedCall(id string) *events.ToolRequested {
-	a, ok := s.Approvals[id]
-	if !ok || a.CallID == "" {
-		return nil
-	}
-	t := s.Tools[a.CallID]
-	if t == nil || t.Approval != id {
-		return nil
-	}
-	return &events.ToolRequested{CallID: t.CallID, Tool: t.Tool, Arguments: t.Arguments, Agent: t.Agent, ApprovalID: t.Approval}
-}
-
-// Refused reports whether the call under the gate will never run: its
-// approval was rejected or expired. It fails with Rejection.
-func (g Gate) Refused() bool { return g.Outcome == ApprovalRejected || g.Outcome == ApprovalExpired }
-
-// Runnable reports whether a call under the gate may run now: it is not
-// gated, or its approval is granted.
-func (g Gate) Runnable() bool { return g.ApprovalID == "" || g.Outcome == ApprovalGranted }
-
-// GateOf is the gate of the tool call callID: every runner (the tool
-// runner, pkg/toolserver, any other) asks it before running a call, so a
-// gated call runs only once its approval is granted, wherever and whenever
-// the call is delivered. A call the state does not hold has no gate.
-func (s *State) GateOf(callID string) Gate {
-	t := s.Tools[callID]
-	if t == nil || t.Approval == "" {
-		return Gate{}
-	}
-	a, ok := s.Approvals[t.Approval]
-	if !ok {
-		return Gate{ApprovalID: t.Approval}
-	}
-	return Gate{ApprovalID: t.Approval, Outcome: a.Outcome, Reason: a.Reason, Actor: a.Actor}
-}
-
 // Tool is the evidence index of one tool call: where to find each of its
 // events and its last known outcome.
 type Tool struct {
@@ -391,9 +321,16 @@ type Tool struct {
 	Error        string          `json:"error,omitempty"`
 	Seqs         []uint64        `json:"seqs"`
 	Origin       string          `json:"origin,omitempty"`
-	// Approval is the approval the call waits for (GateOf); "" when no
-	// gate holds it.
+	// Approval is the approval its request names ("" for none). It gates
+	// the call only when the agent worker proposed it (GateOf).
 	Approval string `json:"approval,omitempty"`
+	// ProposedBy is who proposed the call (its latest request), as the
+	// ledger authenticated it (tenant/user).
+	ProposedBy string `json:"proposed_by,omitempty"`
+	// Screened is the tool runner's decision about the gate of a call the
+	// agent worker did not propose: ScreenedClear, or the ID of the
+	// approval it asked for; "" until it decides (ADR 0025, amendment).
+	Screened string `json:"screened,omitempty"`
 }
 
 // Tool call statuses.

@@ -41,14 +41,25 @@ type server struct {
 // and calls the session's state shows finished, are left alone. A call a
 // gate holds runs when its approval is granted (on the request, or on the
 // grant when it comes later) and fails with the reason when it is rejected;
-// the events answer whichever of the two ran it.
+// the events answer whichever of the two ran it. A call whose gate nobody
+// has decided yet (one the agent worker did not propose) waits for the
+// tool runner's decision, which is delivered here too: its clearance runs
+// the call, its approval request holds it (ADR 0025, amendment). The
+// server never evaluates a workflow's gates itself.
 func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	d, err := ev.Decode()
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	if r, ok := d.(*events.ToolRequested); ok && r.Tool != s.t.Name {
-		return nil // another tool's: no state read
+	switch d := d.(type) {
+	case *events.ToolRequested:
+		if d.Tool != s.t.Name {
+			return nil // another tool's: no state read
+		}
+	case *events.ToolCleared:
+		if d.Tool != s.t.Name {
+			return nil
+		}
 	}
 	st, err := s.states.StateSince(ctx, ev.Session, ev.Seq)
 	if err != nil {
@@ -58,6 +69,8 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	switch d := d.(type) {
 	case *events.ToolRequested:
 		req = d
+	case *events.ToolCleared:
+		req = st.Call(d.CallID)
 	case *events.ApprovalGranted:
 		req = st.GatedCall(d.ApprovalID)
 	case *events.ApprovalRejected:
@@ -76,6 +89,8 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	switch gate := st.GateOf(req.CallID); {
 	case gate.Refused():
 		return e.fail(ctx, gate.Rejection(), 0)
+	case gate.Unscreened:
+		return nil // waits for the tool runner's decision, which is delivered here too
 	case !gate.Runnable():
 		return nil // waits for its approval's decision, which is delivered here too
 	}

@@ -20,7 +20,10 @@
 // decisions of approvals that gate calls); skips requests of other tools and
 // calls the session's state shows finished; leaves a call whose approval is
 // pending until the approval's decision comes, and fails one whose approval
-// was rejected with the reason; and appends rath.tool.call.started, a
+// was rejected with the reason; leaves a call that the agent worker did not
+// propose until the tool runner has decided its gate (its
+// rath.tool.call.cleared runs it, its rath.approval.requested holds it:
+// the server evaluates no workflow itself); and appends rath.tool.call.started, a
 // conversation chunk of role "tool" with the result, and
 // rath.tool.call.completed (or the chunk and rath.tool.call.failed) through
 // the ledger, with event IDs derived from the request and the attempt, so
@@ -70,9 +73,10 @@ type Call struct {
 	Session string
 	CallID  string
 	// EventID is the ID of the rath.tool.call.requested event, or of the
-	// rath.approval.granted that let a gated call run when the grant came
-	// after the request was handled: what a side effect of the call can
-	// cite as its cause (memory provenance).
+	// rath.approval.granted (or the tool runner's rath.tool.call.cleared)
+	// that let the call run when it came after the request was handled:
+	// what a side effect of the call can cite as its cause (memory
+	// provenance).
 	EventID string
 	// Agent is the agent that requested the call (empty if none did).
 	Agent string
@@ -194,10 +198,12 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 	s := &server{t: t, durable: Durable(t.Name), c: c, states: o.states, store: store, schema: schema,
 		allow: newAllowList(store.GetBlob)}
 	// The decisions of approvals that gate calls are on the control token:
-	// a granted call runs, a rejected one fails (call.go).
+	// a granted call runs, a rejected one fails; the tool runner's
+	// clearance of a call nobody had decided the gate of is on the tool
+	// token, and runs it (call.go).
 	h := consume.Handler{
 		Name: s.durable, Tokens: []string{events.TokenTool, events.TokenControl},
-		Types:  []string{events.TypeToolRequested, events.TypeApprovalGranted, events.TypeApprovalRejected, events.TypeApprovalExpired},
+		Types:  []string{events.TypeToolRequested, events.TypeToolCleared, events.TypeApprovalGranted, events.TypeApprovalRejected, events.TypeApprovalExpired},
 		Handle: s.handle, Workers: o.workers, AckWait: time.Minute,
 	}
 	return consume.Run(ctx, nc, h, consume.RecordInSession(c), o.log.With("tool", t.Name))

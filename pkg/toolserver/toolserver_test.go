@@ -56,6 +56,10 @@ type rig struct {
 	nc    *nats.Conn
 	c     *client.Client
 	store *eventstore.Store
+	// worker proposes calls as the agent worker does, which decided their
+	// gates (a call anyone else proposes waits for the tool runner's
+	// decision: gate_test.go).
+	worker *client.Client
 }
 
 // setup runs a ledger; the tool server is the test's to start.
@@ -71,7 +75,11 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{nc: nc, c: c, store: store}
+	worker, err := client.New(nc, client.As(events.Service("agent-worker")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{nc: nc, c: c, store: store, worker: worker}
 }
 
 // serve runs Serve until the test ends, and checks it returns nil then.
@@ -96,7 +104,7 @@ func (r *rig) serve(t *testing.T, tool Tool) {
 func (r *rig) request(t *testing.T, session, callID, tool, args string) events.Stored {
 	t.Helper()
 	req := &events.ToolRequested{CallID: callID, Tool: tool, Agent: "a", Arguments: json.RawMessage(args)}
-	ack, err := r.c.Emit(context.Background(), session, req)
+	ack, err := r.worker.Emit(context.Background(), session, req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -382,6 +382,26 @@ func transition(st *session.State, id, typ string, data []byte, expected uint64,
 		return decides(st, id, typ, data, by)
 	case typ == events.TypeApprovalExpired:
 		return expires(st, id, data, by)
+	case typ == events.TypeApprovalRequested:
+		return requests(st, id, data)
+	case typ == events.TypeToolCleared && !by.principal.IsService():
+		return api.Errorf(api.CodeTransition, "only the tool runner decides a call's gate, not %s", by.principal)
+	}
+	return nil
+}
+
+// requests admits an approval request whose ID the session has not
+// requested yet: asking again would replace who is asked, and what the
+// gated call waits for, under the same ID (ADR 0025, amendment). A retried
+// proposal of a stored request is answered with its ack before this check.
+func requests(st *session.State, id string, data []byte) error {
+	d, err := events.DecodeData(events.TypeApprovalRequested, data)
+	if err != nil {
+		return api.Errorf(api.CodeMalformed, "%v", err)
+	}
+	r := d.(*events.ApprovalRequested)
+	if a, ok := st.Approvals[r.ApprovalID]; ok {
+		return api.Errorf(api.CodeTransition, "approval %s of session %s was requested already, at %d by %s: choose another ID", r.ApprovalID, id, a.Seq, orUnknown(a.RequestedBy))
 	}
 	return nil
 }

@@ -148,3 +148,54 @@ func TestApprovalDeadlinesAndRoles(t *testing.T) {
 		t.Errorf("ap-2 %+v", a)
 	}
 }
+
+// Nobody asks for an approval again under its ID (which would replace who
+// is asked, and let a tenant's user ask itself), and nobody but Rath's
+// services clears a tool call's gate; a user's refusals are recorded. A
+// retried request gets its ack.
+func TestApprovalRequestsAndClearancesAreChecked(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.start(t, "rq")
+	ask := &events.ApprovalRequested{ApprovalID: "ap-1", Action: "run call", Approver: "leads", CallID: "c1", Tool: "run"}
+	first := r.emit(t, "rq", ask, events.WithID("ask-1"))
+	if again, err := r.c.Emit(ctx, "rq", ask, events.WithID("ask-1")); err != nil || again.Seq != first.Seq {
+		t.Fatalf("a retried request: %+v %v, want the ack of %d", again, err, first.Seq)
+	}
+	runner, err := client.New(r.nc, client.As(events.Service("tool-runner")), client.WithRetryFor(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+		data any
+		says string
+	}{
+		{"the same approval asked again, of another role", r.c, &events.ApprovalRequested{ApprovalID: "ap-1", Action: "run call", CallID: "c1", Tool: "run"}, "requested already"},
+		{"by a service too", runner, &events.ApprovalRequested{ApprovalID: "ap-1", Action: "run call", Approver: "leads", CallID: "c1", Tool: "run"}, "requested already"},
+		{"a user clears a call", r.c, &events.ToolCleared{CallID: "c1", Tool: "run"}, "only the tool runner"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(r.rejections(t, "rq"))
+			_, err := tc.c.Emit(ctx, "rq", tc.data)
+			wantCode(t, err, api.CodeTransition)
+			if err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("error %v does not say %q", err, tc.says)
+			}
+			if rej := r.rejections(t, "rq"); tc.c == r.c && len(rej) != n+1 {
+				t.Errorf("refusal not recorded: %+v", rej)
+			}
+		})
+	}
+	if _, err := runner.Emit(ctx, "rq", &events.ToolCleared{CallID: "c1", Tool: "run"}); err != nil {
+		t.Fatalf("the tool runner's clearance: %v", err)
+	}
+	st, err := r.c.State(ctx, "rq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := st.Approvals["ap-1"]; a.Approver != "leads" || a.Seq != first.Seq {
+		t.Fatalf("the approval was replaced: %+v", a)
+	}
+}

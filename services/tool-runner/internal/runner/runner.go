@@ -185,6 +185,23 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
 	}
+	attempt := call.Attempts + 1
+	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
+	gate := st.GateOf(req.CallID)
+	if gate.Unscreened {
+		// Nobody decided its gate: decided here, for every tool (gate.go).
+		var why string
+		var err error
+		if st, why, err = r.screen(ctx, ev, req, st); err != nil || st == nil {
+			return err
+		}
+		if why != "" {
+			return e.fail(ctx, nil, why, 0, 0)
+		}
+		if gate = st.GateOf(req.CallID); gate.Unscreened {
+			return fmt.Errorf("tool %s: its gate is undecided after the runner recorded its decision", req.CallID)
+		}
+	}
 	rt, err := r.route(ctx, st, req.Tool)
 	if err != nil {
 		return err
@@ -192,9 +209,6 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	if rt.kind == routeOther {
 		return nil // a custom server's tool: it consumes its own requests
 	}
-	attempt := call.Attempts + 1
-	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
-	gate := st.GateOf(req.CallID)
 	switch {
 	case gate.Refused():
 		return e.fail(ctx, nil, gate.Rejection(), 0, 0)
