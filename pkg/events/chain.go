@@ -53,7 +53,11 @@ func Seal(e *event.Event, seq uint64, prev string, key *SigningKey) ([]byte, str
 	body = append(body, hash...)
 	body = append(body, `"}`...)
 	if key != nil {
-		body = AttachSig(e, body, key.Sign(e.Subject(), seq, hash))
+		sig, err := key.Sign(e.Subject(), seq, hash)
+		if err != nil {
+			return nil, "", fmt.Errorf("seal event %s: %w", e.ID(), err)
+		}
+		body = AttachSig(e, body, sig)
 	}
 	return body, hash, nil
 }

@@ -160,14 +160,15 @@ func rootMessage(size uint64, root [32]byte) []byte {
 
 // SignGroup signs up to MaxGroup events with one signature and returns each
 // one's rathsig, in order. A group of one is signed as Sign would.
-func (k *SigningKey) SignGroup(leaves []Leaf) []string {
+func (k *SigningKey) SignGroup(leaves []Leaf) ([]string, error) {
 	out := make([]string, len(leaves))
 	switch len(leaves) {
 	case 0:
-		return out
+		return out, nil
 	case 1:
-		out[0] = k.Sign(leaves[0].Session, leaves[0].Seq, leaves[0].Hash)
-		return out
+		var err error
+		out[0], err = k.Sign(leaves[0].Session, leaves[0].Seq, leaves[0].Hash)
+		return out, err
 	}
 	if len(leaves) > MaxGroup {
 		panic(fmt.Sprintf("events: SignGroup of %d events, at most %d", len(leaves), MaxGroup))
@@ -182,7 +183,11 @@ func (k *SigningKey) SignGroup(leaves []Leaf) []string {
 	}
 	tree := newMerkle(hs)
 	root := tree.hash(0, len(hs))
-	sig := base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(len(leaves)), root)))
+	raw, err := k.sign(rootMessage(uint64(len(leaves)), root))
+	if err != nil {
+		return nil, err
+	}
+	sig := base64.RawURLEncoding.EncodeToString(raw)
 	prefix := k.pub.ID + ":" + sig + ":"
 	size := ":" + strconv.Itoa(len(leaves)) + ":"
 	for i := range leaves {
@@ -194,7 +199,7 @@ func (k *SigningKey) SignGroup(leaves []Leaf) []string {
 		nonce := base64.RawURLEncoding.EncodeToString(nonces[nonceSize*i : nonceSize*(i+1)])
 		out[i] = prefix + strconv.Itoa(i) + size + nonce + ":" + base64.RawURLEncoding.EncodeToString(raw)
 	}
-	return out
+	return out, nil
 }
 
 // verifyGroup checks a group rathsig's parts (after the key ID) for the

@@ -14,7 +14,10 @@ import (
 func TestUnstoredGroupMemberCannotBeSignedAfterwards(t *testing.T) {
 	a := Leaf{"a", 5, strings.Repeat("a", 64)}
 	b := Leaf{"b", 7, strings.Repeat("b", 64)} // signed, then refused: its rathsig never leaves the ledger
-	sigs := testKey.SignGroup([]Leaf{a, b})
+	sigs, err := testKey.SignGroup([]Leaf{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
 	parts := strings.Split(sigs[0], ":") // what a's receipt shows
 	nonceA, _ := base64.RawURLEncoding.DecodeString(parts[4])
 	leafA := a.hash(nonceA)

@@ -20,7 +20,7 @@ func TestGroupSignatures(t *testing.T) {
 		for i := range leaves {
 			leaves[i] = events.Leaf{Session: fmt.Sprintf("s%d", i%3), Seq: uint64(10 + i), Hash: strings.Repeat(fmt.Sprintf("%x", i%16), 64)}
 		}
-		sigs := testKey.SignGroup(leaves)
+		sigs := signGroup(t, testKey, leaves)
 		for i, l := range leaves {
 			if err := ring.Verify(l.Session, l.Seq, l.Hash, sigs[i]); err != nil {
 				t.Fatalf("n=%d i=%d: %v", n, i, err)
@@ -46,7 +46,7 @@ func TestGroupSignatures(t *testing.T) {
 func TestGroupSignaturesRefuseEdits(t *testing.T) {
 	ring := events.NewKeyring(testKey.Public())
 	leaves := []events.Leaf{{"s", 1, strings.Repeat("a", 64)}, {"s", 2, strings.Repeat("b", 64)}, {"t", 7, strings.Repeat("c", 64)}}
-	sig := testKey.SignGroup(leaves)[1]
+	sig := signGroup(t, testKey, leaves)[1]
 	parts := strings.Split(sig, ":")
 	edit := func(i int, v string) string {
 		p := append([]string(nil), parts...)
@@ -87,6 +87,17 @@ func BenchmarkSignGroup(b *testing.B) {
 		leaves[i] = events.Leaf{Session: "bench-session", Seq: uint64(i + 1), Hash: strings.Repeat("ab", 32)}
 	}
 	for b.Loop() {
-		k.SignGroup(leaves)
+		if _, err := k.SignGroup(leaves); err != nil {
+			b.Fatal(err)
+		}
 	}
+}
+
+func signGroup(t *testing.T, k *events.SigningKey, leaves []events.Leaf) []string {
+	t.Helper()
+	sigs, err := k.SignGroup(leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sigs
 }

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -86,7 +85,11 @@ func (k *SigningKey) SignRecord(leaves []Leaf) (RecordSigs, error) {
 	tree := newMerkle(hs)
 	root := tree.hash(0, n)
 	b64 := base64.RawURLEncoding
-	sig := b64.EncodeToString(ed25519.Sign(k.priv, rootMessage(uint64(n), root)))
+	raw, err := k.sign(rootMessage(uint64(n), root))
+	if err != nil {
+		return RecordSigs{}, fmt.Errorf("sign record: %w", err)
+	}
+	sig := b64.EncodeToString(raw)
 	out := RecordSigs{ID: b64.EncodeToString(root[:recordIDSize]), Refs: make([]string, n)}
 	out.Signed = &Record{id: out.ID, key: k.pub.ID, sig: sig, tree: tree}
 	// The record, written as json.Marshal would write SigRecord (every

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -44,10 +45,14 @@ var (
 	ErrBadSignature = errors.New("bad signature")
 )
 
-// SigningKey is a ledger's ed25519 private key.
+// SigningKey is what signs for a ledger: an Ed25519 private key in memory
+// (NewSigningKey, ParsePrivateKey), or any crypto.Signer whose public key is
+// Ed25519 (NewSigner) — a KMS's or a PKCS #11 module's — which keeps the
+// private key out of the ledger's process and off its host.
 type SigningKey struct {
-	priv ed25519.PrivateKey
-	pub  PublicKey
+	priv   ed25519.PrivateKey // nil for an external signer
+	signer crypto.Signer
+	pub    PublicKey
 }
 
 // PublicKey is a ledger's public key with its key ID.
@@ -68,7 +73,38 @@ func GenerateSigningKey() (*SigningKey, error) {
 // NewSigningKey wraps an ed25519 private key.
 func NewSigningKey(priv ed25519.PrivateKey) *SigningKey {
 	pub := priv.Public().(ed25519.PublicKey)
-	return &SigningKey{priv: priv, pub: PublicKey{ID: KeyID(pub), Key: pub}}
+	return &SigningKey{priv: priv, signer: priv, pub: PublicKey{ID: KeyID(pub), Key: pub}}
+}
+
+// NewSigner wraps an external signer, whose public key must be Ed25519 and
+// whose Sign (called with crypto.Hash(0), as Ed25519 signs the message
+// itself) must return an Ed25519 signature; each one is verified before it
+// is used, so a faulty signer fails the append instead of storing an event
+// no verifier accepts.
+func NewSigner(s crypto.Signer) (*SigningKey, error) {
+	if priv, ok := s.(ed25519.PrivateKey); ok {
+		return NewSigningKey(priv), nil
+	}
+	pub, ok := s.Public().(ed25519.PublicKey)
+	if !ok || len(pub) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("signer: its public key is a %T, not an Ed25519 key", s.Public())
+	}
+	return &SigningKey{signer: s, pub: PublicKey{ID: KeyID(pub), Key: pub}}, nil
+}
+
+// sign signs msg.
+func (k *SigningKey) sign(msg []byte) ([]byte, error) {
+	if k.priv != nil {
+		return ed25519.Sign(k.priv, msg), nil
+	}
+	sig, err := k.signer.Sign(rand.Reader, msg, crypto.Hash(0))
+	if err != nil {
+		return nil, fmt.Errorf("sign with key %s: %w", k.pub.ID, err)
+	}
+	if !ed25519.Verify(k.pub.Key, msg, sig) {
+		return nil, fmt.Errorf("sign with key %s: the signer's signature does not verify", k.pub.ID)
+	}
+	return sig, nil
 }
 
 // KeyID is the ID of a public key: the first 16 hex digits of its SHA-256.
@@ -82,9 +118,12 @@ func (k *SigningKey) Public() PublicKey { return k.pub }
 
 // Sign returns the rathsig value of the event at seq of session with the
 // given chain hash.
-func (k *SigningKey) Sign(session string, seq uint64, hash string) string {
-	sig := ed25519.Sign(k.priv, signedMessage(session, seq, hash))
-	return k.pub.ID + ":" + base64.RawURLEncoding.EncodeToString(sig)
+func (k *SigningKey) Sign(session string, seq uint64, hash string) (string, error) {
+	sig, err := k.sign(signedMessage(session, seq, hash))
+	if err != nil {
+		return "", err
+	}
+	return k.pub.ID + ":" + base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
 func signedMessage(session string, seq uint64, hash string) []byte {
@@ -175,8 +214,12 @@ func shortHash(h string) string {
 	return h
 }
 
-// MarshalPrivateKey encodes a key as a PKCS #8 PEM block (what openssl reads).
+// MarshalPrivateKey encodes a key as a PKCS #8 PEM block (what openssl
+// reads); an external signer's key is not there to encode.
 func MarshalPrivateKey(k *SigningKey) ([]byte, error) {
+	if k.priv == nil {
+		return nil, fmt.Errorf("marshal signing key %s: an external signer's, which does not leave it", k.pub.ID)
+	}
 	der, err := x509.MarshalPKCS8PrivateKey(k.priv)
 	if err != nil {
 		return nil, fmt.Errorf("marshal signing key: %w", err)

@@ -57,7 +57,7 @@ func TestSealSignsTheChainHash(t *testing.T) {
 		{"other hash", ring, "s1", 3, strings.Repeat("b", 64), st.Sig, events.ErrBadSignature},
 		{"unsigned", ring, "s1", 3, hash, "", events.ErrUnsigned},
 		{"untrusted key", events.NewKeyring(other.Public()), "s1", 3, hash, st.Sig, events.ErrUnknownKey},
-		{"forged with another key under this key's ID", ring, "s1", 3, hash, testKey.Public().ID + ":" + strings.SplitN(other.Sign("s1", 3, hash), ":", 2)[1], events.ErrBadSignature},
+		{"forged with another key under this key's ID", ring, "s1", 3, hash, testKey.Public().ID + ":" + strings.SplitN(sign(t, other, "s1", 3, hash), ":", 2)[1], events.ErrBadSignature},
 		{"garbage", ring, "s1", 3, hash, testKey.Public().ID + ":!!", events.ErrBadSignature},
 	}
 	for _, c := range cases {
@@ -139,4 +139,13 @@ func TestStoredHashRefusesMembersAfterTheHash(t *testing.T) {
 			t.Errorf("%s: hashed as the sealed event; a reader sees %s %s (%v)", name, st.Type, st.Data, perr)
 		}
 	}
+}
+
+func sign(t *testing.T, k *events.SigningKey, session string, seq uint64, hash string) string {
+	t.Helper()
+	sig, err := k.Sign(session, seq, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sig
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,9 +15,13 @@ import (
 // LoadOrCreateKey reads the ledger's signing key from path (PKCS #8 PEM), or,
 // when no file is there, creates one (mode 0600, its directory 0700) and
 // writes its public key beside it as <name>.pub (PKIX PEM) for verifiers to
-// pin. created reports whether the key is new.
+// pin. created reports whether the key is new. A key file that others (not
+// its owner or group) may read is refused, as ssh refuses one: on a host
+// where tool commands run as users of their own (a root tool runner), its
+// mode is what keeps them from the key (ADR 0031). Group read is allowed:
+// a Kubernetes Secret is mounted 0440 for the pod's fsGroup.
 func LoadOrCreateKey(path string) (key *events.SigningKey, created bool, err error) {
-	data, err := os.ReadFile(path)
+	data, err := readPrivate(path)
 	if err == nil {
 		key, err := events.ParsePrivateKey(data)
 		if err != nil {
@@ -84,4 +89,22 @@ func ReadPublicKeys(paths []string) ([]events.PublicKey, error) {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// readPrivate reads a file that others than its owner and group may not
+// read.
+func readPrivate(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o007 != 0 {
+		return nil, fmt.Errorf("%s: mode %04o lets any user of this host read it: chmod 600 %s", path, perm, path)
+	}
+	return io.ReadAll(f)
 }

@@ -97,3 +97,27 @@ func TestRunRefusesBadKeys(t *testing.T) {
 		t.Errorf("bad key file: %v", err)
 	}
 }
+
+// A signing key any user of the host may read is refused, naming the file
+// and the fix; the owner's and the group's are accepted (ADR 0031).
+func TestKeyReadableByOthersIsRefused(t *testing.T) {
+	path := service.KeyFileIn(t.TempDir())
+	if _, created, err := service.LoadOrCreateKey(path); err != nil || !created {
+		t.Fatalf("create: %v (created %v)", err, created)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("a new key's mode: %v, %v; want 0600", fi.Mode(), err)
+	}
+	for mode, ok := range map[os.FileMode]bool{0o600: true, 0o440: true, 0o400: true, 0o604: false, 0o644: false, 0o666: false, 0o601: false} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, created, err := service.LoadOrCreateKey(path)
+		if ok && (err != nil || created) {
+			t.Errorf("mode %04o: %v (created %v), want the key read", mode, err, created)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "chmod 600 "+path)) {
+			t.Errorf("mode %04o: %v, want a refusal naming chmod 600 %s", mode, err, path)
+		}
+	}
+}

@@ -218,7 +218,11 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 			return api.Ack{}, err
 		}
 		// Signed with the concurrent appends' events: one signature per group.
-		body = events.AttachSig(&ev, body, l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash}))
+		sig, err := l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash})
+		if err != nil {
+			return api.Ack{}, unavailable(err)
+		}
+		body = events.AttachSig(&ev, body, sig)
 		res, err := l.store.Append(ctx, tenantFor(&ev, e.state), id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)

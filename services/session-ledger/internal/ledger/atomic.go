@@ -243,7 +243,11 @@ func (l *Ledger) sealAll(ctx context.Context, e *entry, evs []event.Event, x exp
 		leaves[i] = events.Leaf{Session: e.id, Seq: seq, Hash: hash}
 		bodies[i] = body
 	}
-	for i, sig := range l.sign.signAll(leaves) {
+	sigs, err := l.sign.signAll(leaves)
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	for i, sig := range sigs {
 		out[i].Body = events.AttachSig(&evs[i], bodies[i], sig)
 	}
 	return st, out, nil

@@ -151,7 +151,11 @@ func TestVerifyNamesTheFirstEventARehashedChainChanged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sig := testKey.Public().ID + ":" + strings.SplitN(attacker.Sign("s", st.Seq, hash), ":", 2)[1]
+			forged, err := attacker.Sign("s", st.Seq, hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig := testKey.Public().ID + ":" + strings.SplitN(forged, ":", 2)[1]
 			body = append(body[:len(body)-1], []byte(`,"rathsig":"`+sig+`"}`)...)
 			ms[i].Body, prev = body, hash
 		}

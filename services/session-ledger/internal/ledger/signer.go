@@ -26,23 +26,30 @@ type signer struct {
 
 type signReq struct {
 	leaf events.Leaf
-	done chan string   // the request's rathsig
+	done chan signed   // the request's rathsig
 	lead chan struct{} // closed to hand this request the lead
 }
 
+// signed is a rathsig, or why the key did not sign (an external signer
+// that failed: events.NewSigner).
+type signed struct {
+	sig string
+	err error
+}
+
 // sign returns the rathsig of one event.
-func (s *signer) sign(leaf events.Leaf) string {
+func (s *signer) sign(leaf events.Leaf) (string, error) {
 	if s.key == nil {
-		return ""
+		return "", nil
 	}
-	r := &signReq{leaf: leaf, done: make(chan string, 1), lead: make(chan struct{})}
+	r := &signReq{leaf: leaf, done: make(chan signed, 1), lead: make(chan struct{})}
 	s.mu.Lock()
 	s.queue = append(s.queue, r)
 	if s.busy {
 		s.mu.Unlock()
 		select {
-		case sig := <-r.done:
-			return sig
+		case d := <-r.done:
+			return d.sig, d.err
 		case <-r.lead: // r heads the queue now
 		}
 	} else {
@@ -58,8 +65,13 @@ func (s *signer) sign(leaf events.Leaf) string {
 	for i, g := range group {
 		leaves[i] = g.leaf
 	}
-	for i, sig := range s.key.SignGroup(leaves) {
-		group[i].done <- sig
+	sigs, err := s.key.SignGroup(leaves)
+	for i := range group {
+		if err != nil {
+			group[i].done <- signed{err: err}
+		} else {
+			group[i].done <- signed{sig: sigs[i]}
+		}
 	}
 	s.mu.Lock()
 	if len(s.queue) > 0 {
@@ -68,21 +80,26 @@ func (s *signer) sign(leaf events.Leaf) string {
 		s.busy = false
 	}
 	s.mu.Unlock()
-	return <-r.done
+	d := <-r.done
+	return d.sig, d.err
 }
 
 // signAll signs events sealed together (a round of a batch) in groups.
-func (s *signer) signAll(leaves []events.Leaf) []string {
+func (s *signer) signAll(leaves []events.Leaf) ([]string, error) {
 	if s.key == nil {
-		return make([]string, len(leaves))
+		return make([]string, len(leaves)), nil
 	}
 	out := make([]string, 0, len(leaves))
 	for len(leaves) > 0 {
 		n := min(len(leaves), events.MaxGroup)
-		out = append(out, s.key.SignGroup(leaves[:n])...)
+		sigs, err := s.key.SignGroup(leaves[:n])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sigs...)
 		leaves = leaves[n:]
 	}
-	return out
+	return out, nil
 }
 
 // roundSigs are the signatures of a batch round: the records to store
@@ -108,7 +125,10 @@ func (s *signer) signRound(leaves []events.Leaf) (roundSigs, error) {
 	for len(leaves) > 0 {
 		n := min(len(leaves), events.MaxRecord)
 		if n < events.MinRecord {
-			sigs := s.key.SignGroup(leaves[:n])
+			sigs, err := s.key.SignGroup(leaves[:n])
+			if err != nil {
+				return roundSigs{}, err
+			}
 			r.stored = append(r.stored, sigs...)
 			r.record = append(r.record, slices.Repeat([]int{-1}, n)...)
 		} else {
