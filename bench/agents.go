@@ -21,6 +21,7 @@ import (
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
@@ -80,8 +81,9 @@ func (h *harness) runAgents(ctx context.Context) error {
 	return nil
 }
 
-// uploadWorkflow stores a workflow bundle and returns the start event of a
-// session running it in the workspace seed "repo".
+// uploadWorkflow stores a workflow bundle and the workspace seed "repo" of
+// testdata/agents, and returns the start event of a session running it
+// there.
 func (h *harness) uploadWorkflow(ctx context.Context, path string) (events.SessionStarted, error) {
 	wf, err := workflow.Load(path)
 	if err != nil {
@@ -94,9 +96,21 @@ func (h *harness) uploadWorkflow(ctx context.Context, path string) (events.Sessi
 	if err != nil {
 		return events.SessionStarted{}, err
 	}
+	root, err := moduleRoot()
+	if err != nil {
+		return events.SessionStarted{}, err
+	}
+	seed, err := client.PackWorkspace(filepath.Join(root, "bench", agentWorkflow, "repo"))
+	if err != nil {
+		return events.SessionStarted{}, err
+	}
+	seedRef, err := h.store.PutBlob(ctx, seed)
+	if err != nil {
+		return events.SessionStarted{}, fmt.Errorf("workspace seed: %w", err)
+	}
 	return events.SessionStarted{
 		Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref,
-		Task: "bench agents", Labels: map[string]string{"workspace": "repo"},
+		Task: "bench agents", Labels: map[string]string{client.LabelWorkspace: seedRef},
 	}, nil
 }
 
@@ -329,7 +343,6 @@ func (h *harness) startAgentsInProcess(dir string) (func(), error) {
 	// (all on local); what isolation costs a call is BenchmarkRunEcho's.
 	cfg.ToolRunner.Backend = events.BackendLocal
 	cfg.ToolRunner.Sandbox.Root = filepath.Join(h.dir, "workspaces-inproc")
-	cfg.ToolRunner.Seeds = dir
 	bin := filepath.Join(h.dir, "helper-bin")
 	if _, err := buildServices(context.Background(), bin, false, "tool-runner/"+sandboxHelper); err != nil {
 		return nil, fmt.Errorf("the sandbox helper: %w", err)
@@ -386,7 +399,7 @@ func (h *harness) startAgentProcesses(ctx context.Context, bins map[string]strin
 			name := fmt.Sprintf("%s-%d-of-%d", kind, i, k)
 			args := []string{"--nats", h.ns.ClientURL(), "--creds", h.creds.Path(auth.Role(kind))}
 			if kind == "tool-runner" {
-				args = append(args, "--workspaces", filepath.Join(h.dir, "workspaces-"+name), "--seeds", dir, "--timeout", "30s", "--sandbox", events.BackendLocal)
+				args = append(args, "--workspaces", filepath.Join(h.dir, "workspaces-"+name), "--timeout", "30s", "--sandbox", events.BackendLocal)
 			}
 			p, err := startCommand(name, filepath.Join(h.dir, name+".log"), bins[kind], args, []string{"RATH_NATS_URL="}, profDir)
 			if err != nil {

@@ -241,7 +241,7 @@ func TestApprovalExampleCorrected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := rerun.Reexecute(ctx, r.c, orig, rerun.Options{Seeds: approvalExample, Runtime: runtime.DefaultConfig(),
+	rep, err := rerun.Reexecute(ctx, r.c, orig, rerun.Options{Runtime: runtime.DefaultConfig(),
 		Wait: 2 * time.Minute, Idle: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,6 +37,7 @@ type rig struct {
 	nc    *nats.Conn // of the client role
 	c     *client.Client
 	store *eventstore.Store
+	seeds string // the directory workspace labels name seeds under
 }
 
 // start runs every service in-process; workers stop before the ledger.
@@ -56,7 +58,7 @@ func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logger) *rig {
 	t.Helper()
 	ns, _ := natstest.Start(t)
-	cfg := testsuite.Config(t, ns.ClientURL(), seeds)
+	cfg := testsuite.Config(t, ns.ClientURL())
 	cfg.Worker = wcfg
 	rt := testsuite.Start(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))
 	c, err := client.New(rt.Conn)
@@ -68,7 +70,24 @@ func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logge
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{url: ns.ClientURL(), nc: rt.Conn, c: c, store: store}
+	return &rig{url: ns.ClientURL(), nc: rt.Conn, c: c, store: store, seeds: seeds}
+}
+
+// start starts session id as start says; a "workspace" label names a
+// directory under the rig's seeds, which is packed and stored as the
+// session's seed (client.SeedWorkspace), as rath start --workspace does.
+func (r *rig) start(t *testing.T, id string, start events.SessionStarted) {
+	t.Helper()
+	ctx := context.Background()
+	if dir := start.Labels[client.LabelWorkspace]; dir != "" {
+		start.Labels = maps.Clone(start.Labels)
+		if err := r.c.SeedWorkspace(ctx, filepath.Join(r.seeds, dir), &start); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.c.Start(ctx, id, start); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // run starts a session of a workflow in testdata and waits until it is
@@ -91,9 +110,7 @@ func (r *rig) startWorkflow(t *testing.T, id, path string, start events.SessionS
 		t.Fatal(err)
 	}
 	start.Workflow, start.WorkflowHash = wf.Name, wf.Hash()
-	if _, err := r.c.Start(ctx, id, start); err != nil {
-		t.Fatal(err)
-	}
+	r.start(t, id, start)
 }
 
 // runPath is run with the workflow file's path.

@@ -57,9 +57,7 @@ func (r *rig) call(t *testing.T, id, callID, tool string, args any) *events.Tool
 func TestForkWorkspacesAreIsolated(t *testing.T) {
 	r := start(t)
 	ctx := context.Background()
-	if _, err := r.c.Start(ctx, "parent", events.SessionStarted{Task: "branching", Labels: map[string]string{"workspace": "repo"}}); err != nil {
-		t.Fatal(err)
-	}
+	r.start(t, "parent", events.SessionStarted{Task: "branching", Labels: map[string]string{"workspace": "repo"}})
 	first := r.call(t, "parent", "w1", "write_file", map[string]string{"path": "notes.txt", "content": "shared\n"})
 	st, _ := r.c.State(ctx, "parent")
 	fork, err := r.c.Fork(ctx, api.ForkRequest{Parent: "parent", At: st.Seq, ID: "branch"})
@@ -94,7 +92,6 @@ func TestToolRunnersHandCallsOver(t *testing.T) {
 	second := toolrunner.DefaultConfig()
 	second.Backend = "local" // as start's
 	second.Sandbox.Root = t.TempDir()
-	second.Seeds = "testdata"
 	second.Sandbox.Path = os.Getenv("PATH")
 	second.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,9 +105,7 @@ func TestToolRunnersHandCallsOver(t *testing.T) {
 		}
 	})
 
-	if _, err := r.c.Start(context.Background(), "shared", events.SessionStarted{Labels: map[string]string{"workspace": "repo"}}); err != nil {
-		t.Fatal(err)
-	}
+	r.start(t, "shared", events.SessionStarted{Labels: map[string]string{"workspace": "repo"}})
 	const n = 10
 	for i := 0; i < n; i++ {
 		r.call(t, "shared", fmt.Sprintf("w%d", i), "write_file", map[string]string{"path": fmt.Sprintf("f%d.txt", i), "content": "x"})

@@ -138,7 +138,7 @@ func TestGateRejectionReachesTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := rerun.Reexecute(context.Background(), r.c, orig, rerun.Options{Seeds: "testdata", Runtime: runtime.DefaultConfig(),
+	rep, err := rerun.Reexecute(context.Background(), r.c, orig, rerun.Options{Runtime: runtime.DefaultConfig(),
 		Wait: 2 * time.Minute, Idle: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -80,15 +80,15 @@ func TestJavaScriptClient(t *testing.T) {
 	}
 
 	r := start(t)
-	// The runtime's tool runner seeds workspaces from testdata (repo is
-	// fix-calc's repository); the example runs in the repository root, as a
-	// user would, and names the workflow as rath start would.
+	// The example runs in the repository root, as a user would, names the
+	// workflow as rath start would and packs fix-calc's repository as the
+	// workspace seed.
 	const id = "js-fix"
 	run := exec.CommandContext(ctx, node, filepath.Join(dir, "watch.mjs"),
 		"--nats", r.url,
 		"--creds", natstest.CredsFile(t, r.url, auth.RoleClient),
 		"--workflow", filepath.Join("examples", "fix-calc", "workflow.yaml"),
-		"--workspace", "repo",
+		"--workspace", filepath.Join("examples", "fix-calc", "repo"),
 		"--id", id,
 		"--timeout", "180")
 	run.Dir = ".."

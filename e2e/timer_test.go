@@ -82,7 +82,7 @@ func TestGateTimeoutRejects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := rerun.Reexecute(ctx, r.c, orig, rerun.Options{Seeds: "testdata", Runtime: runtime.DefaultConfig(),
+		rep, err := rerun.Reexecute(ctx, r.c, orig, rerun.Options{Runtime: runtime.DefaultConfig(),
 			Wait: 2 * time.Minute, Idle: time.Minute})
 		if err != nil {
 			t.Fatal(err)

@@ -192,7 +192,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	log := slog.New(slog.NewTextHandler(logFile, nil))
 	run.log = log
 
-	if run.rt, err = startRuntime(ctx, o.config(run.data, example), "rath-demo", log); err != nil {
+	if run.rt, err = startRuntime(ctx, o.config(run.data), "rath-demo", log); err != nil {
 		return run, err
 	}
 	run.rt.StartLoop()
@@ -230,7 +230,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	}
 
 	start := time.Now()
-	if run.root, err = startDemo(ctx, c, run.rt.Conn, wfPath, string(issue)); err != nil {
+	if run.root, err = startDemo(ctx, c, example, wfPath, string(issue)); err != nil {
 		return run, err
 	}
 	fmt.Fprintf(a.Stdout, "rath demo: session %s started (root below; a fork is fork-N@SEQ: the Nth created, at sequence SEQ)\n", run.root)
@@ -247,12 +247,12 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	return run, a.demoReport(ctx, c, run.root, o.out, progress)
 }
 
-// startDemo uploads the workflow and starts the root session on the example
-// repository.
-func startDemo(ctx context.Context, c *client.Client, nc *nats.Conn, wfPath, issue string) (string, error) {
+// startDemo uploads the workflow and the example's repository (the
+// workspace seed) and starts the root session.
+func startDemo(ctx context.Context, c *client.Client, example, wfPath, issue string) (string, error) {
 	data := events.SessionStarted{
 		Task:   strings.TrimSpace(issue),
-		Labels: map[string]string{"workspace": "repo", "example": "demo"},
+		Labels: map[string]string{"example": "demo"},
 	}
 	// The ledger creates the streams and buckets as it starts: its answer
 	// (the client retries while no ledger listens) says it is up.
@@ -262,6 +262,10 @@ func startDemo(ctx context.Context, c *client.Client, nc *nats.Conn, wfPath, iss
 	if err := uploadWorkflow(ctx, c, wfPath, &data); err != nil {
 		return "", err
 	}
+	if err := c.SeedWorkspace(ctx, filepath.Join(example, "repo"), &data); err != nil {
+		return "", fmt.Errorf("demo: %w", err)
+	}
+	data.Labels[client.LabelWorkspaceFrom] = "repo" // not this run's temporary directory
 	if err := seedNotes(ctx, c); err != nil {
 		return "", err
 	}
@@ -285,9 +289,9 @@ func checkExample(flag string) (string, error) {
 }
 
 // demoConfig is `rath up`'s configuration for a private runtime: a free
-// port, the data directory, workspaces seeded from the example.
-func demoConfig(data, example string) runtime.Config {
-	cfg := privateBase().Private(data, example)
+// port, the data directory.
+func demoConfig(data string) runtime.Config {
+	cfg := privateBase().Private(data)
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-demo-%d", os.Getpid())
 	return cfg
 }
@@ -303,8 +307,8 @@ func privateBase() runtime.Config {
 // config is the demo's runtime configuration: demoConfig with the model
 // endpoints the flags allow, and --base-url, which the operator named for
 // the demo's own agent worker.
-func (o demoOptions) config(data, example string) runtime.Config {
-	cfg := demoConfig(data, example)
+func (o demoOptions) config(data string) runtime.Config {
+	cfg := demoConfig(data)
 	cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback = slices.Clone(o.allowBaseURLs), o.allowLoopback
 	if live := o.live; live.baseURL != "" && (live.provider == workflow.ProviderOpenAI || live.provider == workflow.ProviderAnthropic) {
 		cfg.Worker.AllowBaseURLs = append(cfg.Worker.AllowBaseURLs, live.provider+"="+live.baseURL)

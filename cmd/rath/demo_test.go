@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,7 +215,8 @@ func TestDemo(t *testing.T) {
 	// The console shows the run in a real browser.
 	t.Run("console", func(t *testing.T) { checkConsole(t, c, run.root, fork, forkName) })
 
-	// --serve keeps the runtime up with a console of its own, and says where.
+	// --serve keeps the runtime up with a console of its own, and prints a
+	// one-time link to the root's page that signs a browser in.
 	t.Run("serve", func(t *testing.T) {
 		out := &syncBuffer{}
 		a := &app{env: env{Stdout: out, Stderr: out}, timeout: 10 * time.Second}
@@ -228,14 +230,34 @@ func TestDemo(t *testing.T) {
 			url, _, _ = strings.Cut(line, "\n")
 			return ok && strings.HasSuffix(line, "\n"), out.String()
 		})
-		res, err := http.Get(url)
-		if err != nil {
-			t.Fatal(err)
+		base, _, ok := strings.Cut(url, "/login/")
+		if !ok {
+			t.Fatalf("the console's address %q is not a sign-in link", url)
 		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		if res.StatusCode != http.StatusOK || !strings.Contains(string(body), run.root) {
-			t.Fatalf("GET %s: %s\n%s", url, res.Status, body)
+		jar, _ := cookiejar.New(nil)
+		browser := &http.Client{Jar: jar}
+		get := func(url string) (int, string) {
+			t.Helper()
+			res, err := browser.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			body, _ := io.ReadAll(res.Body)
+			return res.StatusCode, string(body)
+		}
+		if code, body := get(base + "/s/" + run.root); code != http.StatusOK || !strings.Contains(body, "Sign in") || strings.Contains(body, "dossier.md") {
+			t.Fatalf("the root's page before sign-in: %d, want the sign-in page\n%s", code, body)
+		}
+		if code, body := get(url); code != http.StatusOK || !strings.Contains(body, `href="/s/`+run.root+`" data-continue`) {
+			t.Fatalf("GET %s: %d\n%s", url, code, body)
+		}
+		if code, body := get(base + "/s/" + run.root); code != http.StatusOK || !strings.Contains(body, "dossier.md") {
+			t.Fatalf("the root's page signed in: %d\n%s", code, body)
+		}
+		browser.Jar, _ = cookiejar.New(nil)
+		if code, _ := get(url); code != http.StatusUnauthorized {
+			t.Errorf("the link used again: %d, want 401", code)
 		}
 	})
 }
@@ -338,17 +360,17 @@ func TestLiveWorkflow(t *testing.T) {
 func TestDemoAllowsTheEndpointItIsGiven(t *testing.T) {
 	o := demoOptions{allowBaseURLs: []string{"anthropic=https://llm.example.com"}, allowLoopback: true,
 		live: liveModel{provider: "openai", model: "m-1", baseURL: "http://10.0.0.5:8000/v1"}}
-	cfg := o.config(t.TempDir(), "examples/demo")
+	cfg := o.config(t.TempDir())
 	if want := []string{"anthropic=https://llm.example.com", "openai=http://10.0.0.5:8000/v1"}; !slices.Equal(cfg.Worker.AllowBaseURLs, want) || !cfg.Worker.AllowLoopback {
 		t.Fatalf("allowed %v, loopback %v; want %v and loopback", cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback, want)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg := (demoOptions{}).config(t.TempDir(), "examples/demo"); len(cfg.Worker.AllowBaseURLs) != 0 || cfg.Worker.AllowLoopback {
+	if cfg := (demoOptions{}).config(t.TempDir()); len(cfg.Worker.AllowBaseURLs) != 0 || cfg.Worker.AllowLoopback {
 		t.Fatalf("without flags the demo allows %v, loopback %v", cfg.Worker.AllowBaseURLs, cfg.Worker.AllowLoopback)
 	}
-	if cfg := (demoOptions{live: liveModel{provider: "gemini", baseURL: "http://10.0.0.5/v1"}}).config(t.TempDir(), "examples/demo"); len(cfg.Worker.AllowBaseURLs) != 0 {
+	if cfg := (demoOptions{live: liveModel{provider: "gemini", baseURL: "http://10.0.0.5/v1"}}).config(t.TempDir()); len(cfg.Worker.AllowBaseURLs) != 0 {
 		t.Fatalf("an unknown provider's endpoint allowed: %v", cfg.Worker.AllowBaseURLs)
 	}
 }

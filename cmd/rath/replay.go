@@ -18,7 +18,6 @@ import (
 // replayOptions are the flags of rath replay.
 type replayOptions struct {
 	workflow string
-	seeds    string
 	data     string
 	keepData bool
 	wait     time.Duration
@@ -75,7 +74,6 @@ it, and the worker fails the turn, saying so, rather than send it the key.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.workflow, "workflow", "", "replay against this workflow file (and its scripts) instead of the recorded bundle")
-	f.StringVar(&o.seeds, "seeds", "", "directory the session's workspace label is relative to (default: found from the labels under the module's examples)")
 	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces of the private runtime (default: a fresh temporary directory)")
 	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
 	f.DurationVar(&o.wait, "wait", 5*time.Minute, "stop the replay (and compare what it did) after this long")
@@ -114,7 +112,7 @@ func (a *app) replay(ctx context.Context, session string, o replayOptions) error
 	if err != nil {
 		return err
 	}
-	rep, err := rerun.Reexecute(ctx, c, orig, rerun.Options{Workflow: wf, WorkflowFile: o.workflow, Seeds: o.seeds,
+	rep, err := rerun.Reexecute(ctx, c, orig, rerun.Options{Workflow: wf, WorkflowFile: o.workflow,
 		Data: o.data, KeepData: o.keepData, Wait: o.wait, Idle: o.idle, Runtime: privateBase(), Progress: a.Stderr})
 	if err != nil {
 		return err

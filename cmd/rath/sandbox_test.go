@@ -97,7 +97,7 @@ func TestDoctorWithoutBubblewrap(t *testing.T) {
 func TestMoveFromTheCommandLine(t *testing.T) {
 	needBwrap(t)
 	ctx := context.Background()
-	cfg := demoConfig(t.TempDir(), t.TempDir())
+	cfg := demoConfig(t.TempDir())
 	cfg.ToolRunner.Backend = "local"
 	rt, err := startRuntime(ctx, cfg, "rath-to-test", slog.New(slog.DiscardHandler))
 	if err != nil {

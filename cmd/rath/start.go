@@ -34,23 +34,23 @@ func (a *app) startCmd() *cobra.Command {
 the file and the scripts it names are stored as one bundle in the object
 store, and the session records the workflow's name, the file's hash and the
 bundle's reference; the selector then routes it. --workspace DIR seeds the
-session's tool workspace from DIR (relative to the tool runner's seed root,
-the directory "rath up" runs in).`,
+session's tool workspace from DIR, a directory here: the command packs it
+(without .git) and stores it in the object store, and the tool runner
+unpacks it; it reads no path on its own host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if data.Labels, err = labels(labelf); err != nil {
 				return err
 			}
-			if workspace != "" {
-				if data.Labels == nil {
-					data.Labels = map[string]string{}
-				}
-				data.Labels["workspace"] = workspace
-			}
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if workspace != "" {
+				if err := c.SeedWorkspace(cmd.Context(), workspace, &data); err != nil {
+					return err
+				}
 			}
 			if wfFile != "" {
 				if err := uploadWorkflow(cmd.Context(), c, wfFile, &data, workflow.AllowNet(allowNet)); err != nil {
@@ -72,7 +72,7 @@ the directory "rath up" runs in).`,
 	f.StringVar(&id, "id", "", "session ID (default: the ledger chooses one)")
 	f.StringVar(&data.Task, "task", "", "what the session is for")
 	f.StringVar(&wfFile, "workflow", "", "workflow file to run (see docs/workflows.md)")
-	f.StringVar(&workspace, "workspace", "", "seed directory of the session's tool workspace")
+	f.StringVar(&workspace, "workspace", "", "directory to seed the session's tool workspace from (packed and uploaded)")
 	f.StringArrayVar(&labelf, "label", nil, "label key=value (repeatable)")
 	f.Var(&allowNet, "sandbox-allow-net", "non-public destinations the tool runner's operator allows (its --sandbox-allow-net): the workflow's network lists may name them; the runner checks them again")
 	return cmd

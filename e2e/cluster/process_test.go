@@ -97,7 +97,6 @@ func startAgents(ctx context.Context, t *testing.T, c *natstest.Cluster, cl *cli
 	cfg.Ledger.Store.Replicas = 3 // the memory service's stream too
 	cfg.ToolRunner.Backend = events.BackendLocal
 	cfg.ToolRunner.Sandbox.Root = t.TempDir()
-	cfg.ToolRunner.Seeds = seeds
 	rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(log),
 		runtime.WithRoles(auth.RoleMemory, auth.RoleSelector, auth.RoleAgentWorker, auth.RoleToolRunner))
 	if err != nil {
@@ -130,8 +129,11 @@ func startAgents(ctx context.Context, t *testing.T, c *natstest.Cluster, cl *cli
 	if err != nil {
 		t.Fatalf("store workflow %s: %v", wf.Name, err)
 	}
-	a := &agentRun{rt: rt, cl: cl, rec: rec, errs: make(chan error, n),
-		first: events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref, Labels: map[string]string{"workspace": "repo"}}}
+	first := events.SessionStarted{Workflow: wf.Name, WorkflowHash: wf.Hash(), WorkflowRef: ref}
+	if err := cl.SeedWorkspace(ctx, filepath.Join(seeds, "repo"), &first); err != nil {
+		t.Fatal(err)
+	}
+	a := &agentRun{rt: rt, cl: cl, rec: rec, errs: make(chan error, n), first: first}
 	for i := range n {
 		a.ids = append(a.ids, fmt.Sprintf("ag-%02d", i))
 	}

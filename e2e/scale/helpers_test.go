@@ -140,6 +140,7 @@ type scaleRig struct {
 	closes *closeTracker
 	procs  []*proc
 	seeds  string
+	seed   string // the blob reference of the seed "repo" under seeds
 }
 
 // startScaleRig runs an embedded JetStream, one ledger process and perKind
@@ -164,6 +165,9 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 	if r.c, err = client.New(r.nc, client.WithTimeout(10*time.Second), client.WithRetryFor(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	if r.seed, err = r.c.PutWorkspace(ctx, filepath.Join(seeds, "repo")); err != nil {
+		t.Fatal(err)
+	}
 	if r.js, err = jetstream.New(r.nc); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +187,7 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 				root = t.TempDir()
 				// The local backend: these tests measure the bus, and
 				// count placements by the root they name.
-				extra = []string{"--workspaces", root, "--seeds", seeds, "--timeout", "30s", "--sandbox", "local"}
+				extra = []string{"--workspaces", root, "--timeout", "30s", "--sandbox", "local"}
 			}
 			r.startProc(t, kind, fmt.Sprintf("%s-%d", kind, i), extra...).workspaces = root
 		}
@@ -401,7 +405,7 @@ func (r *scaleRig) startSessions(t *testing.T, start events.SessionStarted, ids 
 	for range inFlight {
 		wg.Go(func() {
 			for id := range next {
-				if _, err := r.c.Start(ctx, id, sessionStart(start, id)); err != nil {
+				if _, err := r.c.Start(ctx, id, r.sessionStart(start, id)); err != nil {
 					errs <- fmt.Errorf("start %s: %w", id, err)
 				}
 			}
@@ -420,11 +424,11 @@ func (r *scaleRig) startSessions(t *testing.T, start events.SessionStarted, ids 
 
 // sessionStart is the start event of one session: the workspace seed
 // "repo", and the task "scale <id>" unless start names one.
-func sessionStart(start events.SessionStarted, id string) events.SessionStarted {
+func (r *scaleRig) sessionStart(start events.SessionStarted, id string) events.SessionStarted {
 	if start.Task == "" {
 		start.Task = "scale " + id
 	}
-	start.Labels = map[string]string{"workspace": "repo"}
+	start.Labels = map[string]string{client.LabelWorkspace: r.seed}
 	return start
 }
 
@@ -440,7 +444,7 @@ func (r *scaleRig) startPaced(start events.SessionStarted, ids []string, every t
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for _, id := range ids {
-			if _, err := r.c.Start(ctx, id, sessionStart(start, id)); err != nil {
+			if _, err := r.c.Start(ctx, id, r.sessionStart(start, id)); err != nil {
 				errs <- fmt.Errorf("start %s: %w", id, err)
 				return
 			}
@@ -788,7 +792,7 @@ func startInProcess(t *testing.T) *inProcess {
 	// The ledger, the selector and the tool runner (on local, as the
 	// processes'), as rath up wires them; started before the cleanup that
 	// stops the agent workers is registered, so that they stop after it.
-	testsuite.Start(t, ns, testsuite.Config(t, ns.ClientURL(), seeds), runtime.WithLogger(slog.New(slog.DiscardHandler)),
+	testsuite.Start(t, ns, testsuite.Config(t, ns.ClientURL()), runtime.WithLogger(slog.New(slog.DiscardHandler)),
 		runtime.WithRoles(auth.RoleLedger, auth.RoleSelector, auth.RoleToolRunner))
 	p := &inProcess{scaleRig: &scaleRig{nc: nc, seeds: seeds}, workerNC: natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker)}
 	// Workers stop before the ledger.
@@ -801,6 +805,9 @@ func startInProcess(t *testing.T) *inProcess {
 		t.Fatal(err)
 	}
 	if p.c, err = client.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	if p.seed, err = p.c.PutWorkspace(ctx, filepath.Join(seeds, "repo")); err != nil {
 		t.Fatal(err)
 	}
 	if p.js, err = jetstream.New(nc); err != nil {

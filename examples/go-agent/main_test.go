@@ -26,7 +26,7 @@ import (
 func TestGoAgentExample(t *testing.T) {
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
-	cfg := testsuite.Config(t, url, t.TempDir())
+	cfg := testsuite.Config(t, url)
 	rt := testsuite.Start(t, ns, cfg, runtime.WithClient("test"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,7 +92,7 @@ func TestGoAgentExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = rerun.Reexecute(ctx, c, orig, rerun.Options{Seeds: ".", Runtime: runtime.DefaultConfig()})
+	_, err = rerun.Reexecute(ctx, c, orig, rerun.Options{Runtime: runtime.DefaultConfig()})
 	if !errors.Is(err, rerun.ErrUsage) || !strings.Contains(err.Error(), "programs serve (agent planner") {
 		t.Fatalf("replay of a session with a served agent: %v, want a usage error naming the planner", err)
 	}

@@ -17,6 +17,7 @@ import { parseArgs } from "node:util";
 
 import { connect, nkeyAuthenticator, headers } from "@nats-io/transport-node";
 import { CloudEvent, HTTP } from "cloudevents";
+import { create as tarCreate } from "tar";
 import YAML from "yaml";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -26,7 +27,7 @@ const { values: opt } = parseArgs({
     nats: { type: "string", default: process.env.RATH_NATS_URL ?? "nats://127.0.0.1:4222" },
     creds: { type: "string", default: process.env.RATH_CREDS ?? ".rath/data/creds/client.creds" },
     workflow: { type: "string", default: join(here, "..", "fix-calc", "workflow.yaml") },
-    workspace: { type: "string", default: "examples/fix-calc/repo" },
+    workspace: { type: "string", default: join(here, "..", "fix-calc", "repo") },
     task: { type: "string", default: "make TestAdd pass" },
     id: { type: "string", default: `js-${randomUUID().slice(0, 8)}` },
     "fork-agent": { type: "string", default: "coder" },
@@ -50,6 +51,18 @@ function readCreds(path) {
   const seed = text.match(/^(S[A-Z2-7]{50,})$/m);
   if (!who || !seed) fail(`${path}: not a Rath credentials file`);
   return { role: who[1], tenant: who[2], user: who[3], seed: seed[1] };
+}
+
+// ---- the workspace seed -----------------------------------------------------
+
+// packWorkspace packs a directory as a workspace seed: a gzip-compressed tar
+// of its directories, files and symbolic links, without .git, owners or
+// times (docs/protocol.md, "Workspace seeds").
+async function packWorkspace(dir) {
+  const chunks = [];
+  const pack = tarCreate({ gzip: true, cwd: dir, portable: true, noMtime: true, filter: (p) => !/(^|\/)\.git(\/|$)/i.test(p) }, ["."]);
+  for await (const chunk of pack) chunks.push(chunk);
+  return Buffer.concat(chunks);
 }
 
 // ---- requests to the ledger -------------------------------------------------
@@ -318,6 +331,12 @@ async function run(nc, me) {
   const workflowHash = `sha256:${createHash("sha256").update(specBytes).digest("hex")}`;
   say(`workflow ${spec.name} stored as ${ref}`);
 
+  // The workspace seed: the directory packed as a gzip-compressed tar and
+  // stored with putblob; the tool runner unpacks it into the session's
+  // workspace. No path on the runner's machine is ever named.
+  const { ref: seed } = await ask(nc, me, "putblob", await packWorkspace(opt.workspace));
+  say(`workspace ${opt.workspace} stored as ${seed}`);
+
   // Subscribe before starting, so that the watch misses nothing.
   const parent = new Follower(nc, me, id, printer(id));
   const started = new CloudEvent({
@@ -327,7 +346,7 @@ async function run(nc, me) {
     subject: id,
     datacontenttype: "application/json",
     dataschema: "urn:rath:schema:session.started.v1.json",
-    data: { workflow: spec.name, workflow_hash: workflowHash, workflow_ref: ref, task: opt.task, labels: { workspace: opt.workspace } },
+    data: { workflow: spec.name, workflow_hash: workflowHash, workflow_ref: ref, task: opt.task, labels: { workspace: seed, workspace_from: opt.workspace } },
   });
   const ack = await append(nc, me, started);
   say(`started ${ack.session} (seq ${ack.seq}, signed ${ack.sig.split(":")[0]})`);

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	demoex "github.com/openrath/rath/examples/demo"
 	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/workflow"
@@ -65,9 +64,6 @@ type Options struct {
 	// WorkflowFile names it in the report.
 	Workflow     *workflow.Workflow
 	WorkflowFile string
-	// Seeds is the directory the session's workspace label is relative to
-	// ("": found from the labels, see seedsDir).
-	Seeds string
 	// Data holds the private runtime's storage, workspaces and services'
 	// log (rath.log); "" makes a temporary directory, removed at the end
 	// unless KeepData.
@@ -110,10 +106,6 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 			defer os.RemoveAll(data)
 		}
 	}
-	seeds, err := seedsDir(o.Seeds, start.Labels, data)
-	if err != nil {
-		return nil, usageError{err}
-	}
 	if err := refuseServed(ctx, c, o.Workflow, start.WorkflowRef); err != nil {
 		return nil, err
 	}
@@ -124,7 +116,7 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 	defer logFile.Close()
 	log := slog.New(slog.NewTextHandler(logFile, nil))
 
-	cfg := o.Runtime.Private(data, seeds)
+	cfg := o.Runtime.Private(data)
 	cfg.Ledger.Ledger.Name = fmt.Sprintf("rath-replay-%d", os.Getpid())
 	cfg.Worker.Recorded = orig.Stored()
 	if b := firstBackend(orig); b != "" {
@@ -159,7 +151,14 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 		}
 		rep.Workflow = o.WorkflowFile + " (" + start.WorkflowRef + ")"
 	} else if start.WorkflowRef != "" {
-		if err := copyBlob(ctx, c, rc, start.WorkflowRef); err != nil {
+		if err := copyBlob(ctx, c, rc, "workflow bundle", start.WorkflowRef); err != nil {
+			return nil, err
+		}
+	}
+	// The workspace seed is content too (ADR 0031): the replay's runner
+	// unpacks the very bytes the original's did.
+	if ref := start.Labels[client.LabelWorkspace]; ref != "" {
+		if err := copyBlob(ctx, c, rc, "workspace seed", ref); err != nil {
 			return nil, err
 		}
 	}
@@ -212,51 +211,19 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 	return rep, nil
 }
 
-// seedsDir is the directory the session's workspace label is relative to:
-// flag's; for a session of rath demo, the example built into the binary,
-// written under data; otherwise the working directory or the
-// nearest of its parents that holds the label's path (rath up seeds from
-// its working directory).
-func seedsDir(flag string, labels map[string]string, data string) (string, error) {
-	if flag != "" {
-		return filepath.Abs(flag)
-	}
-	if labels["example"] == "demo" {
-		dir := filepath.Join(data, "example")
-		return dir, demoex.Write(dir)
-	}
-	ws := labels["workspace"]
-	if ws == "" {
-		return ".", nil // no workspace to seed
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("replay seeds: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, ws)); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("the session seeds its workspace from %q, which is not in the working directory or above it: pass --seeds DIR", ws)
-		}
-		dir = parent
-	}
-}
-
-// copyBlob copies a workflow bundle from the original's runtime.
-func copyBlob(ctx context.Context, from, to *client.Client, ref string) error {
+// copyBlob copies a blob (what: a workflow bundle, a workspace seed) from
+// the original's runtime.
+func copyBlob(ctx context.Context, from, to *client.Client, what, ref string) error {
 	raw, err := from.GetBlob(ctx, ref)
 	if err != nil {
-		return fmt.Errorf("replay: workflow bundle %s: %w", ref, err)
+		return fmt.Errorf("replay: %s %s: %w", what, ref, err)
 	}
 	got, err := to.PutBlob(ctx, raw)
 	if err != nil {
-		return fmt.Errorf("replay: copy workflow bundle: %w", err)
+		return fmt.Errorf("replay: copy %s: %w", what, err)
 	}
 	if got != ref {
-		return fmt.Errorf("replay: workflow bundle %s stored as %s", ref, got)
+		return fmt.Errorf("replay: %s %s stored as %s", what, ref, got)
 	}
 	return nil
 }

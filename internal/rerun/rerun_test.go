@@ -3,8 +3,6 @@ package rerun
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,47 +84,6 @@ func TestFirstBackend(t *testing.T) {
 	if got := firstBackend(tree); got != events.BackendBwrap {
 		t.Errorf("firstBackend = %q, want the first placement's", got)
 	}
-}
-
-// The seeds of a replay: the flag's directory; the demo's example, written
-// under the data directory; else the nearest directory up from the working
-// one that holds the workspace label's path, or an error naming --seeds.
-func TestSeedsDir(t *testing.T) {
-	data := t.TempDir()
-	if got, err := seedsDir("rel", nil, data); err != nil || !filepath.IsAbs(got) {
-		t.Errorf("seedsDir(--seeds rel) = %q, %v; want an absolute path", got, err)
-	}
-	got, err := seedsDir("", map[string]string{"example": "demo", "workspace": "repo"}, data)
-	if err != nil || got != filepath.Join(data, "example") {
-		t.Fatalf("seedsDir of a demo session = %q, %v", got, err)
-	}
-	if _, err := os.Stat(filepath.Join(got, "workflow.yaml")); err != nil {
-		t.Errorf("the demo's example is not written: %v", err)
-	}
-	root := t.TempDir()
-	deep := filepath.Join(root, "a", "b")
-	for _, dir := range []string{filepath.Join(root, "my-repo-7f3a"), deep} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Chdir(deep)
-	if got, err := seedsDir("", map[string]string{"workspace": "my-repo-7f3a"}, data); err != nil || !sameDir(got, root) {
-		t.Errorf("seedsDir found %q, %v; want %s", got, err, root)
-	}
-	if got, err := seedsDir("", nil, data); err != nil || got != "." {
-		t.Errorf("seedsDir without a workspace = %q, %v", got, err)
-	}
-	_, err = seedsDir("", map[string]string{"workspace": "no-such-seed-7f3a"}, data)
-	if err == nil || !strings.Contains(err.Error(), "--seeds DIR") {
-		t.Errorf("seedsDir of a missing seed: %v, want one naming --seeds", err)
-	}
-}
-
-func sameDir(a, b string) bool {
-	ra, _ := filepath.EvalSymlinks(a)
-	rb, _ := filepath.EvalSymlinks(b)
-	return ra == rb
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -47,13 +47,12 @@ type Config struct {
 
 // DefaultConfig is rath up's configuration without flags: the embedded
 // server on 127.0.0.1:4222 storing under ./.rath/data, workspaces under
-// ./.rath/workspaces seeded from the working directory. The tool runner's
+// ./.rath/workspaces (seeded from what clients pack, ADR 0031). The tool runner's
 // sandboxes get this process's PATH and the environment variables
 // toolrunner.PassEnvDefault names.
 func DefaultConfig() Config {
 	tr := toolrunner.DefaultConfig()
 	tr.Sandbox.Root = "./.rath/workspaces"
-	tr.Seeds = "."
 	tr.Sandbox.Path = os.Getenv("PATH")
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
 	return Config{
@@ -71,13 +70,12 @@ func DefaultConfig() Config {
 
 // Private is c for a private runtime of one process (rath demo, rath
 // replay): the embedded server on a free port storing under
-// <dir>/jetstream, workspaces under <dir>/workspaces seeded from seeds.
-func (c Config) Private(dir, seeds string) Config {
+// <dir>/jetstream, workspaces under <dir>/workspaces.
+func (c Config) Private(dir string) Config {
 	c.NATSURL, c.CredsDir = "", ""
 	c.Data = filepath.Join(dir, "jetstream")
 	c.Listen = "127.0.0.1:0"
 	c.ToolRunner.Sandbox.Root = filepath.Join(dir, "workspaces")
-	c.ToolRunner.Seeds = seeds
 	return c
 }
 

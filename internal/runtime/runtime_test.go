@@ -161,9 +161,9 @@ func TestConfigValidate(t *testing.T) {
 func TestPrivate(t *testing.T) {
 	base := DefaultConfig()
 	base.NATSURL, base.CredsDir = "nats://elsewhere:4222", "/creds"
-	cfg := base.Private("/d", "/seeds")
+	cfg := base.Private("/d")
 	if cfg.NATSURL != "" || cfg.CredsPath() != "/d/jetstream/creds" || cfg.Data != "/d/jetstream" || cfg.Listen != "127.0.0.1:0" ||
-		cfg.ToolRunner.Sandbox.Root != "/d/workspaces" || cfg.ToolRunner.Seeds != "/seeds" || cfg.LedgerConfig().KeyFile != "/d/jetstream/keys/ledger.key" {
+		cfg.ToolRunner.Sandbox.Root != "/d/workspaces" || cfg.LedgerConfig().KeyFile != "/d/jetstream/keys/ledger.key" {
 		t.Errorf("Private: %+v", cfg)
 	}
 }

@@ -17,15 +17,14 @@ import (
 
 // Config is the configuration the end-to-end tests run the services
 // with: role credentials for url, data and workspaces in temporary
-// directories, seeds as the workspaces' seed directory, and the local
+// directories, and the local
 // sandbox backend whatever this machine offers (those tests are about the
 // loop; the placement tests of services/tool-runner/service run bwrap).
-func Config(t testing.TB, url, seeds string) runtime.Config {
+func Config(t testing.TB, url string) runtime.Config {
 	cfg := runtime.DefaultConfig()
 	cfg.NATSURL, cfg.CredsDir, cfg.Data = url, natstest.CredsDir(t, url), t.TempDir()
 	cfg.ToolRunner.Backend = events.BackendLocal
 	cfg.ToolRunner.Sandbox.Root = t.TempDir()
-	cfg.ToolRunner.Seeds = seeds
 	return cfg
 }
 

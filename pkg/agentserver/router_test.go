@@ -48,7 +48,7 @@ func dispatch(_ context.Context, q agentserver.RouteRequest) (agentserver.RouteA
 func TestServedRouterRoutesAMixedWorkflow(t *testing.T) {
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
-	rt := testsuite.Start(t, ns, testsuite.Config(t, url, t.TempDir()), runtime.WithClient("test"))
+	rt := testsuite.Start(t, ns, testsuite.Config(t, url), runtime.WithClient("test"))
 	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)

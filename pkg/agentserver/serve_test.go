@@ -29,7 +29,7 @@ import (
 func TestServedAndScriptedAgentsMix(t *testing.T) {
 	ns, _ := natstest.Start(t)
 	url := ns.ClientURL()
-	rt := testsuite.Start(t, ns, testsuite.Config(t, url, t.TempDir()), runtime.WithClient("test"))
+	rt := testsuite.Start(t, ns, testsuite.Config(t, url), runtime.WithClient("test"))
 	c, err := client.New(rt.Conn)
 	if err != nil {
 		t.Fatal(err)

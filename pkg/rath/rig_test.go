@@ -32,7 +32,7 @@ func startRig() (*rig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := runtime.DefaultConfig().Private(dir, dir)
+	cfg := runtime.DefaultConfig().Private(dir)
 	cfg.ToolRunner.Backend = events.BackendLocal
 	rt, err := runtime.Start(context.Background(), cfg, runtime.WithClient("example"))
 	if err != nil {

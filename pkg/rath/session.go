@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/openrath/rath/internal/workflow"
@@ -71,8 +72,9 @@ type StartOptions struct {
 	Workflow string
 	// Task says what the session is for.
 	Task string
-	// Workspace is the seed directory of the session's tool workspace,
-	// relative to the tool runner's seed root (the label "workspace").
+	// Workspace is a directory of this program's host that seeds the
+	// session's tool workspace: it is packed and stored as a blob
+	// (client.SeedWorkspace).
 	Workspace string
 	// Labels are the session's labels.
 	Labels map[string]string
@@ -81,13 +83,12 @@ type StartOptions struct {
 // Start starts a session and returns it at its first event.
 func Start(ctx context.Context, c *client.Client, o StartOptions) (Session, error) {
 	data := events.SessionStarted{Task: o.Task}
-	if len(o.Labels) > 0 || o.Workspace != "" {
-		data.Labels = make(map[string]string, len(o.Labels)+1)
-		for k, v := range o.Labels {
-			data.Labels[k] = v
-		}
-		if o.Workspace != "" {
-			data.Labels["workspace"] = o.Workspace
+	if len(o.Labels) > 0 {
+		data.Labels = maps.Clone(o.Labels)
+	}
+	if o.Workspace != "" {
+		if err := c.SeedWorkspace(ctx, o.Workspace, &data); err != nil {
+			return Session{}, fmt.Errorf("start session: %w", err)
 		}
 	}
 	if o.Workflow != "" {

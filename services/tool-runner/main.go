@@ -24,7 +24,6 @@ func main() {
 	flag.Var(&cfg.Sandbox.Net.Allow, "sandbox-allow-net", "addresses, ranges and names (comma-separated: 127.0.0.1:8080,10.0.0.0/8,db.internal:5432) that workflows' network lists may name beyond public destinations; loopback, private, link-local and metadata addresses are refused otherwise")
 	flag.BoolVar(&cfg.AllowLocal, "sandbox-allow-local", false, "let workflows and move requests put sessions on the local backend (no isolation) while the default isolates")
 	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
-	flag.StringVar(&cfg.Seeds, "seeds", ".", "directory that sessions' workspace seeds are named under")
 	flag.DurationVar(&cfg.Sandbox.Limits.Timeout, "timeout", cfg.Sandbox.Limits.Timeout, "default wall-clock limit of a command")
 	flag.Int64Var(&cfg.Sandbox.Limits.Memory, "memory", cfg.Sandbox.Limits.Memory, "address-space limit of a command in bytes (0: none)")
 	passEnv := flag.String("pass-env", strings.Join(service.PassEnvDefault, ","), "environment variables passed to sandboxed commands")

@@ -43,8 +43,6 @@ type Config struct {
 	// local backend while the default isolates: without it, a session can
 	// leave isolation only where the operator made local the default.
 	AllowLocal bool
-	// Seeds is the directory workspace seeds are named under.
-	Seeds string
 	// MCP configures the MCP servers of workflows; an empty MCP.Path is
 	// Sandbox.Path.
 	MCP mcp.Config
@@ -136,7 +134,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	defer servers.Close()
-	r := runner.New(c, fold.NewCache(store, cfg.States), store, backends, workflow.NewLibrary(store.GetBlob), servers, cfg.Seeds, log)
+	r := runner.New(c, fold.NewCache(store, cfg.States), store, backends, workflow.NewLibrary(store.GetBlob), servers, log)
 	if err := r.Register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

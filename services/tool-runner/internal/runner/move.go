@@ -102,8 +102,8 @@ func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored,
 			// Placed by a runner that crashed before the workspace existed:
 			// no tool call ran in it, so the seed is all it would hold.
 			if st.Labels[LabelWorkspace] != "" {
-				if seed, err = r.labelSeed(st); err != nil {
-					return err.Error(), nil
+				if seed, err = r.labelSeed(ctx, st); err != nil {
+					return refusal(err)
 				}
 			}
 			reason = fmt.Sprintf("moved from %s (%s), whose workspace was never made", p.Backend, p.SandboxID)
@@ -133,10 +133,10 @@ func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored,
 		seed, from = &sandbox.Seed{Parent: parent, Commit: commit}, &events.Sandbox{Backend: p.Backend, SandboxID: p.SandboxID}
 		reason = fmt.Sprintf("fork of %s at commit %s, moved from its parent's %s (%s)", p.Session, commit, p.Backend, p.SandboxID)
 	case st.Labels[LabelWorkspace] != "":
-		if seed, err = r.labelSeed(st); err != nil {
-			return err.Error(), nil
+		if seed, err = r.labelSeed(ctx, st); err != nil {
+			return refusal(err)
 		}
-		reason = "seeded from " + st.Labels[LabelWorkspace] + ", on request before the first tool call"
+		reason = seededFrom(st) + ", on request before the first tool call"
 	default:
 		reason = "on request before the first tool call"
 	}
@@ -145,7 +145,7 @@ func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored,
 	}
 	ws, err := r.make(ctx, target, st, seed)
 	if err != nil {
-		return "", err
+		return refusal(err)
 	}
 	if seed != nil && seed.Parent != nil {
 		// The session had a workspace on the target before it left it (or

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/openrath/rath/internal/answer"
-	"github.com/openrath/rath/internal/consume"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
@@ -26,6 +28,16 @@ import (
 type placeError struct{ why string }
 
 func (e *placeError) Error() string { return e.why }
+
+// refusal is a move's answer to err: a placement the runner will not make
+// is refused with its reason; any other error is returned to be retried.
+func refusal(err error) (why string, _ error) {
+	var refused *placeError
+	if errors.As(err, &refused) {
+		return refused.why, nil
+	}
+	return "", err
+}
 
 // placeAttempts bounds how often place decides again after the session's
 // head moved under it; the handler is then retried.
@@ -115,10 +127,10 @@ func (r *Runner) placeAt(ctx context.Context, st *session.State, ev events.Store
 		commit := forkCommit(st)
 		seed, reason = &sandbox.Seed{Parent: parent, Commit: commit}, fmt.Sprintf("fork of %s at commit %s", p.Session, commit)
 	case st.Labels[LabelWorkspace] != "":
-		if seed, err = r.labelSeed(st); err != nil {
+		if seed, err = r.labelSeed(ctx, st); err != nil {
 			return nil, err
 		}
-		reason = "seeded from " + st.Labels[LabelWorkspace]
+		reason = seededFrom(st)
 	}
 	ws, err := r.make(ctx, b, st, seed)
 	if err != nil {
@@ -166,6 +178,9 @@ func (r *Runner) make(ctx context.Context, b Backend, st *session.State, seed *s
 	if errors.Is(err, sandbox.ErrExists) {
 		ws, err = b.Open(st.ID)
 	}
+	if errors.Is(err, sandbox.ErrBadSeed) {
+		return nil, &placeError{fmt.Sprintf("workspace seed %s: %v", st.Labels[LabelWorkspace], err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("place %s: %w", st.ID, err)
 	}
@@ -182,13 +197,33 @@ func (r *Runner) placed(ctx context.Context, b Backend, st *session.State, ws sa
 		Reason: reason, Isolation: b.Isolation(events.TenantOrDefault(st.Tenant))}, nil
 }
 
-// labelSeed is the seed directory a session's start labels name.
-func (r *Runner) labelSeed(st *session.State) (*sandbox.Seed, error) {
-	dir, err := r.seedDir(st.Labels[LabelWorkspace])
-	if err != nil {
-		return nil, consume.Permanent(err)
+// labelSeed is the workspace seed a session's start labels name: a blob
+// reference, read from the blob store. No path a session names is read
+// (ADR 0031). A seed that is missing or not a reference fails the call,
+// naming the label, as a malformed one does (make).
+func (r *Runner) labelSeed(ctx context.Context, st *session.State) (*sandbox.Seed, error) {
+	ref := st.Labels[LabelWorkspace]
+	if !strings.HasPrefix(ref, "sha256:") {
+		return nil, &placeError{fmt.Sprintf("workspace seed %q is not a seed reference (sha256:<hex>): seeds travel as content, packed by the client (rath start --workspace DIR; client.PutWorkspace), and the tool runner reads no path a session names", ref)}
 	}
-	return &sandbox.Seed{Dir: dir}, nil
+	archive, err := r.store.GetBlob(ctx, ref)
+	if errors.Is(err, eventstore.ErrNotFound) || errors.Is(err, eventstore.ErrBadRef) {
+		return nil, &placeError{fmt.Sprintf("workspace seed %s: %v", ref, err)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workspace seed %s: %w", ref, err)
+	}
+	return &sandbox.Seed{Archive: archive}, nil
+}
+
+// seededFrom says where a session's seed came from, for a placement's
+// reason: the directory the client packed, as it says, and the reference.
+func seededFrom(st *session.State) string {
+	ref := st.Labels[LabelWorkspace]
+	if from := st.Labels[client.LabelWorkspaceFrom]; from != "" {
+		return fmt.Sprintf("seeded from %s (%s)", from, ref)
+	}
+	return "seeded from " + ref
 }
 
 // forkCommit is the workspace commit a fork inherits: the last commit a tool
@@ -201,17 +236,4 @@ func forkCommit(st *session.State) string {
 		}
 	}
 	return commit
-}
-
-// seedDir resolves a workspace seed name under the seed root, refusing
-// anything outside it.
-func (r *Runner) seedDir(name string) (string, error) {
-	if r.seeds == "" {
-		return "", fmt.Errorf("session asks for workspace seed %q, but the runner has no seed root", name)
-	}
-	dir := filepath.Join(r.seeds, filepath.Clean("/"+name))
-	if rel, err := filepath.Rel(r.seeds, dir); err != nil || rel == ".." || filepath.IsAbs(rel) {
-		return "", fmt.Errorf("workspace seed %q is outside the seed root", name)
-	}
-	return dir, nil
 }

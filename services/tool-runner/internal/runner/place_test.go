@@ -55,7 +55,7 @@ func TestPlacementRecordedOnceWhenRetriedElsewhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, abs := l.Location()
-		return New(rc, fold.NewCache(store, fold.CacheConfig{}), store, bs, workflow.NewLibrary(store.GetBlob), nil, "", quiet), abs
+		return New(rc, fold.NewCache(store, fold.CacheConfig{}), store, bs, workflow.NewLibrary(store.GetBlob), nil, quiet), abs
 	}
 	first, firstRoot := runnerAt(t.TempDir())
 	second, _ := runnerAt(t.TempDir())

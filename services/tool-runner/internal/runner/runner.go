@@ -50,9 +50,9 @@ const DurableMCP = "mcp-servers"
 // Source is the CloudEvents source of the runner's events.
 const Source = "rath/tool-runner"
 
-// LabelWorkspace names, in a session's start labels, the seed directory of
-// its workspace (relative to the runner's seed root).
-const LabelWorkspace = "workspace"
+// LabelWorkspace names, in a session's start labels, the blob reference of
+// its workspace seed (ADR 0031).
+const LabelWorkspace = client.LabelWorkspace
 
 // inlineLimit bounds the result and diff kept inside an event; anything
 // larger goes to the object store by hash and the event keeps a prefix.
@@ -66,16 +66,15 @@ type Runner struct {
 	backends  *Backends
 	workflows *workflow.Library
 	servers   *mcp.Pool
-	seeds     string
 	log       *slog.Logger
 	locks     [64]sync.Mutex // by session
 }
 
 // New returns a runner placing workspaces on backends and running MCP tools
-// on servers; seeds is the root directory of workspace seeds. It reads
-// sessions' states from states (ADR 0016).
-func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backends *Backends, workflows *workflow.Library, servers *mcp.Pool, seeds string, log *slog.Logger) *Runner {
-	return &Runner{c: c, states: states, store: store, backends: backends, workflows: workflows, servers: servers, seeds: seeds, log: log}
+// on servers. It reads sessions' states from states (ADR 0016), and their
+// workspace seeds from the blob store only (ADR 0031).
+func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backends *Backends, workflows *workflow.Library, servers *mcp.Pool, log *slog.Logger) *Runner {
+	return &Runner{c: c, states: states, store: store, backends: backends, workflows: workflows, servers: servers, log: log}
 }
 
 // Register publishes the built-in tools in the tool registry.

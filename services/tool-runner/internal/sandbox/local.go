@@ -304,8 +304,9 @@ const branch = "session"
 // seed fills the empty directory dir as from says.
 func (l *Local) seed(ctx context.Context, dir string, from *Seed) error {
 	switch {
-	case from.Dir != "" && (from.Parent != nil || from.Commit != ""):
-		return errors.New("seed: a directory and a parent are exclusive")
+	case (from.Dir != "" || from.Archive != nil) && (from.Parent != nil || from.Commit != ""),
+		from.Dir != "" && from.Archive != nil:
+		return errors.New("seed: a directory, an archive and a parent are exclusive")
 	case from.Parent != nil:
 		return l.fork(ctx, dir, from.Parent, from.Commit)
 	case from.Commit != "":
@@ -317,6 +318,12 @@ func (l *Local) seed(ctx context.Context, dir string, from *Seed) error {
 			return fmt.Errorf("seed from %s: %w", from.Dir, err)
 		}
 		msg = "seed from " + filepath.Base(from.Dir)
+	}
+	if from.Archive != nil {
+		if err := unpack(from.Archive, dir); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+		msg = "seed"
 	}
 	// Written in process (gitinit.go), unless the tree needs git's rules.
 	if _, err := writeRepo(dir, branch, msg, time.Now()); !errors.Is(err, errNeedsGit) {

@@ -62,8 +62,14 @@ type Workspace interface {
 // is an empty workspace with one empty commit, so that Head always names a
 // commit.
 type Seed struct {
-	// Dir is a directory whose files are copied in (without any .git) and
-	// committed as the first commit.
+	// Archive is a seed archive (a tar stream, gzip-compressed or not, as
+	// client.PackWorkspace makes it) unpacked and committed as the first
+	// commit. A session's seed is always one: it travels from the client
+	// as content, and the runner reads no path a session names (ADR 0031).
+	Archive []byte
+	// Dir is a directory of the runner's host whose files are copied in
+	// (without any .git) and committed as the first commit: for the
+	// runner's own tests and probes, never from a session.
 	Dir string
 	// Parent and Commit fork: the workspace starts at Commit of Parent's
 	// history and holds nothing later, so the two never see each other's
