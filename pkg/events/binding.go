@@ -37,6 +37,13 @@ func FromNATS(h nats.Header, body []byte) (event.Event, error) {
 		if err == nil {
 			err = checkText(body)
 		}
+		if err == nil {
+			if name, dup := memberTwice(body); dup {
+				// The SDK keeps the last: what the proposer's other
+				// readers see may be the first.
+				err = fmt.Errorf("member %q appears twice in the event: name each attribute, and data, once", name)
+			}
+		}
 	}
 	if err == nil && e.DataBase64 {
 		// Decoded from data_base64: JSON that is stored as data.

@@ -1,7 +1,9 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -72,4 +74,46 @@ func hex4(b []byte, at int) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// memberTwice returns a member name that the top-level object of b (valid
+// JSON) holds twice, comparing names as decoded ("d\u0061ta" is "data").
+func memberTwice(b []byte) (string, bool) {
+	var seen [24]string // an event has a dozen attributes
+	names := seen[:0]
+	depth, key := 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			j, escaped := i+1, false
+			for ; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					escaped = true
+					j++
+				}
+			}
+			if depth == 1 && key {
+				name := string(b[i+1 : j])
+				if escaped {
+					if err := json.Unmarshal(b[i:j+1], &name); err != nil {
+						return "", false // not valid JSON: the caller's parse says why
+					}
+				}
+				if slices.Contains(names, name) {
+					return name, true
+				}
+				names = append(names, name)
+				key = false
+			}
+			i = j
+		case '{', '[':
+			depth++
+			key = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
+		}
+	}
+	return "", false
 }

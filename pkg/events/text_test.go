@@ -106,3 +106,29 @@ func FuzzCheckText(f *testing.F) {
 		}
 	})
 }
+
+// A member of the event named twice is refused, whatever its spelling: the
+// SDK would keep the last, and another reader the first. Twice inside data
+// (or any nested object) is not this check's: the canonical form refuses it.
+func TestFromNATSRefusesAMemberTwice(t *testing.T) {
+	const head = `{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"application/json",`
+	for body, name := range map[string]string{
+		head + `"data":{"a":1},"data":{"a":2}}`:         "data",
+		head + `"data":{"a":1},"d\u0061ta":{"a":2}}`:    "data",
+		head + `"data":1,"id":"2"}`:                     "id",
+		head + `"subject":"a","data":{},"subject":"b"}`: "subject",
+	} {
+		_, err := FromNATS(nats.Header{}, []byte(body))
+		if err == nil || !strings.Contains(err.Error(), `member "`+name+`" appears twice`) {
+			t.Errorf("%s: %v, want %q named twice", body, err, name)
+		}
+	}
+	for _, body := range []string{
+		head + `"data":{"data":{"data":1},"id":["id","id"]},"subject":"data"}`,
+		head + `"data":"a \"data\": , \\"}`,
+	} {
+		if _, err := FromNATS(nats.Header{}, []byte(body)); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+}

@@ -42,6 +42,8 @@ func TestNonUnicodeAndOtherSpecVersionsAreMalformed(t *testing.T) {
 		{"lone low surrogate", "unknown", chunkWith("u5", `\udc00x`), `lone surrogate \udc00`},
 		{"surrogate in the source", "unknown", strings.Replace(chunkWith("u6", "x"), `"source":"t"`, `"source":"t\ud800"`, 1), "lone surrogate"},
 		{"specversion 0.3", "unknown", strings.Replace(chunkWith("v1", "x"), `"specversion":"1.0"`, `"specversion":"0.3"`, 1), `specversion "0.3" is not supported`},
+		{"data twice", "unknown", strings.Replace(chunkWith("d1", "second"), `"datacontenttype"`, `"data":{"role":"user","content":"first"},"datacontenttype"`, 1), `member "data" appears twice`},
+		{"data twice, escaped", "unknown", strings.Replace(chunkWith("d2", "second"), `"datacontenttype"`, `"d\u0061ta":{"role":"user","content":"first"},"datacontenttype"`, 1), `member "data" appears twice`},
 		{"number beyond float64", "unknown", `{"specversion":"1.0","id":"n1","source":"t","type":"rath.tool.call.requested","subject":"txt","data":{"call_id":"c1","tool":"shell","arguments":{"n":1e400}}}`, "1e400"},
 		// data_base64 is not parsed as JSON until the ledger checks the schema.
 		{"number beyond float64 in data_base64", "txt", `{"specversion":"1.0","id":"n2","source":"t","type":"rath.tool.call.requested","subject":"txt","data_base64":"eyJjYWxsX2lkIjoiYzEiLCJ0b29sIjoic2hlbGwiLCJhcmd1bWVudHMiOnsibiI6MWU0MDB9fQ=="}`, "1e400"},
