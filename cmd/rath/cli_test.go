@@ -486,3 +486,64 @@ func TestForgedEventWithACorrectHash(t *testing.T) {
 		t.Errorf("edited receipt: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// rath log marks events written around the ledger (issue 29): one an
+// operator appended unsigned with a correct hash and link, one signed by a
+// key the ledger does not hold, one whose content does not hash to its
+// claim; the ledger's own stay unmarked, and stderr counts the others.
+func TestLogMarksForgedEvents(t *testing.T) {
+	url := startLedger(t)
+	ok(t, url, "start", "--id", "s1")
+	ok(t, url, "emit", "s1", events.TypeChunkAppended, "--data", `{"role":"user","content":"hello"}`)
+	var head events.Stored
+	decode(t, strings.TrimSpace(ok(t, url, "log", "s1", "--from", "2", "--json")), &head)
+	js, err := jetstream.New(natstest.Connect(t, url)) // an operator's access
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := events.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := head.Hash
+	for seq, key := range []*events.SigningKey{nil, other, nil} {
+		ev, err := events.New("s1", &events.ChunkAppended{Role: events.RoleUser, Content: "forged"}, events.WithSource("mallory"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, hash, err := events.Seal(&ev, uint64(seq+3), prev, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq == 2 {
+			body = bytes.Replace(body, []byte(`"forged"`), []byte(`"edited"`), 1)
+		}
+		if _, err := js.Publish(context.Background(), events.SessionSubject(events.DefaultTenant, "s1", events.TokenConversation), body); err != nil {
+			t.Fatal(err)
+		}
+		prev = hash
+	}
+	r := rath(t, url, "log", "s1")
+	if r.code != exitOK {
+		t.Fatalf("log: exit %d, stderr %q", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	marks := 0
+	for i, line := range lines {
+		if !strings.Contains(line, "!! NOT THE LEDGER'S") {
+			continue
+		}
+		marks++
+		if i == 0 || !strings.Contains(lines[i-1], "forged") && !strings.Contains(lines[i-1], "edited") {
+			t.Errorf("mark %q under %q, want it under a forged event", line, lines[max(i-1, 0)])
+		}
+	}
+	for _, want := range []string{"NOT THE LEDGER'S: not signed", "signed by an unknown key", "its content hashes to"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("log does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	if marks != 3 || !strings.Contains(r.stderr, "3 events of s1 not as the ledger stored and signed them (first: 3): run rath verify s1") {
+		t.Errorf("%d marks; stderr %q\n%s", marks, r.stderr, r.stdout)
+	}
+}

@@ -18,6 +18,7 @@ func (a *app) logCmd() *cobra.Command {
 	var (
 		from, to uint64
 		limit    int
+		keyFiles []string
 	)
 	cmd := &cobra.Command{
 		Use:   "log SESSION",
@@ -25,42 +26,64 @@ func (a *app) logCmd() *cobra.Command {
 		Long: `log prints the events of a session's logical log with FROM <= seq <= TO,
 one line each: sequence, time, type and a summary of the data. A page holds
 at most --limit events (0: the ledger's maximum, 1000). With --json each
-line is the stored CloudEvent.`,
+line is the stored CloudEvent.
+
+Each event is checked as it is printed: its hash recomputed, its link to the
+event before it on the page, and the ledger's signature (with the keys of
+--key, or else the ones the ledger names). An event that fails is marked
+"!! NOT THE LEDGER'S" with the reason (written around the ledger: an
+operator's forgery, a restored backup), and stderr says how many; the text is
+printed as stored. rath verify checks the whole session, its head included.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ring, err := readKeys(keyFiles)
+			if err != nil {
+				return usageError{err}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if ring == nil {
+				if ring, err = c.Keyring(cmd.Context()); err != nil {
+					return err
+				}
 			}
 			r := client.Range{From: from, To: to, Limit: limit}
 			if limit <= 0 {
 				r.Limit = api.MaxLogPage
 			}
-			if a.json {
-				page, err := c.LogRaw(cmd.Context(), args[0], r)
+			page, err := c.LogRaw(cmd.Context(), args[0], r)
+			if err != nil {
+				return err
+			}
+			check := logCheck{ring: ring}
+			for _, raw := range page {
+				ev, err := events.ParseStored(raw)
 				if err != nil {
-					return err
+					return fmt.Errorf("log of %s: %w", args[0], err)
 				}
-				for _, raw := range page {
+				bad := check.event(raw, ev)
+				if a.json {
 					var b bytes.Buffer
 					if err := json.Compact(&b, raw); err != nil {
 						return fmt.Errorf("log of %s: %w", args[0], err)
 					}
 					b.WriteByte('\n')
-					if _, err := a.Stdout.Write(b.Bytes()); err != nil {
-						return err
+					_, err = a.Stdout.Write(b.Bytes())
+				} else {
+					err = writeEvent(a.Stdout, ev)
+					if err == nil && bad != "" {
+						_, err = fmt.Fprintf(a.Stdout, "       !! NOT THE LEDGER'S: %s\n", bad)
 					}
 				}
-				return nil
-			}
-			page, err := c.Log(cmd.Context(), args[0], r)
-			if err != nil {
-				return err
-			}
-			for _, ev := range page {
-				if err := writeEvent(a.Stdout, ev); err != nil {
+				if err != nil {
 					return err
 				}
+			}
+			if check.bad > 0 {
+				fmt.Fprintf(a.Stderr, "rath: %s of %s not as the ledger stored and signed %s (first: %d): run rath verify %s\n",
+					plural(check.bad, "event", "events"), args[0], map[bool]string{true: "it", false: "them"}[check.bad == 1], check.first, args[0])
 			}
 			return nil
 		},
@@ -69,7 +92,54 @@ line is the stored CloudEvent.`,
 	f.Uint64Var(&from, "from", 1, "first sequence")
 	f.Uint64Var(&to, "to", 0, "last sequence (0: the head)")
 	f.IntVar(&limit, "limit", 0, "at most this many events (0: the ledger's page size)")
+	f.StringSliceVar(&keyFiles, "key", nil, "check signatures with these ledger public key files (PKIX PEM) instead of the keys the ledger names")
 	return cmd
+}
+
+// logCheck checks the events of a page of a log, in order, as rath log
+// prints them: what it finds is what an event written around the ledger
+// shows (ADR 0012's chain, the ledger's signature).
+type logCheck struct {
+	ring  events.Keyring
+	prev  *events.Stored // the event before on the page
+	bad   int
+	first uint64
+}
+
+// event returns why ev (stored as raw) is not the ledger's, or "".
+func (c *logCheck) event(raw []byte, ev events.Stored) string {
+	why := ""
+	hash, err := events.ComputeHash(raw)
+	switch {
+	case err != nil:
+		why = err.Error()
+	case hash != ev.Hash:
+		why = fmt.Sprintf("its content hashes to %s, not the %s it claims", shortHex(hash), shortHex(ev.Hash))
+	case c.prev != nil && c.prev.Session == ev.Session && ev.Prev != c.prev.Hash:
+		why = fmt.Sprintf("it does not follow event %d (its rathprev is %s, that event's hash %s)", c.prev.Seq, shortHex(ev.Prev), shortHex(c.prev.Hash))
+	default:
+		if err := c.ring.Verify(ev.Session, ev.Seq, ev.Hash, ev.Sig); err != nil {
+			why = err.Error()
+		}
+	}
+	c.prev = &ev
+	if why != "" {
+		if c.bad == 0 {
+			c.first = ev.Seq
+		}
+		c.bad++
+	}
+	return why
+}
+
+func shortHex(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	if h == "" {
+		return "(none)"
+	}
+	return h
 }
 
 func (a *app) watchCmd() *cobra.Command {

@@ -271,7 +271,10 @@ func short(h string) string {
 
 // Keys lists the public keys the ledger signs with and accepts.
 func (l *Ledger) Keys() (api.Keys, error) {
-	out := api.Keys{Current: l.cfg.Key.Public().ID}
+	var out api.Keys
+	if l.cfg.Key != nil { // nil: an unsigned ledger (Config.Unsigned), signing nothing
+		out.Current = l.cfg.Key.Public().ID
+	}
 	for _, k := range l.keys.Keys() {
 		pem, err := events.MarshalPublicKey(k)
 		if err != nil {
