@@ -28,7 +28,10 @@ func (a *app) verifyCmd() *cobra.Command {
 from the stream, through its fork ancestry, to check that every event is signed
 by a ledger key and that the head's signature holds (it vouches for every event
 below it), and to compare the log with the head the ledger recorded apart from
-it. It prints "OK <session> head <seq> <hash> signed by <key ID>", or
+it. It prints "OK <session> head <seq> <hash> signed by <key ID>" (and, on a
+second line, the events after the head the ledger last recorded apart from
+the log, which it records within a second: a cut of those would not show yet;
+docs/security.md), or
 "BROKEN <session> at <seq>: <reason>" and exits with code 5: an event altered,
 inserted, removed, reordered, or written around the ledger (forged, even with a
 correct chain hash), or a tail cut off.
@@ -82,6 +85,10 @@ For a session, --key also checks the head's signature the ledger reports.`,
 				err = a.printJSON(r)
 			case r.OK:
 				_, err = fmt.Fprintf(a.Stdout, "OK %s head %d %s signed by %s\n", r.Session, r.Head, r.HeadHash, r.KeyID)
+				if from, to, tail := r.Unrecorded(); tail && err == nil {
+					_, err = fmt.Fprintf(a.Stdout, "  %s: no head recorded apart from the log covers %s yet (the ledger records one within a second): a cut of %s would not show here until it does; the receipts of %s prove %s (rath verify --receipt)\n",
+						seqRange(from, to), pronoun(from, to, "it", "them"), pronoun(from, to, "it", "them"), pronoun(from, to, "its", "their"), pronoun(from, to, "it", "them"))
+				}
 			case r.Fault != nil:
 				_, err = fmt.Fprintf(a.Stdout, "BROKEN %s at %d: %s\n", r.Session, r.Fault.Seq, r.Fault.Reason)
 			}
@@ -238,4 +245,20 @@ func checkReceipt(ctx context.Context, c *client.Client, ack api.Ack, pinned eve
 	}
 	rep.OK = true
 	return rep, nil
+}
+
+// seqRange names events from..to: "event 7" or "events 7..9".
+func seqRange(from, to uint64) string {
+	if from == to {
+		return fmt.Sprintf("event %d", from)
+	}
+	return fmt.Sprintf("events %d..%d", from, to)
+}
+
+// pronoun is one or many, as from..to is one event or more.
+func pronoun(from, to uint64, one, many string) string {
+	if from == to {
+		return one
+	}
+	return many
 }

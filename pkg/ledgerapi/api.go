@@ -432,7 +432,23 @@ type Report struct {
 	// Signatures is how many signatures were checked: the head's, and more
 	// only to find a bad one.
 	Signatures int    `json:"signatures"`
-	Fault      *Fault `json:"fault,omitempty"`
+	// RecordedHead is the session's head as the ledger last recorded it
+	// apart from the log (the rath-heads bucket; 0: none yet). Events after
+	// it, up to Head, are the tail no recorded head covers yet: the ledger
+	// records heads within a second (its HeadEvery), and a tail cut inside
+	// that window shows only in the clients' receipts, not in this report
+	// (docs/security.md).
+	RecordedHead uint64 `json:"recorded_head,omitempty"`
+	Fault        *Fault `json:"fault,omitempty"`
+}
+
+// Unrecorded returns the tail of an OK report that no recorded head covers
+// yet, from..to; ok is false when the recorded head is the log's head.
+func (r Report) Unrecorded() (from, to uint64, ok bool) {
+	if !r.OK || r.RecordedHead >= r.Head {
+		return 0, 0, false
+	}
+	return r.RecordedHead + 1, r.Head, true
 }
 
 // Fault is the first place a chain does not hold.

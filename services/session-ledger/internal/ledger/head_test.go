@@ -233,3 +233,57 @@ func TestConfigRefusesNegativeHeadInterval(t *testing.T) {
 		t.Fatalf("Validate = %v, want both problems named", err)
 	}
 }
+
+// Verify names the tail no recorded head covers yet: within that window a
+// cut of the last events (written around the ledger) leaves a log that
+// verifies, and the report says which events the window holds, so an
+// auditor knows what only the receipts prove (issue 29).
+func TestVerifyNamesTheUnrecordedTail(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := serveWith(t, nc, "ledger-a", func(c *ledger.Config) { c.HeadEvery, c.SnapshotEvery = time.Hour, 128 })
+	ctx := context.Background()
+	js := r.store.JetStream()
+	r.start(t, "s")
+	for i := range 3 {
+		r.emit(t, "s", chunk(fmt.Sprint("turn ", i)))
+	}
+	<-js.PublishAsyncComplete()
+	rep, err := r.c.Verify(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, to, ok := rep.Unrecorded(); !rep.OK || rep.RecordedHead != 1 || !ok || from != 2 || to != 4 {
+		t.Fatalf("report %+v: unrecorded %d..%d (%v), want OK with 2..4", rep, from, to, ok)
+	}
+	// An operator cuts the last event behind the ledger's back (snapshots
+	// are far apart, as by default: none shows the cut either).
+	stream, err := js.Stream(ctx, events.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(ctx, info.State.LastSeq); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = r.c.Verify(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, to, ok := rep.Unrecorded(); !rep.OK || rep.Head != 3 || !ok || from != 2 || to != 3 {
+		t.Fatalf("after the cut: %+v (%+v), unrecorded %d..%d (%v); want OK at 3, naming 2..3 as the window", rep, rep.Fault, from, to, ok)
+	}
+	// Once the head the ledger signed is recorded the window closes: the
+	// same cut shows (a stopping ledger records what it held back).
+	r.stop()
+	r = serveWith(t, nc, "ledger-b", func(c *ledger.Config) { c.HeadEvery, c.SnapshotEvery = time.Hour, 128 })
+	rep, err = r.c.Verify(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || rep.Fault == nil || rep.Fault.Seq != 4 || !strings.Contains(rep.Fault.Reason, "the tail was removed or lost") {
+		t.Fatalf("after the head was recorded: %+v (%+v); want the cut at 4 shown", rep, rep.Fault)
+	}
+}

@@ -71,6 +71,9 @@ func (l *Ledger) Verify(ctx context.Context, id string) (api.Report, error) {
 		return r, nil
 	}
 	if recorded {
+		if rec.Session == id {
+			r.RecordedHead = rec.Seq
+		}
 		if f := l.checkRecordedHead(rec, v.signed, &r); f != nil {
 			if rec.Seq > r.Head {
 				// Cut, or read from a replica that lags (a node catching
