@@ -431,7 +431,7 @@ type Report struct {
 	Checked int    `json:"checked"`
 	// Signatures is how many signatures were checked: the head's, and more
 	// only to find a bad one.
-	Signatures int    `json:"signatures"`
+	Signatures int `json:"signatures"`
 	// RecordedHead is the session's head as the ledger last recorded it
 	// apart from the log (the rath-heads bucket; 0: none yet). Events after
 	// it, up to Head, are the tail no recorded head covers yet: the ledger
