@@ -165,9 +165,6 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 	if r.c, err = client.New(r.nc, client.WithTimeout(10*time.Second), client.WithRetryFor(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if r.seed, err = r.c.PutWorkspace(ctx, filepath.Join(seeds, "repo")); err != nil {
-		t.Fatal(err)
-	}
 	if r.js, err = jetstream.New(r.nc); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +176,13 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 	}
 
 	r.startProc(t, kindLedger, "ledger", "--name", "ledger")
+	// The sessions' workspace seed, stored through the ledger (the client
+	// retries until it answers).
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer pcancel()
+	if r.seed, err = r.c.PutWorkspace(pctx, filepath.Join(seeds, "repo")); err != nil {
+		t.Fatal(err)
+	}
 	for _, kind := range workerKinds {
 		for i := 1; i <= perKind; i++ {
 			var extra []string
