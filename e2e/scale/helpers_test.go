@@ -175,7 +175,8 @@ func startScaleRig(t *testing.T, perKind int) *scaleRig {
 		t.Fatal(err)
 	}
 
-	r.startProc(t, kindLedger, "ledger", "--name", "ledger")
+	// Its signing key in the test's directory, not the package's.
+	r.startProc(t, kindLedger, "ledger", "--name", "ledger", "--key", filepath.Join(t.TempDir(), "keys", "ledger.key"))
 	// The sessions' workspace seed, stored through the ledger (the client
 	// retries until it answers).
 	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -387,4 +388,76 @@ func TestEventFacts(t *testing.T) {
 	check(2, map[string]string{"Model": "scripted/m1", "Tokens": "120 in, 7 out", "Latency": "42 ms", "Agent": "coder"})
 	check(4, map[string]string{"Tool": "run", "Arguments": `"command": "echo hi"`, "Exit code": "3", "Attempt": "1", "Result": "hi", "Agent": "coder"})
 	check(5, map[string]string{"Rule": "retry", "Route": "fork", "Inputs": `"failures":2`})
+}
+
+// What a tenant writes into its sessions (a task, labels, messages, a
+// tool's arguments) is text on every page, never markup: a stored script
+// or attribute injection comes out escaped, the JSON the timeline reads is
+// served as JSON, and every response forbids inline script.
+func TestStoredMarkupIsEscaped(t *testing.T) {
+	r := start(t)
+	ctx := context.Background()
+	const script = `<script>alert(1)</script>`
+	const attr = `"><img src=x onerror=alert(2)>`
+	if _, err := r.c.Start(ctx, "x1", events.SessionStarted{Task: script + " " + attr, Labels: map[string]string{"k" + attr: attr}}); err != nil {
+		t.Fatal(err)
+	}
+	r.say(t, "x1", script+attr)
+	if _, err := r.c.Emit(ctx, "x1", &events.ToolRequested{CallID: "c1", Tool: "run", Arguments: []byte(`{"command":["` + strings.ReplaceAll(attr, `"`, `\"`) + `"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/", "/?q=" + url.QueryEscape(script), "/s/x1", "/approvals", "/s/x1/dossier.md", "/s/x1/graph.svg"} {
+		resp, err := http.Get(r.web.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(b)
+		ct := resp.Header.Get("Content-Type")
+		if strings.HasPrefix(ct, "text/html") || strings.HasPrefix(ct, "image/svg") {
+			if strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") {
+				t.Errorf("GET %s (%s) carries the stored markup unescaped:\n%s", path, ct, body)
+			}
+			if (path == "/" || path == "/s/x1") && !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+				t.Errorf("GET %s does not show the task as text:\n%s", path, body)
+			}
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !scriptsOnlyFromSelf(csp) {
+			t.Errorf("GET %s: Content-Security-Policy %q allows inline or foreign script", path, csp)
+		}
+	}
+	resp, err := http.Get(r.web.URL + "/api/s/x1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("the timeline's JSON is served as %q (nosniff %q)", ct, resp.Header.Get("X-Content-Type-Options"))
+	}
+}
+
+// scriptsOnlyFromSelf reports whether a Content-Security-Policy lets scripts
+// load from the console only: its script-src, or else its default-src, is
+// 'self' or 'none' with no 'unsafe-inline' and no other source.
+func scriptsOnlyFromSelf(csp string) bool {
+	directives := map[string][]string{}
+	for d := range strings.SplitSeq(csp, ";") {
+		if f := strings.Fields(d); len(f) > 0 {
+			directives[f[0]] = f[1:]
+		}
+	}
+	src, ok := directives["script-src"]
+	if !ok {
+		src, ok = directives["default-src"]
+	}
+	if !ok || len(src) == 0 {
+		return false
+	}
+	for _, s := range src {
+		if s != "'self'" && s != "'none'" {
+			return false
+		}
+	}
+	return true
 }
