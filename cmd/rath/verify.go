@@ -86,8 +86,9 @@ For a session, --key also checks the head's signature the ledger reports.`,
 			case r.OK:
 				_, err = fmt.Fprintf(a.Stdout, "OK %s head %d %s signed by %s\n", r.Session, r.Head, r.HeadHash, r.KeyID)
 				if from, to, tail := r.Unrecorded(); tail && err == nil {
-					_, err = fmt.Fprintf(a.Stdout, "  %s: no head recorded apart from the log covers %s yet (the ledger records one within a second): a cut of %s would not show here until it does; the receipts of %s prove %s (rath verify --receipt)\n",
-						seqRange(from, to), pronoun(from, to, "it", "them"), pronoun(from, to, "it", "them"), pronoun(from, to, "its", "their"), pronoun(from, to, "it", "them"))
+					it := pronoun(from, to, "it", "them")
+					_, err = fmt.Fprintf(a.Stdout, "  %s: no head recorded apart from the log covers %s yet (the ledger records one within a second): a cut of %s would not show here until it does; %s (rath verify --receipt)\n",
+						seqRange(from, to), it, it, pronoun(from, to, "its receipt proves it", "their receipts prove them"))
 				}
 			case r.Fault != nil:
 				_, err = fmt.Fprintf(a.Stdout, "BROKEN %s at %d: %s\n", r.Session, r.Fault.Seq, r.Fault.Reason)
