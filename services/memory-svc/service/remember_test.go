@@ -52,12 +52,18 @@ func (r *rig) startWorkflow(t *testing.T, id, src string) {
 	}
 }
 
-// call requests a tool call as an agent's turn would and waits for its end.
+// call requests a tool call as an agent's turn would, as the agent worker
+// (a call anyone else proposes waits for the tool runner to screen it for
+// the workflow's gates, and none runs here), and waits for its end.
 func (r *rig) call(t *testing.T, id, callID, agent, args string) (req, end events.Stored) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := r.c.Emit(ctx, id, &events.ToolRequested{CallID: callID, Tool: "remember", Agent: agent, Arguments: json.RawMessage(args)})
+	worker, err := client.New(r.nc, client.As(events.Service("agent-worker")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := worker.Emit(ctx, id, &events.ToolRequested{CallID: callID, Tool: "remember", Agent: agent, Arguments: json.RawMessage(args)})
 	if err != nil {
 		t.Fatal(err)
 	}
