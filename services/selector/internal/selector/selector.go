@@ -46,7 +46,12 @@ const (
 	RuleCorrection = "correction"
 	// RuleTimeout closes a session whose approval expired with on_timeout
 	// close.
-	RuleTimeout    = "timeout"
+	RuleTimeout = "timeout"
+	// RuleTurnFailed closes a session whose agent's turn failed (the agent
+	// worker gave up: a tool nobody offers, a model that keeps failing)
+	// when no rule of its workflow routes the failure: nothing would ever
+	// move the session again.
+	RuleTurnFailed = "turn-failed"
 	rulePrefixStop = "stop:"
 )
 
@@ -340,6 +345,9 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		case !pendingTools(at) && corrects(at, ev) && !decidedSince(head, ev.Seq):
 			rule, reason = RuleCorrection, "a person corrected the session"
 			p = plan{kind: workflow.RouteAgent, agent: at.LastAgent}
+		case ev.Type == events.TypeTurnFailed && head.Turn == nil && !pendingTools(head) && !decidedSince(head, ev.Seq):
+			rule, reason = RuleTurnFailed, turnFailedReason(ev)
+			p = plan{kind: workflow.RouteClose, detail: OutcomeTurnFailed}
 		default:
 			return nil
 		}
@@ -482,6 +490,21 @@ func decisionID(ev events.Stored) string { return answerTo(ev).ID("decided") }
 // OutcomeApprovalExpired closes a session whose approval expired undecided
 // with on_timeout close.
 const OutcomeApprovalExpired = "approval_expired"
+
+// OutcomeTurnFailed closes a session whose last turn failed, unrouted
+// (RuleTurnFailed).
+const OutcomeTurnFailed = "failed"
+
+// turnFailedReason says why a failed turn closes its session: which turn,
+// and the agent worker's error.
+func turnFailedReason(ev events.Stored) string {
+	d, err := ev.Decode()
+	f, ok := d.(*events.TurnFailed)
+	if err != nil || !ok {
+		return "a turn failed and no rule routes a failed turn"
+	}
+	return fmt.Sprintf("turn %s of %s failed and no rule routes a failed turn: %s", f.TurnID, f.Agent, events.Clip(f.Error, 300))
+}
 
 // expiryCloses reports whether ev is the expiry of an approval whose
 // on_timeout closes the session, and why.

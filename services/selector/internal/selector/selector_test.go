@@ -540,3 +540,53 @@ func TestConcurrentTriggersNeverOverlapTurns(t *testing.T) {
 		})
 	}
 }
+
+// A turn that failed (the agent worker gave up: a tool nobody offers) with
+// no rule routing the failure closes its session as failed, naming the
+// turn and why, once however often the failure is delivered.
+func TestUnroutedFailedTurnClosesTheSession(t *testing.T) {
+	r := setup(t)
+	ctx := context.Background()
+	trigger := r.start(t, "s1")
+	if err := r.s.Handle(ctx, trigger); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.c.State(ctx, "s1")
+	if err != nil || st.Turn == nil {
+		t.Fatalf("no turn requested: %+v, %v", st, err)
+	}
+	// The agent worker ends the turn it gave up on.
+	worker, err := client.New(r.sc.Conn(), client.As(events.Service("agent-worker")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := worker.Emit(ctx, "s1", &events.TurnFailed{TurnID: st.Turn.ID, Agent: st.Turn.Agent, Error: "tool run_tests of agent researcher is not registered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := r.at(t, "s1", a.Seq)
+	for range 2 { // redelivered
+		if err := r.s.Handle(ctx, failed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err = r.c.State(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "closed" || st.Outcome != OutcomeTurnFailed || !strings.Contains(st.CloseReason, "turn "+failedTurnID(t, failed)+" of researcher failed") || !strings.Contains(st.CloseReason, "run_tests") {
+		t.Fatalf("after the failed turn: %s (%s: %s)", st.Status, st.Outcome, st.CloseReason)
+	}
+	if n := len(ofType(r.log(t, "s1"), events.TypeSessionClosed)); n != 1 {
+		t.Fatalf("%d closes", n)
+	}
+}
+
+func failedTurnID(t *testing.T, ev events.Stored) string {
+	t.Helper()
+	d, err := ev.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.(*events.TurnFailed).TurnID
+}
