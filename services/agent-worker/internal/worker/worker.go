@@ -172,9 +172,14 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			attempts = a.N
 			t.attemptFailed(ctx, agent, a)
 		})
-		tools, names, err := w.tools(ctx, wf.Workflow, agent)
+		tools, names, err := w.tools(ctx, wf.Workflow, agent, t)
 		if err != nil {
 			return err
+		}
+		if _, waited := st.Pending[t.waitWorkID()]; waited || t.waited {
+			// This delivery or an earlier one waited for a tool: every
+			// tool is in now.
+			t.settleWait(ctx, "registered", "every tool of the turn is registered")
 		}
 		var why string
 		if st, why, err = t.recall(ctx, st, wf.Workflow, agent); err != nil {
@@ -220,6 +225,9 @@ func (w *Worker) GaveUp(record consume.Failure) consume.Failure {
 				t := &turn{w: w, ev: ev, req: req}
 				if err := t.fail(ctx, "the agent worker gave up: "+f.Error, 0); err != nil && !api.Permanent(err) {
 					return err
+				}
+				if strings.Contains(f.Error, notRegistered) { // its wait for a tool (tools) ends too
+					t.settleWait(ctx, "gave-up", "the turn gave up: "+f.Error)
 				}
 			}
 		}
@@ -273,7 +281,12 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 // it rather than run with fewer tools than its workflow gives it, which
 // would change what the model is asked. A tool nobody registers ends the
 // turn through the dead-letter path, which records why.
-func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Agent) ([]provider.Tool, map[string]string, error) {
+//
+// While it waits, the session says so: the turn records pending work
+// (WorkKindTool) naming the tool, settled once the tool is registered or
+// the turn gives up (GaveUp), so rath state and the console show what the
+// session waits for.
+func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Agent, t *turn) ([]provider.Tool, map[string]string, error) {
 	var out []provider.Tool
 	names := map[string]string{}
 	for _, name := range a.Tools {
@@ -284,15 +297,16 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 			// built-in tool's registration races a starting runner: both
 			// wait. (An MCP tool failed at once, and the consumer's few
 			// short retries gave up on a runner still starting.)
+			t.waitingFor(ctx, name)
 			spec, err = w.waitTool(ctx, name)
 		}
 		if err != nil {
 			if server, _, ok := strings.Cut(name, "."); ok {
 				if _, declared := wf.MCPServer(server); declared {
-					return nil, nil, fmt.Errorf("tool %s of MCP server %s is not registered yet (the tool runner has not listed the server's tools within %s): %w", name, server, w.toolWait(), err)
+					return nil, nil, fmt.Errorf("tool %s of MCP server %s "+notRegistered+" yet (the tool runner has not listed the server's tools within %s): %w", name, server, w.toolWait(), err)
 				}
 			}
-			return nil, nil, fmt.Errorf("tool %s of agent %s is not registered (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
+			return nil, nil, fmt.Errorf("tool %s of agent %s "+notRegistered+" (no tool runner or tool server has offered it within %s): %w", name, a.Name, w.toolWait(), err)
 		}
 		wire := wireName(spec.Name)
 		names[wire] = spec.Name
@@ -341,6 +355,8 @@ type turn struct {
 	w   *Worker
 	ev  events.Stored
 	req *events.TurnRequested
+	// waited is set once the turn recorded a wait for a tool (waitingFor).
+	waited bool
 }
 
 func (t *turn) emit(ctx context.Context, what string, data any) error {
@@ -371,6 +387,37 @@ func (t *turn) attemptFailed(ctx context.Context, a workflow.Agent, at provider.
 		Attempt: at.N, Status: at.Status, Error: at.Err.Error(), RetryInMS: at.RetryIn.Milliseconds()}
 	if err := t.emit(ctx, "attempt-"+strconv.Itoa(at.N), f); err != nil {
 		t.w.log.Warn("failed model attempt not recorded", "turn", t.req.TurnID, "attempt", at.N, "err", err)
+	}
+}
+
+// notRegistered is in the error of a turn that waited for a tool in vain.
+const notRegistered = "is not registered"
+
+// WorkKindTool is the kind of the pending work a turn records while it
+// waits for one of its tools to be registered.
+const WorkKindTool = "tool"
+
+// waitWorkID is the ID of the pending work of a turn waiting for a tool.
+func (t *turn) waitWorkID() string { return "tool-wait-" + t.req.TurnID }
+
+// waitingFor records that the turn waits for tool name to be registered:
+// pending work, once per turn (its event ID derives from the request).
+// Best effort: the wait goes on whether or not it is recorded.
+func (t *turn) waitingFor(ctx context.Context, name string) {
+	p := &events.WorkPending{WorkID: t.waitWorkID(), Kind: WorkKindTool, Assignee: t.req.Agent,
+		Description: fmt.Sprintf("turn %s of %s waits for tool %s, which no tool runner or tool server offers yet (a turn waits %s a try, then tries again)", t.req.TurnID, t.req.Agent, name, t.w.toolWait())}
+	if err := t.emit(ctx, "tool-wait", p); err != nil {
+		t.w.log.Warn("the wait for a tool not recorded", "turn", t.req.TurnID, "tool", name, "err", err)
+		return
+	}
+	t.waited = true
+}
+
+// settleWait settles the turn's wait for a tool (waitingFor), if it
+// recorded one: what names this settlement among the turn's events.
+func (t *turn) settleWait(ctx context.Context, what, outcome string) {
+	if err := t.emit(ctx, "tool-wait-"+what, &events.WorkDone{WorkID: t.waitWorkID(), Outcome: outcome}); err != nil {
+		t.w.log.Warn("the end of a wait for a tool not recorded", "turn", t.req.TurnID, "err", err)
 	}
 }
 

@@ -834,7 +834,8 @@ func TestWorkerFailsTurnsItCannotTake(t *testing.T) {
 // A turn whose tools are not registered yet (a tool runner still starting)
 // waits for them, and the model then sees every tool its workflow gives it;
 // a tool that does not come in time fails the turn transiently, before
-// anything is asked or stored.
+// anything is asked or stored but the wait itself: pending work naming the
+// tool, which the session shows until the tool is registered.
 func TestTurnWaitsForItsTools(t *testing.T) {
 	_, nc := natstest.Start(t)
 	r := setupUnregistered(t, nc, "testdata/coder.yaml", "")
@@ -848,8 +849,15 @@ func TestTurnWaitsForItsTools(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tool run of agent coder is not registered") {
 		t.Fatalf("Handle = %v, want a transient error naming the unregistered tool", err)
 	}
-	if m.calls() != 0 || len(caused(r.log(t, "s1"), req)) != 0 {
-		t.Fatalf("the turn went ahead without its tool: %d model calls, events %v", m.calls(), typesOf(caused(r.log(t, "s1"), req)))
+	if got := typesOf(caused(r.log(t, "s1"), req)); m.calls() != 0 || !slices.Equal(got, []string{events.TypeWorkPending}) {
+		t.Fatalf("the turn went ahead without its tool: %d model calls, events %v", m.calls(), got)
+	}
+	st, err := r.c.State(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := st.Pending["tool-wait-turn-1"]; !ok || p.Kind != worker.WorkKindTool || !strings.Contains(p.Description, "turn turn-1 of coder waits for tool run") {
+		t.Fatalf("pending work while the turn waits: %+v", st.Pending)
 	}
 
 	w := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry}, quiet)
@@ -864,6 +872,39 @@ func TestTurnWaitsForItsTools(t *testing.T) {
 	}
 	if reqs := m.requests(); len(reqs) != 1 || len(reqs[0].Tools) != 1 || reqs[0].Tools[0].Name != "run" {
 		t.Fatalf("model asked %+v, want once, with the tool run", reqs)
+	}
+	if st, err = r.c.State(ctx, "s1"); err != nil || len(st.Pending) != 0 {
+		t.Fatalf("pending work once the tool came: %+v, %v", st.Pending, err)
+	}
+}
+
+// A turn that gave up waiting for a tool (the consumer's last attempt
+// failed) ends, and so does its wait: the session shows nothing pending.
+func TestGivenUpWaitForAToolIsSettled(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := setupUnregistered(t, nc, "testdata/coder.yaml", "")
+	ctx := context.Background()
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "coder")
+	w := r.newWorker(t, worker.Config{Override: override(answering(toolUse)), Retry: fastRetry, ToolWait: time.Millisecond}, quiet)
+	herr := w.Handle(ctx, req)
+	if herr == nil {
+		t.Fatal("the turn went ahead without its tool")
+	}
+	recorded := false
+	gaveUp := w.GaveUp(func(context.Context, events.Stored, events.HandlerFailed) error { recorded = true; return nil })
+	if err := gaveUp(ctx, req, events.HandlerFailed{Handler: "agent-worker", EventID: req.ID, EventType: req.Type, Attempts: 5, Error: herr.Error()}); err != nil || !recorded {
+		t.Fatalf("GaveUp: %v (recorded %v)", err, recorded)
+	}
+	st, err := r.c.State(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Pending) != 0 || st.Turn != nil {
+		t.Fatalf("after giving up: pending %+v, turn %+v", st.Pending, st.Turn)
+	}
+	if got := typesOf(caused(r.log(t, "s1"), req)); !slices.Equal(got, []string{events.TypeWorkPending, events.TypeTurnFailed, events.TypeWorkDone}) {
+		t.Fatalf("the turn's events: %v", got)
 	}
 }
 
