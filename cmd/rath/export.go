@@ -79,8 +79,12 @@ refused unless --force. See docs/dossier.md.`,
 					Final    string `json:"final,omitempty"`
 				}{out, d.Session, d.Root, rep.Branches, rep.Events, final})
 			}
-			_, err = fmt.Fprintf(a.Stdout, "wrote %s: %s, %s, final answer %s\n  %s\n", out, plural(rep.Branches, "branch", "branches"), plural(rep.Events, "event", "events"),
-				orNone(final), filepath.Join(out, dossier.FileMarkdown))
+			answer := "no final answer"
+			if final != "" {
+				answer = "final answer " + final
+			}
+			_, err = fmt.Fprintf(a.Stdout, "wrote %s: %s, %s, %s\n  %s\n", out, plural(rep.Branches, "branch", "branches"), plural(rep.Events, "event", "events"),
+				answer, filepath.Join(out, dossier.FileMarkdown))
 			return err
 		},
 	}

@@ -114,6 +114,17 @@ func TestExportAndVerifyDossier(t *testing.T) {
 	}
 }
 
+// A session no branch of which produced a final answer says so in words:
+// not "final answer -".
+func TestExportWithoutFinalAnswer(t *testing.T) {
+	url := startLedger(t)
+	ok(t, url, "start", "--id", "open", "--task", "nothing decided yet")
+	out := ok(t, url, "export", "open", "--out", filepath.Join(t.TempDir(), "dossier"))
+	if !strings.Contains(out, "1 branch, 1 event, no final answer\n") || strings.Contains(out, "final answer -") {
+		t.Errorf("export printed %q", out)
+	}
+}
+
 func TestAuditQuestions(t *testing.T) {
 	url, ids := exportTree(t)
 	dir := filepath.Join(t.TempDir(), "d")
