@@ -393,7 +393,7 @@ func TestVerifyCompactReceipt(t *testing.T) {
 	kept, _ := json.Marshal(a)
 	receipt := filepath.Join(dir, "receipt.json")
 	os.WriteFile(receipt, kept, 0o644)
-	if got := ok(t, url, "verify", "--receipt", receipt); !strings.HasPrefix(got, "OK receipt r0:2 event ") {
+	if got := ok(t, url, "verify", "--receipt", receipt); !strings.HasPrefix(got, "OK receipt r0:2 event ") || !strings.Contains(got, " (named by the ledger itself: pin its key with --key); in the log") {
 		t.Errorf("verify --receipt of a compact receipt printed %q", got)
 	}
 	a.Record = nil

@@ -134,7 +134,9 @@ func (a *app) verifyDossier(dir string, pinned events.Keyring) error {
 	case a.json:
 		err = a.printJSON(rep)
 	case rep.OK:
-		trust := "keys named by the dossier (pin the ledger's with --key)"
+		// One level of brackets: what the keys are trusted as, and how to
+		// trust less.
+		trust := "named by the dossier itself: pin the ledger's key with --key"
 		if rep.Pinned {
 			trust = "pinned keys"
 		}

@@ -44,7 +44,7 @@ func TestExportAndVerifyDossier(t *testing.T) {
 	const dead = "nats://127.0.0.1:1"
 	got := ok(t, dead, "verify", "--dossier", dir)
 	if !strings.HasPrefix(got, "OK dossier "+dir+": root fix, 3 branches, 40 events, every event signed by ") ||
-		!strings.Contains(got, "(keys named by the dossier (pin the ledger's with --key))\n") || !strings.Contains(got, "  fix-b head 25 ") {
+		!strings.Contains(got, "(named by the dossier itself: pin the ledger's key with --key)\n") || !strings.Contains(got, "  fix-b head 25 ") {
 		t.Errorf("verify --dossier printed %q", got)
 	}
 

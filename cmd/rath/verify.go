@@ -177,7 +177,7 @@ func (a *app) verifyReceipt(ctx context.Context, path string, pinned events.Keyr
 	case a.json:
 		err = a.printJSON(rep)
 	case rep.OK:
-		trust := "keys from the ledger (pin one with --key)"
+		trust := "named by the ledger itself: pin its key with --key"
 		if rep.Pinned {
 			trust = "a pinned key"
 		}

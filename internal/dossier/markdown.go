@@ -98,10 +98,10 @@ func Markdown(d *Dossier) string {
 		case b.Verdict == VerdictRejected && last != nil:
 			w("**%s** (rejected): validation `%s` failed at seq %d", n.of(b.ID), inline(last.Validator, 80), last.Seq)
 		default:
-			w("**%s** (%s): %s", n.of(b.ID), b.Verdict, inline(n.text(orDash(b.VerdictReason)), 300))
+			w("**%s** (%s)%s", n.of(b.ID), b.Verdict, because(n.text(b.VerdictReason)))
 		}
 		if b.ClosedSeq != 0 && b.Verdict == VerdictRejected {
-			w("; closed `%s` at seq %d: %s", inline(b.Outcome, 80), b.ClosedSeq, inline(n.text(orDash(b.CloseReason)), 300))
+			w("; closed `%s` at seq %d%s", inline(b.Outcome, 80), b.ClosedSeq, because(n.text(b.CloseReason)))
 		}
 		w(".\n\n")
 		if b.Verdict == VerdictRejected && last != nil {
@@ -377,7 +377,7 @@ func story(d *Dossier, b Branch, n namer) []storyLine {
 			if dec.Router != "" {
 				by = " (chosen by router " + code(dec.Router) + ")"
 			}
-			add(dec.Seq, "selector: rule %s → route %s%s: %s", code(dec.Rule), code(dec.Route), by, inline(n.text(orDash(dec.Reason)), 300))
+			add(dec.Seq, "selector: rule %s → route %s%s%s", code(dec.Rule), code(dec.Route), by, because(n.text(dec.Reason)))
 		}
 	}
 	for _, iv := range d.Interventions {
@@ -386,10 +386,10 @@ func story(d *Dossier, b Branch, n namer) []storyLine {
 		}
 	}
 	for _, m := range b.Merges {
-		add(m.Seq, "merged %s up to %d (%s): %s", n.of(m.Source), m.SourceHead.Seq, plural(m.Events, "event"), inline(n.text(orDash(m.Reason)), 300))
+		add(m.Seq, "merged %s up to %d (%s)%s", n.of(m.Source), m.SourceHead.Seq, plural(m.Events, "event"), because(n.text(m.Reason)))
 	}
 	if b.ClosedSeq != 0 {
-		add(b.ClosedSeq, "closed %s: %s", code(b.Outcome), inline(n.text(orDash(b.CloseReason)), 300))
+		add(b.ClosedSeq, "closed %s%s", code(b.Outcome), because(n.text(b.CloseReason)))
 	}
 	slices.SortStableFunc(out, func(a, b storyLine) int { return cmp.Compare(a.seq, b.seq) })
 	return out
@@ -666,6 +666,15 @@ func plural(n int, noun string) string {
 // runs past it. Pipes are escaped too, so it can stand in a table cell.
 // The writer never starts a line with it, where '#', '>' or '-' would
 // start a block.
+// because is ": " and the reason a story line gives, inline, or nothing
+// when it gives none: a line does not end in a bare dash.
+func because(reason string) string {
+	if strings.TrimSpace(reason) == "" {
+		return ""
+	}
+	return ": " + inline(reason, 300)
+}
+
 func inline(s string, n int) string {
 	s = oneLine(s, n)
 	var b strings.Builder

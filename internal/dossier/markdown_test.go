@@ -210,16 +210,19 @@ func dumpTables(ts []dt.Table) string {
 	return b.String()
 }
 
-// A decision a served router chose says so in the story: who routed.
+// A decision a served router chose says so in the story: who routed. One
+// without a reason ends at its route, not in a bare dash.
 func TestMarkdownNamesTheRouter(t *testing.T) {
 	at := dossier.At{Branch: "s", Seq: 4}
 	d := &dossier.Dossier{Root: "s", Session: "s", Branches: []dossier.Branch{{ID: "s"}}, Decisions: []dossier.Decision{
 		{At: at, Rule: "triage", Route: "agent:coder", Reason: "a bug", Router: "triage"},
 		{At: dossier.At{Branch: "s", Seq: 9}, Rule: "done", Route: "close:succeeded", Reason: "tests pass"},
+		{At: dossier.At{Branch: "s", Seq: 11}, Rule: "start", Route: "agent:researcher"},
 	}}
 	md := dossier.Markdown(d)
 	if !strings.Contains(md, "selector: rule `triage` → route `agent:coder` (chosen by router `triage`): a bug") ||
-		!strings.Contains(md, "selector: rule `done` → route `close:succeeded`: tests pass") {
+		!strings.Contains(md, "selector: rule `done` → route `close:succeeded`: tests pass") ||
+		!strings.Contains(md, "selector: rule `start` → route `agent:researcher`\n") {
 		t.Fatalf("dossier.md:\n%s", md)
 	}
 }
