@@ -45,7 +45,30 @@ event at that place, and that the chain holds through the head.
 
 --show-key prints the ledger's public keys. Trusting keys because the ledger
 says so trusts the ledger: pin the key file (<data>/keys/ledger.pub) with --key.
-For a session, --key also checks the head's signature the ledger reports.`,
+For a session, --key also checks the head's signature the ledger reports.
+
+With --json, a session's report has these fields:
+  session, ok      the session verified, and whether its log holds
+  head, head_hash  the last sequence checked and its hash
+  head_sig, key_id the ledger's signature of the head, and the key that made it
+  checked          events whose hash was recomputed: the whole logical log,
+                   the ancestors' events up to each fork point included
+  signatures       signatures checked: one per segment of the logical log
+                   (each fork point's, then the head's), since the ledger
+                   never chains onto an event whose signature it has not
+                   checked, so a signature vouches for every event below it;
+                   more only when one fails, to find the first bad event.
+                   So "checked": 4 beside "signatures": 1 is a session of
+                   four events, no fork, all covered by the head's signature
+  recorded_head    the head the ledger last recorded apart from the log
+                   (absent: none yet; events after it are the unrecorded tail)
+  fault            where the chain does not hold: seq, session, stream_seq,
+                   reason (absent when ok)
+--dossier reports dir, ok, session, root, branches, events, heads (each
+branch's verified head), keys (every event's signature is checked offline),
+pinned (the keys were --key's, not the dossier's) and fault; --receipt
+reports ok, receipt, key_id, pinned, chain (the session's report, as above)
+and reason.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if dossierDir != "" || receipt != "" || showKey {
 				return cobra.NoArgs(cmd, args)

@@ -428,9 +428,12 @@ type Report struct {
 	// vouches for every event below it; KeyID names the key that made it.
 	HeadSig string `json:"head_sig,omitempty"`
 	KeyID   string `json:"key_id,omitempty"`
-	Checked int    `json:"checked"`
-	// Signatures is how many signatures were checked: the head's, and more
-	// only to find a bad one.
+	// Checked is how many events' hashes were recomputed: the whole
+	// logical log, the ancestors' events up to each fork point included.
+	Checked int `json:"checked"`
+	// Signatures is how many signatures were checked: one per segment of
+	// the logical log (each fork point's, then the head's: a signature
+	// vouches for every event below it), more only to find a bad one.
 	Signatures int `json:"signatures"`
 	// RecordedHead is the session's head as the ledger last recorded it
 	// apart from the log (the rath-heads bucket; 0: none yet). Events after
