@@ -26,6 +26,7 @@ func (a *app) startCmd() *cobra.Command {
 		data                  events.SessionStarted
 		labelf                []string
 		allowNet              egress.Allowlist
+		unregistered          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "start",
@@ -53,6 +54,11 @@ unpacks it; it reads no path on its own host.`,
 				}
 			}
 			if wfFile != "" {
+				if !unregistered {
+					if err := a.checkTools(cmd.Context(), c, wfFile, workflow.AllowNet(allowNet)); err != nil {
+						return err
+					}
+				}
 				if err := uploadWorkflow(cmd.Context(), c, wfFile, &data, workflow.AllowNet(allowNet)); err != nil {
 					return err
 				}
@@ -74,6 +80,7 @@ unpacks it; it reads no path on its own host.`,
 	f.StringVar(&wfFile, "workflow", "", "workflow file to run (see docs/workflows.md)")
 	f.StringVar(&workspace, "workspace", "", "directory to seed the session's tool workspace from (packed and uploaded)")
 	f.StringArrayVar(&labelf, "label", nil, "label key=value (repeatable)")
+	f.BoolVar(&unregistered, "allow-unregistered-tools", false, "start even if an agent's tool is offered by no tool runner or tool server yet (its turns wait for it, then fail)")
 	f.Var(&allowNet, "sandbox-allow-net", "non-public destinations the tool runner's operator allows (its --sandbox-allow-net): the workflow's network lists may name them; the runner checks them again")
 	return cmd
 }
@@ -181,6 +188,54 @@ func (a *app) printAck(ack api.Ack) error {
 
 // loadWorkflow parses a workflow file and checks that its scripts can be
 // read. Its errors name the file.
+// checkTools refuses a workflow whose agents name a tool that nobody
+// offers: not in the tool registry, and not a tool of an MCP server the
+// workflow declares (the tool runner lists those when the session starts).
+// Before any tool runner has registered its built-in tools (a deployment
+// still starting) nothing can be known: it says so and lets the start go.
+func (a *app) checkTools(ctx context.Context, c *client.Client, path string, opts ...workflow.Option) error {
+	wf, err := loadWorkflow(path, opts...)
+	if err != nil {
+		return usageError{err}
+	}
+	tools, err := c.Tools(ctx)
+	if err != nil {
+		return err
+	}
+	registered, runner := map[string]bool{}, false
+	for _, t := range tools {
+		registered[t.Name] = true
+		runner = runner || t.Server == "tool-runner"
+	}
+	var missing []string
+	for _, ag := range wf.Agents {
+		for _, name := range ag.Tools {
+			if registered[name] {
+				continue
+			}
+			if server, _, ok := strings.Cut(name, "."); ok {
+				if _, declared := wf.MCPServer(server); declared {
+					continue
+				}
+			}
+			missing = append(missing, fmt.Sprintf("%s (agent %s)", name, ag.Name))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if !runner {
+		fmt.Fprintf(a.Stderr, "rath: no tool runner has registered its tools yet: the tools of %s are not checked (%s)\n", path, strings.Join(missing, ", "))
+		return nil
+	}
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		names = append(names, t.Name)
+	}
+	return usageError{fmt.Errorf("workflow %s: no tool runner or tool server offers %s (registered: %s): start the tool's server first (docs/tools.md), fix the name, or pass --allow-unregistered-tools to start anyway (the agent's turns wait for the tool, then fail)",
+		path, strings.Join(missing, ", "), strings.Join(names, ", "))}
+}
+
 func loadWorkflow(path string, opts ...workflow.Option) (*workflow.Workflow, error) {
 	wf, err := workflow.Load(path, opts...)
 	if err != nil {

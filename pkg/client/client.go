@@ -268,6 +268,15 @@ func (c *Client) Keys(ctx context.Context) (api.Keys, error) {
 	return k, nil
 }
 
+// Tools lists the tools registered in the deployment's tool registry.
+func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
+	var t api.Tools
+	if err := c.request(ctx, c.as.Ledger(events.OpTools), struct{}{}, &t); err != nil {
+		return nil, fmt.Errorf("ledger tools: %w", err)
+	}
+	return t.Tools, nil
+}
+
 // Keyring returns the ledger's keys as a keyring (see Keys).
 func (c *Client) Keyring(ctx context.Context) (events.Keyring, error) {
 	k, err := c.Keys(ctx)

@@ -123,11 +123,15 @@ const (
 	// of a tenant's users, who have no JetStream access of their own.
 	OpPull   = "pull"
 	OpSettle = "settle"
+	// OpTools lists the tools registered in the tool registry: what a
+	// workflow's agents may be given (a client checks a workflow before it
+	// starts a session of it).
+	OpTools = "tools"
 )
 
 // LedgerOps lists every ledger operation.
 func LedgerOps() []string {
-	return []string{OpAppend, OpBatch, OpAtomic, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob, OpPull, OpSettle}
+	return []string{OpAppend, OpBatch, OpAtomic, OpState, OpLog, OpList, OpLineage, OpFork, OpMerge, OpVerify, OpSchema, OpKeys, OpArchive, OpRejections, OpPutBlob, OpGetBlob, OpPull, OpSettle, OpTools}
 }
 
 // LedgerFilter is the subscription of the ledger to op from every principal.

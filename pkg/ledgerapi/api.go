@@ -344,6 +344,20 @@ type SessionRequest struct {
 	Session string `json:"session"`
 }
 
+// Tools answers OpTools: the registered tools, by name.
+type Tools struct {
+	Tools []Tool `json:"tools"`
+}
+
+// Tool is a registered tool: its name and description, and who serves
+// its calls ("tool-runner" for built-in and MCP tools, else a custom tool
+// server's name).
+type Tool struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Server      string `json:"server,omitempty"`
+}
+
 // Keys lists the public keys the ledger signs with and trusts (earlier
 // rotations, other ledgers); Current is the one it signs new events with.
 type Keys struct {

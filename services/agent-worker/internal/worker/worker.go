@@ -6,6 +6,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -56,6 +57,9 @@ type Config struct {
 	// ToolWait bounds how long a turn waits for one of its tools to be
 	// registered; 0 is DefaultToolWait.
 	ToolWait time.Duration
+	// ToolGrace is how long a turn waits for a missing tool before it
+	// records the wait in the session; 0 is DefaultToolGrace.
+	ToolGrace time.Duration
 	// RecallWait bounds how long a turn waits for the memory service to
 	// answer the agent's recall before the turn fails; 0 is
 	// DefaultRecallWait.
@@ -297,8 +301,7 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 			// built-in tool's registration races a starting runner: both
 			// wait. (An MCP tool failed at once, and the consumer's few
 			// short retries gave up on a runner still starting.)
-			t.waitingFor(ctx, name)
-			spec, err = w.waitTool(ctx, name)
+			spec, err = w.waitToolRecorded(ctx, wf, name, t)
 		}
 		if err != nil {
 			if server, _, ok := strings.Cut(name, "."); ok {
@@ -319,6 +322,49 @@ func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Ag
 // registered before it fails transiently (and is redelivered).
 const DefaultToolWait = 30 * time.Second
 
+// DefaultToolGrace is how long a turn waits for a missing tool, with a
+// tool runner up, before it records the wait: a custom tool server that
+// starts beside the runtime registers within it.
+const DefaultToolGrace = 2 * time.Second
+
+// waitToolRecorded waits for tool name, and records the wait in the
+// session (pending work) when the tool looks missing rather than late: a
+// tool runner has registered its tools, the tool is not one of an MCP
+// server the workflow declares (the runner lists those when it handles the
+// session's start), and it has not come within the grace. A wait that is
+// only the runtime starting (the runner registers as the first turn
+// comes) stays out of the log, which a replay compares event for event.
+func (w *Worker) waitToolRecorded(ctx context.Context, wf *workflow.Workflow, name string, t *turn) (eventstore.ToolSpec, error) {
+	if server, _, ok := strings.Cut(name, "."); ok {
+		if _, declared := wf.MCPServer(server); declared {
+			return w.waitTool(ctx, name, w.toolWait())
+		}
+	}
+	grace := cmp.Or(w.cfg.ToolGrace, DefaultToolGrace)
+	if grace >= w.toolWait() || !w.runnerUp(ctx) {
+		return w.waitTool(ctx, name, w.toolWait())
+	}
+	if spec, err := w.waitTool(ctx, name, grace); err == nil {
+		return spec, nil
+	}
+	t.waitingFor(ctx, name)
+	return w.waitTool(ctx, name, w.toolWait()-grace)
+}
+
+// runnerUp reports whether a tool runner has registered its tools.
+func (w *Worker) runnerUp(ctx context.Context) bool {
+	tools, err := w.store.Tools(ctx)
+	if err != nil {
+		return false
+	}
+	for _, t := range tools {
+		if t.Server == "tool-runner" {
+			return true
+		}
+	}
+	return false
+}
+
 func (w *Worker) toolWait() time.Duration {
 	if w.cfg.ToolWait > 0 {
 		return w.cfg.ToolWait
@@ -329,8 +375,8 @@ func (w *Worker) toolWait() time.Duration {
 // waitTool waits for a tool to be registered: at start-up a turn can come
 // before the tool runner or a tool server has offered its tools. The
 // delivery stays in progress meanwhile (internal/consume extends it).
-func (w *Worker) waitTool(ctx context.Context, name string) (eventstore.ToolSpec, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.toolWait())
+func (w *Worker) waitTool(ctx context.Context, name string, wait time.Duration) (eventstore.ToolSpec, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	pause := 10 * time.Millisecond
 	for {

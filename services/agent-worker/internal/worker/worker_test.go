@@ -843,8 +843,9 @@ func TestTurnWaitsForItsTools(t *testing.T) {
 	m := answering(toolUse)
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
+	runnerUp(t, r.store) // the tool is missing, not late
 
-	impatient := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry, ToolWait: time.Millisecond}, quiet)
+	impatient := r.newWorker(t, worker.Config{Override: override(m), Retry: fastRetry, ToolWait: 50 * time.Millisecond, ToolGrace: time.Millisecond}, quiet)
 	err := impatient.Handle(ctx, req)
 	if err == nil || !strings.Contains(err.Error(), "tool run of agent coder is not registered") {
 		t.Fatalf("Handle = %v, want a transient error naming the unregistered tool", err)
@@ -886,7 +887,8 @@ func TestGivenUpWaitForAToolIsSettled(t *testing.T) {
 	ctx := context.Background()
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
-	w := r.newWorker(t, worker.Config{Override: override(answering(toolUse)), Retry: fastRetry, ToolWait: time.Millisecond}, quiet)
+	runnerUp(t, r.store)
+	w := r.newWorker(t, worker.Config{Override: override(answering(toolUse)), Retry: fastRetry, ToolWait: 50 * time.Millisecond, ToolGrace: time.Millisecond}, quiet)
 	herr := w.Handle(ctx, req)
 	if herr == nil {
 		t.Fatal("the turn went ahead without its tool")
@@ -982,5 +984,34 @@ func TestWorkerLeavesServedAgentsAlone(t *testing.T) {
 	}
 	if got := caused(r.log(t, "s1"), req); len(got) != 0 || m.calls() != 0 {
 		t.Fatalf("the worker recorded %v and asked the model %d times", typesOf(got), m.calls())
+	}
+}
+
+// runnerUp registers a built-in tool no agent of the tests uses, as a tool
+// runner that is up does: a tool still missing then is missing, not late.
+func runnerUp(t *testing.T, store *eventstore.Store) {
+	t.Helper()
+	if err := store.PutTool(context.Background(), eventstore.ToolSpec{Name: "read_file", Description: "Reads a file.",
+		Parameters: json.RawMessage(`{"type":"object"}`), Server: "tool-runner"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A turn that comes while the runtime starts (no tool runner has
+// registered yet) waits for its tools without recording anything: what a
+// session records must not depend on that race, which a replay would see
+// as a divergence.
+func TestStartupWaitForToolsIsNotRecorded(t *testing.T) {
+	_, nc := natstest.Start(t)
+	r := setupUnregistered(t, nc, "testdata/coder.yaml", "")
+	ctx := context.Background()
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "coder")
+	w := r.newWorker(t, worker.Config{Override: override(answering(toolUse)), Retry: fastRetry, ToolWait: 50 * time.Millisecond, ToolGrace: time.Millisecond}, quiet)
+	if err := w.Handle(ctx, req); err == nil || !strings.Contains(err.Error(), "is not registered") {
+		t.Fatalf("Handle = %v", err)
+	}
+	if got := caused(r.log(t, "s1"), req); len(got) != 0 {
+		t.Fatalf("a wait while no runner is up recorded %v", typesOf(got))
 	}
 }

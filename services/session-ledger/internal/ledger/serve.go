@@ -77,6 +77,7 @@ func (l *Ledger) Serve(ctx context.Context, nc *nats.Conn) error {
 		events.OpGetBlob:    l.handleGetBlob,
 		events.OpPull:       l.handlePull,
 		events.OpSettle:     l.handleSettle,
+		events.OpTools:      l.handleTools,
 	})
 	if err != nil {
 		inbox.stop()
@@ -309,6 +310,20 @@ func (l *Ledger) handleSchema(_ context.Context, m *nats.Msg) (any, error) {
 }
 
 func (l *Ledger) handleKeys(context.Context, *nats.Msg) (any, error) { return l.Keys() }
+
+// handleTools lists the tool registry: names, descriptions and servers,
+// the same for every tenant (tools are the deployment's).
+func (l *Ledger) handleTools(ctx context.Context, _ *nats.Msg) (any, error) {
+	specs, err := l.store.Tools(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := api.Tools{Tools: make([]api.Tool, 0, len(specs))}
+	for _, s := range specs {
+		out.Tools = append(out.Tools, api.Tool{Name: s.Name, Description: s.Description, Server: s.Server})
+	}
+	return out, nil
+}
 
 // maxRejectionsPage bounds one page of rejection records.
 const (
