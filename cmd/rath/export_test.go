@@ -156,7 +156,7 @@ func TestAuditQuestions(t *testing.T) {
 			"trigger:    event " + ids["validation-failed"]}},
 		{"route in force", []string{"route", "--branch", "fix", "--step", "5"}, []string{"fix step 5 is a rath.conversation.chunk.appended; the decision in force was taken at seq 2", "trigger:    seq 1 rath.session.started"}},
 		{"usage", []string{"usage"}, []string{"token usage on the accepted path of fix-b: in 407, out 40, 2 calls",
-			"agent coder            in      307  out       30  calls 1", "agent researcher       in      100  out       10  calls 1",
+			"agent coder        in 307  out 30  calls 1\n", "agent researcher   in 100  out 10  calls 1\n", "model scripted/m1  in 400  out 40  calls 2\n",
 			"segment fix 1..7: in 100, out 10, 1 call", "taken in by merges (not counted above): in 50, out 5, 1 call"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

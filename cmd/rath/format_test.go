@@ -108,3 +108,28 @@ func TestPluralsAndOutcome(t *testing.T) {
 		t.Errorf("state:\n%s\nwant %q", b.String(), want)
 	}
 }
+
+// audit usage keeps its columns in line whatever the length of a model's
+// name: every row's numbers start and end at the same column.
+func TestUsageRowsAlign(t *testing.T) {
+	var b strings.Builder
+	writeUsageRows(&b, map[string]session.Tokens{"coder": {In: 307, Out: 30, Calls: 1}, "researcher": {In: 100000, Out: 10, Calls: 12}},
+		map[string]session.Tokens{"m1": {In: 7, Out: 1, Calls: 1}, "accounts/fireworks/models/llama-v3p1-405b-instruct": {In: 100400, Out: 39, Calls: 12}})
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "  agent coder ") || !strings.HasPrefix(lines[3], "  model m1 ") {
+		t.Fatalf("usage rows:\n%s", b.String())
+	}
+	for _, col := range []string{"  in ", "  out ", "  calls "} {
+		at := strings.Index(lines[0], col)
+		for _, l := range lines[1:] {
+			if strings.Index(l, col) != at {
+				t.Errorf("%q is not in line:\n%s", col, b.String())
+			}
+		}
+	}
+	for _, l := range lines[1:] {
+		if len(l) != len(lines[0]) {
+			t.Errorf("rows of different widths:\n%s", b.String())
+		}
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -388,14 +390,7 @@ took into the branch is not part of its logical log; it is shown apart.`,
 				what = "logical log"
 			}
 			fmt.Fprintf(&b, "token usage on the %s of %s: in %d, out %d, %s\n", what, p.Branch, p.Usage.Total.In, p.Usage.Total.Out, plural(p.Usage.Total.Calls, "call", "calls"))
-			for _, k := range sortedTokenKeys(p.Usage.ByAgent) {
-				t := p.Usage.ByAgent[k]
-				fmt.Fprintf(&b, "  agent %-16s in %8d  out %8d  calls %d\n", k, t.In, t.Out, t.Calls)
-			}
-			for _, k := range sortedTokenKeys(p.Usage.ByModel) {
-				t := p.Usage.ByModel[k]
-				fmt.Fprintf(&b, "  model %-16s in %8d  out %8d  calls %d\n", k, t.In, t.Out, t.Calls)
-			}
+			writeUsageRows(&b, p.Usage.ByAgent, p.Usage.ByModel)
 			for _, s := range p.Segments {
 				to := fmt.Sprint(s.To)
 				fmt.Fprintf(&b, "  segment %s %d..%s: in %d, out %d, %s\n", s.Session, s.From, to, s.Usage.Total.In, s.Usage.Total.Out, plural(s.Usage.Total.Calls, "call", "calls"))
@@ -406,6 +401,43 @@ took into the branch is not part of its logical log; it is shown apart.`,
 			_, err = io.WriteString(a.Stdout, b.String())
 			return err
 		},
+	}
+}
+
+// writeUsageRows writes a line per agent, then per model, in columns as
+// wide as their longest name and number, so a long model name does not
+// push its row out of line.
+func writeUsageRows(b *strings.Builder, byAgent, byModel map[string]session.Tokens) {
+	type row struct {
+		name           string
+		in, out, calls string
+	}
+	var rows []row
+	var w row // the widest of each column, in runes
+	width := func(have *string, s string) {
+		if utf8.RuneCountInString(s) > utf8.RuneCountInString(*have) {
+			*have = s
+		}
+	}
+	for _, by := range []struct {
+		kind string
+		m    map[string]session.Tokens
+	}{{"agent", byAgent}, {"model", byModel}} {
+		for _, k := range sortedTokenKeys(by.m) {
+			t := by.m[k]
+			r := row{by.kind + " " + k, strconv.FormatInt(t.In, 10), strconv.FormatInt(t.Out, 10), strconv.FormatInt(t.Calls, 10)}
+			width(&w.name, r.name)
+			width(&w.in, r.in)
+			width(&w.out, r.out)
+			width(&w.calls, r.calls)
+			rows = append(rows, r)
+		}
+	}
+	pad := func(s string, to string) string {
+		return strings.Repeat(" ", utf8.RuneCountInString(to)-utf8.RuneCountInString(s))
+	}
+	for _, r := range rows {
+		fmt.Fprintf(b, "  %s%s  in %s%s  out %s%s  calls %s%s\n", r.name, pad(r.name, w.name), pad(r.in, w.in), r.in, pad(r.out, w.out), r.out, pad(r.calls, w.calls), r.calls)
 	}
 }
 
