@@ -20,7 +20,10 @@ import (
 
 // printSandboxes says which sandbox backends work on this machine and why
 // not, and which one sessions get when their workflow names none. A
-// development default is a warning.
+// development default is a warning, said once: the line that names the
+// default is the warning, and the backend that does not work has said why
+// on its own line (s.Warning, which repeats it, is for the tool runner's
+// log, where it stands alone).
 func printSandboxes(w io.Writer, prefix string, s toolrunner.Sandboxes) {
 	for _, b := range s.Backends {
 		switch {
@@ -32,10 +35,16 @@ func printSandboxes(w io.Writer, prefix string, s toolrunner.Sandboxes) {
 			fmt.Fprintf(w, "%s: sandbox backend %s works (%s)\n", prefix, b.Name, b.Program)
 		}
 	}
-	if s.Default != "" {
+	switch {
+	case s.Default != "" && s.Warning != "" && events.Development(s.Default):
+		fmt.Fprintf(w, "%s: WARNING: sessions whose workflow names no sandbox are placed on %s (--sandbox %s), a development backend with no isolation: their commands run as the runner's user on this host\n",
+			prefix, s.Default, s.Asked)
+	case s.Default != "":
 		fmt.Fprintf(w, "%s: sessions whose workflow names no sandbox are placed on %s (--sandbox %s)\n", prefix, s.Default, s.Asked)
-	}
-	if s.Warning != "" {
+		if s.Warning != "" {
+			fmt.Fprintf(w, "%s: WARNING: %s\n", prefix, s.Warning)
+		}
+	case s.Warning != "":
 		fmt.Fprintf(w, "%s: WARNING: %s\n", prefix, s.Warning)
 	}
 }

@@ -198,15 +198,24 @@ func waitCall(t *testing.T, c *client.Client, id, callID string) *events.ToolCom
 }
 
 // What rath up and rath demo print about the sandboxes: a development
-// default is a warning, and a backend that does not work says why.
+// default is a warning, and a backend that does not work says why, once.
 func TestPrintSandboxes(t *testing.T) {
+	withoutBwrap(t)
+	cfg := runtime.DefaultConfig().ToolRunner
+	cfg.Sandbox.Root, cfg.Backend = t.TempDir(), toolrunner.BackendAuto
+	s, err := toolrunner.CheckSandboxes(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b bytes.Buffer
-	printSandboxes(&b, "rath demo", toolrunner.Sandboxes{Asked: "auto", Default: "local", Warning: "sessions are placed on local",
-		Backends: []toolrunner.SandboxStatus{{Name: "bwrap", Why: "bubblewrap (bwrap) not found"}, {Name: "local", Works: true, Development: true}}})
-	want := `rath demo: sandbox backend bwrap does not work here: bubblewrap (bwrap) not found
+	printSandboxes(&b, "rath demo", s)
+	bwrap := s.Backends[0]
+	if bwrap.Name != "bwrap" || bwrap.Works || bwrap.Why == "" {
+		t.Fatalf("bwrap without bwrap on PATH: %+v", bwrap)
+	}
+	want := "rath demo: sandbox backend bwrap does not work here: " + bwrap.Why + `
 rath demo: sandbox backend local works (development only: no isolation)
-rath demo: sessions whose workflow names no sandbox are placed on local (--sandbox auto)
-rath demo: WARNING: sessions are placed on local
+rath demo: WARNING: sessions whose workflow names no sandbox are placed on local (--sandbox auto), a development backend with no isolation: their commands run as the runner's user on this host
 `
 	if b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
