@@ -267,6 +267,51 @@ func TestDemo(t *testing.T) {
 //
 // allow are the model endpoints, besides the official ones, the runtime's
 // agent worker allows (--allow-base-url).
+// The scripted models count tokens from what they read, so two runs of the
+// demo on one machine count the same tokens, call by call: nothing that
+// changes from run to run (a time, a generated ID, a map's order) is in
+// what a model reads, or in the length of it. (A run on another sandbox
+// backend may count a few more or fewer: a failed command's result lists
+// the limits its sandbox set, and bwrap sets one that local cannot.)
+func TestDemoCountsTheSameTokensEachRun(t *testing.T) {
+	calls := func() []string {
+		run, stdout := runDemoForTest(t)
+		c, err := client.New(run.rt.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := dossier.Open(run.out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, b := range d.Branches {
+			evs, err := c.Log(context.Background(), b.ID, client.Range{From: b.FirstSeq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				if ev.Type != events.TypeModelCalled || ev.Session != b.ID {
+					continue
+				}
+				var m events.ModelCalled
+				if err := json.Unmarshal(ev.Data, &m); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, fmt.Sprintf("%s seq %d %s: in %d, out %d", b.Name, ev.Seq, m.Agent, m.TokensIn, m.TokensOut))
+			}
+		}
+		if len(out) == 0 {
+			t.Fatalf("the demo made no model call:\n%s", stdout.String())
+		}
+		return out
+	}
+	first, second := calls(), calls()
+	if !slices.Equal(first, second) {
+		t.Errorf("two runs of the demo counted different tokens:\n%s\n---\n%s", strings.Join(first, "\n"), strings.Join(second, "\n"))
+	}
+}
+
 func runDemoForTest(t *testing.T, allow ...string) (*demoRun, *syncBuffer) {
 	t.Helper()
 	if testing.Short() {
