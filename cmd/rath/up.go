@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/bind"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/tracing"
 	worker "github.com/openrath/rath/services/agent-worker/service"
@@ -36,6 +39,8 @@ func (a *app) upCmd() *cobra.Command {
 listening on --listen, and runs the session ledger, the memory service, the
 selector, the agent worker and the tool runner on it until SIGINT or SIGTERM. With --nats (or
 RATH_NATS_URL) it starts no server and runs the services against that one.
+A --listen (or a named --http) address another process holds stops it at
+once, naming the process and how to choose another port.
 At start it prints which sandbox backends work here (as rath doctor does) and
 the one sessions whose workflow names none are placed on (--sandbox).
 API keys for live models come from OPENAI_API_KEY and ANTHROPIC_API_KEY, and
@@ -113,6 +118,19 @@ func allowEndpointFlags(cmd *cobra.Command, urls *[]string, loopback *bool) {
 // everything down in order: services drain, then their connections, then
 // the server.
 func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer, log *slog.Logger) error {
+	if cfg.NATSURL == "" {
+		if err := checkListen("NATS", "--listen", cfg.Listen); err != nil {
+			if errors.As(err, new(*bind.InUseError)) {
+				err = fmt.Errorf("%w (clients then connect with --nats nats://%s or RATH_NATS_URL)", err, nextPort(cfg.Listen))
+			}
+			return err
+		}
+	}
+	if web.required && web.addr != "" {
+		if err := checkListen("the console", "--http", web.addr); err != nil {
+			return err
+		}
+	}
 	rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(log))
 	var sandboxErr *runtime.SandboxError
 	if errors.As(err, &sandboxErr) {
@@ -137,6 +155,12 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 		fmt.Fprintf(out, "rath: events signed with key %s (%s; auditors pin %s)\n", rt.KeyID, rt.KeyFile, service.PublicKeyPath(rt.KeyFile))
 	}
 	var newLink func() // prints a new sign-in link to the console
+	if web.addr != "" && !web.required {
+		if err := checkListen("the console", "--http", web.addr); err != nil {
+			fmt.Fprintf(out, "rath: no console, metrics or health endpoint: %v, or --http \"\" for none\n", err)
+			web.addr = ""
+		}
+	}
 	if web.addr != "" {
 		w, err := serveWeb(rt, web, log)
 		switch {
@@ -150,7 +174,7 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 			_ = rt.Stop()
 			return err
 		default:
-			fmt.Fprintf(out, "rath: no metrics endpoint: %v (choose another with --http, or --http \"\" for none)\n", err)
+			fmt.Fprintf(out, "rath: no console, metrics or health endpoint: %v (choose another with --http, or --http \"\" for none)\n", err)
 		}
 	}
 	if rt.Server != nil || newLink != nil {
@@ -167,6 +191,33 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 	}
 	log.Info("services stopped")
 	return nil
+}
+
+// checkListen reports at once that what (NATS, the console) cannot listen
+// on addr, the address of flag: by whom it is taken, when another process
+// holds it, and the flag's value that chooses the next port. It is rath
+// up's check before anything starts; the server's own listen still reports
+// a port taken in between.
+func checkListen(what, flag, addr string) error {
+	err := bind.Check(addr)
+	var inUse *bind.InUseError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &inUse):
+		return fmt.Errorf("%s cannot listen on %w: stop it, or choose another port with %s %s", what, err, flag, nextPort(addr))
+	}
+	return fmt.Errorf("%s cannot listen on %s (%s): %w", what, addr, flag, err)
+}
+
+// nextPort is addr with the port after its own, for a message to suggest.
+func nextPort(addr string) string {
+	host, p, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || n <= 0 || n >= 65535 {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+1))
 }
 
 // startRuntime starts a private runtime with a connection of the client

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -134,7 +136,7 @@ func TestUp(t *testing.T) {
 	if got := ok(t, m[1], "ls"); !strings.Contains(got, "s1") {
 		t.Errorf("ls after the restart printed %q, want s1", got)
 	}
-	if !strings.Contains(again.String(), "rath: no metrics endpoint: ") || !strings.Contains(again.String(), taken.Addr().String()) {
+	if !strings.Contains(again.String(), "rath: no console, metrics or health endpoint: ") || !strings.Contains(again.String(), taken.Addr().String()+": address in use") {
 		t.Errorf("up with its default metrics port taken printed %q, want it said", again.String())
 	}
 	// ... and the signing key: the events of the first run verify, and the
@@ -160,6 +162,44 @@ func TestUp(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("second up returned %v", err)
+	}
+}
+
+// TestUpPortTaken: an address another process listens on stops rath up at
+// once, saying it is in use, by whom, and the flag that chooses another.
+func TestUpPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	next := nextPort(addr)
+	holder := fmt.Sprintf("by pid %d (", os.Getpid()) // the listener is this test's
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		wants []string
+	}{
+		{"nats", []string{"--listen", addr}, []string{"rath: NATS cannot listen on " + addr + ": address in use", "--listen " + next, "--nats nats://" + next}},
+		{"http", []string{"--listen", "127.0.0.1:0", "--http", addr}, []string{"rath: the console cannot listen on " + addr + ": address in use", "--http " + next}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := execute(context.Background(), env{Args: append([]string{"up", "--data", t.TempDir(), "--workspaces", t.TempDir()}, tc.args...), Stdout: &out, Stderr: &errb})
+			if code != exitError {
+				t.Errorf("up %s on a taken port exited %d, want %d", strings.Join(tc.args, " "), code, exitError)
+			}
+			msg := errb.String()
+			for _, want := range append(tc.wants, holder) {
+				if !strings.Contains(msg, want) {
+					t.Errorf("up %s on a taken port printed %q, want %q in it", strings.Join(tc.args, " "), msg, want)
+				}
+			}
+			if strings.Contains(msg, "not ready") || strings.Contains(msg, "--help") || strings.Contains(out.String(), "NATS with JetStream at") {
+				t.Errorf("up %s on a taken port started something or waited: stdout %q, stderr %q", strings.Join(tc.args, " "), out.String(), msg)
+			}
+		})
 	}
 }
 

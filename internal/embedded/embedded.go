@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/bind"
 )
 
 // Config configures the embedded server.
@@ -78,10 +79,14 @@ func splitHostPort(addr string) (string, int, error) {
 }
 
 // Start starts the server and waits until it accepts connections. Shut it
-// down with Shutdown and WaitForShutdown.
+// down with Shutdown and WaitForShutdown. An address another process
+// listens on is reported at once, as a *bind.InUseError naming it.
 func Start(cfg Config) (*server.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if err := bind.Check(cfg.Listen); err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
 	opts := options(cfg)
 	ns, err := server.NewServer(opts)
@@ -91,6 +96,9 @@ func Start(cfg Config) (*server.Server, error) {
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		ns.Shutdown()
+		if err := bind.Check(cfg.Listen); err != nil { // taken since the check
+			return nil, fmt.Errorf("embedded NATS: %w", err)
+		}
 		return nil, fmt.Errorf("embedded NATS: not ready after 10s (listen %s, store %s)", cfg.Listen, cfg.StoreDir)
 	}
 	return ns, nil
