@@ -486,12 +486,17 @@ type Graph struct {
 
 // Node is one session in a lineage graph.
 type Node struct {
-	Session  string   `json:"session"`
-	Status   string   `json:"status,omitempty"`
-	ForkSeq  uint64   `json:"fork_seq,omitempty"`
-	Head     uint64   `json:"head"`
-	Merges   []Merged `json:"merges,omitempty"`
-	Children []*Node  `json:"children,omitempty"`
+	Session string `json:"session"`
+	Status  string `json:"status,omitempty"`
+	// Outcome is a closed session's outcome (succeeded, superseded…).
+	Outcome string `json:"outcome,omitempty"`
+	ForkSeq uint64 `json:"fork_seq,omitempty"`
+	// Created is the time of the session's first own event (its start or
+	// its fork): forks are named in this order (dossier.BranchNames).
+	Created  time.Time `json:"created,omitzero"`
+	Head     uint64    `json:"head"`
+	Merges   []Merged  `json:"merges,omitempty"`
+	Children []*Node   `json:"children,omitempty"`
 }
 
 // Merged is a merge into a node.

@@ -155,6 +155,16 @@ func TestForkOfForkAndMerge(t *testing.T) {
 		b, _ := json.Marshal(g)
 		t.Fatalf("lineage: %s", b)
 	}
+	// Each node carries the time of its first own event, by which the
+	// dossier numbers forks, and a closed session's outcome.
+	n1 := g.Root.Children[0]
+	if f1s, _ := r.c.State(ctx, "f1"); n1.Created.IsZero() || !n1.Created.Equal(f1s.Created) || n1.Created.Before(g.Root.Created) {
+		t.Errorf("f1 created %v (root %v), want its fork event's time", n1.Created, g.Root.Created)
+	}
+	r.emit(t, "f2", &events.SessionClosed{Outcome: "superseded"})
+	if g, err := r.c.Lineage(ctx, "s"); err != nil || g.Root.Children[0].Children[0].Outcome != "superseded" || g.Root.Outcome != "" {
+		t.Errorf("lineage after f2 closed: %+v %v", g.Root, err)
+	}
 }
 
 func TestForkErrors(t *testing.T) {

@@ -213,7 +213,7 @@ func (l *Ledger) node(ctx context.Context, id string, forkSeq uint64, seen map[s
 	if err != nil {
 		return nil, err
 	}
-	n := &api.Node{Session: id, Status: string(st.Status), ForkSeq: forkSeq, Head: st.Seq}
+	n := &api.Node{Session: id, Status: string(st.Status), Outcome: st.Outcome, ForkSeq: forkSeq, Created: st.Created, Head: st.Seq}
 	for _, m := range st.Lineage.Merges {
 		n.Merges = append(n.Merges, api.Merged{Seq: m.Seq, Source: m.Source, SourceSeq: m.SourceSeq})
 	}
