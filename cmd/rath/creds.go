@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,15 +57,15 @@ run, and for rotation (mint into a new directory, reconfigure, restart).`,
 		Use:   "show",
 		Short: "Print the role, public key and file of every identity in a credentials directory",
 		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			set, err := auth.Load(dir)
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := loadCreds(cmd, dir)
 			if err != nil {
 				return err
 			}
 			return a.printIdentities(set)
 		},
 	}
-	show.Flags().StringVar(&dir, "dir", filepath.Join(".rath", "data", "creds"), "credentials directory")
+	show.Flags().StringVar(&dir, "dir", defaultCredsDir, "credentials directory (default: rath up's, here or in a parent directory)")
 	var tenant, user, addDir string
 	var approver []string
 	add := &cobra.Command{
@@ -87,7 +88,7 @@ approvers file: it may then grant or reject the approvals that ask that role
 (a workflow gate's approver). The ledger reads the file at each decision; an
 existing user gets the roles added (docs/security.md#approver-roles).`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			p := events.Principal{Tenant: tenant, User: user}
 			if err := events.ValidateTenant(tenant); err != nil {
 				return usageError{err}
@@ -95,16 +96,16 @@ existing user gets the roles added (docs/security.md#approver-roles).`,
 			if err := p.Validate(); err != nil {
 				return usageError{err}
 			}
-			set, err := auth.Load(addDir)
+			set, err := loadCreds(cmd, addDir)
 			if err != nil {
-				return fmt.Errorf("%w (run \"rath up\" once to create the directory, or pass --dir)", err)
+				return err
 			}
 			id, err := set.AddUser(p)
 			if err != nil {
 				return err
 			}
 			if len(approver) > 0 {
-				if err := auth.AddApproverRoles(addDir, p, approver...); err != nil {
+				if err := auth.AddApproverRoles(set.Dir, p, approver...); err != nil {
 					return err
 				}
 			}
@@ -119,9 +120,29 @@ existing user gets the roles added (docs/security.md#approver-roles).`,
 	add.Flags().StringVar(&tenant, "tenant", "", "the user's tenant (a-z 0-9 _ -)")
 	add.Flags().StringVar(&user, "user", "", "the user's name in the tenant (a-z 0-9 _ -)")
 	add.Flags().StringArrayVar(&approver, "approver", nil, "an approver role the user holds (repeatable): it may decide the approvals that ask it")
-	add.Flags().StringVar(&addDir, "dir", filepath.Join(".rath", "data", "creds"), "credentials directory (rath up's <data>/creds)")
+	add.Flags().StringVar(&addDir, "dir", defaultCredsDir, "credentials directory (default: rath up's <data>/creds, here or in a parent directory)")
 	cmd.AddCommand(mint, show, add)
 	return cmd
+}
+
+// loadCreds loads the credentials directory of --dir: when the flag was
+// not given, rath up's in this directory or the nearest parent that has
+// one (findCredsDir). A directory that is not there is one error saying
+// how to point at rath up's.
+func loadCreds(cmd *cobra.Command, dir string) (*auth.Set, error) {
+	if !cmd.Flag("dir").Changed {
+		if found := findCredsDir(); found != "" {
+			dir = found
+		}
+	}
+	set, err := auth.Load(dir)
+	if errors.Is(err, auth.ErrNoCredentials) {
+		if cmd.Flag("dir").Changed {
+			return nil, fmt.Errorf("%w (named by --dir): rath up writes its credentials in <data>/creds, %s where it runs", err, defaultCredsDir)
+		}
+		return nil, &causedError{fmt.Sprintf("no credentials directory of rath up (%s) here or in a parent directory: run this in the directory where rath up runs (or below it), or pass --dir DIR/%s, DIR being that directory (rath up creates it on its first start)", defaultCredsDir, defaultCredsDir), err}
+	}
+	return set, err
 }
 
 // identityJSON is an identity as --json prints it.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -26,34 +25,49 @@ type busReport struct {
 	Creds    string           `json:"creds,omitempty"`
 	Reached  bool             `json:"reached"`
 	Error    string           `json:"error,omitempty"`
-	Required bool             `json:"-"` // --nats was named: not reaching it fails
 	Findings []doctor.Finding `json:"findings,omitempty"`
+	// cause is why it was not reached, for the exit status.
+	cause error
 }
 
+// err is the bus's part of doctor's exit status: 6 when nothing answered,
+// 8 when NATS refused the identity (as every command), 1 when the
+// deployment has a failure.
 func (b busReport) err() error {
 	switch {
-	case !b.Reached && b.Required:
-		return fmt.Errorf("doctor: NATS at %s: %s", b.URL, b.Error)
+	case !b.Reached:
+		return &causedError{fmt.Sprintf("doctor: NATS at %s %s (above)", b.URL, b.failure()), b.cause}
 	case doctor.Failed(b.Findings):
 		return errors.New("doctor: the NATS deployment has problems (FAIL above)")
 	}
 	return nil
 }
 
-// checkBus checks the NATS deployment at --nats, as admin when the default
-// data directory holds admin.creds and no identity was named.
+// failure says why nothing was checked: NATS refused the identity, or
+// nothing answered.
+func (b busReport) failure() string {
+	if exitCode(b.cause) == exitDenied {
+		return "refused the connection"
+	}
+	return "not reachable"
+}
+
+// checkBus checks the NATS deployment at --nats, as admin when rath up's
+// data directory (here or in a parent, findCreds) holds admin.creds and no
+// identity was named.
 func (a *app) checkBus(cmd *cobra.Command) busReport {
-	r := busReport{URL: a.url, Required: cmd.Flag("nats").Changed || a.NATSURL != ""}
-	if a.creds == defaultCreds && a.Creds == "" && !cmd.Flag("creds").Changed {
-		admin := filepath.Join(filepath.Dir(defaultCreds), auth.FileName(auth.RoleAdmin))
-		if _, err := os.Stat(admin); err == nil {
+	r := busReport{URL: a.url}
+	if a.credsFrom == "" && a.creds == defaultCreds {
+		if admin := findCreds(auth.RoleAdmin); admin != "" {
 			a.creds = admin
 		}
 	}
-	r.Creds = a.creds
 	nc, err := a.connect()
+	if _, serr := os.Stat(a.creds); serr == nil {
+		r.Creds = a.creds // the file it used (or tried)
+	}
 	if err != nil {
-		r.Error = err.Error()
+		r.Error, r.cause = err.Error(), err
 		return r
 	}
 	a.nc = nc // closed with the app
@@ -72,12 +86,7 @@ func writeBus(w io.Writer, r busReport) {
 	}
 	fmt.Fprintln(w, ":")
 	if !r.Reached {
-		if r.Required {
-			fmt.Fprintf(w, "  FAIL  not reachable: %s\n", r.Error)
-		} else {
-			fmt.Fprintf(w, "  info  not reachable, nothing checked: %s\n", r.Error)
-			fmt.Fprintln(w, "        start one (rath up) or name it with --nats URL")
-		}
+		fmt.Fprintf(w, "  FAIL  %s, nothing checked: %s\n", r.failure(), r.Error)
 		return
 	}
 	for _, f := range r.Findings {

@@ -59,6 +59,18 @@ func (e *deniedError) Error() string { return fmt.Sprintf("%s (%v)", e.msg, e.er
 
 func (e *deniedError) Unwrap() error { return e.err }
 
+// causedError is an error whose message says everything the user needs
+// (a failure printed in full already, or the cause rephrased for people);
+// err, its cause, sets the exit status.
+type causedError struct {
+	msg string
+	err error
+}
+
+func (e *causedError) Error() string { return e.msg }
+
+func (e *causedError) Unwrap() error { return e.err }
+
 // brokenError is returned by verify when a session's hash chain does not hold.
 type brokenError struct {
 	session string

@@ -62,6 +62,9 @@ type app struct {
 	json    bool
 	timeout time.Duration
 
+	// credsFrom names what named the credentials file: "--creds",
+	// "RATH_CREDS", or "" when nothing did (the default).
+	credsFrom string
 	// started is set once cobra has parsed flags and arguments and a command
 	// runs: an error before that is a usage error.
 	started bool
@@ -122,8 +125,14 @@ pending (rath approve, rath reject: unknown or decided already), 10 over
 quota (the tenant is at a quota of the ledger's: the message names it).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.started = true
+			switch {
+			case cmd.Flag("creds").Changed:
+				a.credsFrom = "--creds"
+			case a.Creds != "":
+				a.credsFrom = "RATH_CREDS"
+			}
 			if a.timeout <= 0 {
 				return usageError{fmt.Errorf("--timeout must be positive, got %s", a.timeout)}
 			}
@@ -176,9 +185,10 @@ func (a *app) client() (*client.Client, error) {
 	return client.New(a.nc, client.As(a.principal), client.WithTimeout(a.timeout), client.WithRetryFor(a.timeout), client.WithSource("rath/cli"))
 }
 
-// connect connects to --nats with the identity of --creds. The default
-// credentials file may be missing (a server without authentication); one
-// named by --creds or RATH_CREDS must exist.
+// connect connects to --nats with the identity of --creds. When no file
+// was named (neither --creds nor RATH_CREDS), it is the client.creds of the
+// nearest data directory of rath up (findCreds), and may be missing: the
+// server may not need any. One that was named must be usable.
 func (a *app) connect() (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("rath-cli"), nats.Timeout(a.timeout),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -187,6 +197,11 @@ func (a *app) connect() (*nats.Conn, error) {
 			}
 		})}
 	opts = append(opts, client.KeepAlive()...) // rath watch may follow a session for hours
+	if a.credsFrom == "" && a.creds == defaultCreds {
+		if found := findCreds(auth.RoleClient); found != "" {
+			a.creds = found
+		}
+	}
 	creds := a.creds
 	cred, id, err := auth.Options(creds)
 	a.principal = events.DefaultClient
@@ -194,21 +209,40 @@ func (a *app) connect() (*nats.Conn, error) {
 	case err == nil:
 		opts = append(opts, cred...)
 		a.principal = id.Principal
-	case errors.Is(err, auth.ErrNoCredentials) && creds == defaultCreds && a.Creds == "":
+	case a.credsFrom == "" && errors.Is(err, auth.ErrNoCredentials):
 		creds = "" // try without: the server may not need any
+	case a.credsFrom == "":
+		return nil, fmt.Errorf("%w: pass --creds FILE or set RATH_CREDS to use another", err)
 	default:
-		return nil, &deniedError{"cannot use the credentials: pass --creds FILE or set RATH_CREDS (rath up writes client.creds and admin.creds under <data>/creds)", err}
+		return nil, fmt.Errorf("%w (named by %s): %s", err, a.credsFrom, a.whereCreds(true))
 	}
 	nc, err := nats.Connect(a.url, opts...)
 	switch {
 	case err == nil:
 		return nc, nil
 	case errors.Is(err, nats.ErrAuthorization) && creds == "":
-		return nil, &deniedError{fmt.Sprintf("NATS at %s requires credentials and there is no %s here: run from the directory of \"rath up\", or pass --creds FILE (or RATH_CREDS)", a.url, defaultCreds), err}
+		return nil, &deniedError{fmt.Sprintf("NATS at %s requires credentials, and neither this directory nor a parent holds rath up's %s: %s", a.url, defaultCreds, a.whereCreds(false)), err}
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
-		return nil, &deniedError{fmt.Sprintf("NATS at %s refused the credentials %s: are they from this server's \"rath up\" data directory?", a.url, creds), err}
+		return nil, &deniedError{fmt.Sprintf("NATS at %s refused the credentials %s, an identity it does not know: %s", a.url, creds, a.whereCreds(a.credsFrom != "")), err}
 	}
-	return nil, &unreachableError{fmt.Sprintf("no NATS server at %s: is \"rath up\" running?", a.url), err}
+	return nil, &unreachableError{fmt.Sprintf("no NATS server at %s: is \"rath up\" running? Start it (rath up), or name the server with --nats URL (or RATH_NATS_URL)", a.url), err}
+}
+
+// whereCreds says where the credentials of the rath up at --nats are: the
+// file itself when that rath up runs on this host as this user, else how
+// to point at them. named: the user named a file already.
+func (a *app) whereCreds(named bool) string {
+	if p, dir := runningUp(a.url); dir != "" {
+		file := filepath.Join(dir, auth.FileName(auth.RoleClient))
+		if named {
+			return fmt.Sprintf("the rath up at %s (pid %d) keeps its client credentials in %s", a.url, p.PID, file)
+		}
+		return fmt.Sprintf("the rath up there (pid %d) keeps them in %s: run rath in %s, or pass --creds %s (or set RATH_CREDS)", p.PID, dir, p.Dir, file)
+	}
+	if named {
+		return fmt.Sprintf("rath up writes its client credentials as DIR/%s, DIR being the directory where it runs", defaultCreds)
+	}
+	return fmt.Sprintf("run rath in the directory where rath up runs (or below it), or pass --creds DIR/%s (or set RATH_CREDS), DIR being that directory", defaultCreds)
 }
 
 func (a *app) close() {

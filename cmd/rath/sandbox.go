@@ -78,12 +78,14 @@ publish, republish, file storage, dedupe window, replicas against each other
 and the cluster), the services' durable consumers and their backlog, who the
 connection is and which role's permissions it has, and this host's clock
 against the server's. Each problem is printed with how to fix it. It connects
-with --creds, or with admin.creds beside the default client.creds when that
-exists (a client may not read the streams). No NATS at the default URL is
-reported, not a failure; at a --nats you named, it is.
+with --creds, or with the admin.creds of rath up's data directory (here or in
+a parent directory) when nothing names one (a client may not read the
+streams).
 
-Exit status 0 if the default backend works and nothing in the deployment
-fails, 1 if not.`,
+Exit status 0 if the default backend works and the deployment answers with
+no failure; 6 if no NATS answers (start rath up, or name it with --nats), 8 if
+it refuses the credentials (the message says where rath up keeps its own), 1
+if the default backend does not work or the deployment has a failure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Sandbox.Root == "" {

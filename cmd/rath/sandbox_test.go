@@ -51,31 +51,35 @@ func offline(args ...string) result {
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
-// rath doctor says which backends work and which is the default, and exits
-// 0 only if the default works.
+// noNATS is a NATS URL where nothing answers: doctor then checks the
+// sandboxes and says it reached no runtime (exit 6).
+const noNATS = "nats://127.0.0.1:1"
+
+// rath doctor says which backends work and which is the default; it exits
+// 0 only if the default works and it reached a runtime.
 func TestDoctor(t *testing.T) {
 	needBwrap(t)
-	r := offline("doctor")
-	if r.code != exitOK || !strings.Contains(r.stdout, "  bwrap  works\n") || !strings.Contains(r.stdout, "  local  works\n") ||
+	r := offline("--nats", noNATS, "doctor")
+	if r.code != exitUnavailable || !strings.Contains(r.stdout, "  bwrap  works\n") || !strings.Contains(r.stdout, "  local  works\n") ||
 		!strings.Contains(r.stdout, "default backend: bwrap (--sandbox auto)") || !strings.Contains(r.stdout, "for development only") {
 		t.Fatalf("doctor: %+v", r)
 	}
-	if r := offline("doctor", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"default": "bwrap"`) {
+	if r := offline("--nats", noNATS, "doctor", "--json"); r.code != exitUnavailable || !strings.Contains(r.stdout, `"default": "bwrap"`) || !strings.Contains(r.stdout, `"reached": false`) {
 		t.Fatalf("doctor --json: %+v", r)
 	}
-	if r := offline("doctor", "--sandbox", "docker"); r.code != exitUsage {
+	if r := offline("--nats", noNATS, "doctor", "--sandbox", "docker"); r.code != exitUsage {
 		t.Fatalf("doctor --sandbox docker: %+v", r)
 	}
 }
 
 func TestDoctorWithoutBubblewrap(t *testing.T) {
 	withoutBwrap(t)
-	r := offline("doctor")
-	if r.code != exitOK || !strings.Contains(r.stdout, "  bwrap  FAILS\n") || !strings.Contains(r.stdout, "bubblewrap (bwrap) not found") ||
+	r := offline("--nats", noNATS, "doctor")
+	if r.code != exitUnavailable || !strings.Contains(r.stdout, "  bwrap  FAILS\n") || !strings.Contains(r.stdout, "bubblewrap (bwrap) not found") ||
 		!strings.Contains(r.stdout, "default backend: local (--sandbox auto)") || !strings.Contains(r.stdout, "WARNING: ") {
 		t.Fatalf("doctor without bwrap: %+v", r)
 	}
-	r = offline("doctor", "--sandbox", "bwrap")
+	r = offline("--nats", noNATS, "doctor", "--sandbox", "bwrap")
 	if r.code != exitError || !strings.Contains(r.stderr, "default sandbox backend bwrap does not work on this machine") {
 		t.Fatalf("doctor --sandbox bwrap without bwrap: %+v", r)
 	}
@@ -242,7 +246,7 @@ func TestDoctorChecksTheDeployment(t *testing.T) {
 		!strings.Contains(r.stdout, "fix: start a ledger") || !strings.Contains(r.stderr, "the NATS deployment has problems") {
 		t.Fatalf("doctor of a server without a ledger: %+v", r)
 	}
-	if r := rath(t, "nats://127.0.0.1:1", "doctor"); r.code != exitError || !strings.Contains(r.stdout, "FAIL  not reachable") {
+	if r := rath(t, noNATS, "doctor"); r.code != exitUnavailable || !strings.Contains(r.stdout, "FAIL  not reachable") {
 		t.Fatalf("doctor of a --nats that is not there: %+v", r)
 	}
 }

@@ -180,8 +180,12 @@ func checkRole(id Identity, r Role) error {
 	return nil
 }
 
-// Load returns the identities in dir; every role's file must exist.
+// Load returns the identities in dir; every role's file must exist. A
+// directory that does not exist is one ErrNoCredentials, not one per role.
 func Load(dir string) (*Set, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w in %s: the directory does not exist", ErrNoCredentials, dir)
+	}
 	s := &Set{Dir: dir, ids: make(map[Role]Identity, len(Roles()))}
 	var errs []error
 	for _, r := range Roles() {

@@ -61,16 +61,46 @@ func Check(addr string) error {
 
 // Holder names the process listening on the TCP port: "pid N (its command
 // line)", or "a process of uid N" when the socket is there but its process
-// is not this user's to read, or "" when it cannot tell (no /proc, another
-// network namespace). It reads /proc only: the listening socket's inode in
-// /proc/net/tcp{,6}, then the process with a descriptor on that inode.
+// is not this user's to read, or "" when it cannot tell (see Find).
 func Holder(port int) string {
+	p, ok := Find(port)
+	switch {
+	case !ok:
+		return ""
+	case p.PID == 0:
+		return "a process of uid " + p.UID + " (not this user's to name)"
+	case p.Command == "":
+		return "pid " + strconv.Itoa(p.PID)
+	}
+	return "pid " + strconv.Itoa(p.PID) + " (" + p.Command + ")"
+}
+
+// Process is a process listening on a TCP port, as Find sees it.
+type Process struct {
+	// PID is 0 when the socket is there but its process is not this
+	// user's to read.
+	PID int
+	// UID owns the socket.
+	UID string
+	// Command is its command line, shortened, or its name.
+	Command string
+	// Args is its whole command line, and Dir its working directory
+	// ("" when not readable).
+	Args []string
+	Dir  string
+}
+
+// Find returns the process listening on the TCP port, reading /proc only:
+// the listening socket's inode in /proc/net/tcp{,6}, then the process with
+// a descriptor on that inode. It reports false when it cannot tell (no
+// /proc, nothing listening, another network namespace).
+func Find(port int) (Process, bool) {
 	inodes := map[string]string{} // socket inode → owner's uid
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		listening(f, port, inodes)
 	}
 	if len(inodes) == 0 {
-		return ""
+		return Process{}, false
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range procs {
@@ -83,15 +113,24 @@ func Holder(port int) string {
 			if err != nil || !strings.HasPrefix(link, "socket:[") {
 				continue
 			}
-			if _, ok := inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")]; ok {
-				return "pid " + filepath.Base(dir) + command(dir)
+			uid, ok := inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")]
+			if !ok {
+				continue
 			}
+			pid, _ := strconv.Atoi(filepath.Base(dir))
+			p := Process{PID: pid, UID: uid}
+			if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
+				p.Args = strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+			}
+			p.Dir, _ = os.Readlink(filepath.Join(dir, "cwd"))
+			p.Command = command(dir, p.Args)
+			return p, true
 		}
 	}
 	for _, uid := range inodes {
-		return "a process of uid " + uid + " (not this user's to name)"
+		return Process{UID: uid}, true
 	}
-	return ""
+	return Process{}, false
 }
 
 // listening adds to inodes the sockets of the /proc/net/tcp-format file
@@ -120,24 +159,18 @@ func listening(file string, port int, inodes map[string]string) {
 	}
 }
 
-// command is " (the command line)" of the process in dir, shortened, or
-// its name when the command line is not readable.
-func command(dir string) string {
+// command is the command line args of the process in dir, on one line and
+// shortened, or its name when the command line is not readable.
+func command(dir string, args []string) string {
 	const limit = 80
-	cmd := ""
-	if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
-		cmd = strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\x00", " ")), " ")
-	}
+	cmd := strings.Join(strings.Fields(strings.Join(args, " ")), " ")
 	if cmd == "" {
 		if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
 			cmd = strings.TrimSpace(string(b))
 		}
 	}
-	if cmd == "" {
-		return ""
-	}
 	if r := []rune(cmd); len(r) > limit {
 		cmd = string(r[:limit]) + "…"
 	}
-	return " (" + cmd + ")"
+	return cmd
 }

@@ -31,6 +31,11 @@ func TestCheck(t *testing.T) {
 		if want := "pid " + strconv.Itoa(os.Getpid()) + " ("; !strings.HasPrefix(inUse.Holder, want) {
 			t.Errorf("holder of %s = %q, want it to start with %q", addr, inUse.Holder, want)
 		}
+		wd, _ := os.Getwd()
+		p, found := Find(ln.Addr().(*net.TCPAddr).Port)
+		if !found || p.PID != os.Getpid() || p.Dir != wd || len(p.Args) == 0 || p.Args[0] != os.Args[0] {
+			t.Errorf("Find(port of %s) = %+v, %v; want this process (pid %d, dir %s, args %q)", addr, p, found, os.Getpid(), wd, os.Args)
+		}
 	}
 
 	// Freed, the same address is free; port 0 always is.
