@@ -42,20 +42,20 @@ fork counts. A call no gate held says so; one still waiting says who is asked.`,
 			if a.json {
 				return a.printJSON(ans)
 			}
-			return writeApproved(a.Stdout, ans)
+			return writeApproved(a.Stdout, ans, namesOf(d))
 		},
 	}
 	cmd.Flags().Uint64Var(&step, "step", 0, "sequence number of the branch's logical log")
 	return cmd
 }
 
-func writeApproved(w io.Writer, ans dossier.ApprovalAnswer) error {
+func writeApproved(w io.Writer, ans dossier.ApprovalAnswer, n branchNames) error {
 	var b strings.Builder
 	what := "approval " + ans.ApprovalID
 	if ans.CallID != "" {
 		what = fmt.Sprintf("tool call %s (%s by %s: %s)", ans.CallID, orNone(ans.Tool), orNone(ans.Agent), clip(string(ans.Arguments), 200))
 	}
-	fmt.Fprintf(&b, "%s step %d (%s): %s\n", ans.Branch, ans.Step, ans.StepType, what)
+	fmt.Fprintf(&b, "%s step %d (%s): %s\n", n.full(ans.Branch), ans.Step, ans.StepType, what)
 	requested := "?"
 	if ans.Requested != nil {
 		requested = fmt.Sprint(ans.Requested.Seq)
@@ -66,7 +66,7 @@ func writeApproved(w io.Writer, ans dossier.ApprovalAnswer) error {
 	case iv == nil:
 		fmt.Fprintf(&b, "  approval %s, requested at %s: not decided yet\n", ans.ApprovalID, requested)
 	default:
-		fmt.Fprintf(&b, "  %s by %s at %s seq %d (%s), approval %s requested at %s\n", iv.Kind, orNone(iv.Actor), iv.Branch, iv.Seq,
+		fmt.Fprintf(&b, "  %s by %s at %s seq %d (%s), approval %s requested at %s\n", iv.Kind, orNone(iv.Actor), n.of(iv.Branch), iv.Seq,
 			stamp(iv.Time), ans.ApprovalID, requested)
 		if iv.Action != "" {
 			fmt.Fprintf(&b, "  asked:    %s to allow: %s\n", orNone(iv.Approver), iv.Action)
@@ -78,12 +78,12 @@ func writeApproved(w io.Writer, ans dossier.ApprovalAnswer) error {
 			fmt.Fprintf(&b, "  comment:  %s\n", iv.Text)
 		}
 		if c := iv.Call; c != nil && c.Status == "failed" && c.ExitCode == 0 {
-			fmt.Fprintf(&b, "  then:     the call failed, without running, at %s seq %d\n", c.Branch, c.Seq)
+			fmt.Fprintf(&b, "  then:     the call failed, without running, at %s seq %d\n", n.of(c.Branch), c.Seq)
 		} else if c != nil {
-			fmt.Fprintf(&b, "  then:     the call %s (exit %d) at %s seq %d\n", c.Status, c.ExitCode, c.Branch, c.Seq)
+			fmt.Fprintf(&b, "  then:     the call %s (exit %d) at %s seq %d\n", c.Status, c.ExitCode, n.of(c.Branch), c.Seq)
 		}
 		if t := iv.Next; t != nil {
-			fmt.Fprintf(&b, "  then:     turn %d of %s at %s seq %d\n", t.Number, t.Agent, t.Branch, t.Seq)
+			fmt.Fprintf(&b, "  then:     turn %d of %s at %s seq %d\n", t.Number, t.Agent, n.of(t.Branch), t.Seq)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -156,7 +156,7 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	ok(t, url, "emit", "s2", events.TypeChunkAppended, "--data", `{"role":"assistant","agent":"coder","content":"rewrote the parser"}`)
 	graph := ok(t, url, "graph", "s2")
-	if want := "s1 (active, head 3)\n└─ s2 @2 (active, head 4) ◀\n"; graph != want {
+	if want := "root s1 (active, head 3)\n└─ fork-1@2 s2 (active, head 4) ◀\n"; graph != want {
 		t.Errorf("graph s2 =\n%s\nwant\n%s", graph, want)
 	}
 
@@ -165,7 +165,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if ack.Session != "s1" || ack.Seq != 4 {
 		t.Errorf("merge ack %+v, want s1 at 4", ack)
 	}
-	if graph := ok(t, url, "graph", "s1"); !strings.Contains(graph, "s1 (active, head 4) ← merged s2@4 ◀\n└─ s2 @2") {
+	if graph := ok(t, url, "graph", "s1"); !strings.Contains(graph, "root s1 (active, head 4) ← merged fork-1@2 up to 4 ◀\n└─ fork-1@2 s2 (") {
 		t.Errorf("graph after merge:\n%s", graph)
 	}
 

@@ -60,13 +60,13 @@ func TestForkCorrections(t *testing.T) {
 	}
 
 	out = ok(t, url, "audit", "approved", "c", "--step", "6")
-	for _, want := range []string{"c step 6 (rath.tool.call.requested): tool call c1 (run by coder", "granted by default/client at c seq 8",
+	for _, want := range []string{"root (c) step 6 (rath.tool.call.requested): tool call c1 (run by coder", "granted by default/client at root seq 8",
 		"maintainers to allow: run", "comment:  fine"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("audit approved lacks %q:\n%s", want, out)
 		}
 	}
-	if out := ok(t, url, "audit", "approved", "c-result", "--step", "6"); !strings.Contains(out, "granted by default/client at c seq 8") {
+	if out := ok(t, url, "audit", "approved", "c-result", "--step", "6"); !strings.Contains(out, "granted by default/client at root seq 8") {
 		t.Errorf("a fork after the grant does not find it:\n%s", out)
 	}
 	if r := rath(t, url, "audit", "approved", "c", "--step", "2"); r.code != exitNotFound {

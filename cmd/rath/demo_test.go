@@ -208,7 +208,7 @@ func TestDemo(t *testing.T) {
 	if got := ok(t, url, "audit", "recalled", fork, "--step", strconv.FormatUint(recalledStep, 10)); !strings.Contains(got, pattern.ItemID) {
 		t.Fatalf("audit recalled at %d: %q, want %s", recalledStep, got, pattern.ItemID)
 	}
-	if got := ok(t, url, "audit", "usage", run.root); !strings.Contains(got, "accepted path of "+fork) || !strings.Contains(got, "agent coder") || !strings.Contains(got, "agent validator") {
+	if got := ok(t, url, "audit", "usage", run.root); !strings.Contains(got, "accepted path of "+forkName+" ("+fork+")") || !strings.Contains(got, "agent coder") || !strings.Contains(got, "agent validator") {
 		t.Fatalf("audit usage: %q", got)
 	}
 

@@ -81,7 +81,7 @@ refused unless --force. See docs/dossier.md.`,
 			}
 			answer := "no final answer"
 			if final != "" {
-				answer = "final answer " + final
+				answer = "final answer " + namesOf(d).full(final)
 			}
 			_, err = fmt.Fprintf(a.Stdout, "wrote %s: %s, %s, %s\n  %s\n", out, plural(rep.Branches, "branch", "branches"), plural(rep.Events, "event", "events"),
 				answer, filepath.Join(out, dossier.FileMarkdown))

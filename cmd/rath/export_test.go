@@ -31,7 +31,7 @@ func TestExportAndVerifyDossier(t *testing.T) {
 	url, _ := exportTree(t)
 	dir := filepath.Join(t.TempDir(), "dossier")
 	out := ok(t, url, "export", dt.Accepted, "--out", dir)
-	if !strings.Contains(out, "3 branches, 40 events, final answer fix-b") {
+	if !strings.Contains(out, "3 branches, 40 events, final answer fork-1@7 (fix-b)\n") {
 		t.Errorf("export printed %q", out)
 	}
 	for _, f := range []string{dossier.FileJSON, dossier.FileSchema, dossier.FileMarkdown, dossier.FileSVG, dossier.FileHTML, "events/fix.jsonl", "events/fix-b.jsonl", "events/fix-c.jsonl"} {
@@ -137,27 +137,28 @@ func TestAuditQuestions(t *testing.T) {
 		args  []string
 		wants []string
 	}{
-		{"final", []string{"final"}, []string{"final answer: branch fix-b\n", "outcome:    succeeded", "closed:     fix-b seq 25 (event " + ids["close"],
-			"validation: tests passed at fix-b seq 23 (event " + ids["validation-passed"]}},
+		{"final", []string{"final"}, []string{"final answer: branch fork-1@7 (fix-b)\n", "outcome:    succeeded", "closed:     fork-1@7 seq 25 (event " + ids["close"],
+			"validation: tests passed at fork-1@7 seq 23 (event " + ids["validation-passed"]}},
 		{"recalled at a step", []string{"recalled", "--branch", "fix-b", "--step", "11"}, []string{
-			"fix-b step 11 (rath.memory.recalled), turn 2 (coder, turn-3, seq 10 to 14): 1 recall",
+			"fork-1@7 (fix-b) step 11 (rath.memory.recalled), turn 2 (coder, turn-3, seq 10 to 14): 1 recall",
 			"routed at seq 9 by rule retry → agent:coder",
 			`query "how not to fix Add"`,
-			"fail-1 v1 score 0.8: written at fix seq 17, provenance session fix: failed_attempt",
+			"fail-1 v1 score 0.8: written at root seq 17, provenance session root: failed_attempt",
 			"note-1 v2 score 0.5: written outside this session graph"}},
-		{"recalled in a turn", []string{"recalled", "--branch", "fix-b", "--turn", "1"}, []string{"turn 1 (researcher, turn-1", "recall at fix seq 4", "note-1 v2 score 0.91"}},
+		// A branch by its name, as the dossier and the demo call it.
+		{"recalled in a turn", []string{"recalled", "--branch", "fork-1@7", "--turn", "1"}, []string{"fork-1@7 (fix-b), turn 1 (researcher, turn-1", "recall at root seq 4", "note-1 v2 score 0.91"}},
 		{"modified", []string{"modified", "--file", "calc.go"}, []string{
-			"fix seq 15: tool call c1 write_file by coder\n",
-			"fix-b seq 17: tool call c2 write_file by coder, on the accepted path",
+			"root (fix) seq 15: tool call c1 write_file by coder\n",
+			"fork-1@7 (fix-b) seq 17: tool call c2 write_file by coder, on the accepted path",
 			"  | +\treturn a + b", "commits aaaa111 → cccc333"}},
 		{"route", []string{"route", "--branch", "fix-b", "--step", "9", "--route", "agent:coder"}, []string{
-			"fix-b seq 9: route agent:coder by rule retry", "reason:     validation failed: try again from before the patch",
+			"fork-1@7 (fix-b) seq 9: route agent:coder by rule retry", "reason:     validation failed: try again from before the patch",
 			`inputs:     {"counts.validations_failed":1,"event.type":"rath.validation.failed"}`, "candidates: retry, give-up", "routed:     agent coder, turn turn-3",
 			"trigger:    event " + ids["validation-failed"]}},
-		{"route in force", []string{"route", "--branch", "fix", "--step", "5"}, []string{"fix step 5 is a rath.conversation.chunk.appended; the decision in force was taken at seq 2", "trigger:    seq 1 rath.session.started"}},
-		{"usage", []string{"usage"}, []string{"token usage on the accepted path of fix-b: in 407, out 40, 2 calls",
+		{"route in force", []string{"route", "--branch", "fix", "--step", "5"}, []string{"root (fix) step 5 is a rath.conversation.chunk.appended; the decision in force was taken at seq 2\nroot seq 2: route agent:researcher", "trigger:    seq 1 rath.session.started"}},
+		{"usage", []string{"usage"}, []string{"token usage on the accepted path of fork-1@7 (fix-b): in 407, out 40, 2 calls",
 			"agent coder        in 307  out 30  calls 1\n", "agent researcher   in 100  out 10  calls 1\n", "model scripted/m1  in 400  out 40  calls 2\n",
-			"segment fix 1..7: in 100, out 10, 1 call", "taken in by merges (not counted above): in 50, out 5, 1 call"}},
+			"segment root 1..7: in 100, out 10, 1 call", "segment fork-1@7 8..25:", "taken in by merges (not counted above): in 50, out 5, 1 call"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			live := ok(t, url, append(append([]string{"audit"}, tc.args[0], dt.Root), tc.args[1:]...)...)

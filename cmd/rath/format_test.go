@@ -61,23 +61,30 @@ func TestWriteEvent(t *testing.T) {
 	}
 }
 
+// rath graph calls each branch what the dossier calls it, with its ID: forks
+// numbered in the order they were made, whatever their place in the tree.
 func TestWriteGraph(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 1, 2, 3, 4, s, 0, time.UTC) }
 	g := api.Graph{Session: "s3", Root: &api.Node{
-		Session: "s1", Status: "closed", Head: 12,
+		Session: "s1", Status: "closed", Outcome: "succeeded", Head: 12, Created: at(0),
+		Merges: []api.Merged{{Seq: 12, Source: "other", SourceSeq: 3}},
 		Children: []*api.Node{
-			{Session: "s2", Status: "active", ForkSeq: 5, Head: 9, Merges: []api.Merged{{Seq: 9, Source: "s4", SourceSeq: 7}},
-				Children: []*api.Node{{Session: "s4", Status: "paused", ForkSeq: 6, Head: 7}}},
-			{Session: "s3", Status: "active", ForkSeq: 8, Head: 8},
+			{Session: "s2", Status: "active", ForkSeq: 5, Head: 9, Created: at(2), Merges: []api.Merged{{Seq: 9, Source: "s4", SourceSeq: 7}},
+				Children: []*api.Node{{Session: "s4", Status: "paused", ForkSeq: 6, Head: 7, Created: at(3)}}},
+			{Session: "s3", Status: "active", ForkSeq: 8, Head: 8, Created: at(1)},
+			{Session: "s5", Status: "active", ForkSeq: 2, Head: 2, Created: at(4)},
 		},
 	}}
 	var b bytes.Buffer
-	if err := writeGraph(&b, g); err != nil {
+	names := map[string]string{"s1": "root", "s2": "fork-2@5", "s3": "fork-1@8", "s4": "fork-3@6", "other": "root-2"}
+	if err := writeGraph(&b, g, names); err != nil {
 		t.Fatal(err)
 	}
-	want := `s1 (closed, head 12)
-├─ s2 @5 (active, head 9) ← merged s4@7
-│  └─ s4 @6 (paused, head 7)
-└─ s3 @8 (active, head 8) ◀
+	want := `root s1 (closed: succeeded, head 12) ← merged root-2 (other) up to 3
+├─ fork-2@5 s2 (active, head 9) ← merged fork-3@6 up to 7
+│  └─ fork-3@6 s4 (paused, head 7)
+├─ fork-1@8 s3 (active, head 8) ◀
+└─ s5 @2 (active, head 2)
 `
 	if b.String() != want {
 		t.Errorf("writeGraph =\n%s\nwant\n%s", b.String(), want)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/pkg/client"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -126,8 +127,11 @@ func (a *app) graphCmd() *cobra.Command {
 		Use:   "graph SESSION",
 		Short: "Draw the lineage tree around a session",
 		Long: `graph draws the tree of sessions forked from SESSION's root: each line is
-a session, its fork point (@N), status, head and merges taken in
-(← merged SOURCE@SEQ). SESSION is marked with ◀.`,
+a session by the name the demo and its dossier give it (root; fork-N@S, the
+Nth fork made in the tree, at sequence S; root-2… for the root of a tree a
+merge took events from) and its ID, its status (and outcome), head and the
+merges it took in (← merged SOURCE up to SEQ). SESSION is marked with ◀.
+--json prints the lineage with the names by ID.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -138,22 +142,42 @@ a session, its fork point (@N), status, head and merges taken in
 			if err != nil {
 				return err
 			}
-			if a.json {
-				return a.printJSON(g)
+			names, err := dossier.NamesOf(cmd.Context(), c, g)
+			if err != nil {
+				return err
 			}
-			return writeGraph(a.Stdout, g)
+			if a.json {
+				return a.printJSON(struct {
+					api.Graph
+					Names map[string]string `json:"names"`
+				}{g, names})
+			}
+			return writeGraph(a.Stdout, g, names)
 		},
 	}
 }
 
-// writeGraph draws a lineage tree, one session a line:
+// writeGraph draws a lineage tree, one session a line, by its name
+// (dossier.BranchNames) and ID:
 //
-//	s1 (closed, head 12)
-//	└─ s2 @5 (active, head 9) ← merged s3@7 ◀
-func writeGraph(w io.Writer, g api.Graph) error {
+//	root s1 (closed: succeeded, head 12)
+//	└─ fork-1@5 s2 (active, head 9) ← merged fork-2@6 up to 7 ◀
+//
+// A session names lacks (forked since they were read) shows its ID and
+// fork point alone.
+func writeGraph(w io.Writer, g api.Graph, names map[string]string) error {
 	if g.Root == nil {
 		return nil
 	}
+	inTree := map[string]bool{}
+	var mark func(n *api.Node)
+	mark = func(n *api.Node) {
+		inTree[n.Session] = true
+		for _, c := range n.Children {
+			mark(c)
+		}
+	}
+	mark(g.Root)
 	var b strings.Builder
 	var walk func(n *api.Node, indent string, last, root bool)
 	walk = func(n *api.Node, indent string, last, root bool) {
@@ -167,15 +191,28 @@ func writeGraph(w io.Writer, g api.Graph) error {
 				child += "│  "
 			}
 		}
-		b.WriteString(n.Session)
-		if !root {
-			fmt.Fprintf(&b, " @%d", n.ForkSeq)
+		if name := names[n.Session]; name != "" {
+			b.WriteString(name + " " + n.Session)
+		} else {
+			b.WriteString(n.Session)
+			if !root {
+				fmt.Fprintf(&b, " @%d", n.ForkSeq)
+			}
 		}
-		fmt.Fprintf(&b, " (%s, head %d)", orNone(n.Status), n.Head)
+		status := orNone(n.Status)
+		if n.Outcome != "" {
+			status += ": " + n.Outcome
+		}
+		fmt.Fprintf(&b, " (%s, head %d)", status, n.Head)
 		if len(n.Merges) > 0 {
 			merged := make([]string, len(n.Merges))
 			for i, m := range n.Merges {
-				merged[i] = fmt.Sprintf("%s@%d", m.Source, m.SourceSeq)
+				// A source in the tree has its own line, with its ID.
+				source := dossier.Labelled(names, m.Source)
+				if inTree[m.Source] && names[m.Source] != "" {
+					source = names[m.Source]
+				}
+				merged[i] = fmt.Sprintf("%s up to %d", source, m.SourceSeq)
 			}
 			b.WriteString(" ← merged " + strings.Join(merged, ", "))
 		}

@@ -72,11 +72,42 @@ func (a *app) open(cmd *cobra.Command, src *auditSource, args []string) (*dossie
 	if branch == "" {
 		branch = d.Session
 	}
-	if !slices.ContainsFunc(d.Branches, func(b dossier.Branch) bool { return b.ID == branch }) {
+	// --branch names a branch by its ID or by its name (root, fork-1@22).
+	i := slices.IndexFunc(d.Branches, func(b dossier.Branch) bool { return b.ID == branch })
+	if i < 0 {
+		i = slices.IndexFunc(d.Branches, func(b dossier.Branch) bool { return b.Name == branch })
+	}
+	if i < 0 {
 		return nil, "", api.Errorf(api.CodeNotFound, "the session graph of %s holds no branch %s", d.Root, branch)
 	}
-	return d, branch, nil
+	if src.branch != "" {
+		src.branch = d.Branches[i].ID // as the questions take it
+	}
+	return d, d.Branches[i].ID, nil
 }
+
+// branchNames shows a dossier's branches by the names it gives them
+// (dossier.BranchNames), as the demo and dossier.md do.
+type branchNames map[string]string
+
+func namesOf(d *dossier.Dossier) branchNames {
+	n := branchNames{}
+	for _, b := range d.Branches {
+		n[b.ID] = b.Name
+	}
+	return n
+}
+
+// of is branch id's name, or id when it has none.
+func (n branchNames) of(id string) string {
+	if name := n[id]; name != "" {
+		return name
+	}
+	return id
+}
+
+// full is branch id's name and ID, for the first mention in an answer.
+func (n branchNames) full(id string) string { return dossier.Labelled(n, id) }
 
 // questionError maps a question's "no such step/branch" to the CLI's codes.
 func questionError(err error) error {
@@ -112,17 +143,17 @@ event and the validation that justified it.`,
 					Final *dossier.Final `json:"final"`
 				}{d.Root, d.Final})
 			}
-			f := d.Final
+			f, n := d.Final, namesOf(d)
 			if f == nil {
 				_, err := fmt.Fprintf(a.Stdout, "no final answer in the graph of %s: no branch was closed with a successful outcome after a passing validation\n", d.Root)
 				return err
 			}
 			var b strings.Builder
-			fmt.Fprintf(&b, "final answer: branch %s\n", f.Branch)
+			fmt.Fprintf(&b, "final answer: branch %s\n", n.full(f.Branch))
 			fmt.Fprintf(&b, "  outcome:    %s\n", f.Outcome)
-			fmt.Fprintf(&b, "  closed:     %s seq %d (event %s, %s): %s\n", f.Close.Branch, f.Close.Seq, f.Close.EventID, stamp(f.Close.Time), orNone(f.Reason))
+			fmt.Fprintf(&b, "  closed:     %s seq %d (event %s, %s): %s\n", n.of(f.Close.Branch), f.Close.Seq, f.Close.EventID, stamp(f.Close.Time), orNone(f.Reason))
 			if v := f.Validation; v != nil {
-				fmt.Fprintf(&b, "  validation: %s passed at %s seq %d (event %s)\n", v.Validator, v.Branch, v.Seq, v.EventID)
+				fmt.Fprintf(&b, "  validation: %s passed at %s seq %d (event %s)\n", v.Validator, n.of(v.Branch), v.Seq, v.EventID)
 				if len(v.Details) > 0 {
 					fmt.Fprintf(&b, "  details:    %s\n", clip(string(v.Details), 300))
 				}
@@ -130,7 +161,11 @@ event and the validation that justified it.`,
 				b.WriteString("  validation: none (unvalidated)\n")
 			}
 			if len(f.Others) > 0 {
-				fmt.Fprintf(&b, "  also qualified: %s\n", strings.Join(f.Others, ", "))
+				others := make([]string, len(f.Others))
+				for i, o := range f.Others {
+					others[i] = n.full(o)
+				}
+				fmt.Fprintf(&b, "  also qualified: %s\n", strings.Join(others, ", "))
 			}
 			_, err = io.WriteString(a.Stdout, b.String())
 			return err
@@ -173,7 +208,7 @@ each recalled version with its provenance when the graph holds it.`,
 			if a.json {
 				return a.printJSON(ans)
 			}
-			return writeRecalls(a.Stdout, ans)
+			return writeRecalls(a.Stdout, ans, namesOf(d))
 		},
 	}
 	cmd.Flags().Uint64Var(&step, "step", 0, "sequence number of the branch's logical log")
@@ -181,12 +216,12 @@ each recalled version with its provenance when the graph holds it.`,
 	return cmd
 }
 
-func writeRecalls(w io.Writer, ans dossier.RecallAnswer) error {
+func writeRecalls(w io.Writer, ans dossier.RecallAnswer, n branchNames) error {
 	var b strings.Builder
 	if ans.Step > 0 {
-		fmt.Fprintf(&b, "%s step %d (%s)", ans.Branch, ans.Step, ans.StepType)
+		fmt.Fprintf(&b, "%s step %d (%s)", n.full(ans.Branch), ans.Step, ans.StepType)
 	} else {
-		fmt.Fprintf(&b, "%s", ans.Branch)
+		fmt.Fprintf(&b, "%s", n.full(ans.Branch))
 	}
 	if t := ans.Turn; t != nil {
 		end := "in flight"
@@ -200,7 +235,7 @@ func writeRecalls(w io.Writer, ans dossier.RecallAnswer) error {
 		fmt.Fprintf(&b, "  the turn was routed at seq %d by rule %s → %s: %s\n", dec.Seq, dec.Rule, dec.Route, orNone(dec.Reason))
 	}
 	for _, r := range ans.Recalls {
-		fmt.Fprintf(&b, "  recall at %s seq %d (event %s) by %s", r.Branch, r.Seq, r.EventID, orNone(r.Agent))
+		fmt.Fprintf(&b, "  recall at %s seq %d (event %s) by %s", n.of(r.Branch), r.Seq, r.EventID, orNone(r.Agent))
 		if r.TurnID != "" {
 			fmt.Fprintf(&b, " for turn %s", r.TurnID)
 		}
@@ -218,9 +253,9 @@ func writeRecalls(w io.Writer, ans dossier.RecallAnswer) error {
 		for i, it := range r.Items {
 			fmt.Fprintf(&b, "    %s v%d score %.4g", it.ItemID, it.Version, it.Score)
 			if wr := r.Written[i]; wr != nil {
-				fmt.Fprintf(&b, ": written at %s seq %d", wr.Branch, wr.Seq)
+				fmt.Fprintf(&b, ": written at %s seq %d", n.of(wr.Branch), wr.Seq)
 				if p := wr.Provenance; p != nil {
-					fmt.Fprintf(&b, ", provenance session %s: %s", p.Session, clip(p.Evidence, 120))
+					fmt.Fprintf(&b, ", provenance session %s: %s", n.of(p.Session), clip(p.Evidence, 120))
 				}
 			} else {
 				b.WriteString(": written outside this session graph")
@@ -259,6 +294,7 @@ diff that changes F.`,
 				}{file, changes})
 			}
 			var b strings.Builder
+			n := namesOf(d)
 			if len(changes) == 0 {
 				fmt.Fprintf(&b, "no tool call in the graph of %s changed %s\n", d.Root, file)
 			}
@@ -267,7 +303,7 @@ diff that changes F.`,
 				if c.OnAcceptedPath {
 					accepted = ", on the accepted path"
 				}
-				fmt.Fprintf(&b, "%s seq %d: tool call %s %s by %s%s\n", c.Branch, c.Seqs[len(c.Seqs)-1], c.CallID, c.Tool, orNone(c.Agent), accepted)
+				fmt.Fprintf(&b, "%s seq %d: tool call %s %s by %s%s\n", n.full(c.Branch), c.Seqs[len(c.Seqs)-1], c.CallID, c.Tool, orNone(c.Agent), accepted)
 				fmt.Fprintf(&b, "  arguments: %s\n", clip(string(c.Arguments), 300))
 				fmt.Fprintf(&b, "  status %s, exit %d, commits %s → %s, files %s\n", c.Status, c.ExitCode, orNone(short(c.CommitBefore)), orNone(short(c.CommitAfter)), strings.Join(c.Files, ", "))
 				for line := range strings.Lines(c.FileDiff) {
@@ -315,7 +351,7 @@ that held, the routed agent and turn, and the event that triggered it.`,
 			if a.json {
 				return a.printJSON(ans)
 			}
-			return writeRoute(a.Stdout, ans)
+			return writeRoute(a.Stdout, ans, namesOf(d))
 		},
 	}
 	cmd.Flags().Uint64Var(&step, "step", 0, "sequence number of the branch's logical log")
@@ -323,20 +359,24 @@ that held, the routed agent and turn, and the event that triggered it.`,
 	return cmd
 }
 
-func writeRoute(w io.Writer, ans dossier.RouteAnswer) error {
+func writeRoute(w io.Writer, ans dossier.RouteAnswer, n branchNames) error {
 	var b strings.Builder
 	switch {
 	case ans.Other != nil:
-		fmt.Fprintf(&b, "%s step %d: the selector took route %s (seq %d, rule %s), not %s\n", ans.Branch, ans.Step, ans.Other.Route, ans.Other.Seq, ans.Other.Rule, ans.Route)
+		fmt.Fprintf(&b, "%s step %d: the selector took route %s (seq %d, rule %s), not %s\n", n.full(ans.Branch), ans.Step, ans.Other.Route, ans.Other.Seq, ans.Other.Rule, ans.Route)
 	case len(ans.Decisions) == 0 && ans.Step > 0:
-		fmt.Fprintf(&b, "%s step %d (%s): no selector decision at or before it\n", ans.Branch, ans.Step, ans.StepType)
+		fmt.Fprintf(&b, "%s step %d (%s): no selector decision at or before it\n", n.full(ans.Branch), ans.Step, ans.StepType)
 	case len(ans.Decisions) == 0:
-		fmt.Fprintf(&b, "%s: the selector never took route %s\n", ans.Branch, ans.Route)
+		fmt.Fprintf(&b, "%s: the selector never took route %s\n", n.full(ans.Branch), ans.Route)
 	case ans.InForce:
-		fmt.Fprintf(&b, "%s step %d is a %s; the decision in force was taken at seq %d\n", ans.Branch, ans.Step, ans.StepType, ans.Decisions[0].Seq)
+		fmt.Fprintf(&b, "%s step %d is a %s; the decision in force was taken at seq %d\n", n.full(ans.Branch), ans.Step, ans.StepType, ans.Decisions[0].Seq)
 	}
 	for _, d := range ans.Decisions {
-		fmt.Fprintf(&b, "%s seq %d: route %s by rule %s\n", d.Branch, d.Seq, d.Route, d.Rule)
+		branch := n.of(d.Branch)
+		if b.Len() == 0 {
+			branch = n.full(d.Branch) // the answer's first line
+		}
+		fmt.Fprintf(&b, "%s seq %d: route %s by rule %s\n", branch, d.Seq, d.Route, d.Rule)
 		if d.Router != "" {
 			fmt.Fprintf(&b, "  router:     %s chose the route\n", d.Router)
 		}
@@ -389,11 +429,12 @@ took into the branch is not part of its logical log; it is shown apart.`,
 			if src.branch != "" {
 				what = "logical log"
 			}
-			fmt.Fprintf(&b, "token usage on the %s of %s: in %d, out %d, %s\n", what, p.Branch, p.Usage.Total.In, p.Usage.Total.Out, plural(p.Usage.Total.Calls, "call", "calls"))
+			n := namesOf(d)
+			fmt.Fprintf(&b, "token usage on the %s of %s: in %d, out %d, %s\n", what, n.full(p.Branch), p.Usage.Total.In, p.Usage.Total.Out, plural(p.Usage.Total.Calls, "call", "calls"))
 			writeUsageRows(&b, p.Usage.ByAgent, p.Usage.ByModel)
 			for _, s := range p.Segments {
 				to := fmt.Sprint(s.To)
-				fmt.Fprintf(&b, "  segment %s %d..%s: in %d, out %d, %s\n", s.Session, s.From, to, s.Usage.Total.In, s.Usage.Total.Out, plural(s.Usage.Total.Calls, "call", "calls"))
+				fmt.Fprintf(&b, "  segment %s %d..%s: in %d, out %d, %s\n", n.of(s.Session), s.From, to, s.Usage.Total.In, s.Usage.Total.Out, plural(s.Usage.Total.Calls, "call", "calls"))
 			}
 			if m := p.MergedIn.Total; m.Calls > 0 || m.In > 0 || m.Out > 0 {
 				fmt.Fprintf(&b, "  taken in by merges (not counted above): in %d, out %d, %s\n", m.In, m.Out, plural(m.Calls, "call", "calls"))

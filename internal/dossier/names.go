@@ -2,9 +2,13 @@ package dossier
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/openrath/rath/pkg/client"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 // BranchNames names the branches of a tree for people, by ID: short,
@@ -41,6 +45,80 @@ func BranchNames(branches []Branch) map[string]string {
 		names[b.ID] = fmt.Sprintf("fork-%d@%d", i+1, b.ForkSeq)
 	}
 	return names
+}
+
+// LineageNames names the branches of session's tree as its dossier names
+// them (BranchNames), from the ledger's lineage alone, reading no event:
+// so "rath graph", "rath audit" and the console call a branch what the
+// demo and the dossier call it. See NamesOf.
+func LineageNames(ctx context.Context, c *client.Client, session string) (map[string]string, error) {
+	g, err := c.Lineage(ctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("names of the branches of %s: %w", session, err)
+	}
+	return NamesOf(ctx, c, g)
+}
+
+// NamesOf names the branches of g's tree as the dossier of g.Session names
+// them (BranchNames): the tree of its root and, as Build follows them, the
+// trees its merges took events from, whose lineages it reads (only when a
+// merge names a session outside the tree).
+func NamesOf(ctx context.Context, c *client.Client, g api.Graph) (map[string]string, error) {
+	var roots, forks []Branch
+	seen := map[string]bool{}
+	var queue []string
+	add := func(g api.Graph) {
+		var walk func(n *api.Node, parent string)
+		walk = func(n *api.Node, parent string) {
+			if n == nil || seen[n.Session] {
+				return
+			}
+			seen[n.Session] = true
+			b := Branch{ID: n.Session, Parent: parent, ForkSeq: n.ForkSeq, Created: n.Created}
+			if parent == "" {
+				roots = append(roots, b)
+			} else {
+				forks = append(forks, b)
+			}
+			for _, m := range n.Merges {
+				queue = append(queue, m.Source)
+			}
+			for _, ch := range n.Children {
+				walk(ch, n.Session)
+			}
+		}
+		walk(g.Root, "")
+	}
+	add(g)
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		if seen[id] {
+			continue
+		}
+		other, err := c.Lineage(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("names of the branches of %s: the tree of %s, which a merge took events from: %w", g.Session, id, err)
+		}
+		add(other)
+	}
+	// As the dossier orders them (session.NewTree): the asked session's
+	// root first, then the others by the time of their first event.
+	if len(roots) > 1 {
+		slices.SortStableFunc(roots[1:], func(a, b Branch) int {
+			return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		})
+	}
+	return BranchNames(append(roots, forks...)), nil
+}
+
+// Labelled is a branch as people read it where there is room for both: its
+// name and its ID, or its ID alone when it is its own name or has none.
+func Labelled(names map[string]string, id string) string {
+	if name, ok := names[id]; ok && name != "" && name != id {
+		return name + " (" + id + ")"
+	}
+	return id
 }
 
 // namer shows a dossier's branches by their names (BranchNames).
