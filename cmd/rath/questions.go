@@ -30,14 +30,15 @@ func (a *app) auditCmd() *cobra.Command {
 		Short: "Answer an auditor's question from a session graph (the ledger, or a dossier offline)",
 		Long: `audit answers questions from the session graph alone: SESSION's tree read from
 the ledger, or an exported dossier with --dossier DIR (checked first, as
-"rath verify --dossier" does; no NATS needed). Each prints text, or JSON with
+"rath verify --dossier" does; no NATS needed). Each prints text, calling
+branches by the dossier's names (root, fork-N@S) with their IDs, or JSON with
 --json. A step is a sequence number of a branch's logical log (the rathseq
 "rath log" prints); a turn counts the branch's agent turns from 1. --branch
 chooses the branch whose logical log the step names (default SESSION, or the
 session the dossier was exported for). See docs/dossier.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&src.dir, "dossier", "", "answer from the dossier in DIR (offline) instead of the ledger")
-	cmd.PersistentFlags().StringVar(&src.branch, "branch", "", "the branch whose logical log steps and turns count on")
+	cmd.PersistentFlags().StringVar(&src.branch, "branch", "", "the branch whose logical log steps and turns count on, by its ID or its name (root, fork-1@22)")
 	cmd.AddCommand(a.auditFinalCmd(src), a.auditRecalledCmd(src), a.auditModifiedCmd(src), a.auditRouteCmd(src), a.auditUsageCmd(src),
 		a.auditApprovedCmd(src))
 	return cmd
