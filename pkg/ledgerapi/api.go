@@ -266,9 +266,13 @@ type ListRequest struct {
 
 // Session is a session's index entry.
 type Session struct {
-	ID       string `json:"id"`
-	Tenant   string `json:"tenant,omitempty"`
-	Status   string `json:"status"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+	Status string `json:"status"`
+	// Outcome is a closed session's outcome (succeeded, failed,
+	// superseded…), as its close recorded it; the index holds it from the
+	// close on.
+	Outcome  string `json:"outcome,omitempty"`
 	Parent   string `json:"parent,omitempty"`
 	ForkSeq  uint64 `json:"fork_seq,omitempty"`
 	Workflow string `json:"workflow,omitempty"`

@@ -346,7 +346,7 @@ func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind
 	}
 	if kind.Token == events.TokenLifecycle {
 		rec := eventstore.Record{
-			ID: st.ID, Tenant: tenantOf(st), Status: string(st.Status), Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
+			ID: st.ID, Tenant: tenantOf(st), Status: string(st.Status), Outcome: st.Outcome, Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
 			Workflow: st.Workflow, Task: events.Clip(st.Task, indexTask), Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
 		}
 		if err := l.store.PutRecord(ctx, rec); err != nil {

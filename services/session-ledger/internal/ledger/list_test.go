@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
@@ -83,6 +84,15 @@ func TestListPages(t *testing.T) {
 	}
 	if want := map[string]int{"s1": 2, "s1-a": 0, "s1-b": 0}; !maps.Equal(forks, want) {
 		t.Fatalf("forks listed %v, want %v", forks, want)
+	}
+
+	// A closed session is listed with its outcome.
+	r.emit(t, "s3", &events.SessionClosed{Outcome: "failed", Reason: "the tests fail"})
+	if got := mustList(t, r, api.ListRequest{Match: "s3"}); len(got) != 1 || got[0].Status != "closed" || got[0].Outcome != "failed" {
+		t.Fatalf("s3 after its close is listed as %+v, want closed with outcome failed", got)
+	}
+	if got := mustList(t, r, api.ListRequest{Match: "s4"}); len(got) != 1 || got[0].Outcome != "" {
+		t.Fatalf("s4, open, is listed as %+v", got)
 	}
 
 	if got, total := pages(api.ListRequest{Match: "S5"}); !slices.Equal(got, []string{"s5"}) || total != 1 {
