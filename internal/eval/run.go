@@ -1,0 +1,277 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/session"
+)
+
+// Labels of every eval run's session: the eval run, the task and the try
+// (1..k). rath ls --label eval=<id> lists an eval's sessions.
+const (
+	LabelEval = "eval"
+	LabelTask = "eval_task"
+	LabelTry  = "eval_try"
+)
+
+// OutcomeTimeout is the outcome of a run's session that did not close
+// within the run timeout: the eval closes it, so that its agents stop.
+const OutcomeTimeout = "eval_timeout"
+
+// Options are how Run runs a set.
+type Options struct {
+	// ID names the eval run (the label eval); "" picks a new one.
+	ID string
+	// Runs is k, the tries of each task (at least 1).
+	Runs int
+	// Concurrency is how many runs are in flight at once (at least 1).
+	Concurrency int
+	// Timeout is how long a run may take to close.
+	Timeout time.Duration
+	// Done, when set, is called as each run ends, from the run's
+	// goroutine, one call at a time.
+	Done func(TaskReport, Run)
+	// Now is the clock of the report's times (default time.Now).
+	Now func() time.Time
+}
+
+// Run is one try of a task: its session and how it went.
+type Run struct {
+	Try     int    `json:"try"`
+	Session string `json:"session,omitempty"`
+	Passed  bool   `json:"passed"`
+	// Closed says the session closed (within the run timeout, by its
+	// workflow, not by the eval); Outcome and CloseReason are its close's.
+	Closed      bool     `json:"closed"`
+	Outcome     string   `json:"outcome,omitempty"`
+	CloseReason string   `json:"close_reason,omitempty"`
+	Failure     *Failure `json:"failure,omitempty"`
+	TokensIn    int64    `json:"tokens_in"`
+	TokensOut   int64    `json:"tokens_out"`
+	// LatencyMS is from the session's first event to its last, in
+	// milliseconds.
+	LatencyMS int64 `json:"latency_ms"`
+	// Head, HeadHash, HeadSig and KeyID are the session's signed head as
+	// the ledger's verify reported it after the run: the ledger's signature
+	// of the hash that covers every event of the session, for checking the
+	// record later (rath export, rath verify). Verified is whether the
+	// chain held then; Fault, if not, says where it broke.
+	Head     uint64 `json:"head,omitempty"`
+	HeadHash string `json:"head_hash,omitempty"`
+	HeadSig  string `json:"head_sig,omitempty"`
+	KeyID    string `json:"key_id,omitempty"`
+	Verified bool   `json:"verified"`
+	Fault    string `json:"fault,omitempty"`
+}
+
+// TaskReport is one task's runs and metrics.
+type TaskReport struct {
+	ID       string  `json:"id"`
+	Task     string  `json:"task"`
+	Workflow string  `json:"workflow"`
+	Summary  Summary `json:"summary"`
+	Runs     []Run   `json:"runs"`
+}
+
+// ReportFormat names the report's JSON shape; a change that is not an
+// addition gets a new name.
+const ReportFormat = "rath.eval.report.v1"
+
+// Report is an eval run: every task's runs and the metrics over them.
+type Report struct {
+	Format      string       `json:"format"`
+	ID          string       `json:"id"`
+	File        string       `json:"file"`
+	K           int          `json:"k"`
+	Concurrency int          `json:"concurrency"`
+	TimeoutMS   int64        `json:"timeout_ms"`
+	Started     time.Time    `json:"started"`
+	Finished    time.Time    `json:"finished"`
+	Tasks       []TaskReport `json:"tasks"`
+	Overall     Summary      `json:"overall"`
+}
+
+// Execute runs every task of set o.Runs times against the deployment c
+// talks to, at most o.Concurrency at once, and grades each run. Each task's
+// workflow (and workspace) is uploaded once, before any session starts: an
+// error there (the deployment unreachable, a refused upload) returns with
+// no session started. A run that cannot start, does not close in time or
+// fails its grader is a failed run with its cause, not an error; Execute
+// returns an error only for that preparation and when ctx ends.
+func Execute(ctx context.Context, c *client.Client, set *Set, o Options) (*Report, error) {
+	if o.Runs < 1 || o.Concurrency < 1 || o.Timeout <= 0 {
+		return nil, fmt.Errorf("eval: runs %d, concurrency %d and timeout %s must be positive", o.Runs, o.Concurrency, o.Timeout)
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	if o.ID == "" {
+		o.ID = "eval-" + events.NewID()
+	}
+	rep := &Report{Format: ReportFormat, ID: o.ID, File: set.Path, K: o.Runs, Concurrency: o.Concurrency,
+		TimeoutMS: o.Timeout.Milliseconds(), Started: now().UTC()}
+
+	starts := make([]events.SessionStarted, len(set.Tasks))
+	for i, t := range set.Tasks {
+		d, err := prepare(ctx, c, t)
+		if err != nil {
+			return nil, err
+		}
+		starts[i] = d
+		rep.Tasks = append(rep.Tasks, TaskReport{ID: t.ID, Task: t.Text, Workflow: t.WorkflowPath, Runs: make([]Run, o.Runs)})
+	}
+
+	type job struct{ task, try int }
+	jobs := make(chan job)
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex // rep.Tasks[*].Runs and o.Done
+	)
+	for range o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				r := runOnce(ctx, c, o, set.Tasks[j.task], starts[j.task], j.try)
+				mu.Lock()
+				rep.Tasks[j.task].Runs[j.try-1] = r
+				if o.Done != nil {
+					o.Done(rep.Tasks[j.task], r)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	// Tries go round the tasks, so that with fewer slots than runs every
+	// task gets its first try early.
+feed:
+	for try := 1; try <= o.Runs; try++ {
+		for i := range set.Tasks {
+			select {
+			case jobs <- job{i, try}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eval %s: %w", o.ID, err)
+	}
+	for i := range rep.Tasks {
+		rep.Tasks[i].Summary = Summarize(rep.Tasks[i].Runs)
+	}
+	rep.Overall = Overall(rep.Tasks)
+	rep.Finished = now().UTC()
+	return rep, nil
+}
+
+// prepare uploads a task's workflow bundle and workspace seed, as rath
+// start does, and returns the start every try of the task shares.
+func prepare(ctx context.Context, c *client.Client, t *Task) (events.SessionStarted, error) {
+	d := events.SessionStarted{Task: t.Text}
+	ref, err := workflow.Store(ctx, t.wf, c.PutBlob)
+	if err != nil {
+		return d, fmt.Errorf("task %s: workflow %s: %w", t.ID, t.WorkflowPath, err)
+	}
+	d.Workflow, d.WorkflowHash, d.WorkflowRef = t.wf.Name, t.wf.Hash(), ref
+	if t.WorkspacePath != "" {
+		if err := c.SeedWorkspace(ctx, t.WorkspacePath, &d); err != nil {
+			return d, fmt.Errorf("task %s: %w", t.ID, err)
+		}
+	}
+	return d, nil
+}
+
+// errClosed ends a run's watch at its session's close.
+var errClosed = errors.New("session closed")
+
+// runOnce starts one try of a task, follows its session until it closes
+// or the run timeout passes, and grades it.
+func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start events.SessionStarted, try int) Run {
+	r := Run{Try: try}
+	start.Labels = maps.Clone(start.Labels)
+	if start.Labels == nil {
+		start.Labels = map[string]string{}
+	}
+	start.Labels[LabelEval], start.Labels[LabelTask], start.Labels[LabelTry] = o.ID, t.ID, fmt.Sprint(try)
+	ack, err := c.Start(ctx, "", start)
+	if err != nil {
+		r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("start: %v", err)}
+		return r
+	}
+	r.Session = ack.Session
+
+	var first, last events.Stored
+	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	err = c.Watch(wctx, r.Session, func(ev events.Stored) error {
+		if first.Seq == 0 {
+			first = ev
+		}
+		last = ev
+		if ev.Type == events.TypeSessionClosed {
+			return errClosed
+		}
+		return nil
+	})
+	cancel()
+	switch {
+	case errors.Is(err, errClosed):
+		r.Closed = true
+	case ctx.Err() != nil:
+		r.Failure = &Failure{Cause: CauseError, Detail: "interrupted"}
+		return r
+	case errors.Is(err, context.DeadlineExceeded):
+		r.Failure = &Failure{Cause: CauseTimeout, Detail: fmt.Sprintf("not closed within %s", o.Timeout)}
+		// Stop its agents; a close that loses the race with the
+		// workflow's own is refused, and the state below says which.
+		_, _ = c.Close(ctx, r.Session, events.SessionClosed{Outcome: OutcomeTimeout, Reason: fmt.Sprintf("rath eval %s: not closed within %s", o.ID, o.Timeout)})
+	default:
+		r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("watch: %v", err)}
+	}
+	if r.Closed {
+		r.LatencyMS = last.Time.Sub(first.Time).Milliseconds()
+	}
+
+	st, err := c.State(ctx, r.Session)
+	if err != nil {
+		if r.Failure == nil {
+			r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("state: %v", err)}
+		}
+		return r
+	}
+	r.TokensIn, r.TokensOut = st.Usage.Total.In, st.Usage.Total.Out
+	if st.Status == session.StatusClosed || st.Status == session.StatusArchived {
+		r.Outcome, r.CloseReason = st.Outcome, st.CloseReason
+	}
+	if r.Closed {
+		r.Failure = t.Grader.Grade(st, last)
+		r.Passed = r.Failure == nil
+	}
+	verify(ctx, c, &r)
+	return r
+}
+
+// verify records the session's signed head, as the ledger's verify
+// reports it.
+func verify(ctx context.Context, c *client.Client, r *Run) {
+	v, err := c.Verify(ctx, r.Session)
+	if err != nil {
+		r.Fault = err.Error()
+		return
+	}
+	r.Head, r.HeadHash, r.HeadSig, r.KeyID, r.Verified = v.Head, v.HeadHash, v.HeadSig, v.KeyID, v.OK
+	if v.Fault != nil {
+		r.Fault = fmt.Sprintf("seq %d of %s: %s", v.Fault.Seq, v.Fault.Session, v.Fault.Reason)
+	}
+}

@@ -1,0 +1,319 @@
+// Package eval runs a task set against a Rath deployment many times and
+// says how good the agent is: each run is a session, graded from its
+// recorded final state, and the report's metrics (pass@1, pass^k, pass@k,
+// tokens, latency, failures by cause) are computed from those sessions.
+package eval
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/openrath/rath/internal/workflow"
+)
+
+// Set is a task file, loaded and checked: every workflow parses, every
+// workspace is a directory, every grader compiles.
+type Set struct {
+	// Path is the file as named to Load.
+	Path  string
+	Tasks []*Task
+}
+
+// Task is one task of a set: what to ask, with which workflow and
+// workspace, and how to grade a run.
+type Task struct {
+	ID   string
+	Text string
+	// WorkflowPath and WorkspacePath are the file's paths resolved against
+	// the task file's directory (WorkspacePath "" when the task has none).
+	WorkflowPath  string
+	WorkspacePath string
+	Grader        Grader
+
+	wf *workflow.Workflow
+}
+
+// Workflow returns the task's workflow, parsed when the set was loaded.
+func (t *Task) Workflow() *workflow.Workflow { return t.wf }
+
+// Fields of the file's mappings; any other key is a problem, so a misspelt
+// key never silently means "unset".
+var (
+	fileFields   = []string{"tasks"}
+	taskFields   = []string{"id", "task", "workflow", "workspace", "grader"}
+	graderFields = []string{"outcome", "cel"}
+)
+
+// taskID is what a task ID may be: it is a label value and a name in the
+// report, so it stays plain.
+var taskID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Problem is one thing wrong with a task file, at a line (0: unknown) and a
+// field path such as tasks[1].grader.cel.
+type Problem struct {
+	Line    int
+	Field   string
+	Message string
+}
+
+// FileError is Load's error for a task file that is not valid: every
+// problem found, ordered by line, each as "path:line: field: message".
+type FileError struct {
+	Path     string
+	Problems []Problem
+}
+
+func (e *FileError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		var b strings.Builder
+		b.WriteString(e.Path)
+		if p.Line > 0 {
+			fmt.Fprintf(&b, ":%d", p.Line)
+		}
+		b.WriteString(": ")
+		if p.Field != "" {
+			b.WriteString(p.Field + ": ")
+		}
+		b.WriteString(p.Message)
+		lines[i] = b.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Load reads and checks a task file (docs/eval.md). Workflow and workspace
+// paths are relative to the file's directory. Any problem fails the whole
+// file with a *FileError listing all of them, so that no session starts
+// for a set that cannot be graded.
+func Load(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load task file: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse is Load on the file's contents; path names the file in problems
+// and anchors the relative paths, which Parse opens.
+func Parse(data []byte, path string) (*Set, error) {
+	p := &parser{dir: filepath.Dir(path)}
+	set := &Set{Path: path}
+	if root := p.document(data); root != nil {
+		p.mapping(root, "", fileFields, func(key string, v *yaml.Node, f string) {
+			p.list(v, f, func(v *yaml.Node, f string) {
+				if t := p.task(v, f); t != nil {
+					set.Tasks = append(set.Tasks, t)
+				}
+			})
+		})
+		if len(set.Tasks) == 0 && len(p.problems) == 0 {
+			p.add(root.Line, "tasks", "no tasks: the file needs a tasks list with at least one task")
+		}
+		p.unique(set.Tasks)
+	}
+	if len(p.problems) > 0 {
+		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
+		return nil, &FileError{Path: path, Problems: p.problems}
+	}
+	return set, nil
+}
+
+type parser struct {
+	dir      string
+	problems []Problem
+	// idLines are the lines of the task IDs, for the duplicate check.
+	idLines map[*Task]int
+}
+
+func (p *parser) add(line int, field, format string, args ...any) {
+	p.problems = append(p.problems, Problem{Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func (p *parser) document(data []byte) *yaml.Node {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.add(0, "", "empty task file")
+			return nil
+		}
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			p.add(n, "", "invalid YAML: %s", m[2])
+		} else {
+			p.add(0, "", "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		return nil
+	}
+	root := &doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	return root
+}
+
+// mapping calls fn for each key of a mapping node, refusing keys not in
+// fields.
+func (p *parser) mapping(n *yaml.Node, field string, fields []string, fn func(key string, v *yaml.Node, f string)) {
+	if n.Kind != yaml.MappingNode {
+		p.add(n.Line, field, "expected a mapping with %s", strings.Join(fields, ", "))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f := k.Value
+		if field != "" {
+			f = field + "." + k.Value
+		}
+		if !slices.Contains(fields, k.Value) {
+			p.add(k.Line, f, "unknown field (fields: %s)", strings.Join(fields, ", "))
+			continue
+		}
+		fn(k.Value, v, f)
+	}
+}
+
+func (p *parser) list(n *yaml.Node, field string, fn func(v *yaml.Node, f string)) {
+	if n.Kind != yaml.SequenceNode {
+		p.add(n.Line, field, "expected a list")
+		return
+	}
+	for i, v := range n.Content {
+		fn(v, fmt.Sprintf("%s[%d]", field, i))
+	}
+}
+
+func (p *parser) str(n *yaml.Node, field string) string {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.add(n.Line, field, "expected a string")
+		return ""
+	}
+	return n.Value
+}
+
+// task parses one task; it returns nil for an entry that is not a mapping.
+func (p *parser) task(n *yaml.Node, field string) *Task {
+	if n.Kind != yaml.MappingNode {
+		p.add(n.Line, field, "expected a task: a mapping with %s", strings.Join(taskFields, ", "))
+		return nil
+	}
+	t := &Task{}
+	var graderSeen bool
+	p.mapping(n, field, taskFields, func(key string, v *yaml.Node, f string) {
+		switch key {
+		case "id":
+			if t.ID = p.str(v, f); t.ID != "" && !taskID.MatchString(t.ID) {
+				p.add(v.Line, f, "%q is not a task ID: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64", t.ID)
+			}
+			if p.idLines == nil {
+				p.idLines = map[*Task]int{}
+			}
+			p.idLines[t] = v.Line
+		case "task":
+			t.Text = p.str(v, f)
+		case "workflow":
+			if rel := p.str(v, f); rel != "" {
+				t.WorkflowPath = p.path(rel)
+				wf, err := workflow.Load(t.WorkflowPath)
+				if err == nil {
+					err = wf.CheckScripts()
+				}
+				if err != nil {
+					p.add(v.Line, f, "%v", err)
+				}
+				t.wf = wf
+			}
+		case "workspace":
+			if rel := p.str(v, f); rel != "" {
+				t.WorkspacePath = p.path(rel)
+				if info, err := os.Stat(t.WorkspacePath); err != nil {
+					p.add(v.Line, f, "%v", err)
+				} else if !info.IsDir() {
+					p.add(v.Line, f, "%s is not a directory", t.WorkspacePath)
+				}
+			}
+		case "grader":
+			graderSeen = true
+			t.Grader = p.grader(v, f)
+		}
+	})
+	for _, req := range []struct {
+		name  string
+		empty bool
+	}{{"id", t.ID == ""}, {"task", t.Text == ""}, {"workflow", t.WorkflowPath == ""}, {"grader", !graderSeen}} {
+		if req.empty && !p.reported(field+"."+req.name) {
+			p.add(n.Line, field+"."+req.name, "required")
+		}
+	}
+	return t
+}
+
+func (p *parser) grader(n *yaml.Node, field string) Grader {
+	var g Grader
+	p.mapping(n, field, graderFields, func(key string, v *yaml.Node, f string) {
+		switch key {
+		case "outcome":
+			g.Outcome = p.str(v, f)
+		case "cel":
+			src := p.str(v, f)
+			if src == "" {
+				return
+			}
+			cond, err := workflow.CompileCondition(src)
+			if err != nil {
+				p.add(v.Line, f, "invalid grader: %v", err)
+				return
+			}
+			g.CEL = cond
+		}
+	})
+	if n.Kind == yaml.MappingNode && g.Outcome == "" && g.CEL == nil && !p.reportedUnder(field) {
+		p.add(n.Line, field, "a grader needs outcome, cel or both")
+	}
+	return g
+}
+
+// path resolves a path of the file against the file's directory.
+func (p *parser) path(rel string) string {
+	if filepath.IsAbs(rel) {
+		return rel
+	}
+	return filepath.Join(p.dir, rel)
+}
+
+func (p *parser) reported(field string) bool {
+	return slices.ContainsFunc(p.problems, func(pr Problem) bool { return pr.Field == field })
+}
+
+func (p *parser) reportedUnder(field string) bool {
+	return slices.ContainsFunc(p.problems, func(pr Problem) bool {
+		return pr.Field == field || strings.HasPrefix(pr.Field, field+".")
+	})
+}
+
+// unique reports a task ID used twice, at its second use.
+func (p *parser) unique(tasks []*Task) {
+	first := map[string]int{}
+	for _, t := range tasks {
+		if t.ID == "" {
+			continue
+		}
+		if line, dup := first[t.ID]; dup {
+			p.add(p.idLines[t], "", "task ID %q is used twice (first at line %d)", t.ID, line)
+			continue
+		}
+		first[t.ID] = p.idLines[t]
+	}
+}
