@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/internal/eval"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
+)
+
+// rath eval against a whole runtime with scripted agents: two tasks, two
+// tries each; one task's workflow closes as succeeded and passes its
+// grader, the other's closes as failed. Every metric of the report is
+// checked against the recorded sessions it names: their labels, outcomes,
+// usage, event times and signed heads.
+func TestEval(t *testing.T) {
+	ctx := context.Background()
+	cfg := demoConfig(t.TempDir())
+	cfg.ToolRunner.Backend = "local"
+	rt, err := startRuntime(ctx, cfg, "rath-eval-test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop() })
+	rt.StartLoop()
+	upCreds.Store(rt.URL, rt.Creds)
+	waitReady(t, rt.URL)
+	c, err := client.New(rt.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A grader that does not compile refuses the file, naming the line,
+	// before any session starts.
+	r := rath(t, rt.URL, "eval", "testdata/eval/bad-grader.yaml")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "bad-grader.yaml:10: tasks[1].grader.cel: invalid grader: state has no field \"turn\"") {
+		t.Fatalf("a grader that does not compile: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if sessions, err := c.List(ctx, api.ListRequest{}); err != nil || len(sessions) != 0 {
+		t.Fatalf("sessions after a refused task file: %v, %v", sessions, err)
+	}
+
+	out := filepath.Join(t.TempDir(), "report")
+	r = rath(t, rt.URL, "eval", "testdata/eval/tasks.yaml", "--runs", "2", "--concurrency", "2", "--run-timeout", "2m", "--out", out, "--json")
+	if r.code != exitOK {
+		t.Fatalf("rath eval: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep eval.Report
+	decode(t, r.stdout, &rep)
+	if rep.Format != eval.ReportFormat || rep.K != 2 || len(rep.Tasks) != 2 || rep.Tasks[0].ID != "answers" || rep.Tasks[1].ID != "gives-up" {
+		t.Fatalf("report: %+v", rep)
+	}
+
+	// What the recorded sessions say, run by run.
+	wantOutcome := map[string]string{"answers": "succeeded", "gives-up": "failed"}
+	var all []eval.Run
+	for _, task := range rep.Tasks {
+		var passed []bool
+		var in, outTok int64
+		var lat []time.Duration
+		if len(task.Runs) != 2 {
+			t.Fatalf("task %s: %d runs, want 2", task.ID, len(task.Runs))
+		}
+		for i, run := range task.Runs {
+			st, err := c.State(ctx, run.Session)
+			if err != nil {
+				t.Fatalf("task %s try %d: session %q: %v", task.ID, run.Try, run.Session, err)
+			}
+			if want := map[string]string{eval.LabelEval: rep.ID, eval.LabelTask: task.ID, eval.LabelTry: fmt.Sprint(i + 1)}; st.Labels[eval.LabelEval] != want[eval.LabelEval] ||
+				st.Labels[eval.LabelTask] != want[eval.LabelTask] || st.Labels[eval.LabelTry] != want[eval.LabelTry] || run.Try != i+1 {
+				t.Errorf("task %s try %d: labels %v, want %v", task.ID, run.Try, st.Labels, want)
+			}
+			if _, seeded := st.Labels[client.LabelWorkspace]; seeded != (task.ID == "answers") {
+				t.Errorf("task %s: workspace label %v", task.ID, st.Labels)
+			}
+			if st.Outcome != wantOutcome[task.ID] || run.Outcome != st.Outcome || run.CloseReason != st.CloseReason || !run.Closed {
+				t.Errorf("task %s try %d: session closed %q (%s), run says %q (%s), closed %v", task.ID, run.Try, st.Outcome, st.CloseReason, run.Outcome, run.CloseReason, run.Closed)
+			}
+			pass := st.Outcome == "succeeded" && st.Counts.Turns == 1
+			if run.Passed != pass {
+				t.Errorf("task %s try %d: passed %v, but the session closed %s after %d turns", task.ID, run.Try, run.Passed, st.Outcome, st.Counts.Turns)
+			}
+			if !pass && (run.Failure == nil || run.Failure.Cause != eval.CauseOutcome || !strings.Contains(run.Failure.Detail, "closed failed, want succeeded (the agent gave up)")) {
+				t.Errorf("task %s try %d: failure %+v", task.ID, run.Try, run.Failure)
+			}
+			passed = append(passed, pass)
+			if run.TokensIn != st.Usage.Total.In || run.TokensOut != st.Usage.Total.Out || st.Usage.Total.In == 0 {
+				t.Errorf("task %s try %d: tokens %d/%d, the session used %d/%d", task.ID, run.Try, run.TokensIn, run.TokensOut, st.Usage.Total.In, st.Usage.Total.Out)
+			}
+			in += st.Usage.Total.In
+			outTok += st.Usage.Total.Out
+			log, err := c.Log(ctx, run.Session, client.Range{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := log[len(log)-1].Time.Sub(log[0].Time)
+			if log[len(log)-1].Type != events.TypeSessionClosed || run.LatencyMS != d.Milliseconds() {
+				t.Errorf("task %s try %d: latency %dms, the log spans %s to its %s", task.ID, run.Try, run.LatencyMS, d, log[len(log)-1].Type)
+			}
+			lat = append(lat, time.Duration(run.LatencyMS)*time.Millisecond)
+			v, err := c.Verify(ctx, run.Session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !v.OK || v.HeadSig == "" || run.Head != v.Head || run.HeadHash != v.HeadHash || run.HeadSig != v.HeadSig || run.KeyID != v.KeyID || !run.Verified {
+				t.Errorf("task %s try %d: head %d %s %s, verify says %+v", task.ID, run.Try, run.Head, run.HeadHash, run.HeadSig, v)
+			}
+			all = append(all, run)
+		}
+		want := eval.Summary{Runs: 2, Passed: count(passed), PassAt1: eval.PassAt1(passed), PassHatK: b2f(eval.PassHatK(passed)), PassAtK: b2f(eval.PassAtK(passed)),
+			TokensIn: in, TokensOut: outTok, LatencyP50: eval.Percentile(lat, 50).Milliseconds(), LatencyP95: eval.Percentile(lat, 95).Milliseconds()}
+		got := task.Summary
+		got.ByCause, got.Failures = nil, nil
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("task %s:\n got %+v\nwant %+v", task.ID, got, want)
+		}
+	}
+	// The known outcomes: every try of answers passed, none of gives-up's.
+	if a, g := rep.Tasks[0].Summary, rep.Tasks[1].Summary; a.PassHatK != 1 || g.PassAtK != 0 || g.ByCause[eval.CauseOutcome] != 2 {
+		t.Errorf("answers %+v, gives-up %+v", a, g)
+	}
+	if o := rep.Overall; o.Runs != 4 || o.Passed != 2 || o.PassAt1 != 0.5 || o.PassHatK != 0.5 || o.PassAtK != 0.5 ||
+		o.TokensIn != rep.Tasks[0].Summary.TokensIn+rep.Tasks[1].Summary.TokensIn || !reflect.DeepEqual(o.ByCause, map[string]int{eval.CauseOutcome: 2}) {
+		t.Errorf("overall: %+v", o)
+	}
+	if sessions, err := c.List(ctx, api.ListRequest{Labels: map[string]string{eval.LabelEval: rep.ID}}); err != nil || len(sessions) != len(all) {
+		t.Errorf("sessions labelled eval=%s: %d, %v; want %d", rep.ID, len(sessions), err, len(all))
+	}
+
+	// --out wrote the same report, and its page names every session.
+	written, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromFile eval.Report
+	decode(t, string(written), &fromFile)
+	if !reflect.DeepEqual(fromFile, rep) {
+		t.Errorf("report.json differs from --json:\n%s", written)
+	}
+	page, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range all {
+		if !strings.Contains(string(page), "`"+run.Session+"`") || !strings.Contains(string(page), run.HeadSig) {
+			t.Errorf("report.md lacks session %s or its head signature:\n%s", run.Session, page)
+		}
+	}
+
+	// A run that does not close in time is closed by the eval, and counted
+	// as a timeout; the terminal table says so.
+	r = rath(t, rt.URL, "eval", "testdata/eval/timeout.yaml", "--run-timeout", "1s", "--id", "ev-timeout")
+	if r.code != exitOK {
+		t.Fatalf("rath eval of a task that never closes: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"eval ev-timeout of testdata/eval/timeout.yaml: 1 tasks × 1 runs", "TASK", "PASS^1",
+		"never-closes", "failures by cause: timeout 1", "1×  timeout: not closed within 1s", "fail (timeout)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("rath eval printed no %q:\n%s", want, r.stdout)
+		}
+	}
+	sessions, err := c.List(ctx, api.ListRequest{Labels: map[string]string{eval.LabelEval: "ev-timeout"}})
+	if err != nil || len(sessions) != 1 {
+		t.Fatalf("the timed-out run's session: %v, %v", sessions, err)
+	}
+	if st, err := c.State(ctx, sessions[0].ID); err != nil || st.Outcome != eval.OutcomeTimeout || !strings.Contains(r.stdout, sessions[0].ID) {
+		t.Errorf("the timed-out run's session %s: %+v, %v", sessions[0].ID, st, err)
+	}
+}
+
+// rath eval's usage errors and an unreachable deployment.
+func TestEvalRefuses(t *testing.T) {
+	url := "nats://127.0.0.1:1" // nothing listens there
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--runs", "0"); r.code != exitUsage || !strings.Contains(r.stderr, "--runs 0") {
+		t.Errorf("--runs 0: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/missing.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "missing.yaml") {
+		t.Errorf("a missing file: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml"); r.code != exitUnavailable {
+		t.Errorf("no deployment: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
