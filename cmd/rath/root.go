@@ -168,6 +168,7 @@ quota (the tenant is at a quota of the ledger's: the message names it).`,
 	root.AddCommand(a.approvalCmds()...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())
 	root.AddCommand(a.replayCmd(), a.diffCmd())
+	root.AddCommand(a.evalCmd())
 	root.AddCommand(a.credsCmd(), a.consoleCmd())
 	return root
 }
