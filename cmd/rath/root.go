@@ -83,20 +83,23 @@ func execute(ctx context.Context, e env) int {
 	defer a.close()
 	root := a.root()
 	root.SetArgs(e.Args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
-	if !a.started {
+	// Only a command line cobra could not parse (an unknown command or
+	// flag, a wrong number of arguments) gets the pointer to --help: the
+	// other usage errors name the flag or the file, which --help would not.
+	parse := !a.started
+	if parse {
 		err = usageError{err}
 	}
-	err = a.explain(err)
+	err = a.forPeople(a.explain(err))
 	fmt.Fprintf(e.Stderr, "rath: %v\n", err)
-	code := exitCode(err)
-	if code == exitUsage {
-		fmt.Fprintln(e.Stderr, "Run 'rath --help' for usage.")
+	if parse {
+		fmt.Fprintf(e.Stderr, "Run '%s --help' for usage.\n", strings.Replace(cmd.CommandPath(), root.Name(), e.self(), 1))
 	}
-	return code
+	return exitCode(err)
 }
 
 // root builds the command tree.

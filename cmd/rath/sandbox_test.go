@@ -250,3 +250,26 @@ func TestDoctorChecksTheDeployment(t *testing.T) {
 		t.Fatalf("doctor of a --nats that is not there: %+v", r)
 	}
 }
+
+// A move to local where the operator keeps sessions isolated says it is not
+// allowed, and how the operator allows it; local itself works here.
+func TestMoveToLocalNotAllowed(t *testing.T) {
+	needBwrap(t)
+	cfg := demoConfig(t.TempDir())
+	cfg.ToolRunner.Backend = "bwrap"
+	rt, err := startRuntime(context.Background(), cfg, "rath-to-test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop() })
+	rt.StartLoop()
+	upCreds.Store(rt.URL, rt.Creds)
+	waitReady(t, rt.URL)
+
+	ok(t, rt.URL, "start", "--id", "s1")
+	r := rath(t, rt.URL, "to", "s1", "local", "--reason", "debug on the host")
+	if r.code != exitRefused || !strings.Contains(r.stderr, "sandbox backend local is not allowed on this tool runner") ||
+		!strings.Contains(r.stderr, "--sandbox-allow-local") || strings.Contains(r.stderr, "does not work") || strings.Contains(r.stderr, "--help") {
+		t.Errorf("a move to local without --sandbox-allow-local: %+v, want exit %d saying it is not allowed and naming the flag", r, exitRefused)
+	}
+}

@@ -103,7 +103,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		// Any client of the bus could otherwise take its sessions out of
 		// isolation with a workflow or a move request.
 		delete(ready, events.BackendLocal)
-		gone[events.BackendLocal] = fmt.Errorf("the runner's default, %s, isolates, and its operator does not let sessions leave it (--sandbox-allow-local)", sandboxes.Default)
+		gone[events.BackendLocal] = &runner.NotAllowedError{Backend: events.BackendLocal, Default: sandboxes.Default}
 	}
 	var limits []string
 	for _, b := range sandboxes.Backends {

@@ -60,6 +60,10 @@ func (b *Backends) Get(name string) (Backend, error) {
 
 func (b *Backends) why(name string) error {
 	if err, ok := b.broken[name]; ok {
+		var denied *NotAllowedError
+		if errors.As(err, &denied) {
+			return denied // it works; the operator keeps sessions off it
+		}
 		return &UnavailableError{Backend: name, Err: err}
 	}
 	if !slices.Contains(events.Backends(), name) {
@@ -89,3 +93,16 @@ func (e *UnavailableError) Error() string {
 }
 
 func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// NotAllowedError is a backend that works here but that the runner's
+// operator does not let sessions use: local, while the default isolates
+// and the runner was not started with --sandbox-allow-local.
+type NotAllowedError struct {
+	Backend string
+	// Default is the runner's default backend, which isolates.
+	Default string
+}
+
+func (e *NotAllowedError) Error() string {
+	return fmt.Sprintf("sandbox backend %s is not allowed on this tool runner: its default, %s, isolates, and its operator has not let sessions leave isolation (start rath up, or the tool runner, with --sandbox-allow-local to allow it)", e.Backend, e.Default)
+}
