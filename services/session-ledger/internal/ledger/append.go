@@ -347,7 +347,7 @@ func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind
 	if kind.Token == events.TokenLifecycle {
 		rec := eventstore.Record{
 			ID: st.ID, Tenant: tenantOf(st), Status: string(st.Status), Outcome: st.Outcome, Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
-			Workflow: st.Workflow, Task: events.Clip(st.Task, indexTask), Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
+			Workflow: st.Workflow, Task: indexTaskOf(st.Task), Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
 		}
 		if err := l.store.PutRecord(ctx, rec); err != nil {
 			l.log.Warn("session index not updated", "session", st.ID, "seq", st.Seq, "err", err)
@@ -578,6 +578,18 @@ func NewSessionID() string { return events.NewID() }
 
 // indexTask is how much of a session's task its index record keeps.
 const indexTask = 200
+
+// indexTaskOf is the part of a task an index record keeps: its first
+// indexTask characters as written, line breaks included, so a list can
+// show its first line (a markdown task's title), not its lines run
+// together.
+func indexTaskOf(task string) string {
+	r := []rune(strings.TrimSpace(task))
+	if len(r) <= indexTask {
+		return string(r)
+	}
+	return string(r[:indexTask-1]) + "…"
+}
 
 // storedOf is the stored form of an event the ledger just sealed, without
 // parsing the body again.

@@ -145,7 +145,7 @@ func (l *Ledger) headOf(ctx context.Context, id string) (position, error) {
 		return position{}, err
 	}
 	st := e.state
-	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Task: events.Clip(st.Task, indexTask), Labels: st.Labels, Tenant: tenantOf(st)}, nil
+	return position{Seq: st.Seq, Hash: st.Hash, Workflow: st.Workflow, Task: indexTaskOf(st.Task), Labels: st.Labels, Tenant: tenantOf(st)}, nil
 }
 
 // head returns a copy of the current state of a session.

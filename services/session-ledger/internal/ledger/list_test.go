@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +106,22 @@ func TestListPages(t *testing.T) {
 	} {
 		if _, err := r.c.ListPage(ctx, f); !errors.Is(err, api.ErrMalformed) {
 			t.Errorf("%s: %v, want malformed", name, err)
+		}
+	}
+
+	// A task is listed as written, its lines apart (a list shows the
+	// first), up to its first 200 characters; a fork's as its parent's.
+	task := "# Slugs keep capitals\n\n`slug.Make` returns " + strings.Repeat("x", 300)
+	if _, err := r.c.Start(ctx, "md", events.SessionStarted{Task: task}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Fork(ctx, api.ForkRequest{Parent: "md", ID: "md-b"}); err != nil {
+		t.Fatal(err)
+	}
+	want := string([]rune(task)[:199]) + "…"
+	for _, s := range mustList(t, r, api.ListRequest{Match: "md"}) {
+		if s.Task != want {
+			t.Errorf("%s is listed with task %q, want %q", s.ID, s.Task, want)
 		}
 	}
 }
