@@ -116,7 +116,7 @@ func TestEval(t *testing.T) {
 			}
 			all = append(all, run)
 		}
-		want := eval.Summary{Runs: 2, Passed: count(passed), PassAt1: eval.PassAt1(passed), PassHatK: b2f(eval.PassHatK(passed)), PassAtK: b2f(eval.PassAtK(passed)),
+		want := eval.Summary{Runs: 2, Passed: count(passed), Closed: 2, PassAt1: eval.PassAt1(passed), PassHatK: b2f(eval.PassHatK(passed)), PassAtK: b2f(eval.PassAtK(passed)),
 			TokensIn: in, TokensOut: outTok, LatencyP50: eval.Percentile(lat, 50).Milliseconds(), LatencyP95: eval.Percentile(lat, 95).Milliseconds()}
 		got := task.Summary
 		got.ByCause, got.Failures = nil, nil

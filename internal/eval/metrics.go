@@ -53,6 +53,9 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 type Summary struct {
 	Runs   int `json:"runs"`
 	Passed int `json:"passed"`
+	// Closed counts the runs whose session closed by itself within the run
+	// timeout: those the latencies are over.
+	Closed int `json:"closed"`
 	// PassAt1 is the mean success of the runs (for Overall, the mean of the
 	// tasks' pass@1, which is the same when every task ran k times).
 	PassAt1 float64 `json:"pass_at_1"`
@@ -64,7 +67,7 @@ type Summary struct {
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
 	// LatencyP50 and LatencyP95 are over the runs that closed, first to
-	// last event, in milliseconds (0: none closed).
+	// last event, in milliseconds (0 when none closed).
 	LatencyP50 int64 `json:"latency_p50_ms"`
 	LatencyP95 int64 `json:"latency_p95_ms"`
 	// ByCause counts the failed runs by cause (CauseOutcome, CauseGrader,
@@ -123,6 +126,7 @@ func summarize(runs []Run) Summary {
 		s.TokensIn += r.TokensIn
 		s.TokensOut += r.TokensOut
 		if r.Closed {
+			s.Closed++
 			lat = append(lat, time.Duration(r.LatencyMS)*time.Millisecond)
 		}
 		if r.Failure != nil {

@@ -25,7 +25,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "TASK\tRUNS\tPASS@1\tPASS^%d\tPASS@%d\tTOKENS IN\tTOKENS OUT\tP50\tP95\n", r.K, r.K)
 	row := func(name string, s Summary) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t%s\n", name, s.Runs, s.PassAt1, s.PassHatK, s.PassAtK,
-			s.TokensIn, s.TokensOut, ms(s.LatencyP50), ms(s.LatencyP95))
+			s.TokensIn, s.TokensOut, latency(s, s.LatencyP50), latency(s, s.LatencyP95))
 	}
 	for _, t := range r.Tasks {
 		row(t.ID, t.Summary)
@@ -69,7 +69,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintln(ew, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	row := func(name string, s Summary) {
 		fmt.Fprintf(ew, "| %s | %d | %.2f | %.2f | %.2f | %d | %d | %s | %s |\n", name, s.Runs, s.PassAt1, s.PassHatK, s.PassAtK,
-			s.TokensIn, s.TokensOut, ms(s.LatencyP50), ms(s.LatencyP95))
+			s.TokensIn, s.TokensOut, latency(s, s.LatencyP50), latency(s, s.LatencyP95))
 	}
 	for _, t := range r.Tasks {
 		row(md(t.ID), t.Summary)
@@ -157,6 +157,14 @@ func byCause(m map[string]int) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// latency prints a percentile of s, or "-" when no run of s closed.
+func latency(s Summary, n int64) string {
+	if s.Closed == 0 {
+		return "-"
+	}
+	return ms(n)
 }
 
 func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() }
