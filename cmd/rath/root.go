@@ -173,6 +173,7 @@ quota (the tenant is at a quota of the ledger's: the message names it).`,
 	root.AddCommand(a.replayCmd(), a.diffCmd())
 	root.AddCommand(a.evalCmd())
 	root.AddCommand(a.credsCmd(), a.consoleCmd())
+	layoutHelp(root)
 	return root
 }
 
