@@ -117,8 +117,9 @@ func (a *app) root() *cobra.Command {
 (the session ledger, the memory service, the selector, the agent worker and
 the tool runner); every other command is a client of the ledger at --nats.
 
-Commands connect as the identity of --creds (default
-./.rath/data/creds/client.creds, which "rath up" writes; env RATH_CREDS).
+Commands connect as the identity of --creds (env RATH_CREDS; default the
+client.creds "rath up" writes in ./.rath/data/creds, here or in the nearest
+parent directory that has one).
 
 Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
 ledger (or by the tool runner: rath to), 5 verify found a broken chain, 6 unavailable (nothing answered; retry),
@@ -152,7 +153,7 @@ quota (the tenant is at a quota of the ledger's: the message names it).`,
 	if creds == "" {
 		creds = defaultCreds
 	}
-	pf.StringVar(&a.creds, "creds", creds, "credentials file of the identity to connect as (env RATH_CREDS; admin.creds beside it for operators)")
+	pf.StringVar(&a.creds, "creds", creds, "credentials file of the identity to connect as (env RATH_CREDS; admin.creds beside it for operators; default: rath up's, here or in a parent directory)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of text")
 	pf.DurationVar(&a.timeout, "timeout", 5*time.Second, "how long to wait for the ledger to answer")
 	root.AddCommand(
