@@ -44,7 +44,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		tw.Flush()
 	}
 
-	fmt.Fprintln(ew, "\nruns (rath log SESSION, rath export SESSION, rath verify SESSION)")
+	fmt.Fprintf(ew, "\nruns (rath ls --label eval=%s; rath log, rath export, rath verify SESSION)\n", r.ID)
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  TASK\tTRY\tSESSION\tRESULT\tOUTCOME\tLATENCY\tHEAD")
 	for _, t := range r.Tasks {

@@ -40,6 +40,7 @@ func TestWriteText(t *testing.T) {
 		"stuck    2     0.00    0.00    0.00    0          0           -      -\n", // no run closed: no latency
 		"overall  4     0.25    0.00    0.50    20         4           900ms  1.5s\n",
 		"failures by cause: grader 1, timeout 1, error 1\n",
+		"runs (rath ls --label eval=ev-1; rath log, rath export, rath verify SESSION)\n",
 		"  flaky  1×  grader: state.turns == 1 || state.tokens > 5 is false\n",
 		"  stuck  1×  timeout: not closed within 1s\n",
 		"  stuck  2    -        fail (error)    -          -        -\n",
