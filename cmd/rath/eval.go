@@ -33,6 +33,9 @@ is 0 when the eval ran, whatever its pass rate; 2 for a task file with a
 problem (each named with its line and field: no session starts), 6 when
 the deployment does not answer. --timeout is how long each request to the
 ledger may take, as for every command; --run-timeout bounds a whole run.`,
+		Example: `  rath eval examples/eval/tasks.yaml --runs 3                 # each task 3 times: pass@1, pass^3, pass@3
+  rath eval examples/eval/tasks.yaml --runs 5 --concurrency 8 --out eval-report   # report.json, report.md
+  rath eval examples/eval/tasks.yaml --json --run-timeout 2m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Runs < 1 || o.Concurrency < 1 || o.Timeout <= 0 {
