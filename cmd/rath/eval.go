@@ -31,7 +31,8 @@ every run's session with its signed head.
 --out DIR writes the report as report.json and report.md. The exit status
 is 0 when the eval ran, whatever its pass rate; 2 for a task file with a
 problem (each named with its line and field: no session starts), 6 when
-the deployment does not answer. --timeout is how long each request to the
+the deployment does not answer; interrupted, it closes the sessions of the
+runs in flight (outcome eval_interrupted) and prints no report. --timeout is how long each request to the
 ledger may take, as for every command; --run-timeout bounds a whole run.`,
 		Example: `  rath eval examples/eval/tasks.yaml --runs 3                 # each task 3 times: pass@1, pass^3, pass@3
   rath eval examples/eval/tasks.yaml --runs 5 --concurrency 8 --out eval-report   # report.json, report.md

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/eval"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -174,6 +175,29 @@ func TestEval(t *testing.T) {
 	}
 	if st, err := c.State(ctx, sessions[0].ID); err != nil || st.Outcome != eval.OutcomeTimeout || !strings.Contains(r.stdout, sessions[0].ID) {
 		t.Errorf("the timed-out run's session %s: %+v, %v", sessions[0].ID, st, err)
+	}
+
+	// An interrupted eval closes the sessions of its runs in flight, so
+	// that their agents stop, and says so.
+	stop, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	var stderr strings.Builder
+	done := make(chan int, 1)
+	go func() {
+		done <- execute(stop, env{Args: append([]string{"--nats", rt.URL, "eval", "testdata/eval/timeout.yaml", "--id", "ev-stop"}, credsArgs(rt.URL)...),
+			Stdin: strings.NewReader(""), Stdout: &strings.Builder{}, Stderr: &stderr})
+	}()
+	var running []api.Session
+	testrig.Eventually(t, time.Minute, "the interrupted eval's run started", func() (bool, string) {
+		running, err = c.List(ctx, api.ListRequest{Labels: map[string]string{eval.LabelEval: "ev-stop"}})
+		return err == nil && len(running) == 1, fmt.Sprint(running, err)
+	})
+	interrupt()
+	if code := <-done; code != exitError || !strings.Contains(stderr.String(), "eval ev-stop interrupted: its runs still open were closed as eval_interrupted") {
+		t.Errorf("interrupted: exit %d, stderr %q", code, stderr.String())
+	}
+	if st, err := c.State(ctx, running[0].ID); err != nil || st.Outcome != eval.OutcomeInterrupted {
+		t.Errorf("the interrupted run's session %s: %+v, %v", running[0].ID, st, err)
 	}
 }
 

@@ -22,9 +22,13 @@ const (
 	LabelTry  = "eval_try"
 )
 
-// OutcomeTimeout is the outcome of a run's session that did not close
-// within the run timeout: the eval closes it, so that its agents stop.
-const OutcomeTimeout = "eval_timeout"
+// Outcomes the eval closes a run's session with, so that its agents stop:
+// OutcomeTimeout when it did not close within the run timeout,
+// OutcomeInterrupted when the eval was interrupted while it ran.
+const (
+	OutcomeTimeout     = "eval_timeout"
+	OutcomeInterrupted = "eval_interrupted"
+)
 
 // Options are how Run runs a set.
 type Options struct {
@@ -105,7 +109,9 @@ type Report struct {
 // error there (the deployment unreachable, a refused upload) returns with
 // no session started. A run that cannot start, does not close in time or
 // fails its grader is a failed run with its cause, not an error; Execute
-// returns an error only for that preparation and when ctx ends.
+// returns an error only for that preparation and when ctx ends; then the
+// sessions of the runs in flight are closed (OutcomeInterrupted), and no
+// more start.
 func Execute(ctx context.Context, c *client.Client, set *Set, o Options) (*Report, error) {
 	if o.Runs < 1 || o.Concurrency < 1 || o.Timeout <= 0 {
 		return nil, fmt.Errorf("eval: runs %d, concurrency %d and timeout %s must be positive", o.Runs, o.Concurrency, o.Timeout)
@@ -166,7 +172,7 @@ feed:
 	close(jobs)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("eval %s: %w", o.ID, err)
+		return nil, fmt.Errorf("eval %s interrupted: its runs still open were closed as %s: %w", o.ID, OutcomeInterrupted, err)
 	}
 	for i := range rep.Tasks {
 		rep.Tasks[i].Summary = Summarize(rep.Tasks[i].Runs)
@@ -205,16 +211,21 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 		start.Labels = map[string]string{}
 	}
 	start.Labels[LabelEval], start.Labels[LabelTask], start.Labels[LabelTry] = o.ID, t.ID, fmt.Sprint(try)
-	ack, err := c.Start(ctx, "", start)
-	if err != nil {
+	// The eval names the session, so that it can close one whose start
+	// was interrupted before the ledger's answer came back.
+	id := events.NewID()
+	if _, err := c.Start(ctx, id, start); err != nil {
 		r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("start: %v", err)}
+		if ctx.Err() != nil {
+			interrupted(ctx, c, o, id)
+		}
 		return r
 	}
-	r.Session = ack.Session
+	r.Session = id
 
 	var first, last events.Stored
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	err = c.Watch(wctx, r.Session, func(ev events.Stored) error {
+	err := c.Watch(wctx, r.Session, func(ev events.Stored) error {
 		if first.Seq == 0 {
 			first = ev
 		}
@@ -230,6 +241,7 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 		r.Closed = true
 	case ctx.Err() != nil:
 		r.Failure = &Failure{Cause: CauseError, Detail: "interrupted"}
+		interrupted(ctx, c, o, r.Session)
 		return r
 	case errors.Is(err, context.DeadlineExceeded):
 		r.Failure = &Failure{Cause: CauseTimeout, Detail: fmt.Sprintf("not closed within %s", o.Timeout)}
@@ -260,6 +272,13 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 	}
 	verify(ctx, c, &r)
 	return r
+}
+
+// interrupted closes the session of a run the eval's interruption cut
+// short: the eval is ending, and its open runs must not go on spending. A
+// session that closed meanwhile, or never started, refuses the close.
+func interrupted(ctx context.Context, c *client.Client, o Options, id string) {
+	_, _ = c.Close(context.WithoutCancel(ctx), id, events.SessionClosed{Outcome: OutcomeInterrupted, Reason: fmt.Sprintf("rath eval %s was interrupted", o.ID)})
 }
 
 // verify records the session's signed head, as the ledger's verify
