@@ -59,10 +59,11 @@ func TestCredentialErrors(t *testing.T) {
 		}
 	})
 	t.Run("permission lacking", func(t *testing.T) {
-		// The ledger's identity answers requests; it may not ask them.
+		// The ledger's identity answers requests; it may not ask them (the
+		// first a start of a workflow asks is the tool registry).
 		wf := filepath.Join("..", "..", "examples", "fix-calc", "workflow.yaml")
 		r := rathWith(env{}, "--nats", url, "--creds", creds(auth.RoleLedger), "--timeout", "2s", "start", "--workflow", wf)
-		if r.code != exitDenied || !strings.Contains(r.stderr, creds(auth.RoleLedger)) || !strings.Contains(r.stderr, "rath.ledger.rath.ledger.putblob") {
+		if r.code != exitDenied || !strings.Contains(r.stderr, creds(auth.RoleLedger)) || !strings.Contains(r.stderr, "rath.ledger.rath.ledger.tools") {
 			t.Errorf("exit %d, stderr %q; want %d naming the credentials and the subject", r.code, r.stderr, exitDenied)
 		}
 		// The client's may.
