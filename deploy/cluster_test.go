@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +93,15 @@ func TestComposeClusterForms(t *testing.T) {
 				names[i], srv.Addr(), srv.ClusterAddr(), clusterPorts[names[i]])
 		}
 	}
+	checkClusterServes(t, m, servers)
+}
 
+// checkClusterServes checks that servers form one JetStream cluster enforcing
+// internal/auth's table: the minted ledger identity creates an R3 stream and
+// appends to it, the client identity is refused JetStream, admin deletes the
+// stream.
+func checkClusterServes(t *testing.T, m minted, servers []*server.Server) {
+	t.Helper()
 	connect := func(r auth.Role, extra ...nats.Option) *nats.Conn {
 		t.Helper()
 		opts, _, err := auth.Options(filepath.Join(m.dir, auth.FileName(r)))
@@ -168,4 +178,73 @@ func TestComposeClusterForms(t *testing.T) {
 	if err := admin.DeleteStream(ctx, cfg.Name); err != nil {
 		t.Errorf("admin cannot delete the stream: %v", err)
 	}
+}
+
+// TestOneHostClusterForms starts three nodes from deploy/nats-one-host.conf as
+// docs/operations.md ("Three nodes on one host") starts them: one file, each
+// node's name, ports, store and the shared routes from the environment. The
+// ports are free ones rather than the doc's 4222-4224, 6222-6224 and
+// 8222-8224, which a developer's rath up may hold. The nodes form one
+// JetStream cluster that enforces the roles' permissions.
+func TestOneHostClusterForms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	m := credentials(t)
+	for k, v := range m.nkeys {
+		t.Setenv(k, v)
+	}
+	conf := filepath.Join(repoRoot, "deploy", "nats-one-host.conf")
+	// Chosen together, so that no two nodes get the same port.
+	ports := natstest.FreePorts(t, 3*natsNodes)
+	client, cluster, monitor := ports[:natsNodes], ports[natsNodes:2*natsNodes], ports[2*natsNodes:]
+	routes := make([]string, natsNodes)
+	for i, p := range cluster {
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
+	}
+	t.Setenv("NATS_ROUTES", "["+strings.Join(routes, ", ")+"]")
+	var servers []*server.Server
+	for i := range natsNodes {
+		name := fmt.Sprintf("nats-%d", i+1)
+		store := filepath.Join(t.TempDir(), name)
+		t.Setenv("NATS_SERVER_NAME", name)
+		t.Setenv("NATS_PORT", strconv.Itoa(client[i]))
+		t.Setenv("NATS_CLUSTER_PORT", strconv.Itoa(cluster[i]))
+		t.Setenv("NATS_HTTP_PORT", strconv.Itoa(monitor[i]))
+		t.Setenv("NATS_STORE_DIR", store)
+		opts, err := server.ProcessConfigFile(conf)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// What the file must take from the environment, and keep on loopback.
+		if opts.ServerName != name || opts.Port != client[i] || opts.Cluster.Port != cluster[i] ||
+			opts.HTTPPort != monitor[i] || opts.StoreDir != store || opts.Cluster.Name != "rath" {
+			t.Fatalf("%s: loaded as name %q, ports %d/%d/%d, store %q, cluster %q; want %q, %d/%d/%d, %q, rath",
+				name, opts.ServerName, opts.Port, opts.Cluster.Port, opts.HTTPPort, opts.StoreDir, opts.Cluster.Name,
+				name, client[i], cluster[i], monitor[i], store)
+		}
+		if opts.Host != "127.0.0.1" || opts.Cluster.Host != "127.0.0.1" {
+			t.Errorf("%s: listens on %q, routes on %q; want loopback only", name, opts.Host, opts.Cluster.Host)
+		}
+		if len(opts.Routes) != natsNodes {
+			t.Fatalf("%s: routes %v, want the %d nodes of NATS_ROUTES", name, opts.Routes, natsNodes)
+		}
+		if opts.MaxPayload != maxPayload || !opts.JetStream {
+			t.Errorf("%s: max_payload %d, JetStream %v; want %d and JetStream", name, opts.MaxPayload, opts.JetStream, maxPayload)
+		}
+		opts.NoSigs, opts.NoLog = true, true
+		srv, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		go srv.Start()
+		t.Cleanup(srv.Shutdown)
+		servers = append(servers, srv)
+	}
+	for i, srv := range servers {
+		if !srv.ReadyForConnections(30 * time.Second) {
+			t.Fatalf("nats-%d not ready after 30 s (client listener %v, cluster listener %v)", i+1, srv.Addr(), srv.ClusterAddr())
+		}
+	}
+	checkClusterServes(t, m, servers)
 }
