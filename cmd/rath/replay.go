@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/openrath/rath/internal/replay"
 	"github.com/openrath/rath/internal/rerun"
 	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/client"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 // replayOptions are the flags of rath replay.
@@ -205,6 +208,14 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	if errors.As(err, &open) {
 		return fmt.Errorf("what-if fork %s: not closed (%w); compare later with: %s diff %s %s", open.Fork, open.Err, a.self(), session, open.Fork)
 	}
+	var failed *rerun.TurnFailedError
+	if errors.As(err, &failed) {
+		return &causedError{fmt.Sprintf("what-if fork %s of %s: the turn of %s failed: %s\nThe fork is closed (outcome failed) and stays in the record as %s; once the cause is fixed, %s",
+			failed.Fork, session, failed.Agent, failed.Reason, failed.Fork, a.retryWhatIf(ctx, c, o.id)), err}
+	}
+	if o.id != "" && errors.Is(err, api.ErrExists) {
+		return a.takenWhatIf(ctx, c, session, o.id, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -214,6 +225,55 @@ func (a *app) whatIf(ctx context.Context, session string, o replayOptions) error
 	printContrast(a.Stdout, res.Contrast)
 	fmt.Fprintf(a.Stdout, "\ncompare again with: %s diff %s %s\n", a.self(), session, res.Last)
 	return nil
+}
+
+// retryWhatIf says how to run a what-if again after one under id ("": the
+// ledger's choice) was recorded: a session ID is never reused, so with
+// another --id, one that is free now.
+func (a *app) retryWhatIf(ctx context.Context, c *client.Client, id string) string {
+	if id == "" {
+		return "run the same command again (the ledger names a new fork)"
+	}
+	if free := freeID(ctx, c, id); free != "" {
+		return fmt.Sprintf("run it with --id %s (a session ID is never reused), or without --id", free)
+	}
+	return "run it with another --id (a session ID is never reused), or without --id"
+}
+
+// takenWhatIf explains a what-if refused because its --id names a session
+// that exists: above all the fork of an earlier what-if that failed.
+func (a *app) takenWhatIf(ctx context.Context, c *client.Client, session, id string, err error) error {
+	ov, oerr := c.Overview(ctx, api.StateRequest{Session: id})
+	if oerr != nil || ov.Lineage.Parent != session || !strings.HasPrefix(ov.Lineage.ForkReason, "what-if:") {
+		return err // forPeople words the refusal
+	}
+	what := fmt.Sprintf("an earlier what-if of %s at %d", session, ov.Lineage.ForkSeq)
+	if ov.Status.Ended() && ov.Outcome != "" {
+		what += fmt.Sprintf(" (closed, outcome %s: '%s state %s' says why)", ov.Outcome, a.self(), id)
+	}
+	return &causedError{fmt.Sprintf("session %s exists already (session_exists): it is %s, and stays in the record; %s", id, what, a.retryWhatIf(ctx, c, id)), err}
+}
+
+// freeID is the first of id-2, id-3, … (or, for an id ending in -N, of
+// N+1, N+2, …) that names no session, or "" when the ledger does not say.
+func freeID(ctx context.Context, c *client.Client, id string) string {
+	base, n := id, 2
+	if i := strings.LastIndexByte(id, '-'); i > 0 {
+		if k, err := strconv.Atoi(id[i+1:]); err == nil && k > 0 {
+			base, n = id[:i], k+1
+		}
+	}
+	for end := n + 20; n < end; n++ {
+		next := fmt.Sprintf("%s-%d", base, n)
+		_, err := c.Overview(ctx, api.StateRequest{Session: next})
+		switch {
+		case errors.Is(err, api.ErrNotFound):
+			return next
+		case err != nil:
+			return ""
+		}
+	}
+	return ""
 }
 
 // liveWorkflowCheck checks a live model's flags as the demo's --provider.

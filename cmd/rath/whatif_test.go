@@ -105,6 +105,7 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // The runtime's agent worker allows the server's endpoint, as its operator
 // would (rath up --allow-base-url): the fork's label alone does not.
 func TestWhatIfForkOnALiveModel(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "") // the runtime's agent worker has no key (below)
 	fake := &fakeOpenAI{}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
@@ -197,7 +198,7 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 	// instead of waiting --wait and leaving the fork open.
 	res = rath(t, run.rt.URL, "replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork",
 		"--provider", "openai", "--model", "fake-1", "--base-url", "http://127.0.0.1:9/v1", "--wait", "2m")
-	if res.code == exitOK || !strings.Contains(res.stderr, "what-if turn of coder failed") || !strings.Contains(res.stderr, "the fork is closed") {
+	if res.code == exitOK || !strings.Contains(res.stderr, "the turn of coder failed") || !strings.Contains(res.stderr, "The fork is closed (outcome failed)") {
 		t.Fatalf("failing what-if: exit %d: %s", res.code, res.stderr)
 	}
 	g, err = c.Lineage(ctx, run.root)
@@ -208,5 +209,25 @@ func TestWhatIfForkOnALiveModel(t *testing.T) {
 		if st, err := c.State(ctx, n.Session); err == nil && st.Labels["rath.base_url"] == "http://127.0.0.1:9/v1" && !st.Status.Ended() {
 			t.Errorf("the failed what-if fork %s is still %s", n.Session, st.Status)
 		}
+	}
+
+	// The public endpoint with no key where the agent worker runs: the
+	// message says where the key goes (not the shell of rath replay), and
+	// how to try again; a second try under the same --id is told that the
+	// ID holds the failed what-if, and which one is free.
+	args := []string{"replay", run.root, "--from", strconv.FormatUint(at, 10), "--fork", "--id", "keyless",
+		"--provider", "openai", "--model", "gpt-4o-mini", "--wait", "2m"}
+	res = rath(t, run.rt.URL, args...)
+	for _, want := range []string{"what-if fork keyless of " + run.root + ": the turn of coder failed: ", "this agent worker has no OPENAI_API_KEY",
+		"the environment of the process that runs the agent worker (rath up", "a key set where rath replay or rath start runs does not reach it",
+		"stays in the record as keyless; once the cause is fixed, run it with --id keyless-2"} {
+		if res.code != exitError || !strings.Contains(res.stderr, want) {
+			t.Errorf("what-if without a key: exit %d, stderr %q; want %d and %q", res.code, res.stderr, exitError, want)
+		}
+	}
+	res = rath(t, run.rt.URL, args...)
+	want := "session keyless exists already (session_exists): it is an earlier what-if of " + run.root + " at " + strconv.FormatUint(at, 10) + " (closed, outcome failed: 'rath state keyless' says why), and stays in the record; "
+	if res.code != exitRefused || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "and stays in the record; run it with --id keyless-2 (a session ID is never reused), or without --id") {
+		t.Errorf("what-if again under its --id: exit %d, stderr %q; want %d and %q", res.code, res.stderr, exitRefused, want)
 	}
 }

@@ -15,9 +15,12 @@ import (
 // the protocol knows (the ID of the start event the CLI proposed). The
 // refusal stays the cause: the exit status and errors.Is still see it.
 func (a *app) forPeople(err error) error {
-	var refusal *api.Error
-	if !errors.As(err, &refusal) {
-		return err
+	var (
+		refusal *api.Error
+		worded  *causedError
+	)
+	if !errors.As(err, &refusal) || errors.As(err, &worded) {
+		return err // not the ledger's, or worded for people already
 	}
 	self := a.self()
 	switch refusal.Code {

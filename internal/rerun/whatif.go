@@ -58,6 +58,20 @@ func (e *NotClosedError) Error() string {
 
 func (e *NotClosedError) Unwrap() error { return e.Err }
 
+// TurnFailedError is WhatIf's error when the what-if's own turn failed
+// (its endpoint refused, no API key, the model unreachable): the fork is
+// closed, outcome failed, and stays in the record under its ID, as every
+// session does; another what-if needs another ID.
+type TurnFailedError struct {
+	Session, Fork, Agent string
+	// Reason is the turn's failure as the agent worker recorded it.
+	Reason string
+}
+
+func (e *TurnFailedError) Error() string {
+	return fmt.Sprintf("what-if fork %s: what-if turn of %s failed: %s (the fork is closed, outcome failed)", e.Fork, e.Agent, e.Reason)
+}
+
 // errWatched stops a watch once the session closed.
 var errWatched = errors.New("closed")
 
@@ -144,6 +158,10 @@ func WhatIf(ctx context.Context, c *client.Client, sessionID string, o WhatIfOpt
 		if errors.As(err, &nc) {
 			nc.Session = sessionID
 		}
+		var tf *TurnFailedError
+		if errors.As(err, &tf) {
+			tf.Session = sessionID
+		}
 		return nil, err
 	}
 	d, err := replay.ReadContrast(ctx, c, sessionID, last)
@@ -184,10 +202,12 @@ func waitClosed(ctx context.Context, c *client.Client, fork, turnID string, from
 		}, client.From(from+1))
 		if failed != nil {
 			reason := fmt.Sprintf("what-if turn of %s failed: %s", failed.Agent, failed.Error)
-			if _, cerr := c.Close(ctx, last, events.SessionClosed{Outcome: "failed", Reason: reason}); cerr != nil {
+			// The selector may have closed it first (a failed turn no rule
+			// routes closes its session): closed either way.
+			if _, cerr := c.Close(ctx, last, events.SessionClosed{Outcome: "failed", Reason: reason}); cerr != nil && !errors.Is(cerr, api.ErrClosed) {
 				return "", fmt.Errorf("what-if fork %s: %s; closing it: %w", last, reason, cerr)
 			}
-			return "", fmt.Errorf("what-if fork %s: %s (the fork is closed, outcome failed)", last, reason)
+			return "", &TurnFailedError{Fork: last, Agent: failed.Agent, Reason: failed.Error}
 		}
 		if !errors.Is(err, errWatched) {
 			return "", &NotClosedError{Fork: last, Err: err}

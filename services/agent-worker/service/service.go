@@ -100,8 +100,8 @@ func (c Config) endpoints() (provider.Endpoints, error) {
 // KeysFromEnv reads the provider API keys with getenv.
 func KeysFromEnv(getenv func(string) string) map[string]string {
 	return map[string]string{
-		string(provider.KindOpenAI):    getenv("OPENAI_API_KEY"),
-		string(provider.KindAnthropic): getenv("ANTHROPIC_API_KEY"),
+		string(provider.KindOpenAI):    getenv(provider.KeyEnv(provider.KindOpenAI)),
+		string(provider.KindAnthropic): getenv(provider.KeyEnv(provider.KindAnthropic)),
 	}
 }
 

@@ -17,6 +17,23 @@ const (
 	KindAnthropic Kind = "anthropic"
 )
 
+// ErrNoAPIKey is returned (wrapped) by Validate and New for a public
+// endpoint with no API key: the caller says where the key comes from
+// (KeyEnv).
+var ErrNoAPIKey = errors.New("needs an API key for the public endpoint")
+
+// KeyEnv is the environment variable the API key of a provider kind is read
+// from at the service edge ("" for a kind that needs none).
+func KeyEnv(k Kind) string {
+	switch k {
+	case KindOpenAI:
+		return "OPENAI_API_KEY"
+	case KindAnthropic:
+		return "ANTHROPIC_API_KEY"
+	}
+	return ""
+}
+
 // Config selects and configures a Provider. It is filled once at the service
 // edge; the API key is read from the environment there (see the package
 // documentation), never below.
@@ -53,7 +70,7 @@ func (c Config) Validate() error {
 		}
 	case KindOpenAI, KindAnthropic:
 		if c.BaseURL == "" && c.APIKey == "" {
-			errs = append(errs, fmt.Errorf("%s provider needs an API key for the public endpoint", c.Kind))
+			errs = append(errs, fmt.Errorf("%s provider: %w", c.Kind, ErrNoAPIKey))
 		}
 		if err := c.Endpoints.Validate(); err != nil {
 			errs = append(errs, err)

@@ -271,6 +271,12 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 	if errors.Is(err, provider.ErrEndpointNotAllowed) {
 		return nil, fmt.Errorf("agent %s: %w; no request was sent (an operator allows an endpoint with the agent worker's --allow-base-url %s=URL, or local servers with --allow-loopback-endpoints)", a.Name, err, a.Provider)
 	}
+	if errors.Is(err, provider.ErrNoAPIKey) {
+		// The key is read where the agent worker starts; a person who set
+		// it in the shell of a client (rath replay, rath start) is told
+		// where it goes.
+		return nil, fmt.Errorf("agent %s: %w: this agent worker has no %s; set it in the environment of the process that runs the agent worker (rath up, rath demo, or the agent-worker service) and restart it: a key set where rath replay or rath start runs does not reach it", a.Name, err, provider.KeyEnv(provider.Kind(a.Provider)))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", a.Name, err)
 	}
