@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -22,8 +23,8 @@ import (
 	"github.com/openrath/rath/pkg/events"
 )
 
-// readmeCommand is one `./rath …` or `cp …` line of the README's shell
-// blocks.
+// readmeCommand is one `rath …`, `cp …` or `rm …` line of the README's
+// shell blocks.
 type readmeCommand struct {
 	line    string // as written, continuations joined
 	args    []string
@@ -33,7 +34,7 @@ type readmeCommand struct {
 }
 
 // readmeCommands reads the shell blocks of the README between the headings
-// from and to, and returns their ./rath and cp commands in order.
+// from and to, and returns their rath, cp and rm commands in order.
 func readmeCommands(t *testing.T, readme, from, to string) []readmeCommand {
 	t.Helper()
 	_, rest, ok := strings.Cut(readme, "\n"+from+"\n")
@@ -49,7 +50,7 @@ func readmeCommands(t *testing.T, readme, from, to string) []readmeCommand {
 		src := strings.ReplaceAll(block[1], "\\\n", " ")
 		for _, line := range strings.Split(src, "\n") {
 			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "./rath ") && !strings.HasPrefix(line, "cp ") {
+			if !strings.HasPrefix(line, "rath ") && !strings.HasPrefix(line, "cp ") && !strings.HasPrefix(line, "rm ") {
 				continue
 			}
 			c, err := parseShell(line)
@@ -60,7 +61,7 @@ func readmeCommands(t *testing.T, readme, from, to string) []readmeCommand {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("no ./rath commands between %q and %q", from, to)
+		t.Fatalf("no rath commands between %q and %q", from, to)
 	}
 	return out
 }
@@ -106,10 +107,10 @@ func parseShell(line string) (readmeCommand, error) {
 	if n := len(words); n > 1 && words[n-2] == ">" {
 		c.stdout, words = words[n-1], words[:n-2]
 	}
-	if words[0] == "cp" {
+	if words[0] == "cp" || words[0] == "rm" {
 		c.args = words
 	} else {
-		c.args = words[1:] // without ./rath
+		c.args = words[1:] // without rath
 	}
 	return c, nil
 }
@@ -122,7 +123,9 @@ func parseShell(line string) (readmeCommand, error) {
 // matters: replay reproduces the session started as --id fix, the what-if
 // continues on another model (an OpenAI-compatible server in the test, the
 // one flag added to the README's line) and prints the comparison, and diff
-// compares with a branch that exists.
+// compares with a branch that exists. Its rm lines remove what the commands
+// wrote, so that the clone holds nothing more than rath up's ./.rath after
+// them.
 func TestREADMECommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the agent loop, a replay and a what-if")
@@ -167,7 +170,8 @@ func TestREADMECommands(t *testing.T) {
 	}
 
 	// run runs one command as the README's user does: the client
-	// credentials are found in ./.rath/data, as rath up wrote them.
+	// credentials are found in ./.rath/data, as rath up wrote them. An rm
+	// must name paths that exist: what the commands before it wrote.
 	var bg sync.WaitGroup
 	bgCtx, stopBg := context.WithCancel(ctx)
 	defer func() { stopBg(); bg.Wait() }()
@@ -183,6 +187,20 @@ func TestREADMECommands(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatalf("%s: %v", cmd.line, err)
+			}
+			return result{}
+		}
+		if cmd.args[0] == "rm" {
+			for _, path := range cmd.args[1:] {
+				if strings.HasPrefix(path, "-") {
+					continue
+				}
+				if _, err := os.Stat(path); err != nil {
+					t.Fatalf("%s: nothing to remove: %v", cmd.line, err)
+				}
+				if err := os.RemoveAll(path); err != nil {
+					t.Fatalf("%s: %v", cmd.line, err)
+				}
 			}
 			return result{}
 		}
@@ -248,6 +266,27 @@ func TestREADMECommands(t *testing.T) {
 	}
 	if forked == "" {
 		t.Fatal("the README's Agents at work has no what-if")
+	}
+	// The clone as it was, and rath up's data.
+	left, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if e.Name() != "examples" && e.Name() != ".rath" {
+			t.Errorf("the README's commands leave %s in the clone: remove it with the rm lines", e.Name())
+		}
+	}
+	if err := fs.WalkDir(os.DirFS(filepath.Join("examples", "fix-calc")), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(repo, "examples", "fix-calc", path)); err != nil {
+			t.Errorf("the README's commands leave examples/fix-calc/%s in the clone: remove it with the rm lines", path)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	// The refusal the README quotes.
 	r := rath(t, rt.URL, "replay", "fix", "--from", "12", "--fork", "--provider", "openai", "--model", "m")
