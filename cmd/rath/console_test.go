@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,7 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 		chromedp.WaitVisible(chromedp.CSS(`#sessions tbody tr`)),
 	))
 	list := run(t, ctx, "read the sessions", chromedp.Text(chromedp.CSS(`#sessions`)))
+	badges := run(t, ctx, "read the badges", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#sessions tbody .status')].map(b => b.className + ': ' + b.textContent)`))
 	page1 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 
 	run(t, ctx, "open the root's page", chromedp.Steps(
@@ -137,6 +139,25 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 		chromedp.WaitVisible(chromedp.CSS(`#graph svg`)),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline tbody tr`)),
 	))
+	// The page opens with its newest event beside the timeline, and the
+	// timeline's rows whole: none cut by the header or the bottom edge.
+	opened := run(t, ctx, "wait for the newest event in the side panel", chromedp.Poll[string](`(() => {
+		const h = document.querySelector('#detail h2');
+		return h && h.textContent.startsWith('Event ') ? h.textContent : '';
+	})()`))
+	cut := run(t, ctx, "look for cut rows", chromedp.Evaluate[[]string](`(() => {
+		const box = document.getElementById('timeline-scroll'), b = box.getBoundingClientRect();
+		const top = b.top + box.clientTop + document.querySelector('#timeline thead').getBoundingClientRect().height;
+		const bottom = b.top + box.clientTop + box.clientHeight;
+		return [...document.querySelectorAll('#timeline tbody tr[data-seq]')].filter(r => {
+			const a = r.getBoundingClientRect();
+			return a.bottom > top + 1 && a.top < bottom - 1 && (a.top < top - 1.5 || a.bottom > bottom + 1.5);
+		}).map(r => r.id + ' ' + Math.round(r.getBoundingClientRect().top - top) + '/' + Math.round(bottom - r.getBoundingClientRect().bottom) +
+			' (scrolled ' + box.scrollTop + ' of ' + box.scrollHeight + ', view ' + box.clientHeight + ', window ' + window.innerHeight + ', max ' + box.style.maxHeight +
+			', head ' + document.querySelector('#timeline thead').getBoundingClientRect().height + ', row ' + r.getBoundingClientRect().height + ')');
+	})()`))
+	heading := run(t, ctx, "read the heading", chromedp.Text(chromedp.CSS(`h1`)))
+	opening := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	graph := run(t, ctx, "read the graph", chromedp.TextContent(chromedp.CSS(`#graph svg`)))
 	memoryEdges := run(t, ctx, "count memory edges", chromedp.Evaluate[int](`document.querySelectorAll('#graph path[marker-end="url(#recall)"]').length`))
 	run(t, ctx, "wait for verification", chromedp.WaitVisible(chromedp.CSS(`#verify [data-done]`)))
@@ -244,7 +265,7 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	compared := run(t, ctx, "read the comparison", chromedp.Text(chromedp.CSS(`main`)))
 	page3 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 
-	for name, b := range map[string][]byte{"sessions.png": page1, "session.png": page2, "compare.png": page3} {
+	for name, b := range map[string][]byte{"sessions.png": page1, "session-open.png": opening, "session.png": page2, "compare.png": page3} {
 		if err := os.WriteFile(filepath.Join(shots, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -254,6 +275,31 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 		if !strings.Contains(list, id) {
 			t.Errorf("the sessions page does not list %s:\n%s", id, list)
 		}
+	}
+	// Each branch by its name and outcome, the task's title as text.
+	for _, want := range []string{"root " + root, forkName + " " + fork, "Slugs keep capitals and punctuation"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("the sessions page does not show %q:\n%s", want, list)
+		}
+	}
+	if strings.Contains(list, "# Slugs") {
+		t.Errorf("the sessions page shows the task's markdown:\n%s", list)
+	}
+	if !slices.Contains(badges, "status succeeded: accepted") || !slices.Contains(badges, "status superseded: superseded") || !slices.Contains(badges, "status closed: closed: recorded") {
+		t.Errorf("the sessions' badges: %q; want the accepted fork, the superseded root and the notes' outcome told apart", badges)
+	}
+	if !strings.HasPrefix(heading, "root "+root) || !strings.Contains(heading, "superseded") {
+		t.Errorf("the root's page is headed %q", heading)
+	}
+	rootState, err := c.State(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("Event %d: rath.session.closed", rootState.Seq); !strings.HasPrefix(opened, want) {
+		t.Errorf("the root's page opens with %q beside the timeline, want %q", opened, want)
+	}
+	if len(cut) > 0 {
+		t.Errorf("the root's timeline opens with rows cut (id, px from the header/bottom): %q", cut)
 	}
 	if !strings.Contains(graph, "root") || !strings.Contains(graph, forkName) {
 		t.Errorf("the lineage graph does not name both branches (root, %s):\n%s", forkName, graph)

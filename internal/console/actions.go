@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/internal/replay"
-	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
@@ -96,6 +96,11 @@ type comparePage struct {
 	Frame
 	A, B string
 	C    *replay.Contrast
+	// NameA and NameB are the branches' names in A's tree (as its dossier
+	// names them; empty when B is of another tree); BadgeA and BadgeB their
+	// outcomes.
+	NameA, NameB   string
+	BadgeA, BadgeB badge
 }
 
 // compare is `rath diff A B` as a page: outcomes, usage, files changed and
@@ -116,24 +121,19 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.C = &c
-	s.render(w, r, "compare.html", "Compare", &p)
-}
-
-// tree is every session of a session's tree, root first, for the compare
-// form.
-func (s *Server) tree(ctx context.Context, c *client.Client, id string) []string {
-	g, err := c.Lineage(ctx, id)
-	if err != nil || g.Root == nil {
-		return nil
-	}
-	var out []string
-	var walk func(n *api.Node)
-	walk = func(n *api.Node) {
-		out = append(out, n.Session)
-		for _, c := range n.Children {
-			walk(c)
+	if names, err := dossier.LineageNames(ctx, s.client(r), p.A); err == nil {
+		p.NameA, p.NameB = names[p.A], names[p.B]
+		// The sessions reasons and summaries name, by their names.
+		c.A.Reason, c.B.Reason = dossier.ReplaceIDs(c.A.Reason, names), dossier.ReplaceIDs(c.B.Reason, names)
+		for _, e := range c.Events {
+			for _, b := range []*replay.Brief{e.A, e.B} {
+				if b != nil {
+					b.Summary = dossier.ReplaceIDs(b.Summary, names)
+				}
+			}
 		}
 	}
-	walk(g.Root)
-	return out
+	p.BadgeA = badgeOf(c.A.Status, c.A.Outcome, c.A.Reason, nil)
+	p.BadgeB = badgeOf(c.B.Status, c.B.Outcome, c.B.Reason, nil)
+	s.render(w, r, "compare.html", "Compare", &p)
 }

@@ -60,6 +60,10 @@ type Server struct {
 	idle    time.Duration
 	now     func() time.Time
 
+	// names keeps the branch names of the trees the sessions list shows
+	// (names.go).
+	names nameCache
+
 	// hosts are what a request's Host may name (hosts.go); hostsErr is
 	// WithHosts' complaint, which New returns.
 	hosts    hosts

@@ -30,7 +30,7 @@ type rig struct {
 	web *httptest.Server
 }
 
-func start(t *testing.T) *rig {
+func start(t *testing.T, opts ...console.Option) *rig {
 	t.Helper()
 	ns, _ := natstest.Start(t)
 	testrig.Ledger(t, ns.ClientURL())
@@ -38,7 +38,7 @@ func start(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := console.New(c, slog.New(slog.DiscardHandler))
+	srv, err := console.New(c, slog.New(slog.DiscardHandler), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,8 @@ func TestPagesAndTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 sessions", `<a href="/s/s1#graph" title="1 session was forked from s1">1</a>`)
+	r.want(t, "/", 200, `href="/s/s1"`, `href="/s/s1-fork"`, "2 sessions", `<a href="/s/s1#graph" title="1 session was forked from s1">1</a>`,
+		`<b class="branch">root</b> <span class="id">s1</span>`, `<b class="branch">fork-1@2</b> <span class="id">s1-fork</span>`)
 	r.want(t, "/?q=fork", 200, "1 session matches", "s1-fork")
 	r.want(t, "/?q=nothing-like-it", 200, "No sessions match the filter")
 	r.want(t, "/s/s1", 200, "look at s1", "dossier.md", `data-src="/api/s/s1/verify"`)
@@ -116,7 +117,7 @@ func TestPagesAndTimeline(t *testing.T) {
 	if !rep.OK || rep.Checked != 4 {
 		t.Errorf("verify: %+v, want 4 events that verify", rep)
 	}
-	r.want(t, "/s/s1-fork", 200, `Forked from</dt><dd><a href="/s/s1">s1</a> at 2`)
+	r.want(t, "/s/s1-fork", 200, `Forked from</dt><dd><a href="/s/s1">root (s1)</a> at 2`, `<span class="branch">fork-1@2</span> <span class="id">s1-fork</span>`)
 	r.want(t, "/s/no..such", 400, "session")
 	r.want(t, "/s/nosuch", 404, "session_not_found")
 
@@ -338,7 +339,7 @@ func TestActions(t *testing.T) {
 
 	r.want(t, "/compare?a=s1&b=s1-retry", 200, "Common ancestry: sequences 1–2", "try it the other way")
 	r.want(t, "/compare?a=s1&b=no..pe", 400, "compare")
-	r.want(t, "/s/s1-retry", 200, `<option>s1</option>`)
+	r.want(t, "/s/s1-retry", 200, `<option value="s1">root (s1)</option>`)
 }
 
 func decode(t *testing.T, body string, v any) {

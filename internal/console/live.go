@@ -68,10 +68,14 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	}()
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
+	names := s.named(ctx, s.client(r), id)
 	for {
 		select {
 		case ev := <-evs:
-			b, err := json.Marshal(toRow(ev))
+			if ev.Type == events.TypeSessionClosed || ev.Type == events.TypeSessionMerged {
+				names = s.named(ctx, s.client(r), id) // it may name a fork made since
+			}
+			b, err := json.Marshal(toRow(ev, names))
 			if err != nil {
 				return
 			}

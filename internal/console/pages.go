@@ -26,11 +26,27 @@ const maxRows = 500
 
 type sessionsPage struct {
 	Frame
-	Rows          []api.Session
+	Rows          []listRow
 	Matched       int
 	Status, Query string
 	Statuses      []string
 }
+
+// listRow is a listed session as the list shows it: its branch name in its
+// tree (and its parent's), its status or outcome as a badge, what it waits
+// for, and its task's first line as plain text.
+type listRow struct {
+	api.Session
+	Name       string `json:"name,omitempty"`
+	ParentName string `json:"parent_name,omitempty"`
+	Badge      badge  `json:"badge"`
+	Waits      string `json:"waits,omitempty"`
+	TaskLine   string `json:"task_line,omitempty"`
+}
+
+// waitsPerList bounds the active sessions a list asks the ledger about (an
+// overview each, bounded too) to say what they wait for.
+const waitsPerList = 24
 
 // listSessions is the sessions the filters select, the most recently
 // active first, at most maxRows of them: one page from the ledger's
@@ -40,11 +56,37 @@ func (s *Server) listSessions(r *http.Request) (sessionsPage, error) {
 	defer cancel()
 	p := sessionsPage{Status: r.URL.Query().Get("status"), Query: strings.TrimSpace(r.URL.Query().Get("q")),
 		Statuses: []string{"", "active", "paused", "closed", "archived"}}
-	page, err := s.client(r).ListPage(ctx, api.ListRequest{Status: p.Status, Match: p.Query, Order: "active", Limit: maxRows})
+	c := s.client(r)
+	page, err := c.ListPage(ctx, api.ListRequest{Status: p.Status, Match: p.Query, Order: "active", Limit: maxRows})
 	if err != nil {
 		return p, err
 	}
-	p.Rows, p.Matched = page.Sessions, page.Total
+	p.Matched = page.Total
+	now := s.now()
+	// The rows come most recently active first; the active sessions asked
+	// about are the quietest, those most likely stalled.
+	var ask []int
+	for i, ss := range page.Sessions {
+		if ss.Status == string(session.StatusActive) {
+			ask = append(ask, i)
+		}
+	}
+	slices.Reverse(ask)
+	waits := make(map[int]*wait)
+	for _, i := range ask[:min(len(ask), waitsPerList)] {
+		id := page.Sessions[i].ID
+		if v, err := c.Overview(ctx, api.StateRequest{Session: id, Tail: 1, Clip: 1}); err == nil {
+			waits[i] = waitOf(v, now)
+		} else {
+			s.log.Warn("console: what a session waits for", "session", id, "err", err)
+		}
+	}
+	for i, ss := range page.Sessions {
+		row := listRow{Session: ss, TaskLine: plainLine(ss.Task, 160)}
+		row.Badge, row.Waits = badgeOf(ss.Status, ss.Outcome, "", waits[i]), waitText(waits[i], now)
+		p.Rows = append(p.Rows, row)
+	}
+	s.listNames(ctx, c, p.Rows)
 	return p, nil
 }
 
@@ -71,9 +113,21 @@ type sessionPage struct {
 	State   *session.Overview
 	Pending []client.PendingApproval
 	Tokens  session.Tokens
-	// Tree is every session of its tree, to compare with.
-	Tree []string
+	// Name is the session's branch name in its tree (root, fork-1@22), as
+	// the dossier and the demo call it, ParentName its parent's; empty for
+	// a session alone.
+	Name, ParentName string
+	Badge            badge
+	// Waits says what an active session waits for, and for how long;
+	// Reason why it was closed, the sessions it names by their names.
+	Waits, Reason string
+	// Tree is every other session of its tree, to compare with.
+	Tree []branchOption
 }
+
+// branchOption is a session of the tree in the compare form: its ID and
+// how it reads.
+type branchOption struct{ ID, Label string }
 
 func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
@@ -94,8 +148,25 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	if p.Pending, err = s.client(r).Pending(ctx, id); err != nil {
 		s.log.Warn("console: pending approvals", "session", id, "err", err)
 	}
-	p.Tree = s.tree(ctx, s.client(r), id)
-	s.render(w, r, "session.html", st.ID, &p)
+	now := s.now()
+	names, own, err := treeNames(ctx, s.client(r), id)
+	if err != nil {
+		s.log.Warn("console: branch names", "session", id, "err", err)
+	}
+	wt := waitOf(st, now)
+	p.Reason = dossier.ReplaceIDs(st.CloseReason, names)
+	p.Badge, p.Waits = badgeOf(string(st.Status), st.Outcome, p.Reason, wt), waitText(wt, now)
+	title := st.ID
+	if len(own) > 1 {
+		p.Name, p.ParentName = names[id], names[st.Lineage.Parent]
+		title = p.Name + " · " + st.ID
+		for _, o := range own {
+			if o != id {
+				p.Tree = append(p.Tree, branchOption{ID: o, Label: dossier.Labelled(names, o)})
+			}
+		}
+	}
+	s.render(w, r, "session.html", title, &p)
 }
 
 // verifyJSON is the ledger's verification of the session (rath verify):
@@ -172,8 +243,11 @@ type row struct {
 	Diff bool `json:"diff,omitempty"`
 }
 
-func toRow(ev events.Stored) row {
-	r := row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: events.Summary(ev)}
+// toRow is an event as the timeline shows it; the long session IDs its
+// summary names (a fork a close continued on, a merge's source) by their
+// branch names (names, from named).
+func toRow(ev events.Stored, names map[string]string) row {
+	r := row{Seq: ev.Seq, Session: ev.Session, Time: ev.Time, Type: ev.Type, Actor: ev.Actor, Summary: dossier.ReplaceIDs(events.Summary(ev), names)}
 	if ev.Type == events.TypeToolCompleted {
 		if d, err := ev.Decode(); err == nil {
 			done := d.(*events.ToolCompleted)
@@ -229,8 +303,9 @@ func (s *Server) eventsJSON(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, "events of "+id, err)
 			return
 		}
+		names := s.named(ctx, s.client(r), id)
 		for _, ev := range evs {
-			out.Events = append(out.Events, toRow(ev))
+			out.Events = append(out.Events, toRow(ev, names))
 		}
 	}
 	writeJSON(w, out)
@@ -269,7 +344,7 @@ func (s *Server) eventJSON(w http.ResponseWriter, r *http.Request) {
 		Facts    []fact          `json:"facts,omitempty"`
 		Diff     string          `json:"diff,omitempty"`
 		Recalled []recalledItem  `json:"recalled,omitempty"`
-	}{Row: toRow(ev), Event: raws[0]}
+	}{Row: toRow(ev, s.named(ctx, s.client(r), id)), Event: raws[0]}
 	if data, err := ev.Decode(); err == nil {
 		out.Facts = eventFacts(ctx, s.client(r), ev, data)
 		switch d := data.(type) {

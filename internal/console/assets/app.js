@@ -56,6 +56,10 @@ function timeline(table) {
   const loading = new Set(), broken = new Map(); // pages in flight; failed ones, when
   const faults = new Set(), fresh = new Set();
   let head = 0, rowH = 29, selected = 0, drawn = "", version = 0;
+  // stick: the view follows the end (where the page opens); the last
+  // scroll says whether it still does. (Whether it is at the end cannot be
+  // read while rows are being resized: the rows drawn so far are.)
+  let stick = true;
 
   const pageOf = (seq) => Math.floor((seq - 1) / pageSize);
   const headH = () => table.tHead.offsetHeight;
@@ -155,21 +159,35 @@ function timeline(table) {
   // measure sizes the spacers by the height rows really have here, keeping
   // the view where it was (or at the end), and redraws.
   function measure() {
-    const r = body.querySelector("tr[data-seq]");
-    const h = r ? r.getBoundingClientRect().height : 0;
-    if (h <= 0 || Math.abs(h - rowH) <= 0.5) return false;
-    const end = atEnd(), top = Math.max(0, box.scrollTop - headH()), old = rowH;
+    // The pitch from one row to the next: a row's own box is half a
+    // border short next to a spacer (collapsed borders are shared).
+    const rs = body.querySelectorAll("tr[data-seq]");
+    const h = rs.length > 1 ? (rs[rs.length - 1].getBoundingClientRect().top - rs[0].getBoundingClientRect().top) / (rs.length - 1)
+      : rs.length ? rs[0].getBoundingClientRect().height : 0;
+    if (h <= 0 || Math.abs(h - rowH) < 0.01) return false; // exact: a small error adds up over the rows in view
+    const end = stick, rows = box.scrollTop / rowH;
     rowH = h;
+    fit();
     drawn = "";
     draw(); // the spacers at the new height
-    box.scrollTop = end ? box.scrollHeight : headH() + top * h / old;
+    box.scrollTop = end ? box.scrollHeight : snap(rows * h);
     draw();
     return true;
+  }
+  // A row is at the top of the view, whole, under the header, when the
+  // view is scrolled by a whole number of rows (snap); fit makes the view
+  // a whole number of rows high, so that the bottom row is whole too, at
+  // the end as anywhere (no half-cut row when the page opens).
+  const snap = (y) => Math.max(0, Math.round(y / rowH) * rowH);
+  function fit() {
+    const frame = box.offsetHeight - box.clientHeight; // its borders
+    const rows = Math.max(3, Math.floor((window.innerHeight * 0.75 - headH() - frame) / rowH));
+    box.style.maxHeight = headH() + rows * rowH + frame + "px";
   }
   // reveal scrolls seq into view (centred if far) and draws it.
   function reveal(seq, centre) {
     const top = headH() + (seq - 1) * rowH;
-    if (centre) box.scrollTop = top - box.clientHeight / 2;
+    if (centre) box.scrollTop = snap((seq - 1) * rowH - (box.clientHeight - headH() - rowH) / 2);
     else if (top < box.scrollTop + headH()) box.scrollTop = top - headH();
     else if (top + rowH > box.scrollTop + box.clientHeight) box.scrollTop = top + rowH - box.clientHeight;
     draw();
@@ -194,8 +212,12 @@ function timeline(table) {
     if (k.key === "Enter") open(seq);
     else if (to !== undefined) { k.preventDefault(); go(to); }
   });
-  box.addEventListener("scroll", () => requestAnimationFrame(draw), { passive: true });
-  window.addEventListener("resize", () => requestAnimationFrame(draw));
+  box.addEventListener("scroll", () => { stick = atEnd(); requestAnimationFrame(draw); }, { passive: true });
+  window.addEventListener("resize", () => requestAnimationFrame(() => {
+    fit();
+    box.scrollTop = stick ? box.scrollHeight : snap(box.scrollTop); // still whole rows
+    draw();
+  }));
 
   async function open(seq) {
     selected = seq;
@@ -204,6 +226,7 @@ function timeline(table) {
     detail.replaceChildren(el("p", { class: "muted" }, "Loading event " + seq + "…"));
     try {
       const [ev, st] = await Promise.all([getJSON(`/api/s/${id}/event/${seq}`), getJSON(`/api/s/${id}/state?at=${seq}`)]);
+      if (selected !== seq) return; // another event was opened meanwhile
       const kids = [el("h2", {}, `Event ${seq}: ${ev.row.type}`), el("p", { class: "muted" }, ev.row.summary)];
       if (ev.facts && ev.facts.length) {
         // What the event records, named: tokens, arguments, exit code,
@@ -250,7 +273,7 @@ function timeline(table) {
       kids.push(el("h2", {}, `State at ${seq}`), el("pre", {}, JSON.stringify(st, null, 2)));
       detail.replaceChildren(...kids);
     } catch (e) {
-      detail.replaceChildren(el("p", { class: "bad" }, String(e.message || e)));
+      if (selected === seq) detail.replaceChildren(el("p", { class: "bad" }, String(e.message || e)));
     }
   }
   function follow() {
@@ -289,16 +312,20 @@ function timeline(table) {
       // The newest events first: size the table, go to its end, then draw
       // (drawing the top first would fetch a page no one looks at).
       below.firstChild.style.height = head * rowH + "px";
+      fit();
       box.scrollTop = box.scrollHeight;
       draw();
       follow();
-      // A link to one event, on arrival or within the page.
+      // A link to one event, on arrival or within the page; else the
+      // newest is open beside the timeline (a closed session's close, with
+      // its outcome), rather than an empty panel.
       const linked = () => {
         const m = location.hash.match(/^#ev-(\d+)$/);
         return m ? show(Number(m[1])) : undefined;
       };
       window.addEventListener("hashchange", linked);
-      await linked();
+      if (location.hash.match(/^#ev-(\d+)$/)) await linked();
+      else if (head > 0 && !selected) await open(head);
     } catch (e) {
       status.textContent = String(e.message || e);
     }
@@ -353,15 +380,19 @@ function sessions(table) {
       const body = el("tbody");
       for (const s of p.Rows || []) {
         const labels = Object.entries(s.labels || {}).map(([k, v]) => el("span", { class: "label" }, `${k}=${v}`));
+        // As the page drew it: the branch name beside the ID, the outcome
+        // or what it waits for, the task's first line.
+        const b = s.badge || { text: s.status, class: s.status };
+        const parent = s.parent_name ? el("b", { class: "branch" }, s.parent_name) : el("span", { class: "id" }, s.parent || "");
         body.append(el("tr", {},
-          el("td", {}, el("a", { href: "/s/" + s.id }, s.id)),
-          el("td", {}, el("span", { class: "status " + s.status }, s.status)),
+          el("td", { class: "id-cell" }, el("a", { href: "/s/" + s.id }, ...(s.name ? [el("b", { class: "branch" }, s.name), " "] : []), el("span", { class: "id" }, s.id))),
+          el("td", {}, el("span", { class: "status " + b.class, title: b.title || "" }, b.text), ...(s.waits ? [el("div", { class: "waits" }, "for " + s.waits)] : [])),
           el("td", {}, s.workflow || ""),
-          el("td", { class: "task-cell", title: s.task || "" }, s.task || ""),
-          el("td", {}, ...(s.parent ? [el("a", { href: "/s/" + s.parent }, s.parent), " @" + s.fork_seq] : [])),
+          el("td", { class: "task-cell", title: s.task || "" }, s.task_line || ""),
+          el("td", { class: "parent-cell" }, ...(s.parent ? [el("a", { href: "/s/" + s.parent, title: s.parent }, parent), " @" + s.fork_seq] : [])),
           el("td", { class: "num" }, ...(s.forks ? [el("a", { href: `/s/${s.id}#graph`, title: `${s.forks} ${s.forks === 1 ? "session was" : "sessions were"} forked from ${s.id}` }, String(s.forks))] : [])),
           el("td", { class: "num" }, s.seq),
-          el("td", {}, ...labels),
+          el("td", { class: "labels" }, ...labels),
           el("td", { title: s.active }, timeText(s.active))));
       }
       if (body.children.length) table.tBodies[0].replaceWith(body);
