@@ -210,6 +210,16 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	if _, err := c.Emit(bg, "console-live", &events.ApprovalRequested{ApprovalID: "ship-it", Action: "deploy to production"}); err != nil {
 		t.Fatal(err)
 	}
+	// The list says it waits, and for what.
+	run(t, ctx, "open the sessions page", chromedp.Navigate(web.URL+"/"))
+	waiting := run(t, ctx, "see the session wait", chromedp.Poll[string](`(() => {
+		const a = document.querySelector('#sessions a[href="/s/console-live"]'), r = a && a.closest('tr');
+		return r && r.querySelector('.status.waiting') ? r.innerText : '';
+	})()`))
+	if !strings.Contains(waiting, "for approval ship-it (asked of anyone who may approve): deploy to production") {
+		t.Errorf("the waiting session's row: %q", waiting)
+	}
+	pageWaiting := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	run(t, ctx, "open the live session", chromedp.Steps(
 		chromedp.Navigate(web.URL+"/s/console-live"),
 		chromedp.WaitVisible(chromedp.CSS(`#ev-2`)),
@@ -265,7 +275,7 @@ func checkConsole(t *testing.T, c *client.Client, root, fork, forkName string) {
 	compared := run(t, ctx, "read the comparison", chromedp.Text(chromedp.CSS(`main`)))
 	page3 := run(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 
-	for name, b := range map[string][]byte{"sessions.png": page1, "session-open.png": opening, "session.png": page2, "compare.png": page3} {
+	for name, b := range map[string][]byte{"sessions.png": page1, "session-open.png": opening, "session.png": page2, "sessions-waiting.png": pageWaiting, "compare.png": page3} {
 		if err := os.WriteFile(filepath.Join(shots, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}

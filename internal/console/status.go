@@ -140,7 +140,7 @@ func waitText(w *wait, now time.Time) string {
 	if w.Since.IsZero() {
 		return w.For
 	}
-	return fmt.Sprintf("%s, for %s", w.For, now.Sub(w.Since).Round(time.Second))
+	return fmt.Sprintf("%s (%s so far)", w.For, now.Sub(w.Since).Round(time.Second))
 }
 
 func orSomeone(approver string) string {
