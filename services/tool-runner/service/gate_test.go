@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/tool-runner/service"
@@ -29,8 +30,10 @@ rules:
     route: {close: {outcome: done}}
 `
 
-// requestGated records a gated call as the agent worker does: the approval
-// request and the call naming it, in one atomic append.
+// requestGated records a gated call as the agent worker does, as the agent
+// worker: the approval request and the call naming it, in one atomic
+// append. (A call anyone else proposes is screened by the runner, which
+// asks for an approval of its own: TestGatesHoldAUsersCall.)
 func (r *rig) requestGated(t *testing.T, id, callID, approvalID, args string) {
 	t.Helper()
 	req := &events.ToolRequested{CallID: callID, Tool: "write_file", Agent: "a", Arguments: json.RawMessage(args), ApprovalID: approvalID}
@@ -45,7 +48,11 @@ func (r *rig) requestGated(t *testing.T, id, callID, approvalID, args string) {
 		}
 		evs = append(evs, ev)
 	}
-	if _, err := r.c.AppendAtomic(context.Background(), evs); err != nil {
+	worker, err := client.New(r.c.Conn(), client.As(events.Service("agent-worker")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.AppendAtomic(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/tool-runner/service"
 )
 
@@ -312,12 +313,13 @@ func TestRoutingLeavesCustomToolsAndFailsUnknownOnes(t *testing.T) {
 		t.Fatalf("unknown tool: %#v", got)
 	}
 	// Events of a session are handled in order: the custom call was seen
-	// first, and left alone.
+	// first, screened (no gate holds it: rath.tool.call.cleared) and left
+	// to its server.
 	st, err := r.c.State(context.Background(), "s2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if call := st.Tools["custom"]; call == nil || call.Status != "requested" || len(call.Seqs) != 1 {
+	if call := st.Tools["custom"]; call == nil || call.Status != "requested" || len(call.Seqs) != 2 || call.Screened != session.ScreenedClear {
 		t.Fatalf("custom call %+v", call)
 	}
 }
