@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/dossier"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
@@ -137,6 +138,28 @@ func TestUsageRowsAlign(t *testing.T) {
 	for _, l := range lines[1:] {
 		if len(l) != len(lines[0]) {
 			t.Errorf("rows of different widths:\n%s", b.String())
+		}
+	}
+}
+
+// An audit answer calls a branch by its name, with its ID at its first
+// mention, and a reason that names a long session ID names the branch, as
+// dossier.md does.
+func TestAuditAnswersNameBranches(t *testing.T) {
+	const root, fork = "0197a1c2-0000-7000-8000-00000000abcd", "0197a1c2-0000-7000-8000-00000000abcd-b"
+	names := branchNames{root: "root", fork: "fork-1@22"}
+	ans := dossier.RouteAnswer{Branch: fork, Step: 24, Decisions: []dossier.Decision{
+		{At: dossier.At{Branch: fork, Seq: 24}, Rule: "retry", Route: "agent:coder", Reason: "first turn of the fork of " + root + " at 22"},
+		{At: dossier.At{Branch: fork, Seq: 30}, Rule: "continue", Route: "agent:coder"},
+	}}
+	var b bytes.Buffer
+	if err := writeRoute(&b, ans, names); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fork-1@22 (" + fork + ") seq 24: route agent:coder by rule retry\n", "  reason:     first turn of the fork of root at 22\n",
+		"\nfork-1@22 seq 30: route agent:coder by rule continue\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the answer lacks %q:\n%s", want, b.String())
 		}
 	}
 }

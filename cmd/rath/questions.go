@@ -110,6 +110,10 @@ func (n branchNames) of(id string) string {
 // full is branch id's name and ID, for the first mention in an answer.
 func (n branchNames) full(id string) string { return dossier.Labelled(n, id) }
 
+// text is s (a reason, a comment) with the long branch IDs it names
+// replaced by their names, as dossier.md reads.
+func (n branchNames) text(s string) string { return dossier.ReplaceIDs(s, n) }
+
 // questionError maps a question's "no such step/branch" to the CLI's codes.
 func questionError(err error) error {
 	switch {
@@ -152,7 +156,7 @@ event and the validation that justified it.`,
 			var b strings.Builder
 			fmt.Fprintf(&b, "final answer: branch %s\n", n.full(f.Branch))
 			fmt.Fprintf(&b, "  outcome:    %s\n", f.Outcome)
-			fmt.Fprintf(&b, "  closed:     %s seq %d (event %s, %s): %s\n", n.of(f.Close.Branch), f.Close.Seq, f.Close.EventID, stamp(f.Close.Time), orNone(f.Reason))
+			fmt.Fprintf(&b, "  closed:     %s seq %d (event %s, %s): %s\n", n.of(f.Close.Branch), f.Close.Seq, f.Close.EventID, stamp(f.Close.Time), orNone(n.text(f.Reason)))
 			if v := f.Validation; v != nil {
 				fmt.Fprintf(&b, "  validation: %s passed at %s seq %d (event %s)\n", v.Validator, n.of(v.Branch), v.Seq, v.EventID)
 				if len(v.Details) > 0 {
@@ -233,7 +237,7 @@ func writeRecalls(w io.Writer, ans dossier.RecallAnswer, n branchNames) error {
 	}
 	fmt.Fprintf(&b, ": %s\n", plural(len(ans.Recalls), "recall", "recalls"))
 	if dec := ans.Decision; dec != nil {
-		fmt.Fprintf(&b, "  the turn was routed at seq %d by rule %s → %s: %s\n", dec.Seq, dec.Rule, dec.Route, orNone(dec.Reason))
+		fmt.Fprintf(&b, "  the turn was routed at seq %d by rule %s → %s: %s\n", dec.Seq, dec.Rule, dec.Route, orNone(n.text(dec.Reason)))
 	}
 	for _, r := range ans.Recalls {
 		fmt.Fprintf(&b, "  recall at %s seq %d (event %s) by %s", n.of(r.Branch), r.Seq, r.EventID, orNone(r.Agent))
@@ -381,7 +385,7 @@ func writeRoute(w io.Writer, ans dossier.RouteAnswer, n branchNames) error {
 		if d.Router != "" {
 			fmt.Fprintf(&b, "  router:     %s chose the route\n", d.Router)
 		}
-		fmt.Fprintf(&b, "  reason:     %s\n", orNone(d.Reason))
+		fmt.Fprintf(&b, "  reason:     %s\n", orNone(n.text(d.Reason)))
 		if len(d.Inputs) > 0 {
 			fmt.Fprintf(&b, "  inputs:     %s\n", clip(string(d.Inputs), 400))
 		}
