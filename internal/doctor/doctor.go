@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +21,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
+	"github.com/openrath/rath/pkg/session"
 )
 
 // Level is how bad a finding is.
@@ -130,7 +134,48 @@ func Run(ctx context.Context, nc *nats.Conn, opts Options) ([]Finding, error) {
 	}
 	checkStreams(ctx, &r, js, who, opts)
 	checkConsumers(ctx, &r, js, who, opts)
+	checkWaiting(ctx, &r, nc)
 	return r, nil
+}
+
+// maxWaitingChecked bounds the active sessions checkWaiting reads, the
+// most recently active first: one state request each.
+const maxWaitingChecked = 200
+
+// checkWaiting names the active sessions that wait for a tool nobody
+// offers: a turn that recorded its wait (pending work of kind
+// session.WorkKindTool). Such a session looks healthy otherwise until its
+// turn gives up, minutes later.
+func checkWaiting(ctx context.Context, r *report, nc *nats.Conn) {
+	c, err := client.New(nc, client.As(events.Service("admin")), client.WithRetryFor(0))
+	if err != nil {
+		r.add("sessions", Warn, "", "active sessions not read: %v", err)
+		return
+	}
+	active, err := c.List(ctx, api.ListRequest{Status: string(session.StatusActive), Order: "active", Limit: maxWaitingChecked})
+	if err != nil {
+		r.add("sessions", Warn, "is the ledger running? (rath up, or the session-ledger service)", "active sessions not read: %v", err)
+		return
+	}
+	var waiting []string
+	for _, s := range active {
+		st, err := c.State(ctx, s.ID)
+		if err != nil {
+			r.add("sessions", Warn, "", "session %s not read: %v", s.ID, err)
+			continue
+		}
+		for _, id := range slices.Sorted(maps.Keys(st.Pending)) {
+			if w := st.Pending[id]; w.Kind == session.WorkKindTool {
+				waiting = append(waiting, fmt.Sprintf("%s (since %d: %s)", s.ID, w.Seq, w.Description))
+			}
+		}
+	}
+	if len(waiting) == 0 {
+		r.add("sessions", OK, "", "%d active sessions read (at most %d, the most recently active): none waits for a tool nobody offers", len(active), maxWaitingChecked)
+		return
+	}
+	r.add("sessions", Warn, "start the server that offers the tool (docs/tools.md), or close the session (rath close SESSION); its turn gives up after five waits",
+		"%d of %d active sessions wait for a tool nobody offers: %s", len(waiting), len(active), strings.Join(waiting, "; "))
 }
 
 // checkServer: version, max payload.

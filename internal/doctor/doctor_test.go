@@ -15,6 +15,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
 )
 
 func find(t *testing.T, fs []doctor.Finding, check string) doctor.Finding {
@@ -127,5 +128,36 @@ func waitLedger(t *testing.T, url string) {
 		if ctx.Err() != nil {
 			t.Fatalf("the ledger never answered: %v", err)
 		}
+	}
+}
+
+// doctor names the active sessions that wait for a tool nobody offers (a
+// turn's recorded wait), and says all is well when none does.
+func TestSessionsWaitingForATool(t *testing.T) {
+	ns, _ := natstest.Start(t)
+	testrig.Ledger(t, ns.ClientURL())
+	waitLedger(t, ns.ClientURL())
+	if f := find(t, run(t, ns.ClientURL(), auth.RoleAdmin), "sessions"); f.Level != doctor.OK || !strings.Contains(f.Detail, "none waits") {
+		t.Fatalf("no session waits: %+v", f)
+	}
+	c, err := client.New(natstest.ConnectAs(t, ns.ClientURL(), auth.RoleClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, id := range []string{"stalled", "busy"} {
+		if _, err := c.Start(ctx, id, events.SessionStarted{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Emit(ctx, "stalled", &events.WorkPending{WorkID: "tool-wait-turn-1", Kind: session.WorkKindTool, Description: "turn turn-1 of coder waits for tool run_tests"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Emit(ctx, "busy", &events.WorkPending{WorkID: "todo-1", Kind: "todo", Description: "write the docs"}); err != nil {
+		t.Fatal(err)
+	}
+	f := find(t, run(t, ns.ClientURL(), auth.RoleAdmin), "sessions")
+	if f.Level != doctor.Warn || !strings.Contains(f.Detail, "1 of 2 active sessions wait for a tool nobody offers: stalled (since 2: turn turn-1 of coder waits for tool run_tests)") || strings.Contains(f.Detail, "busy") || f.Fix == "" {
+		t.Fatalf("a session waiting for a tool: %+v", f)
 	}
 }

@@ -252,6 +252,11 @@ func (u *Usage) Merge(v Usage) {
 	}
 }
 
+// WorkKindTool is the kind of the pending work an agent's turn records
+// while it waits for one of its tools that no tool runner or tool server
+// offers yet.
+const WorkKindTool = "tool"
+
 // Work is pending work the session owes.
 type Work struct {
 	Seq         uint64 `json:"seq"`

@@ -447,7 +447,7 @@ const notRegistered = "is not registered"
 
 // WorkKindTool is the kind of the pending work a turn records while it
 // waits for one of its tools to be registered.
-const WorkKindTool = "tool"
+const WorkKindTool = session.WorkKindTool
 
 // waitWorkID is the ID of the pending work of a turn waiting for a tool.
 func (t *turn) waitWorkID() string { return "tool-wait-" + t.req.TurnID }
