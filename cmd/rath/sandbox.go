@@ -76,8 +76,9 @@ max_payload, JetStream, every stream and bucket the ledger and the memory
 service create (retention and limits that would delete evidence, atomic
 publish, republish, file storage, dedupe window, replicas against each other
 and the cluster), the services' durable consumers and their backlog, who the
-connection is and which role's permissions it has, and this host's clock
-against the server's. Each problem is printed with how to fix it. It connects
+connection is and which role's permissions it has, this host's clock against
+the server's, and the active sessions whose turn waits for a tool nobody
+offers. Each problem is printed with how to fix it. It connects
 with --creds, or with the admin.creds of rath up's data directory (here or in
 a parent directory) when nothing names one (a client may not read the
 streams).
