@@ -159,6 +159,14 @@ func TestSessionLifecycle(t *testing.T) {
 	if want := "root s1 (active, head 3)\n└─ fork-1@2 s2 (active, head 4) ◀\n"; graph != want {
 		t.Errorf("graph s2 =\n%s\nwant\n%s", graph, want)
 	}
+	var g struct {
+		api.Graph
+		Names map[string]string `json:"names"`
+	}
+	decode(t, ok(t, url, "graph", "s2", "--json"), &g)
+	if g.Root == nil || g.Root.Session != "s1" || g.Names["s1"] != "root" || g.Names["s2"] != "fork-1@2" {
+		t.Errorf("graph --json: %+v", g)
+	}
 
 	var ack api.Ack
 	decode(t, ok(t, url, "merge", "s1", "s2", "--reason", "it passed", "--json"), &ack)
