@@ -12,7 +12,7 @@ import (
 
 func (a *app) evalCmd() *cobra.Command {
 	o := eval.Options{Runs: 1, Concurrency: 4, Timeout: 10 * time.Minute}
-	var out string
+	var out, prices string
 	cmd := &cobra.Command{
 		Use:   "eval TASKS.yaml",
 		Short: "Run a task set k times against the deployment and report pass@1, pass^k, pass@k, tokens and latency",
@@ -24,7 +24,10 @@ most --run-timeout (then closes it, outcome eval_timeout), grades it with
 the task's grader (the close outcome, a CEL expression over the final
 state, or both), and reports per task and overall: pass@1 (the mean
 success of the tries), pass^k (every try passed), pass@k (at least one
-did), tokens in and out, latency p50/p95 (first to last event of the runs
+did), tokens in and out, cost (each session's usage by provider/model at the
+prices of --prices, a YAML file of price per million input and output
+tokens in a currency; scripted models are free, and a model without a price
+is reported as "no price", not 0), latency p50/p95 (first to last event of the runs
 that closed), failures by cause (outcome, grader, timeout, error), and
 every run's session with its signed head.
 
@@ -36,7 +39,8 @@ runs in flight (outcome eval_interrupted) and prints no report. --timeout is how
 ledger may take, as for every command; --run-timeout bounds a whole run.`,
 		Example: `  rath eval examples/eval/tasks.yaml --runs 3                 # each task 3 times: pass@1, pass^3, pass@3
   rath eval examples/eval/tasks.yaml --runs 5 --concurrency 8 --out eval-report   # report.json, report.md
-  rath eval examples/eval/tasks.yaml --json --run-timeout 2m`,
+  rath eval examples/eval/tasks.yaml --json --run-timeout 2m
+  rath eval examples/eval/tasks.yaml --prices examples/eval/prices.yaml        # cost in the table's currency`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Runs < 1 || o.Concurrency < 1 || o.Timeout <= 0 {
@@ -45,6 +49,12 @@ ledger may take, as for every command; --run-timeout bounds a whole run.`,
 			set, err := eval.Load(args[0])
 			if err != nil {
 				return usageError{err}
+			}
+			o.Prices = eval.DefaultPrices()
+			if prices != "" {
+				if o.Prices, err = eval.LoadPrices(prices); err != nil {
+					return usageError{err}
+				}
 			}
 			c, err := a.client()
 			if err != nil {
@@ -92,5 +102,6 @@ ledger may take, as for every command; --run-timeout bounds a whole run.`,
 	f.DurationVar(&o.Timeout, "run-timeout", o.Timeout, "how long a run may take to close before it counts as a timeout")
 	f.StringVar(&o.ID, "id", "", "the eval run's ID, the value of every run's eval label (default: a new one)")
 	f.StringVar(&out, "out", "", "directory to write report.json and report.md into")
+	f.StringVar(&prices, "prices", "", "price table: per provider and model, the price per million input and output tokens in a currency (docs/eval.md; default: scripted models free, others no price)")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -51,13 +52,14 @@ func TestEval(t *testing.T) {
 	}
 
 	out := filepath.Join(t.TempDir(), "report")
-	r = rath(t, rt.URL, "eval", "testdata/eval/tasks.yaml", "--runs", "2", "--concurrency", "2", "--run-timeout", "2m", "--out", out, "--json")
+	r = rath(t, rt.URL, "eval", "testdata/eval/tasks.yaml", "--runs", "2", "--concurrency", "2", "--run-timeout", "2m", "--out", out, "--json",
+		"--prices", "testdata/eval/prices.yaml")
 	if r.code != exitOK {
 		t.Fatalf("rath eval: exit %d, stderr %q", r.code, r.stderr)
 	}
 	var rep eval.Report
 	decode(t, r.stdout, &rep)
-	if rep.Format != eval.ReportFormat || rep.K != 2 || len(rep.Tasks) != 2 || rep.Tasks[0].ID != "answers" || rep.Tasks[1].ID != "gives-up" {
+	if rep.Format != eval.ReportFormat || rep.Currency != "EUR" || rep.Prices != "testdata/eval/prices.yaml" || rep.K != 2 || len(rep.Tasks) != 2 || rep.Tasks[0].ID != "answers" || rep.Tasks[1].ID != "gives-up" {
 		t.Fatalf("report: %+v", rep)
 	}
 
@@ -67,6 +69,7 @@ func TestEval(t *testing.T) {
 	for _, task := range rep.Tasks {
 		var passed []bool
 		var in, outTok int64
+		var cost float64
 		var lat []time.Duration
 		if len(task.Runs) != 2 {
 			t.Fatalf("task %s: %d runs, want 2", task.ID, len(task.Runs))
@@ -97,6 +100,14 @@ func TestEval(t *testing.T) {
 			if run.TokensIn != st.Usage.Total.In || run.TokensOut != st.Usage.Total.Out || st.Usage.Total.In == 0 {
 				t.Errorf("task %s try %d: tokens %d/%d, the session used %d/%d", task.ID, run.Try, run.TokensIn, run.TokensOut, st.Usage.Total.In, st.Usage.Total.Out)
 			}
+			// The price table's 2.5 EUR per million tokens in and 10 out,
+			// of the one model the scripted agent used.
+			used, ok := st.Usage.ByModel["scripted/scripted-1"]
+			want := (float64(used.In)*2.5 + float64(used.Out)*10) / 1e6
+			if !ok || len(st.Usage.ByModel) != 1 || !reflect.DeepEqual(run.Models, st.Usage.ByModel) || run.Cost == nil || *run.Cost != want || want == 0 {
+				t.Errorf("task %s try %d: models %v, cost %s; the session used %v, which costs %v", task.ID, run.Try, run.Models, eval.Money(run.Cost), st.Usage.ByModel, want)
+			}
+			cost += want
 			in += st.Usage.Total.In
 			outTok += st.Usage.Total.Out
 			log, err := c.Log(ctx, run.Session, client.Range{})
@@ -120,7 +131,10 @@ func TestEval(t *testing.T) {
 		want := eval.Summary{Runs: 2, Passed: count(passed), Closed: 2, PassAt1: eval.PassAt1(passed), PassHatK: b2f(eval.PassHatK(passed)), PassAtK: b2f(eval.PassAtK(passed)),
 			TokensIn: in, TokensOut: outTok, LatencyP50: eval.Percentile(lat, 50).Milliseconds(), LatencyP95: eval.Percentile(lat, 95).Milliseconds()}
 		got := task.Summary
-		got.ByCause, got.Failures = nil, nil
+		if got.Cost == nil || math.Abs(*got.Cost-cost) > 1e-12 {
+			t.Errorf("task %s: cost %s, its runs cost %v", task.ID, eval.Money(got.Cost), cost)
+		}
+		got.ByCause, got.Failures, got.Cost = nil, nil, nil
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("task %s:\n got %+v\nwant %+v", task.ID, got, want)
 		}
@@ -130,7 +144,7 @@ func TestEval(t *testing.T) {
 		t.Errorf("answers %+v, gives-up %+v", a, g)
 	}
 	if o := rep.Overall; o.Runs != 4 || o.Passed != 2 || o.PassAt1 != 0.5 || o.PassHatK != 0.5 || o.PassAtK != 0.5 ||
-		o.TokensIn != rep.Tasks[0].Summary.TokensIn+rep.Tasks[1].Summary.TokensIn || !reflect.DeepEqual(o.ByCause, map[string]int{eval.CauseOutcome: 2}) {
+		o.TokensIn != rep.Tasks[0].Summary.TokensIn+rep.Tasks[1].Summary.TokensIn || o.Cost == nil || math.Abs(*o.Cost-(*rep.Tasks[0].Summary.Cost+*rep.Tasks[1].Summary.Cost)) > 1e-12 || !reflect.DeepEqual(o.ByCause, map[string]int{eval.CauseOutcome: 2}) {
 		t.Errorf("overall: %+v", o)
 	}
 	if sessions, err := c.List(ctx, api.ListRequest{Labels: map[string]string{eval.LabelEval: rep.ID}}); err != nil || len(sessions) != len(all) {
@@ -206,6 +220,9 @@ func TestEvalRefuses(t *testing.T) {
 	url := "nats://127.0.0.1:1" // nothing listens there
 	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--runs", "0"); r.code != exitUsage || !strings.Contains(r.stderr, "--runs 0") {
 		t.Errorf("--runs 0: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--prices", "testdata/eval/tasks.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "price table testdata/eval/tasks.yaml: invalid") {
+		t.Errorf("--prices of a file that is not a price table: exit %d, %q", r.code, r.stderr)
 	}
 	if r := rath(t, url, "eval", "testdata/eval/missing.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "missing.yaml") {
 		t.Errorf("a missing file: exit %d, %q", r.code, r.stderr)

@@ -66,6 +66,12 @@ type Summary struct {
 	PassAtK   float64 `json:"pass_at_k"`
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
+	// Cost is the runs' costs summed, in the report's currency; absent
+	// when a run used a model without a price: NoPrice names those
+	// models, so that a sum that leaves them out is never shown as the
+	// cost.
+	Cost    *float64 `json:"cost,omitempty"`
+	NoPrice []string `json:"no_price,omitempty"`
 	// LatencyP50 and LatencyP95 are over the runs that closed, first to
 	// last event, in milliseconds (0 when none closed).
 	LatencyP50 int64 `json:"latency_p50_ms"`
@@ -119,7 +125,16 @@ func summarize(runs []Run) Summary {
 	s := Summary{Runs: len(runs)}
 	var lat []time.Duration
 	counts := map[Failure]int{}
+	var cost float64
 	for _, r := range runs {
+		if r.Cost != nil {
+			cost += *r.Cost
+		}
+		for _, m := range r.NoPrice {
+			if !slices.Contains(s.NoPrice, m) {
+				s.NoPrice = append(s.NoPrice, m)
+			}
+		}
 		if r.Passed {
 			s.Passed++
 		}
@@ -137,6 +152,10 @@ func summarize(runs []Run) Summary {
 			s.ByCause[r.Failure.Cause]++
 		}
 	}
+	slices.Sort(s.NoPrice)
+	if len(s.NoPrice) == 0 {
+		s.Cost = &cost
+	}
 	s.LatencyP50 = Percentile(lat, 50).Milliseconds()
 	s.LatencyP95 = Percentile(lat, 95).Milliseconds()
 	for f, n := range counts {
@@ -146,6 +165,16 @@ func summarize(runs []Run) Summary {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Cause, b.Cause), cmp.Compare(a.Detail, b.Detail))
 	})
 	return s
+}
+
+// CostPerRun is s's cost divided by its runs: what one run costs on
+// average, comparable between evals of different k. ok is false when s has
+// no cost (a model without a price) or no runs.
+func (s Summary) CostPerRun() (cost float64, ok bool) {
+	if s.Cost == nil || s.Runs == 0 {
+		return 0, false
+	}
+	return *s.Cost / float64(s.Runs), true
 }
 
 func b2f(b bool) float64 {

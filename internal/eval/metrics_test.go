@@ -87,7 +87,8 @@ func TestSummaries(t *testing.T) {
 		{Try: 3, Failure: &Failure{Cause: CauseError, Detail: "start: refused"}},
 	}
 	f := Summarize(flaky)
-	want := Summary{Runs: 3, Passed: 1, Closed: 2, PassAt1: 1.0 / 3, PassHatK: 0, PassAtK: 1, TokensIn: 27, TokensOut: 5,
+	var free float64 // unpriced runs cost nothing (TestSummaryCost prices them)
+	want := Summary{Runs: 3, Passed: 1, Closed: 2, PassAt1: 1.0 / 3, PassHatK: 0, PassAtK: 1, TokensIn: 27, TokensOut: 5, Cost: &free,
 		LatencyP50: 10, LatencyP95: 30, // the timed-out run has no latency
 		ByCause:  map[string]int{CauseOutcome: 1, CauseTimeout: 1},
 		Failures: []FailureCount{{*outcome, 1}, {*timeout, 1}}}

@@ -22,16 +22,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(ew, "eval %s of %s: %d tasks × %d runs, concurrency %d, %s\n\n",
 		r.ID, r.File, len(r.Tasks), r.K, r.Concurrency, r.Finished.Sub(r.Started).Round(time.Millisecond))
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "TASK\tRUNS\tPASS@1\tPASS^%d\tPASS@%d\tTOKENS IN\tTOKENS OUT\tP50\tP95\n", r.K, r.K)
+	fmt.Fprintf(tw, "TASK\tRUNS\tPASS@1\tPASS^%d\tPASS@%d\tTOKENS IN\tTOKENS OUT\tCOST %s\tP50\tP95\n", r.K, r.K, r.Currency)
 	row := func(name string, s Summary) {
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t%s\n", name, s.Runs, s.PassAt1, s.PassHatK, s.PassAtK,
-			s.TokensIn, s.TokensOut, latency(s, s.LatencyP50), latency(s, s.LatencyP95))
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t%s\t%s\n", name, s.Runs, s.PassAt1, s.PassHatK, s.PassAtK,
+			s.TokensIn, s.TokensOut, Money(s.Cost), latency(s, s.LatencyP50), latency(s, s.LatencyP95))
 	}
 	for _, t := range r.Tasks {
 		row(t.ID, t.Summary)
 	}
 	row("overall", r.Overall)
 	tw.Flush()
+	if len(r.Overall.NoPrice) > 0 {
+		fmt.Fprintf(ew, "\nno price for %s in %s: add them to a --prices file (docs/eval.md)\n", strings.Join(r.Overall.NoPrice, ", "), or(r.Prices, "the default price table"))
+	}
 
 	if len(r.Overall.Failures) > 0 {
 		fmt.Fprintf(ew, "\nfailures by cause: %s\n", byCause(r.Overall.ByCause))
@@ -65,16 +68,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(ew, "`%s`: %d tasks × %d runs, concurrency %d, run timeout %s; started %s, took %s.\n\n",
 		r.File, len(r.Tasks), r.K, r.Concurrency, time.Duration(r.TimeoutMS)*time.Millisecond,
 		r.Started.Format(time.RFC3339), r.Finished.Sub(r.Started).Round(time.Millisecond))
-	fmt.Fprintf(ew, "| task | runs | pass@1 | pass^%d | pass@%d | tokens in | tokens out | latency p50 | latency p95 |\n", r.K, r.K)
-	fmt.Fprintln(ew, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(ew, "| task | runs | pass@1 | pass^%d | pass@%d | tokens in | tokens out | cost (%s) | latency p50 | latency p95 |\n", r.K, r.K, md(r.Currency))
+	fmt.Fprintln(ew, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	row := func(name string, s Summary) {
-		fmt.Fprintf(ew, "| %s | %d | %.2f | %.2f | %.2f | %d | %d | %s | %s |\n", name, s.Runs, s.PassAt1, s.PassHatK, s.PassAtK,
-			s.TokensIn, s.TokensOut, latency(s, s.LatencyP50), latency(s, s.LatencyP95))
+		fmt.Fprintf(ew, "| %s | %d | %.2f | %.2f | %.2f | %d | %d | %s | %s | %s |\n", name, s.Runs, s.PassAt1, s.PassHatK, s.PassAtK,
+			s.TokensIn, s.TokensOut, Money(s.Cost), latency(s, s.LatencyP50), latency(s, s.LatencyP95))
 	}
 	for _, t := range r.Tasks {
 		row(md(t.ID), t.Summary)
 	}
 	row("**overall**", r.Overall)
+	if len(r.Overall.NoPrice) > 0 {
+		fmt.Fprintf(ew, "\nNo price for %s in %s.\n", md(strings.Join(r.Overall.NoPrice, ", ")), md(or(r.Prices, "the default price table")))
+	}
 
 	if len(r.Overall.Failures) > 0 {
 		fmt.Fprintf(ew, "\n## Failures\n\nBy cause: %s.\n\n| task | runs | cause | detail |\n|---|---:|---|---|\n", byCause(r.Overall.ByCause))
@@ -87,16 +93,16 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 
 	fmt.Fprintln(ew, "\n## Runs\n\nEach run's session, with its head as the ledger signed it when the run ended "+
 		"(`rath verify SESSION`, `rath export SESSION --out DIR` for its dossier).")
-	fmt.Fprintln(ew, "\n| task | try | session | result | outcome | tokens in/out | latency | head | head hash | head signature (key) |")
-	fmt.Fprintln(ew, "|---|---:|---|---|---|---:|---:|---:|---|---|")
+	fmt.Fprintln(ew, "\n| task | try | session | result | outcome | tokens in/out | cost | latency | head | head hash | head signature (key) |")
+	fmt.Fprintln(ew, "|---|---:|---|---|---|---:|---:|---:|---:|---|---|")
 	for _, t := range r.Tasks {
 		for _, run := range t.Runs {
 			sig := "-"
 			if run.HeadSig != "" {
 				sig = fmt.Sprintf("`%s` (%s)", run.HeadSig, run.KeyID)
 			}
-			fmt.Fprintf(ew, "| %s | %d | `%s` | %s | %s | %d/%d | %s | %d | `%s` | %s |\n", md(t.ID), run.Try, or(run.Session, "-"),
-				md(result(run)), md(or(run.Outcome, "-")), run.TokensIn, run.TokensOut, runLatency(run), run.Head, or(run.HeadHash, "-"), sig)
+			fmt.Fprintf(ew, "| %s | %d | `%s` | %s | %s | %d/%d | %s | %s | %d | `%s` | %s |\n", md(t.ID), run.Try, or(run.Session, "-"),
+				md(result(run)), md(or(run.Outcome, "-")), run.TokensIn, run.TokensOut, Money(run.Cost), runLatency(run), run.Head, or(run.HeadHash, "-"), sig)
 		}
 	}
 	return ew.err
@@ -165,6 +171,15 @@ func latency(s Summary, n int64) string {
 		return "-"
 	}
 	return ms(n)
+}
+
+// Money prints a cost in the report's currency to a hundredth of a cent
+// (four decimals), or "no price" when there is none.
+func Money(c *float64) string {
+	if c == nil {
+		return "no price"
+	}
+	return fmt.Sprintf("%.4f", *c)
 }
 
 func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() }

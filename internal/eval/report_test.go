@@ -8,19 +8,31 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openrath/rath/pkg/session"
 )
 
 func sampleReport() *Report {
 	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	runs := []Run{
 		{Try: 1, Session: "s1", Passed: true, Closed: true, Outcome: "succeeded", TokensIn: 10, TokensOut: 2, LatencyMS: 1500,
-			Head: 8, HeadHash: "h1", HeadSig: "k1:sig1", KeyID: "k1", Verified: true},
+			Models: map[string]session.Tokens{"p/m": {In: 10, Out: 2, Calls: 1}},
+			Head:   8, HeadHash: "h1", HeadSig: "k1:sig1", KeyID: "k1", Verified: true},
 		{Try: 2, Session: "s2", Closed: true, Outcome: "succeeded", TokensIn: 10, TokensOut: 2, LatencyMS: 900,
+			Models:  map[string]session.Tokens{"p/m": {In: 10, Out: 2, Calls: 1}},
 			Failure: &Failure{Cause: CauseGrader, Detail: "state.turns == 1 || state.tokens > 5 is false"}, Head: 9, HeadHash: "h2", HeadSig: "k1:sig2", KeyID: "k1", Verified: true},
 	}
 	stuck := []Run{{Try: 1, Session: "s3", Failure: &Failure{Cause: CauseTimeout, Detail: "not closed within 1s"}, Head: 3, HeadHash: "h3", HeadSig: "k1:sig3", KeyID: "k1", Verified: true},
 		{Try: 2, Failure: &Failure{Cause: CauseError, Detail: "start: refused"}}}
-	r := &Report{Format: ReportFormat, ID: "ev-1", File: "tasks.yaml", K: 2, Concurrency: 2, TimeoutMS: 1000, Started: start, Finished: start.Add(3 * time.Second),
+	// 10 in at 1000 and 2 out at 5000 per million tokens: 0.02 a run.
+	prices := &Prices{Currency: "EUR", Prices: []Price{{"p", "m", 1000, 5000}}}
+	for i := range runs {
+		runs[i].price(prices)
+	}
+	for i := range stuck {
+		stuck[i].price(prices)
+	}
+	r := &Report{Format: ReportFormat, ID: "ev-1", File: "tasks.yaml", Currency: "EUR", K: 2, Concurrency: 2, TimeoutMS: 1000, Started: start, Finished: start.Add(3 * time.Second),
 		Tasks: []TaskReport{{ID: "flaky", Task: "t", Workflow: "w.yaml", Summary: Summarize(runs), Runs: runs},
 			{ID: "stuck", Task: "t", Workflow: "w.yaml", Summary: Summarize(stuck), Runs: stuck}}}
 	r.Overall = Overall(r.Tasks)
@@ -35,10 +47,10 @@ func TestWriteText(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"eval ev-1 of tasks.yaml: 2 tasks × 2 runs, concurrency 2, 3s\n",
-		"TASK     RUNS  PASS@1  PASS^2  PASS@2  TOKENS IN  TOKENS OUT  P50    P95\n",
-		"flaky    2     0.50    0.00    1.00    20         4           900ms  1.5s\n",
-		"stuck    2     0.00    0.00    0.00    0          0           -      -\n", // no run closed: no latency
-		"overall  4     0.25    0.00    0.50    20         4           900ms  1.5s\n",
+		"TASK     RUNS  PASS@1  PASS^2  PASS@2  TOKENS IN  TOKENS OUT  COST EUR  P50    P95\n",
+		"flaky    2     0.50    0.00    1.00    20         4           0.0400    900ms  1.5s\n",
+		"stuck    2     0.00    0.00    0.00    0          0           0.0000    -      -\n", // no run closed: no latency
+		"overall  4     0.25    0.00    0.50    20         4           0.0400    900ms  1.5s\n",
 		"failures by cause: grader 1, timeout 1, error 1\n",
 		"runs (rath ls --label eval=ev-1; rath log, rath export, rath verify SESSION)\n",
 		"  flaky  1×  grader: state.turns == 1 || state.tokens > 5 is false\n",
@@ -75,12 +87,38 @@ func TestWriteDir(t *testing.T) {
 	}
 	for _, want := range []string{
 		"# Eval ev-1\n",
-		"| flaky | 2 | 0.50 | 0.00 | 1.00 | 20 | 4 | 900ms | 1.5s |",
+		"| task | runs | pass@1 | pass^2 | pass@2 | tokens in | tokens out | cost (EUR) | latency p50 | latency p95 |",
+		"| flaky | 2 | 0.50 | 0.00 | 1.00 | 20 | 4 | 0.0400 | 900ms | 1.5s |",
 		`| flaky | 1 | grader | state.turns == 1 \|\| state.tokens > 5 is false |`, // a pipe in a cell stays in it
-		"| flaky | 2 | `s2` | fail (grader) | succeeded | 10/2 | 900ms | 9 | `h2` | `k1:sig2` (k1) |",
+		"| flaky | 2 | `s2` | fail (grader) | succeeded | 10/2 | 0.0200 | 900ms | 9 | `h2` | `k1:sig2` (k1) |",
 	} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("report.md lacks %q:\n%s", want, page)
+		}
+	}
+}
+
+// A report with a model without a price shows "no price", never a sum
+// that leaves the model out, and names the model.
+func TestWriteTextNoPrice(t *testing.T) {
+	r := sampleReport()
+	r.Prices = "prices.yaml"
+	run := Run{Try: 1, Session: "s9", Models: map[string]session.Tokens{"openai/gpt-x": {In: 4}}}
+	run.price(&Prices{Currency: "EUR", Prices: []Price{{"p", "m", 1, 1}}})
+	r.Tasks = append(r.Tasks, TaskReport{ID: "live", Summary: Summarize([]Run{run}), Runs: []Run{run}})
+	r.Overall = Overall(r.Tasks)
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"flaky    2     0.50    0.00    1.00    20         4           0.0400    900ms  1.5s\n",
+		"live     1     0.00    0.00    0.00    0          0           no price  -      -\n",
+		"overall  5     0.17    0.00    0.33    20         4           no price  900ms  1.5s\n",
+		"no price for openai/gpt-x in prices.yaml: add them to a --prices file (docs/eval.md)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
 		}
 	}
 }

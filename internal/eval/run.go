@@ -45,6 +45,9 @@ type Options struct {
 	Done func(TaskReport, Run)
 	// Now is the clock of the report's times (default time.Now).
 	Now func() time.Time
+	// Prices prices each run's usage (default DefaultPrices: scripted
+	// models free, no price for any other).
+	Prices *Prices
 }
 
 // Run is one try of a task: its session and how it went.
@@ -60,6 +63,12 @@ type Run struct {
 	Failure     *Failure `json:"failure,omitempty"`
 	TokensIn    int64    `json:"tokens_in"`
 	TokensOut   int64    `json:"tokens_out"`
+	// Models is the session's usage by "provider/model"
+	// (session.Usage.ByModel); Cost prices it in the report's currency,
+	// absent when a model has no price: NoPrice names those.
+	Models  map[string]session.Tokens `json:"models,omitempty"`
+	Cost    *float64                  `json:"cost,omitempty"`
+	NoPrice []string                  `json:"no_price,omitempty"`
 	// LatencyMS is from the session's first event to its last, in
 	// milliseconds.
 	LatencyMS int64 `json:"latency_ms"`
@@ -91,16 +100,21 @@ const ReportFormat = "rath.eval.report.v1"
 
 // Report is an eval run: every task's runs and the metrics over them.
 type Report struct {
-	Format      string       `json:"format"`
-	ID          string       `json:"id"`
-	File        string       `json:"file"`
-	K           int          `json:"k"`
-	Concurrency int          `json:"concurrency"`
-	TimeoutMS   int64        `json:"timeout_ms"`
-	Started     time.Time    `json:"started"`
-	Finished    time.Time    `json:"finished"`
-	Tasks       []TaskReport `json:"tasks"`
-	Overall     Summary      `json:"overall"`
+	Format      string `json:"format"`
+	ID          string `json:"id"`
+	File        string `json:"file"`
+	K           int    `json:"k"`
+	Concurrency int    `json:"concurrency"`
+	TimeoutMS   int64  `json:"timeout_ms"`
+	// Currency is the currency of every cost in the report; Prices the
+	// price table's file (absent for the default table, in which only
+	// scripted models have a price).
+	Currency string       `json:"currency"`
+	Prices   string       `json:"prices,omitempty"`
+	Started  time.Time    `json:"started"`
+	Finished time.Time    `json:"finished"`
+	Tasks    []TaskReport `json:"tasks"`
+	Overall  Summary      `json:"overall"`
 }
 
 // Execute runs every task of set o.Runs times against the deployment c
@@ -123,8 +137,11 @@ func Execute(ctx context.Context, c *client.Client, set *Set, o Options) (*Repor
 	if o.ID == "" {
 		o.ID = "eval-" + events.NewID()
 	}
+	if o.Prices == nil {
+		o.Prices = DefaultPrices()
+	}
 	rep := &Report{Format: ReportFormat, ID: o.ID, File: set.Path, K: o.Runs, Concurrency: o.Concurrency,
-		TimeoutMS: o.Timeout.Milliseconds(), Started: now().UTC()}
+		TimeoutMS: o.Timeout.Milliseconds(), Currency: o.Prices.Currency, Prices: o.Prices.File, Started: now().UTC()}
 
 	starts := make([]events.SessionStarted, len(set.Tasks))
 	for i, t := range set.Tasks {
@@ -148,6 +165,7 @@ func Execute(ctx context.Context, c *client.Client, set *Set, o Options) (*Repor
 			defer wg.Done()
 			for j := range jobs {
 				r := runOnce(ctx, c, o, set.Tasks[j.task], starts[j.task], j.try)
+				r.price(o.Prices)
 				mu.Lock()
 				rep.Tasks[j.task].Runs[j.try-1] = r
 				if o.Done != nil {
@@ -263,6 +281,7 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 		return r
 	}
 	r.TokensIn, r.TokensOut = st.Usage.Total.In, st.Usage.Total.Out
+	r.Models = st.Usage.ByModel
 	if st.Status == session.StatusClosed || st.Status == session.StatusArchived {
 		r.Outcome, r.CloseReason = st.Outcome, st.CloseReason
 	}
@@ -272,6 +291,16 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 	}
 	verify(ctx, c, &r)
 	return r
+}
+
+// price sets the run's cost from its usage by model: absent, with the
+// models named, when one of them has no price.
+func (r *Run) price(p *Prices) {
+	cost, noPrice := p.Cost(r.Models)
+	r.Cost, r.NoPrice = &cost, noPrice
+	if len(noPrice) > 0 {
+		r.Cost = nil
+	}
 }
 
 // interrupted closes the session of a run the eval's interruption cut
