@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/eval"
+	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -26,20 +27,7 @@ import (
 // usage, event times and signed heads.
 func TestEval(t *testing.T) {
 	ctx := context.Background()
-	cfg := demoConfig(t.TempDir())
-	cfg.ToolRunner.Backend = "local"
-	rt, err := startRuntime(ctx, cfg, "rath-eval-test", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Stop() })
-	rt.StartLoop()
-	upCreds.Store(rt.URL, rt.Creds)
-	waitReady(t, rt.URL)
-	c, err := client.New(rt.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, c := evalRuntime(t)
 
 	// A grader that does not compile refuses the file, naming the line,
 	// before any session starts.
@@ -215,6 +203,112 @@ func TestEval(t *testing.T) {
 	}
 }
 
+// evalRuntime starts a whole runtime with scripted agents and a client of
+// it, for rath eval.
+func evalRuntime(t *testing.T) (*runtime.Runtime, *client.Client) {
+	t.Helper()
+	cfg := demoConfig(t.TempDir())
+	cfg.ToolRunner.Backend = "local"
+	rt, err := startRuntime(context.Background(), cfg, "rath-eval-test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop() })
+	rt.StartLoop()
+	upCreds.Store(rt.URL, rt.Creds)
+	waitReady(t, rt.URL)
+	c, err := client.New(rt.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, c
+}
+
+// The regression gate end to end: a baseline eval where both tasks pass,
+// a candidate where one task's workflow gives up (exit 11, the flipped
+// task named with a session of each eval, read back from the ledger), and
+// the baseline's task set again against that candidate: an improvement,
+// exit 0.
+func TestEvalGate(t *testing.T) {
+	ctx := context.Background()
+	rt, c := evalRuntime(t)
+	dir := t.TempDir()
+	base, worse := filepath.Join(dir, "base"), filepath.Join(dir, "worse")
+
+	if r := rath(t, rt.URL, "eval", "testdata/eval/gate-base.yaml", "--id", "ev-base", "--out", base); r.code != exitOK {
+		t.Fatalf("the baseline eval: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// session returns the session of the eval's one run of a task, from
+	// the ledger, with its outcome.
+	session := func(evalID, task string) (string, string) {
+		t.Helper()
+		ss, err := c.List(ctx, api.ListRequest{Labels: map[string]string{eval.LabelEval: evalID, eval.LabelTask: task}})
+		if err != nil || len(ss) != 1 {
+			t.Fatalf("the session of %s in %s: %v, %v", task, evalID, ss, err)
+		}
+		st, err := c.State(ctx, ss[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ss[0].ID, st.Outcome
+	}
+	passed, outcome := session("ev-base", "flips")
+	if outcome != "succeeded" {
+		t.Fatalf("the baseline's flips closed %q", outcome)
+	}
+
+	r := rath(t, rt.URL, "eval", "testdata/eval/gate-worse.yaml", "--id", "ev-worse", "--baseline", filepath.Join(base, "report.json"), "--out", worse)
+	failed, outcome := session("ev-worse", "flips")
+	if outcome != "failed" {
+		t.Fatalf("the candidate's flips closed %q", outcome)
+	}
+	if r.code != exitRegressed || !strings.Contains(r.stderr, "rath: regressed against baseline ev-base: 1 task(s): flips") {
+		t.Fatalf("a regressed candidate: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		"against baseline ev-base (" + filepath.Join(base, "report.json") + "; max pass drop 0.00, cost not gated): REGRESSED: flips\n",
+		"steady  1.00 → 1.00  1.00 → 1.00  0.0000 → 0.0000  ok\n",
+		"flips   1.00 → 0.00  1.00 → 0.00  0.0000 → 0.0000  REGRESSED: pass@1 1.00 → 0.00: a drop of 1.00, more than 0.00",
+		fmt.Sprintf("  flips worse: passed in ev-base (session %s), fails now (session %s)\n    rath diff %s %s\n", passed, failed, passed, failed),
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the gate printed no %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "steady worse") || strings.Contains(r.stdout, "steady better") {
+		t.Errorf("a task that did not change is listed as flipped:\n%s", r.stdout)
+	}
+	// The command it names works on the two sessions.
+	if d := rath(t, rt.URL, "diff", passed, failed); d.code != exitOK || !strings.Contains(d.stdout, "failed") {
+		t.Errorf("rath diff %s %s: exit %d, %q, %q", passed, failed, d.code, d.stdout, d.stderr)
+	}
+	// The written report carries the gate, and its page the diff.
+	written, err := eval.LoadReport(worse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := written.Gate; g == nil || !reflect.DeepEqual(g.Regressed, []string{"flips"}) || g.Tasks[1].BaselineSession != passed || g.Tasks[1].Session != failed {
+		t.Errorf("report.json's gate: %+v", g)
+	}
+	if page, err := os.ReadFile(filepath.Join(worse, "report.md")); err != nil || !strings.Contains(string(page), "`rath diff "+passed+" "+failed+"`") {
+		t.Errorf("report.md lacks the diff: %v\n%s", err, page)
+	}
+
+	// The reverse: against the regressed eval, the baseline's set is an
+	// improvement, and the gate passes.
+	r = rath(t, rt.URL, "eval", "testdata/eval/gate-base.yaml", "--id", "ev-better", "--baseline", worse, "--max-cost-rise", "0.10", "--json")
+	if r.code != exitOK {
+		t.Fatalf("an improved candidate: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var better eval.Report
+	decode(t, r.stdout, &better)
+	again, _ := session("ev-better", "flips")
+	if g := better.Gate; g == nil || g.Regressed != nil || g.Baseline != "ev-worse" || g.Tasks[1].Flip != eval.FlipBetter ||
+		g.Tasks[1].BaselineSession != failed || g.Tasks[1].Session != again || g.Tasks[0].Flip != "" || *g.MaxCostRise != 0.10 {
+		t.Errorf("the improvement's gate: %+v", g)
+	}
+}
+
 // rath eval's usage errors and an unreachable deployment.
 func TestEvalRefuses(t *testing.T) {
 	url := "nats://127.0.0.1:1" // nothing listens there
@@ -223,6 +317,23 @@ func TestEvalRefuses(t *testing.T) {
 	}
 	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--prices", "testdata/eval/tasks.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "price table testdata/eval/tasks.yaml: invalid") {
 		t.Errorf("--prices of a file that is not a price table: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--max-cost-rise", "0.1"); r.code != exitUsage || !strings.Contains(r.stderr, "need --baseline") {
+		t.Errorf("a threshold without a baseline: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--baseline", "testdata/eval/tasks.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "not an eval report") {
+		t.Errorf("a baseline that is not a report: exit %d, %q", r.code, r.stderr)
+	}
+	usd := filepath.Join(t.TempDir(), "report.json")
+	if err := os.WriteFile(usd, []byte(`{"format": "`+eval.ReportFormat+`", "currency": "USD"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--baseline", usd, "--max-cost-rise", "0.1", "--prices", "testdata/eval/prices.yaml"); r.code != exitUsage ||
+		!strings.Contains(r.stderr, `the baseline's costs are in "USD", this eval's prices in EUR`) {
+		t.Errorf("a cost gate across currencies: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--baseline", usd, "--max-pass-drop", "-1"); r.code != exitUsage || !strings.Contains(r.stderr, "--max-pass-drop -1") {
+		t.Errorf("a negative threshold: exit %d, %q", r.code, r.stderr)
 	}
 	if r := rath(t, url, "eval", "testdata/eval/missing.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "missing.yaml") {
 		t.Errorf("a missing file: exit %d, %q", r.code, r.stderr)

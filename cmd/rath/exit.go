@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,6 +28,7 @@ const (
 	exitDenied      = 8
 	exitNotPending  = 9
 	exitQuota       = 10
+	exitRegressed   = 11
 )
 
 // usageError marks a bad command line: an unknown command or flag, a wrong
@@ -87,6 +89,17 @@ func (e *brokenError) Error() string {
 	return fmt.Sprintf("chain of session %s is broken at %d: %s", e.session, e.fault.Seq, e.fault.Reason)
 }
 
+// regressedError is returned by rath eval --baseline when the candidate
+// regressed: its report is printed already, with the tasks and why.
+type regressedError struct {
+	baseline string
+	tasks    []string
+}
+
+func (e *regressedError) Error() string {
+	return fmt.Sprintf("regressed against baseline %s: %d task(s): %s", e.baseline, len(e.tasks), strings.Join(e.tasks, ", "))
+}
+
 // exitCode maps an error to rath's exit code. It is the only place that does:
 //
 //	0  ok
@@ -112,6 +125,8 @@ func (e *brokenError) Error() string {
 //	10 over quota: the ledger refused because the tenant is at one of its
 //	   quotas (quota_exceeded); the message names the quota, its limit and
 //	   the flag that raises it
+//	11 regressed: rath eval --baseline found a task whose pass rate dropped,
+//	   or whose cost rose, beyond the thresholds
 func exitCode(err error) int {
 	var (
 		usage     usageError
@@ -121,6 +136,7 @@ func exitCode(err error) int {
 		denied    *deniedError
 		refusal   *api.Error
 		refused   *refusedError
+		regressed *regressedError
 	)
 	switch {
 	case err == nil:
@@ -131,6 +147,8 @@ func exitCode(err error) int {
 		return exitBroken
 	case errors.As(err, &diverged):
 		return exitDiverged
+	case errors.As(err, &regressed):
+		return exitRegressed
 	case errors.As(err, &denied), errors.Is(err, runtime.ErrDenied), errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrBadCredentials):
 		return exitDenied
 	case errors.As(err, &unreached), errors.Is(err, runtime.ErrUnreachable):

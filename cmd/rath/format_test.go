@@ -37,6 +37,7 @@ func TestExitCode(t *testing.T) {
 		{&unreachableError{err: nats.ErrNoServers}, exitUnavailable},
 		{api.Errorf("brand_new", "?"), exitError},
 		{fmt.Errorf("to: %w", &refusedError{"the move was refused"}), exitRefused},
+		{&regressedError{baseline: "ev-1", tasks: []string{"a"}}, exitRegressed},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)

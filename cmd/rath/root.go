@@ -126,7 +126,9 @@ ledger (or by the tool runner: rath to), 5 verify found a broken chain, 6 unavai
 7 a replay diverged from its original, 8 not authorized (no or unknown
 credentials, or a permission the identity lacks), 9 the approval is not
 pending (rath approve, rath reject: unknown or decided already), 10 over
-quota (the tenant is at a quota of the ledger's: the message names it).`,
+quota (the tenant is at a quota of the ledger's: the message names it), 11
+regressed (rath eval --baseline: a task's pass rate or cost beyond the
+thresholds).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

@@ -91,6 +91,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 
+	if r.Gate != nil {
+		r.Gate.writeMarkdown(ew, r.K, r.Currency)
+	}
+
 	fmt.Fprintln(ew, "\n## Runs\n\nEach run's session, with its head as the ledger signed it when the run ended "+
 		"(`rath verify SESSION`, `rath export SESSION --out DIR` for its dossier).")
 	fmt.Fprintln(ew, "\n| task | try | session | result | outcome | tokens in/out | cost | latency | head | head hash | head signature (key) |")

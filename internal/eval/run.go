@@ -115,6 +115,9 @@ type Report struct {
 	Finished time.Time    `json:"finished"`
 	Tasks    []TaskReport `json:"tasks"`
 	Overall  Summary      `json:"overall"`
+	// Gate is the comparison with a baseline eval (rath eval --baseline),
+	// when there was one.
+	Gate *Gate `json:"gate,omitempty"`
 }
 
 // Execute runs every task of set o.Runs times against the deployment c
