@@ -27,12 +27,12 @@ most --run-timeout (then closes it, outcome eval_timeout), grades it with
 the task's grader (the close outcome, a CEL expression over the final
 state, or both), and reports per task and overall: pass@1 (the mean
 success of the tries), pass^k (every try passed), pass@k (at least one
-did), tokens in and out, cost (each session's usage by provider/model at the
-prices of --prices, a YAML file of price per million input and output
-tokens in a currency; scripted models are free, and a model without a price
-is reported as "no price", not 0), latency p50/p95 (first to last event of the runs
-that closed), failures by cause (outcome, grader, timeout, error), and
-every run's session with its signed head.
+did), tokens in and out, cost (each session's usage by provider/model
+at the prices of --prices, a YAML file of price per million input and
+output tokens in a currency; scripted models are free, and a model without
+a price is reported as "no price", not 0), latency p50/p95 (first to last
+event of the runs that closed), failures by cause (outcome, grader,
+timeout, error), and every run's session with its signed head.
 
 --baseline REPORT compares the eval, task by task, with an earlier one's
 report.json (rath eval --out): pass@1, pass^k (when both ran the same k)
@@ -43,11 +43,13 @@ pass^k dropped by more than --max-pass-drop (default 0: any drop) or, with
 step.
 
 --out DIR writes the report as report.json and report.md. The exit status
-is 0 when the eval ran, whatever its pass rate (without --baseline); 2 for a task file with a
-problem (each named with its line and field: no session starts), 6 when
-the deployment does not answer; interrupted, it closes the sessions of the
-runs in flight (outcome eval_interrupted) and prints no report. --timeout is how long each request to the
-ledger may take, as for every command; --run-timeout bounds a whole run.`,
+is 0 when the eval ran, whatever its pass rate (with --baseline: and no
+task regressed); 11 when a task regressed; 2 for a task file, price table
+or baseline with a problem (each named: no session starts), 6 when the
+deployment does not answer; interrupted, it closes the sessions of the
+runs in flight (outcome eval_interrupted) and prints no report. --timeout
+is how long each request to the ledger may take, as for every command;
+--run-timeout bounds a whole run.`,
 		Example: `  rath eval examples/eval/tasks.yaml --runs 3                 # each task 3 times: pass@1, pass^3, pass@3
   rath eval examples/eval/tasks.yaml --runs 5 --concurrency 8 --out eval-report   # report.json, report.md
   rath eval examples/eval/tasks.yaml --json --run-timeout 2m
