@@ -250,4 +250,17 @@ var funcs = template.FuncMap{
 	"stamp": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	// short drops the "rath." every type begins with.
 	"short": func(typ string) string { return strings.TrimPrefix(typ, "rath.") },
+	// ref shortens a blob reference (a workspace seed's, a bundle's) to its
+	// first 12 hex digits; any other value is as it is.
+	"ref": shortRef,
+}
+
+// shortRef is a label value as the sessions list shows it: a sha256: blob
+// reference cut to 12 hex digits and an ellipsis (the full one is the
+// title), any other value whole.
+func shortRef(v string) string {
+	if hex, ok := strings.CutPrefix(v, "sha256:"); ok && len(hex) > 12 {
+		return "sha256:" + hex[:12] + "…"
+	}
+	return v
 }

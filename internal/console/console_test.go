@@ -462,3 +462,17 @@ func scriptsOnlyFromSelf(csp string) bool {
 	}
 	return true
 }
+
+// The sessions list shows a workspace seed's reference cut short (the
+// whole reference in the title); other labels whole.
+func TestLabelReferencesAreShortened(t *testing.T) {
+	r := start(t)
+	ref := "sha256:" + strings.Repeat("ab", 32)
+	if _, err := r.c.Start(context.Background(), "l1", events.SessionStarted{Labels: map[string]string{"workspace": ref, "team": "blue"}}); err != nil {
+		t.Fatal(err)
+	}
+	body := r.want(t, "/", http.StatusOK, "workspace=sha256:abababababab…", `title="workspace=`+ref+`"`, "team=blue")
+	if strings.Contains(body, ">workspace="+ref+"<") {
+		t.Errorf("the whole reference is shown:\n%s", body)
+	}
+}
