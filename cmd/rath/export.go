@@ -20,12 +20,15 @@ import (
 
 func (a *app) exportCmd() *cobra.Command {
 	var (
-		out   string
-		force bool
+		out      string
+		force    bool
+		swebench bool
+		model    string
+		labelf   []string
 	)
 	cmd := &cobra.Command{
-		Use:   "export SESSION --out DIR",
-		Short: "Write the dossier of SESSION's session tree to DIR, verifiable offline",
+		Use:   "export SESSION --out DIR | export --swebench [--model NAME] [--out FILE] (SESSION... | --label key=value)",
+		Short: "Write the dossier of SESSION's session tree to DIR, verifiable offline; or SWE-bench predictions",
 		Long: `export reads SESSION's tree from the ledger (its root, every fork, every
 session a merge took events from) and writes to DIR:
 
@@ -38,9 +41,33 @@ session a merge took events from) and writes to DIR:
 
 It then checks the written dossier as "rath verify --dossier DIR" does. DIR
 may hold an earlier dossier (it is overwritten); any other non-empty DIR is
-refused unless --force. See docs/dossier.md.`,
-		Args: cobra.ExactArgs(1),
+refused unless --force. See docs/dossier.md.
+
+With --swebench it writes instead a SWE-bench predictions file, one JSON
+line per session (the SESSION arguments, and the sessions with every
+--label key=value, e.g. --label eval=ID for the sessions of a rath eval
+run) to stdout or --out FILE: instance_id (the session's label instance_id,
+else eval_task, else its ID), model_name_or_path (--model, else the
+provider/model names of the session's usage, joined with ",") and
+model_patch (the diff of the session's workspace from its seed to its last
+tool call, rebuilt from the recorded diffs). See docs/eval.md, SWE-bench.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if swebench {
+				return nil
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if swebench {
+				c, err := a.client()
+				if err != nil {
+					return err
+				}
+				return a.exportSWEBench(cmd.Context(), c, args, labelf, model, out)
+			}
+			if model != "" || len(labelf) > 0 {
+				return usageError{errors.New("--model and --label go with --swebench")}
+			}
 			if out == "" {
 				return usageError{errors.New("--out DIR is required")}
 			}
@@ -88,8 +115,11 @@ refused unless --force. See docs/dossier.md.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&out, "out", "", "directory to write the dossier to")
+	cmd.Flags().StringVar(&out, "out", "", "directory to write the dossier to (with --swebench: the predictions file; default stdout)")
 	cmd.Flags().BoolVar(&force, "force", false, "write into a non-empty directory that holds no dossier")
+	cmd.Flags().BoolVar(&swebench, "swebench", false, "write SWE-bench predictions (JSON lines) instead of a dossier")
+	cmd.Flags().StringVar(&model, "model", "", "with --swebench: the model_name_or_path of every prediction")
+	cmd.Flags().StringArrayVar(&labelf, "label", nil, "with --swebench: also export the sessions with label key=value (repeatable; all must match)")
 	return cmd
 }
 
