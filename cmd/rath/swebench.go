@@ -59,10 +59,18 @@ func (a *app) exportSWEBench(ctx context.Context, c *client.Client, ids []string
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
+	seen := map[string]string{}
 	for _, id := range ids {
 		p, err := a.predict(ctx, c, id, model)
 		if err != nil {
 			return err
+		}
+		if first, ok := seen[p.InstanceID]; ok {
+			// A fork inherits its parent's labels; the harness expects one
+			// prediction per instance.
+			fmt.Fprintf(a.Stderr, "warning: sessions %s and %s are both instance %s\n", first, id, p.InstanceID)
+		} else {
+			seen[p.InstanceID] = id
 		}
 		if err := enc.Encode(p); err != nil {
 			return fmt.Errorf("session %s: %w", id, err)

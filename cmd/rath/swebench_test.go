@@ -136,6 +136,12 @@ func TestExportSWEBench(t *testing.T) {
 		t.Errorf("the fork's prediction: exit %d, %+v, stderr %q", r.code, p, r.stderr)
 	}
 
+	// Selected by label, the fork is a second fix-add: said on stderr.
+	r = rath(t, rt.URL, "export", "--swebench", "--label", "eval="+rep.ID)
+	if n := strings.Count(r.stdout, "\n"); r.code != exitOK || n != 3 || !strings.Contains(r.stderr, "warning: sessions "+sessions["fix-add"]+" and "+forked+" are both instance fix-add") {
+		t.Errorf("the eval's sessions and the fork: exit %d, %d lines, stderr %q", r.code, n, r.stderr)
+	}
+
 	// Nothing selected is an error, not an empty file.
 	if r = rath(t, rt.URL, "export", "--swebench", "--label", "eval=no-such-eval"); r.code == exitOK || !strings.Contains(r.stderr, "no session has the labels eval=no-such-eval") {
 		t.Errorf("an empty selection: exit %d, stderr %q", r.code, r.stderr)
