@@ -79,7 +79,7 @@ is how long each request to the ledger may take, as for every command;
 				return err
 			}
 			for _, t := range set.Tasks {
-				if err := a.checkTools(cmd.Context(), c, t.WorkflowPath); err != nil {
+				if err := a.checkTools(cmd.Context(), c, t.WorkflowPath, t.Workflow()); err != nil {
 					return fmt.Errorf("task %s: %w", t.ID, err)
 				}
 			}

@@ -54,12 +54,16 @@ unpacks it; it reads no path on its own host.`,
 				}
 			}
 			if wfFile != "" {
+				wf, err := loadWorkflow(wfFile, workflow.AllowNet(allowNet))
+				if err != nil {
+					return usageError{err}
+				}
 				if !unregistered {
-					if err := a.checkTools(cmd.Context(), c, wfFile, workflow.AllowNet(allowNet)); err != nil {
+					if err := a.checkTools(cmd.Context(), c, wfFile, wf); err != nil {
 						return err
 					}
 				}
-				if err := uploadWorkflow(cmd.Context(), c, wfFile, &data, workflow.AllowNet(allowNet)); err != nil {
+				if err := storeWorkflow(cmd.Context(), c, wf, &data); err != nil {
 					return err
 				}
 			}
@@ -186,18 +190,12 @@ func (a *app) printAck(ack api.Ack) error {
 	return err
 }
 
-// loadWorkflow parses a workflow file and checks that its scripts can be
-// read. Its errors name the file.
-// checkTools refuses a workflow whose agents name a tool that nobody
-// offers: not in the tool registry, and not a tool of an MCP server the
+// checkTools refuses a workflow (loaded from path) whose agents name a
+// tool that nobody offers: not in the tool registry, and not a tool of an MCP server the
 // workflow declares (the tool runner lists those when the session starts).
 // Before any tool runner has registered its built-in tools (a deployment
 // still starting) nothing can be known: it says so and lets the start go.
-func (a *app) checkTools(ctx context.Context, c *client.Client, path string, opts ...workflow.Option) error {
-	wf, err := loadWorkflow(path, opts...)
-	if err != nil {
-		return usageError{err}
-	}
+func (a *app) checkTools(ctx context.Context, c *client.Client, path string, wf *workflow.Workflow) error {
 	tools, err := c.Tools(ctx)
 	if err != nil {
 		return err
@@ -236,6 +234,8 @@ func (a *app) checkTools(ctx context.Context, c *client.Client, path string, opt
 		path, strings.Join(missing, ", "), strings.Join(names, ", "))}
 }
 
+// loadWorkflow parses a workflow file and checks that its scripts can be
+// read. Its errors name the file.
 func loadWorkflow(path string, opts ...workflow.Option) (*workflow.Workflow, error) {
 	wf, err := workflow.Load(path, opts...)
 	if err != nil {
@@ -254,6 +254,12 @@ func uploadWorkflow(ctx context.Context, c *client.Client, path string, data *ev
 	if err != nil {
 		return usageError{err}
 	}
+	return storeWorkflow(ctx, c, wf, data)
+}
+
+// storeWorkflow stores a loaded workflow with its scripts as one bundle and
+// names it in the session start.
+func storeWorkflow(ctx context.Context, c *client.Client, wf *workflow.Workflow, data *events.SessionStarted) error {
 	ref, err := workflow.Store(ctx, wf, c.PutBlob)
 	if errors.Is(err, workflow.ErrBundle) {
 		return usageError{err}
