@@ -1,14 +1,11 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,7 +224,7 @@ func cumulativeDiff(ctx context.Context, seed []byte, diffs []callDiff) (string,
 		return "", err
 	}
 	if seed != nil {
-		if err := unpackSeed(seed, work); err != nil {
+		if err := client.UnpackWorkspace(seed, work); err != nil {
 			return "", fmt.Errorf("workspace seed: %w", err)
 		}
 	}
@@ -261,44 +258,4 @@ func cumulativeDiff(ctx context.Context, seed []byte, diffs []callDiff) (string,
 		}
 	}
 	return git("", "diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--full-index", "HEAD", "--")
-}
-
-// unpackSeed writes a PackWorkspace archive (directories, regular files,
-// symbolic links) into dir, refusing any name that leaves it.
-func unpackSeed(archive []byte, dir string) error {
-	z, err := gzip.NewReader(bytes.NewReader(archive))
-	if err != nil {
-		return err
-	}
-	r := tar.NewReader(z)
-	for {
-		h, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := filepath.FromSlash(strings.TrimSuffix(h.Name, "/"))
-		if !filepath.IsLocal(name) {
-			return fmt.Errorf("%q leaves the workspace", h.Name)
-		}
-		path := filepath.Join(dir, name)
-		mode := os.FileMode(h.Mode).Perm()
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(path, mode|0o700)
-		case tar.TypeSymlink:
-			err = os.Symlink(h.Linkname, path)
-		case tar.TypeReg:
-			var f *os.File
-			if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode|0o600); err == nil {
-				_, err = io.Copy(f, r)
-				err = errors.Join(err, f.Close())
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", h.Name, err)
-		}
-	}
 }
