@@ -91,6 +91,7 @@ this command line (naming it allows it), and to what --allow-base-url and
 	f.StringVar(&o.live.model, "model", "", "model of --provider")
 	f.StringVar(&o.live.baseURL, "base-url", "", "API endpoint of --provider (allowed for the demo's agent worker)")
 	allowEndpointFlags(cmd, &o.allowBaseURLs, &o.allowLoopback)
+	cmd.AddCommand(a.demoSupportCmd())
 	return cmd
 }
 

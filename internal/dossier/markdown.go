@@ -56,6 +56,7 @@ func Markdown(d *Dossier) string {
 			w("- Branch **%s** was rejected: %s (see [why](#rejected-branches-and-why)).\n", n.of(b.ID), inline(n.text(b.VerdictReason), 160))
 		}
 	}
+	domainSection(w, d, n)
 	w("\n## Session graph\n\n![session graph](%s) (also [%s](%s))\n\n", FileSVG, FileHTML, FileHTML)
 	w("| branch | session ID | parent @ fork | status | verdict | own events | head | tokens in/out |\n|---|---|---|---|---|---|---|---|\n")
 	for _, b := range d.Branches {
