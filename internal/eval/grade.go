@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/openrath/rath/internal/workflow"
@@ -19,7 +20,33 @@ type Grader struct {
 	// the session's state when it closed and event its last event (the
 	// rath.session.closed: event.data.outcome, event.data.reason).
 	CEL *workflow.Condition
+	// Command, when set, is an argv run in the sandbox on the run's final
+	// workspace (the run tool, on the run's grading fork: sandbox.go); it
+	// must exit 0.
+	Command []string
+	// State, when set, compares a JSON file of the run's final workspace
+	// with the expected JSON (read with read_file on the grading fork).
+	State *StateCheck
+	// As is the agent of the task's workflow the grading fork's calls are
+	// made as: the tool runner runs only what the workflow allows an agent.
+	// The task file's as, or the first agent that may use the tools the
+	// grader needs.
+	As string
 }
+
+// StateCheck is an expected-state grader: the JSON document File of the
+// final workspace must equal Expected (objects by key, in any order;
+// numbers by value: internal/domainstate).
+type StateCheck struct {
+	File     string
+	Expected json.RawMessage
+	// ExpectedFile is where Expected came from, when the task file named a
+	// file rather than giving it inline.
+	ExpectedFile string
+}
+
+// sandboxed reports whether the grader needs the run's final workspace.
+func (g Grader) sandboxed() bool { return len(g.Command) > 0 || g.State != nil }
 
 // Causes of a failed run, in Failure.Cause.
 const (
@@ -27,7 +54,7 @@ const (
 	// grader's.
 	CauseOutcome = "outcome"
 	// CauseGrader: the grader's CEL expression was false, or failed to
-	// evaluate.
+	// evaluate; its command exited non-zero; its expected state differs.
 	CauseGrader = "grader"
 	// CauseTimeout: the session did not close within the run timeout.
 	CauseTimeout = "timeout"

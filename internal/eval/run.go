@@ -61,8 +61,11 @@ type Run struct {
 	Outcome     string   `json:"outcome,omitempty"`
 	CloseReason string   `json:"close_reason,omitempty"`
 	Failure     *Failure `json:"failure,omitempty"`
-	TokensIn    int64    `json:"tokens_in"`
-	TokensOut   int64    `json:"tokens_out"`
+	// Grading is what a grader's command or expected state found on the
+	// run's grading fork, when it has either.
+	Grading   *Grading `json:"grading,omitempty"`
+	TokensIn  int64    `json:"tokens_in"`
+	TokensOut int64    `json:"tokens_out"`
 	// Models is the session's usage by "provider/model"
 	// (session.Usage.ByModel); Cost prices it in the report's currency,
 	// absent when a model has no price: NoPrice names those.
@@ -272,6 +275,15 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 	default:
 		r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("watch: %v", err)}
 	}
+	settle(ctx, c, o, t, &r, first, last)
+	return r
+}
+
+// settle completes a run whose session is done with (closed, or given
+// up on): its tokens and models from the session's state, its latency
+// from first to last event, its grade when it closed, and its signed head.
+// A ledger baseline (FromLedger) settles recorded sessions the same way.
+func settle(ctx context.Context, c *client.Client, o Options, t *Task, r *Run, first, last events.Stored) {
 	if r.Closed {
 		r.LatencyMS = last.Time.Sub(first.Time).Milliseconds()
 	}
@@ -281,7 +293,7 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 		if r.Failure == nil {
 			r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("state: %v", err)}
 		}
-		return r
+		return
 	}
 	r.TokensIn, r.TokensOut = st.Usage.Total.In, st.Usage.Total.Out
 	r.Models = st.Usage.ByModel
@@ -290,10 +302,14 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 	}
 	if r.Closed {
 		r.Failure = t.Grader.Grade(st, last)
+		if r.Failure == nil && t.Grader.sandboxed() {
+			gctx, cancel := context.WithTimeout(ctx, o.Timeout)
+			r.Grading, r.Failure = gradeSandbox(gctx, c, o.ID, r.Session, last.Seq, t.Grader)
+			cancel()
+		}
 		r.Passed = r.Failure == nil
 	}
-	verify(ctx, c, &r)
-	return r
+	verify(ctx, c, r)
 }
 
 // price sets the run's cost from its usage by model: absent, with the

@@ -52,7 +52,8 @@ func (t *Task) Workflow() *workflow.Workflow { return t.wf }
 var (
 	fileFields   = []string{"tasks"}
 	taskFields   = []string{"id", "task", "workflow", "workspace", "grader"}
-	graderFields = []string{"outcome", "cel"}
+	graderFields = []string{"outcome", "cel", "command", "state", "as"}
+	stateFields  = []string{"file", "expected", "expected_file"}
 )
 
 // taskID is what a task ID may be: it is a label value and a name in the
@@ -211,6 +212,8 @@ func (p *parser) task(n *yaml.Node, field string) *Task {
 	}
 	t := &Task{}
 	var graderSeen bool
+	var graderNode *yaml.Node
+	var graderField string
 	p.mapping(n, field, taskFields, func(key string, v *yaml.Node, f string) {
 		switch key {
 		case "id":
@@ -247,8 +250,12 @@ func (p *parser) task(n *yaml.Node, field string) *Task {
 		case "grader":
 			graderSeen = true
 			t.Grader = p.grader(v, f)
+			graderNode, graderField = v, f
 		}
 	})
+	if graderNode != nil && !p.reportedUnder(graderField) {
+		p.agent(t, graderNode, graderField)
+	}
 	for _, req := range []struct {
 		name  string
 		empty bool
@@ -277,12 +284,146 @@ func (p *parser) grader(n *yaml.Node, field string) Grader {
 				return
 			}
 			g.CEL = cond
+		case "command":
+			g.Command = p.command(v, f)
+		case "state":
+			g.State = p.state(v, f)
+		case "as":
+			g.As = p.str(v, f)
 		}
 	})
-	if n.Kind == yaml.MappingNode && g.Outcome == "" && g.CEL == nil && !p.reportedUnder(field) {
-		p.add(n.Line, field, "a grader needs outcome, cel or both")
+	if n.Kind == yaml.MappingNode && g.Outcome == "" && g.CEL == nil && !g.sandboxed() && !p.reportedUnder(field) {
+		p.add(n.Line, field, "a grader needs outcome, cel, command or state")
 	}
 	return g
+}
+
+// command parses a grader's command: a list of strings (the argv), or one
+// string, run with sh -c.
+func (p *parser) command(n *yaml.Node, field string) []string {
+	if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+		if strings.TrimSpace(n.Value) == "" {
+			p.add(n.Line, field, "an empty command")
+			return nil
+		}
+		return []string{"sh", "-c", n.Value}
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		p.add(n.Line, field, "expected a command: a list of strings (the program and its arguments) or one string (run with sh -c)")
+		return nil
+	}
+	var argv []string
+	p.list(n, field, func(v *yaml.Node, f string) { argv = append(argv, p.str(v, f)) })
+	if len(argv) > 0 && argv[0] == "" && !p.reportedUnder(field) {
+		p.add(n.Line, field, "the command's first item must name a program")
+	}
+	return argv
+}
+
+// state parses an expected-state grader.
+func (p *parser) state(n *yaml.Node, field string) *StateCheck {
+	sc := &StateCheck{}
+	var inline, fromFile bool
+	p.mapping(n, field, stateFields, func(key string, v *yaml.Node, f string) {
+		switch key {
+		case "file":
+			sc.File = p.str(v, f)
+			if sc.File != "" && (filepath.IsAbs(sc.File) || !filepath.IsLocal(sc.File)) {
+				p.add(v.Line, f, "%q is not a path inside the workspace: give it relative to the workspace's root, without ..", sc.File)
+			}
+		case "expected":
+			inline = true
+			var val any
+			if err := v.Decode(&val); err != nil {
+				p.add(v.Line, f, "%v", err)
+				return
+			}
+			doc, err := canonicalJSON(val)
+			if err != nil {
+				p.add(v.Line, f, "not a JSON value: %v", err)
+				return
+			}
+			sc.Expected = doc
+		case "expected_file":
+			fromFile = true
+			rel := p.str(v, f)
+			if rel == "" {
+				return
+			}
+			sc.ExpectedFile = p.path(rel)
+			data, err := os.ReadFile(sc.ExpectedFile)
+			if err != nil {
+				p.add(v.Line, f, "%v", err)
+				return
+			}
+			if _, err := parseJSON(data); err != nil {
+				p.add(v.Line, f, "%s: %v", sc.ExpectedFile, err)
+				return
+			}
+			sc.Expected = data
+		}
+	})
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	switch {
+	case sc.File == "" && !p.reported(field+".file"):
+		p.add(n.Line, field+".file", "required: the JSON file of the final workspace to compare")
+	case inline == fromFile:
+		p.add(n.Line, field, "give the expected state as expected (inline) or expected_file, one of them")
+	}
+	return sc
+}
+
+// agent picks who a sandboxed grader's calls are made as (pickAgent),
+// reporting a problem at the grader.
+func (p *parser) agent(t *Task, n *yaml.Node, field string) {
+	g := &t.Grader
+	if !g.sandboxed() || t.wf == nil {
+		return
+	}
+	if err := g.pickAgent(t.wf, g.As); err != nil {
+		if g.As != "" {
+			field += ".as"
+		}
+		p.add(n.Line, field, "%v", err)
+	}
+}
+
+// pickAgent sets who a sandboxed grader's calls are made as in workflow
+// wf: as, which must be allowed every tool the grader calls (the tool
+// runner checks it), or, when as is "", the first agent of wf that is.
+func (g *Grader) pickAgent(wf *workflow.Workflow, as string) error {
+	var need []string
+	if len(g.Command) > 0 {
+		need = append(need, toolRun)
+	}
+	if g.State != nil {
+		need = append(need, toolReadFile)
+	}
+	allowed := func(agent string) string {
+		for _, tool := range need {
+			if ok, why := wf.Allows(agent, tool); !ok {
+				return why
+			}
+		}
+		return ""
+	}
+	if as != "" {
+		if why := allowed(as); why != "" {
+			return fmt.Errorf("%s: the grader's calls are made as %s, which the tool runner checks", why, as)
+		}
+		g.As = as
+		return nil
+	}
+	for _, a := range wf.Agents {
+		if allowed(a.Name) == "" {
+			g.As = a.Name
+			return nil
+		}
+	}
+	return fmt.Errorf("no agent of workflow %s may use %s, which the grader calls in the sandbox as one of them: give an agent the tools, or name one with as",
+		wf.Name, strings.Join(need, " and "))
 }
 
 // path resolves a path of the file against the file's directory.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -76,7 +77,45 @@ func TestLoadRefuses(t *testing.T) {
     task: t
     workflow: close.yaml
     grader: {}
-`, []string{"tasks.yaml:5: tasks[0].grader: a grader needs outcome, cel or both"}},
+`, []string{"tasks.yaml:5: tasks[0].grader: a grader needs outcome, cel, command or state"}},
+		{"command graders that cannot run", `tasks:
+  - {id: a, task: t, workflow: tools.yaml, grader: {command: []}}
+  - {id: b, task: t, workflow: tools.yaml, grader: {command: "  "}}
+  - {id: c, task: t, workflow: tools.yaml, grader: {command: ["", x]}}
+  - {id: d, task: t, workflow: tools.yaml, grader: {command: {sh: x}}}
+  - {id: e, task: t, workflow: tools.yaml, grader: {command: [go, [test]]}}
+  - {id: f, task: t, workflow: close.yaml, grader: {command: [true]}}
+  - {id: g, task: t, workflow: tools.yaml, grader: {command: [true], as: reader}}
+  - {id: h, task: t, workflow: tools.yaml, grader: {command: [true], as: nobody}}
+`, []string{"tasks.yaml:2: tasks[0].grader.command: expected a command: a list of strings",
+			"tasks.yaml:3: tasks[1].grader.command: an empty command",
+			"tasks.yaml:4: tasks[2].grader.command: the command's first item must name a program",
+			"tasks.yaml:5: tasks[3].grader.command: expected a command",
+			"tasks.yaml:6: tasks[4].grader.command[1]: expected a string",
+			"tasks.yaml:7: tasks[5].grader: no agent of workflow eval-close may use run, which the grader calls in the sandbox as one of them",
+			"tasks.yaml:8: tasks[6].grader.as: tool run is not allowed for agent reader (allowed: [read_file]): the grader's calls are made as reader",
+			`tasks.yaml:9: tasks[7].grader.as: agent "nobody" is not in workflow eval-tools`}},
+		{"expected-state graders that cannot compare", `tasks:
+  - {id: a, task: t, workflow: tools.yaml, grader: {state: {expected: 1}}}
+  - {id: b, task: t, workflow: tools.yaml, grader: {state: {file: x.json}}}
+  - {id: c, task: t, workflow: tools.yaml, grader: {state: {file: x.json, expected: 1, expected_file: expected.json}}}
+  - {id: d, task: t, workflow: tools.yaml, grader: {state: {file: ../../etc/passwd, expected: 1}}}
+  - {id: e, task: t, workflow: tools.yaml, grader: {state: {file: /etc/passwd, expected: 1}}}
+  - {id: f, task: t, workflow: tools.yaml, grader: {state: {file: x.json, expected_file: nowhere.json}}}
+  - {id: g, task: t, workflow: tools.yaml, grader: {state: {file: x.json, expected_file: broken.json}}}
+  - {id: h, task: t, workflow: tools.yaml, grader: {state: {file: x.json, expected: {1: one}}}}
+  - {id: i, task: t, workflow: tools.yaml, grader: {state: {file: x.json, expected: 1, want: 2}}}
+  - {id: j, task: t, workflow: tools.yaml, grader: {state: [x.json]}}
+`, []string{"tasks.yaml:2: tasks[0].grader.state.file: required",
+			"tasks.yaml:3: tasks[1].grader.state: give the expected state as expected (inline) or expected_file, one of them",
+			"tasks.yaml:4: tasks[2].grader.state: give the expected state as expected (inline) or expected_file, one of them",
+			`tasks.yaml:5: tasks[3].grader.state.file: "../../etc/passwd" is not a path inside the workspace`,
+			`tasks.yaml:6: tasks[4].grader.state.file: "/etc/passwd" is not a path inside the workspace`,
+			"tasks.yaml:7: tasks[5].grader.state.expected_file: open",
+			"tasks.yaml:8: tasks[6].grader.state.expected_file: testdata/broken.json: not JSON: unexpected EOF",
+			"tasks.yaml:9: tasks[7].grader.state.expected: not a JSON value: json: unsupported type",
+			"tasks.yaml:10: tasks[8].grader.state.want: unknown field (fields: file, expected, expected_file)",
+			"tasks.yaml:11: tasks[9].grader.state: expected a mapping with file, expected, expected_file"}},
 		{"an ID used twice", `tasks:
   - {id: a, task: t, workflow: close.yaml, grader: {outcome: succeeded}}
   - {id: b, task: t, workflow: close.yaml, grader: {outcome: succeeded}}
@@ -103,6 +142,30 @@ func TestLoadRefuses(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "none.yaml")); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// Sandboxed graders pick the first agent of the workflow allowed the tools
+// they call, unless they name one.
+func TestLoadSandboxGraders(t *testing.T) {
+	set, err := Parse([]byte(`tasks:
+  - {id: cmd, task: t, workflow: tools.yaml, grader: {command: "go test ./..."}}
+  - {id: state, task: t, workflow: tools.yaml, grader: {state: {file: out/x.json, expected: {n: [1, 2.50, "x"]}}}}
+  - {id: file, task: t, workflow: tools.yaml, grader: {as: runner, command: [go, vet], state: {file: x.json, expected_file: expected.json}}}
+`), filepath.Join("testdata", "tasks.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, state, file := set.Tasks[0].Grader, set.Tasks[1].Grader, set.Tasks[2].Grader
+	if !slices.Equal(cmd.Command, []string{"sh", "-c", "go test ./..."}) || cmd.As != "runner" || cmd.State != nil {
+		t.Errorf("command grader: %+v", cmd)
+	}
+	if state.As != "reader" || state.State.File != "out/x.json" || !sameState(t, state.State.Expected, `{"n": [1, 2.5, "x"]}`) {
+		t.Errorf("state grader: %+v %+v", state, state.State)
+	}
+	if file.As != "runner" || !slices.Equal(file.Command, []string{"go", "vet"}) || file.State.ExpectedFile != filepath.Join("testdata", "expected.json") ||
+		!sameState(t, file.State.Expected, `{"count": 1.0}`) {
+		t.Errorf("both: %+v %+v", file, file.State)
 	}
 }
 
