@@ -24,7 +24,9 @@ import (
 //	       tokens_out, tokens, validations_failed, validations_passed,
 //	       fork_seq, fork_depth, seq (int); labels (map of string); agent_turns (map of int);
 //	       decisions (list of maps: seq (int), rule, route (string)), oldest first;
-//	       open_work (list of maps: id, kind, description, assignee (string), seq (int)), oldest first
+//	       open_work (list of maps: id, kind, description, assignee (string), seq (int)), oldest first;
+//	       experiments (list of maps: seq, exit_code (int), name, agent, commit, problem (string),
+//	       ok (bool), metrics (map of double), config (map)), oldest first
 //
 // It fails only on event data that is not a JSON object.
 func Activation(st *session.State, ev events.Stored) (map[string]any, error) {
@@ -72,7 +74,30 @@ func stateMap(st *session.State) map[string]any {
 		"decisions":          decisions(st),
 		"task":               st.Task,
 		"open_work":          openWork(st),
+		"experiments":        experiments(st),
 	}
+}
+
+// experiments lists the experiments recorded (rath.experiment.recorded),
+// oldest first, each {seq, name, agent, ok, exit_code, metrics, config,
+// commit, problem}: metrics are doubles whatever their JSON form, so
+// state.experiments.exists(x, x.ok && x.metrics.val_r2 >= 0.9) compares
+// doubles. A config that is not a JSON object is an empty map.
+func experiments(st *session.State) []any {
+	out := make([]any, len(st.Experiments))
+	for i, x := range st.Experiments {
+		metrics := make(map[string]any, len(x.Metrics))
+		for k, v := range x.Metrics {
+			metrics[k] = v
+		}
+		config, err := decodeData(x.Config)
+		if err != nil {
+			config = map[string]any{}
+		}
+		out[i] = map[string]any{"seq": int64(x.Seq), "name": x.Name, "agent": x.Agent, "ok": x.OK(), "exit_code": int64(x.ExitCode),
+			"metrics": metrics, "config": config, "commit": x.Commit, "problem": x.Problem}
+	}
+	return out
 }
 
 // openWork lists the work the session owes (rath.work.pending not yet

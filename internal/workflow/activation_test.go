@@ -65,6 +65,7 @@ func TestActivation(t *testing.T) {
 			"decisions":          []any{map[string]any{"seq": int64(6), "rule": "code", "route": "agent:coder"}},
 			"task":               "fix TestParse",
 			"open_work":          []any{map[string]any{"id": "w1", "kind": "todo", "description": "still open", "assignee": "coder", "seq": int64(13)}},
+			"experiments":        []any{},
 		},
 	}
 	if !reflect.DeepEqual(act, want) {
@@ -116,5 +117,50 @@ rules:
 	}
 	if d, ok, err := w.Decide(act); err != nil || !ok || d.Rule != "low" {
 		t.Fatalf("got %+v %v %v", d, ok, err)
+	}
+}
+
+// state.experiments lists the experiments folded, each with its metrics as
+// doubles (a whole number in the report too), so a rule compares them
+// without caring how the JSON wrote them; a failed one is not ok.
+func TestActivationExperiments(t *testing.T) {
+	evs := history(t,
+		&events.SessionStarted{Workflow: "research", Task: "fit the curve"},
+		&events.ExperimentRecorded{Name: "line", CallID: "c1", Agent: "experimenter", Command: []string{"go", "run", "."},
+			Config: json.RawMessage(`{"degree":1}`), Metrics: map[string]float64{"val_r2": 1}, Commit: "abc"},
+		&events.ExperimentRecorded{Name: "wild", CallID: "c2", Metrics: map[string]float64{"diverged": 1}, ExitCode: 1},
+		&events.ExperimentRecorded{Name: "odd", CallID: "c3", Config: json.RawMessage(`[1]`), Problem: "the report has no metrics"},
+	)
+	st := fold(evs)
+	act, err := workflow.Activation(st, evs[len(evs)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := act["state"].(map[string]any)["experiments"].([]any)
+	if len(xs) != 3 {
+		t.Fatalf("experiments = %v, want 3", xs)
+	}
+	first := xs[0].(map[string]any)
+	want := map[string]any{"seq": int64(2), "name": "line", "agent": "experimenter", "ok": true, "exit_code": int64(0),
+		"metrics": map[string]any{"val_r2": float64(1)}, "config": map[string]any{"degree": int64(1)}, "commit": "abc", "problem": ""}
+	if !reflect.DeepEqual(first, want) {
+		t.Errorf("experiments[0] = %v, want %v", first, want)
+	}
+	if xs[1].(map[string]any)["ok"] != false || len(xs[2].(map[string]any)["config"].(map[string]any)) != 0 {
+		t.Errorf("a failed experiment or a config that is not an object: %v, %v", xs[1], xs[2])
+	}
+	for src, want := range map[string]bool{
+		`state.experiments.exists(x, x.ok && x.metrics.val_r2 >= 0.9)`:             true,
+		`state.experiments.filter(x, x.ok).size() == 1`:                            true,
+		`state.experiments.exists(x, x.ok && x.config.degree > 1)`:                 false,
+		`state.experiments.exists(x, has(x.metrics.diverged) && x.exit_code == 1)`: true,
+	} {
+		c, err := workflow.CompileCondition(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got, err := c.Holds(act); err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", src, got, err, want)
+		}
 	}
 }

@@ -116,7 +116,7 @@ var (
 		"status", "turns", "turns_failed", "tool_calls", "model_calls", "events", "last_agent",
 		"turn_in_flight", "tokens_in", "tokens_out", "tokens", "validations_failed",
 		"validations_passed", "parent", "fork_seq", "fork_depth", "seq", "labels", "agent_turns", "decisions", "task",
-		"open_work",
+		"open_work", "experiments",
 	}
 )
 

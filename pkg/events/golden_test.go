@@ -235,6 +235,17 @@ var examples = map[string]any{
 		Reason:    "2 issues found",
 		Details:   json.RawMessage(`{"issues":[{"file":"internal/config/config.go","line":14,"linter":"errcheck"}]}`),
 	},
+	events.TypeExperimentRecorded: events.ExperimentRecorded{
+		Name:     "poly5",
+		CallID:   "call_01JDQ9C4",
+		Agent:    "experimenter",
+		Command:  []string{"go", "run", ".", "-degree", "5", "-lr", "0.5"},
+		Config:   json.RawMessage(`{"degree":5,"epochs":4000,"l2":0,"learning_rate":0.5}`),
+		Metrics:  map[string]float64{"train_rmse": 0.118, "val_r2": 0.974, "val_rmse": 0.121},
+		ExitCode: 0,
+		Commit:   "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678",
+		Problem:  "metric \"note\" is not a number: left out",
+	},
 	events.TypeApprovalRequested: events.ApprovalRequested{
 		ApprovalID: "appr_01JDQ9E8",
 		Action:     "push branch fix/config-defaults to origin",

@@ -97,6 +97,7 @@ func init() {
 	register[WorkDone](TypeWorkDone, TokenControl)
 	register[ValidationPassed](TypeValidationPassed, TokenControl)
 	register[ValidationFailed](TypeValidationFailed, TokenControl)
+	register[ExperimentRecorded](TypeExperimentRecorded, TokenControl)
 	register[ApprovalRequested](TypeApprovalRequested, TokenControl)
 	register[ApprovalGranted](TypeApprovalGranted, TokenControl)
 	register[ApprovalRejected](TypeApprovalRejected, TokenControl)

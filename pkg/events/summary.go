@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -291,6 +292,28 @@ func (d ValidationPassed) Summarize() string {
 // capitals: it is the line a reader of a run looks for.
 func (d ValidationFailed) Summarize() string {
 	return newLine("validation FAILED: %s", d.Validator).add(" (target %s)", short(d.Target)).text(d.Reason).String()
+}
+
+// Summarize is "experiment NAME: metric=value …", or "experiment NAME
+// FAILED (exit N): problem" when the command failed or reported nothing.
+func (d ExperimentRecorded) Summarize() string {
+	name := Clip(d.Name, 60)
+	l := newLine("experiment %s", name)
+	if d.ExitCode != 0 || len(d.Metrics) == 0 {
+		l = newLine("experiment %s FAILED", name).add(" (exit %s)", strconv.Itoa(d.ExitCode))
+	}
+	l.add(": %s", MetricsText(d.Metrics))
+	return l.text(d.Problem).String()
+}
+
+// MetricsText is metrics as "name=value" pairs, by name, values in %g.
+func MetricsText(m map[string]float64) string {
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + strconv.FormatFloat(m[n], 'g', 4, 64)
+	}
+	return strings.Join(parts, " ")
 }
 
 // Summarize is "approval ID requested of approver for call C (tool), until

@@ -36,6 +36,7 @@ const (
 	TypeWorkDone            = "rath.work.done"
 	TypeValidationPassed    = "rath.validation.passed"
 	TypeValidationFailed    = "rath.validation.failed"
+	TypeExperimentRecorded  = "rath.experiment.recorded"
 	TypeApprovalRequested   = "rath.approval.requested"
 	TypeApprovalGranted     = "rath.approval.granted"
 	TypeApprovalRejected    = "rath.approval.rejected"
@@ -435,6 +436,31 @@ type ValidationFailed struct {
 	Target    string          `json:"target,omitempty"`
 	Reason    string          `json:"reason"`
 	Details   json.RawMessage `json:"details,omitempty"`
+}
+
+// ExperimentRecorded records one experiment: a command run in the session's
+// workspace (the experiment tool) whose output reported the configuration it
+// ran with and the metrics it measured. The tool runner appends it with the
+// call's result, before the call's completion, so rules (a memory route for
+// a failed configuration, say) decide on it while the call is pending.
+type ExperimentRecorded struct {
+	// Name is the experiment's name, as the agent gave it.
+	Name string `json:"name"`
+	// CallID is the experiment tool call that ran it; Agent its agent.
+	CallID string `json:"call_id"`
+	Agent  string `json:"agent,omitempty"`
+	// Command is the program and arguments run.
+	Command []string `json:"command,omitempty"`
+	// Config is the configuration the program reported it ran with: a JSON
+	// object, absent when the output reported none.
+	Config json.RawMessage `json:"config,omitempty"`
+	// Metrics are the numbers the program reported, by name.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// ExitCode is the command's; Commit the workspace commit it ran on.
+	ExitCode int    `json:"exit_code"`
+	Commit   string `json:"commit,omitempty"`
+	// Problem says why the output held no usable report, when it did not.
+	Problem string `json:"problem,omitempty"`
 }
 
 // ApprovalRequested asks a human (or policy) to approve an action. A

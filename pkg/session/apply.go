@@ -184,6 +184,8 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		} else {
 			s.Counts.ValidationsFailed++
 		}
+	case *events.ExperimentRecorded:
+		s.Experiments = append(s.Experiments, Experiment{Seq: e.Seq, EventID: e.ID, ExperimentRecorded: *d})
 	case *events.ApprovalRequested:
 		if s.Approvals == nil {
 			s.Approvals = map[string]Approval{}

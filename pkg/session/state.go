@@ -73,6 +73,9 @@ type State struct {
 
 	Decisions   []Decision   `json:"decisions,omitempty"`
 	Validations []Validation `json:"validations,omitempty"`
+	// Experiments are the experiments recorded (rath.experiment.recorded),
+	// in log order.
+	Experiments []Experiment `json:"experiments,omitempty"`
 	Counts      Counts       `json:"counts"`
 
 	// Seq and Hash are the head of the session's logical log: the last event
@@ -424,6 +427,18 @@ func CheckOf(data any) (Check, bool) {
 	}
 	return Check{}, false
 }
+
+// Experiment is one experiment of the session: its event's sequence and
+// ID (the provenance a memory of it names) and what it recorded.
+type Experiment struct {
+	Seq     uint64 `json:"seq"`
+	EventID string `json:"event_id"`
+	events.ExperimentRecorded
+}
+
+// OK reports whether the experiment ran and reported metrics: its command
+// exited 0 with a usable report.
+func (x Experiment) OK() bool { return x.ExitCode == 0 && len(x.Metrics) > 0 && x.Problem == "" }
 
 // Turn is an agent turn in flight.
 type Turn struct {

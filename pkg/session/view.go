@@ -23,6 +23,7 @@ func (s *State) View() *State {
 	c.Compactions = slices.Clip(s.Compactions)
 	c.Decisions = slices.Clip(s.Decisions)
 	c.Validations = slices.Clip(s.Validations)
+	c.Experiments = slices.Clip(s.Experiments)
 	c.Memory = slices.Clip(s.Memory)
 	if s.Archive != nil {
 		a := *s.Archive // a purge sets PurgedSeq in place
