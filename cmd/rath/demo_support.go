@@ -162,7 +162,10 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 		return run, err
 	}
 	progress := newDemoProgress(a.Stdout)
-	sub, err := run.rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), progress.onMsg)
+	sub, err := run.rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
+		progress.onMsg(m)
+		progress.policyLine(m)
+	})
 	if err != nil {
 		return run, fmt.Errorf("demo: follow events: %w", err)
 	}
@@ -206,6 +209,25 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 		printSupport(a, d)
 	}
 	return run, err
+}
+
+// supportLines are the kinds of event rath demo support prints a line for
+// besides rath demo's: the policy's refusals and the gate's approvals.
+var supportLines = map[string]bool{
+	events.TypeToolFailed: true, events.TypeApprovalRequested: true, events.TypeApprovalExpired: true,
+	events.TypeApprovalGranted: true, events.TypeApprovalRejected: true,
+}
+
+// policyLine prints the line of a refused call or of an approval, after
+// onMsg, on the subscription's goroutine: lines stay in log order.
+func (p *demoProgress) policyLine(m *nats.Msg) {
+	ev, err := events.ParseStored(m.Data)
+	if err != nil || !supportLines[ev.Type] || demoLines[ev.Type] {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, "  %-10s %4d  %s\n", p.name(ev.Session), ev.Seq, events.Summary(ev))
 }
 
 // serveShop serves the shop's tools in this process, on a connection of
