@@ -47,6 +47,10 @@ var examples = map[string]any{
 		ParentHash: exampleHashA,
 		Reason:     "try a second fix strategy in parallel",
 		Labels:     map[string]string{"strategy": "rewrite-parser"},
+		// A counterfactual's fork runs a changed workflow (rath recheck).
+		Workflow:     "fix-calc",
+		WorkflowHash: "sha256:5d41402abc4b2a76b9719d911017c592ae1d4c0f3a8ecf9d6bd4b1f3c6f0e2a1",
+		WorkflowRef:  "sha256:0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
 	},
 	events.TypeSessionMerged: events.SessionMerged{
 		Source:     exampleFork,

@@ -76,6 +76,13 @@ type SessionForked struct {
 	ParentHash string            `json:"parent_hash"`
 	Reason     string            `json:"reason,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	// Workflow, WorkflowHash and WorkflowRef, when WorkflowRef is set, are
+	// the workflow the fork runs from here on, in place of the one it
+	// inherits (a counterfactual's changed workflow: rath recheck); the
+	// prefix it shares ran on the parent's, as recorded.
+	Workflow     string `json:"workflow,omitempty"`
+	WorkflowHash string `json:"workflow_hash,omitempty"`
+	WorkflowRef  string `json:"workflow_ref,omitempty"`
 }
 
 // Segment names a contiguous run of one session's own events, From and To inclusive.

@@ -403,6 +403,12 @@ type ForkRequest struct {
 	EventID string `json:"event_id,omitempty"`
 	// EventSource is the CloudEvents source of the fork event.
 	EventSource string `json:"source,omitempty"`
+	// Workflow, WorkflowHash and WorkflowRef, when WorkflowRef is set, are
+	// the workflow the fork runs from here on instead of the parent's
+	// (rath.session.forked workflow_ref): a bundle stored before the fork.
+	Workflow     string `json:"workflow,omitempty"`
+	WorkflowHash string `json:"workflow_hash,omitempty"`
+	WorkflowRef  string `json:"workflow_ref,omitempty"`
 }
 
 // MergeRequest asks to join session Source into session Target (Source

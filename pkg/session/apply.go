@@ -72,6 +72,11 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		s.CloseReason, s.Outcome, s.Archive = "", "", nil
 		s.Created = e.Time
 		s.Labels = mergeLabels(s.Labels, d.Labels)
+		if d.WorkflowRef != "" {
+			// A fork that runs another workflow from here on (a
+			// counterfactual): every service reads it from here.
+			s.Workflow, s.WorkflowHash, s.WorkflowRef = d.Workflow, d.WorkflowHash, d.WorkflowRef
+		}
 		path := append([]events.Segment{}, s.Lineage.Path...)
 		if n := len(path); n > 0 {
 			path[n-1].To = d.AtSeq

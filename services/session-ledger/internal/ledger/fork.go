@@ -56,6 +56,7 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	}
 	ev, err := events.New(req.ID, &events.SessionForked{
 		Parent: req.Parent, AtSeq: at, ParentHash: parentHash, Reason: req.Reason, Labels: req.Labels,
+		Workflow: req.Workflow, WorkflowHash: req.WorkflowHash, WorkflowRef: req.WorkflowRef,
 	}, opts...)
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
@@ -115,8 +116,12 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	for k, v := range req.Labels {
 		labels[k] = v
 	}
+	workflow := parent.Workflow
+	if req.WorkflowRef != "" {
+		workflow = req.Workflow
+	}
 	rec := eventstore.Record{ID: req.ID, Tenant: parent.Tenant, Status: string(session.StatusActive), Parent: req.Parent, ForkSeq: at,
-		Workflow: parent.Workflow, Task: parent.Task, Labels: labels, Created: ev.Time(), Updated: ev.Time(), Seq: at + 1}
+		Workflow: workflow, Task: parent.Task, Labels: labels, Created: ev.Time(), Updated: ev.Time(), Seq: at + 1}
 	if err := l.store.PutRecord(ctx, rec); err != nil {
 		l.log.Warn("session index not updated", "session", req.ID, "err", err)
 	}
