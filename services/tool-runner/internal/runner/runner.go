@@ -272,8 +272,13 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: req.Agent, Content: done.Result, ToolCallID: req.CallID}); err != nil {
 		return err
 	}
-	if req.Tool == tools.Validate {
+	switch req.Tool {
+	case tools.Validate:
 		if err := e.emit(ctx, "verdict", verdict(req, out, after)); err != nil {
+			return err
+		}
+	case tools.Experiment:
+		if err := e.emit(ctx, "experiment", experimentOf(req, out, after)); err != nil {
 			return err
 		}
 	}
@@ -307,13 +312,32 @@ func (e evidence) todo(ctx context.Context, st *session.State) error {
 // its command exited 0. Target is the workspace commit it checked, so the
 // verdict names exactly which code it judged.
 func verdict(req *events.ToolRequested, out tools.Output, commit string) any {
-	details, _ := json.Marshal(map[string]any{"call_id": req.CallID, "agent": req.Agent, "exit_code": out.ExitCode, "commit": commit})
+	d := map[string]any{"call_id": req.CallID, "agent": req.Agent, "exit_code": out.ExitCode, "commit": commit}
+	if r := tools.ParseReport(out.Stdout); len(r.Metrics) > 0 {
+		d["metrics"] = r.Metrics // a check that reports metrics as an experiment does (a metric threshold)
+	}
+	details, _ := json.Marshal(d)
 	check := tools.CheckName(req.Arguments)
 	if out.ExitCode == 0 {
 		return &events.ValidationPassed{Validator: check, Target: commit, Details: details}
 	}
 	return &events.ValidationFailed{Validator: check, Target: commit, Details: details,
 		Reason: fmt.Sprintf("exit code %d: %s", out.ExitCode, tail(out.Stdout+out.Stderr, 600))}
+}
+
+// experimentOf is the experiment an experiment call records: what its
+// report says, with the command, its exit code and the workspace commit it
+// ran on.
+func experimentOf(req *events.ToolRequested, out tools.Output, commit string) *events.ExperimentRecorded {
+	var a tools.ExperimentArgs
+	_ = json.Unmarshal(req.Arguments, &a) // checked against the schema before the call ran
+	r := tools.ParseReport(out.Stdout)
+	name := a.Name
+	if name == "" {
+		name = req.CallID
+	}
+	return &events.ExperimentRecorded{Name: name, CallID: req.CallID, Agent: req.Agent, Command: a.Command,
+		Config: r.Config, Metrics: r.Metrics, ExitCode: out.ExitCode, Commit: commit, Problem: r.Problem}
 }
 
 // tail is the end of s, at most n bytes, cut at a line start when it can be.

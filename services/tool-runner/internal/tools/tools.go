@@ -1,5 +1,5 @@
 // Package tools holds the built-in tools a model can call on a session's
-// workspace (read, write, list, search, patch, run, validate) and todo, which
+// workspace (read, write, list, search, patch, run, validate, experiment) and todo, which
 // keeps the session's pending work, each described by a JSON
 // Schema that is both what the model is offered and what its arguments are
 // checked against.
@@ -88,7 +88,7 @@ type tool struct {
 }
 
 // order is the order Specs lists the tools in.
-var order = []string{ReadFile, WriteFile, ListFiles, Search, ApplyPatch, Run, Validate, Todo}
+var order = []string{ReadFile, WriteFile, ListFiles, Search, ApplyPatch, Run, Validate, Experiment, Todo}
 
 var builtins = map[string]tool{
 	ReadFile:   {readFileDescription, readFileSchema, readFile},
@@ -98,6 +98,7 @@ var builtins = map[string]tool{
 	ApplyPatch: {applyPatchDescription, applyPatchSchema, applyPatch},
 	Run:        {runDescription, runSchema, runCommand},
 	Validate:   {validateDescription, validateSchema, validateCommand},
+	Experiment: {experimentDescription, experimentSchema, experiment},
 	Todo:       {todoDescription, todoSchema, todoCall},
 }
 

@@ -83,7 +83,7 @@ func TestSpecs(t *testing.T) {
 			t.Errorf("%s parameters are not a closed object schema: %s", s.Name, s.Parameters)
 		}
 	}
-	if got, want := strings.Join(names, " "), "read_file write_file list_files search apply_patch run validate todo"; got != want {
+	if got, want := strings.Join(names, " "), "read_file write_file list_files search apply_patch run validate experiment todo"; got != want {
 		t.Errorf("specs %q, want %q", got, want)
 	}
 }
