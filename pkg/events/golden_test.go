@@ -110,6 +110,7 @@ var examples = map[string]any{
 		StopReason:  "tool_use",
 		RequestRef:  "blob:sha256:3a6eb0790f39ac87c94f3856b2dd2c5d110e6811602261a9a923d3bb23adc8b7",
 		ResponseRef: "blob:sha256:ef2d127de37b942baad06145e54b0c619a1f22327b2ebbcfbec78f5564afe39d",
+		Choice:      &events.ScriptChoice{Turn: 3, Alternative: 1, Of: 2, Seed: "fix-add/2"},
 	},
 	events.TypeUsageRecorded: events.UsageRecorded{
 		Agent:     "memory",

@@ -193,6 +193,29 @@ type ModelCalled struct {
 	StopReason  string `json:"stop_reason,omitempty"`
 	RequestRef  string `json:"request_ref,omitempty"`
 	ResponseRef string `json:"response_ref,omitempty"`
+	// Choice is the seeded draw of a scripted agent's choose turn that
+	// answered; absent for every other answer.
+	Choice *ScriptChoice `json:"choice,omitempty"`
+}
+
+// LabelSeed is the session label that seeds scripted agents' choices
+// (a script's choose turns): the same seed and conversation draw the same
+// alternative, so a replay (which starts with the original's labels)
+// reproduces the run; rath eval gives each try its own seed. A session
+// without it draws with the seed "".
+const LabelSeed = "rath.seed"
+
+// ScriptChoice is which alternative a scripted choose turn drew.
+type ScriptChoice struct {
+	// Turn is the choose turn's index in the agent's script (from 0).
+	Turn int `json:"turn"`
+	// Alternative is the alternative drawn, its index among the turn's
+	// alternatives (from 0); Of is how many of them matched the input
+	// and could be drawn.
+	Alternative int `json:"alternative"`
+	Of          int `json:"of"`
+	// Seed is the seed the draw used (the session's LabelSeed).
+	Seed string `json:"seed"`
 }
 
 // UsageRecorded records token usage not tied to a model call event (embeddings,

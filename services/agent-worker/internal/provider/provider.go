@@ -62,6 +62,10 @@ type Request struct {
 	Messages  []Message
 	Tools     []Tool
 	MaxTokens int // 0: the provider's default
+	// Seed seeds a scripted agent's choices (Turn.Choose): the session's
+	// seed label (events.LabelSeed), "" without one. Live providers
+	// ignore it.
+	Seed string
 }
 
 // Response is a model's answer to one Request.
@@ -78,6 +82,9 @@ type Response struct {
 	// Scripted leaves both nil; Recorded returns what was recorded.
 	RequestBody  []byte
 	ResponseBody []byte
+	// Choice is the draw of a scripted Choose turn that answered; nil for
+	// every other answer.
+	Choice *Choice
 }
 
 // Provider completes a conversation with a model. Implementations are safe

@@ -2,6 +2,8 @@ package provider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -56,6 +58,18 @@ type Turn struct {
 	// them stay aligned whichever was taken. A turn with OneOf has no other
 	// fields.
 	OneOf []Turn `yaml:"one_of"`
+	// Choose makes the turn a seeded random choice: among the alternatives
+	// whose WhenContains occurs in the newest input (or that have none),
+	// one is drawn with probability proportional to its Weight, by a hash
+	// of the request's Seed, the agent and the turn's position. The same
+	// seed and conversation always draw the same alternative, so a replay
+	// reproduces the run, while sessions with other seeds (rath eval gives
+	// each try its own) take other paths. Like OneOf, the alternatives
+	// share one position, and a turn with Choose has no other fields.
+	Choose []Turn `yaml:"choose"`
+	// Weight is an alternative's share of a Choose (default 1); it is
+	// refused anywhere else.
+	Weight int `yaml:"weight"`
 }
 
 // ScriptCall is a tool call in a Turn. In YAML, arguments may be any value;
@@ -68,22 +82,35 @@ type ScriptCall struct {
 // UnmarshalYAML rejects unknown keys, so a misspelt when_contains fails at
 // load time instead of silently matching everything.
 func (t *Turn) UnmarshalYAML(node *yaml.Node) error {
-	if err := knownKeys(node, "content", "tool_calls", "tokens_in", "tokens_out", "when_contains", "stop_reason", "one_of"); err != nil {
+	if err := knownKeys(node, "content", "tool_calls", "tokens_in", "tokens_out", "when_contains", "stop_reason", "one_of", "choose", "weight"); err != nil {
 		return err
 	}
 	type plain Turn
 	if err := node.Decode((*plain)(t)); err != nil {
 		return err
 	}
-	if t.OneOf == nil {
+	if t.Weight < 0 || (t.Weight == 0 && hasKey(node, "weight")) {
+		return fmt.Errorf("line %d: weight %d: a weight is a positive integer (default 1)", node.Line, t.Weight)
+	}
+	if t.OneOf == nil && t.Choose == nil {
 		return nil
 	}
-	if len(t.OneOf) == 0 || t.Content != "" || t.ToolCalls != nil || t.TokensIn != 0 || t.TokensOut != 0 || t.WhenContains != "" || t.StopReason != "" {
-		return fmt.Errorf("line %d: a turn with one_of has a non-empty list of alternatives and no other fields", node.Line)
+	kind, alts := "one_of", t.OneOf
+	if t.Choose != nil {
+		kind, alts = "choose", t.Choose
 	}
-	for _, alt := range t.OneOf {
-		if alt.OneOf != nil {
-			return fmt.Errorf("line %d: one_of alternatives cannot themselves be one_of", node.Line)
+	if t.OneOf != nil && t.Choose != nil {
+		return fmt.Errorf("line %d: a turn has one_of or choose, not both", node.Line)
+	}
+	if len(alts) == 0 || t.Content != "" || t.ToolCalls != nil || t.TokensIn != 0 || t.TokensOut != 0 || t.WhenContains != "" || t.StopReason != "" || t.Weight != 0 {
+		return fmt.Errorf("line %d: a turn with %s has a non-empty list of alternatives and no other fields", node.Line, kind)
+	}
+	for _, alt := range alts {
+		if alt.OneOf != nil || alt.Choose != nil {
+			return fmt.Errorf("line %d: %s alternatives cannot themselves be one_of or choose", node.Line, kind)
+		}
+		if kind == "one_of" && alt.Weight != 0 {
+			return fmt.Errorf("line %d: weight is for the alternatives of choose; one_of takes the first that matches", node.Line)
 		}
 	}
 	return nil
@@ -142,6 +169,15 @@ func knownKeys(node *yaml.Node, keys ...string) error {
 		}
 	}
 	return nil
+}
+
+func hasKey(node *yaml.Node, key string) bool {
+	for i := 0; node.Kind == yaml.MappingNode && i+1 < len(node.Content); i += 2 {
+		if node.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
 }
 
 // yamlToJSON converts a decoded YAML value to JSON. yaml.v3 decodes mappings
@@ -228,6 +264,10 @@ func (s *Scripted) Name() string { return string(KindScripted) }
 
 // Complete returns the scripted turn for req. Failures wrap ErrNoScript or
 // ErrScriptExhausted and are not retryable.
+//
+// A Choose turn draws its alternative from req.Seed (see Turn.Choose); the
+// Response's Choice says which it drew, so the draw is recorded with the
+// model call.
 func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
@@ -250,12 +290,70 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) 
 				return a.response(req, fmt.Sprintf("%d%c", i, 'a'+alt)), nil
 			}
 		}
+		if t.Choose != nil {
+			if resp, ok := choose(req, t.Choose, input, i, n); ok {
+				return resp, nil
+			}
+			continue
+		}
 		if t.OneOf == nil && (t.WhenContains == "" || strings.Contains(input, t.WhenContains)) {
 			return t.response(req, strconv.Itoa(i)), nil
 		}
 	}
 	return Response{}, fmt.Errorf("scripted: agent %q: no turn left for assistant message %d (script has %d turns): %w",
 		req.Agent, n+1, len(script.Turns), ErrScriptExhausted)
+}
+
+// Choice is the draw of a Choose turn, as recorded with the model call
+// (events.ScriptChoice): the turn's index in the script, the alternative
+// drawn (0-based, among all of the turn's alternatives), how many matched
+// and the seed.
+type Choice struct {
+	Turn        int
+	Alternative int
+	Of          int
+	Seed        string
+}
+
+// choose draws among the alternatives of the Choose turn at script index
+// i that match input; n is the agent's answer number in the conversation.
+// ok is false when none matches: the script moves on, as it does past a
+// turn whose WhenContains does not match.
+func choose(req Request, alts []Turn, input string, i, n int) (Response, bool) {
+	var matching []int
+	total := uint64(0)
+	for j, a := range alts {
+		if a.WhenContains == "" || strings.Contains(input, a.WhenContains) {
+			matching = append(matching, j)
+			total += uint64(weight(a))
+		}
+	}
+	if len(matching) == 0 {
+		return Response{}, false
+	}
+	// A hash, not math/rand: the draw must be the same in every build,
+	// so that a replay by another binary draws alike.
+	sum := sha256.Sum256(fmt.Appendf(nil, "rath.scripted.choose\x00%s\x00%s\x00%d\x00%d", req.Seed, req.Agent, n, i))
+	x := binary.BigEndian.Uint64(sum[:8]) % total
+	pick := matching[len(matching)-1]
+	for _, j := range matching {
+		w := uint64(weight(alts[j]))
+		if x < w {
+			pick = j
+			break
+		}
+		x -= w
+	}
+	resp := alts[pick].response(req, fmt.Sprintf("%d%c", i, 'a'+pick))
+	resp.Choice = &Choice{Turn: i, Alternative: pick, Of: len(matching), Seed: req.Seed}
+	return resp, true
+}
+
+func weight(t Turn) int {
+	if t.Weight == 0 {
+		return 1
+	}
+	return t.Weight
 }
 
 // newestInput joins the user and tool messages after the last assistant

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,6 +87,16 @@ func TestLoadScriptErrors(t *testing.T) {
 		"one_of with content": "turns:\n  - content: x\n    one_of: [{content: a}]\n",
 		"empty one_of":        "turns:\n  - one_of: []\n",
 		"nested one_of":       "turns:\n  - one_of: [{one_of: [{content: a}]}]\n",
+		"choose and one_of":   "turns:\n  - choose: [{content: a}]\n    one_of: [{content: b}]\n",
+		"choose with content": "turns:\n  - content: x\n    choose: [{content: a}]\n",
+		"choose with weight":  "turns:\n  - weight: 2\n    choose: [{content: a}]\n",
+		"empty choose":        "turns:\n  - choose: []\n",
+		"nested choose":       "turns:\n  - choose: [{choose: [{content: a}]}]\n",
+		"choose in one_of":    "turns:\n  - one_of: [{choose: [{content: a}]}]\n",
+		"weight in one_of":    "turns:\n  - one_of: [{content: a, weight: 2}]\n",
+		"zero weight":         "turns:\n  - choose: [{content: a, weight: 0}, {content: b}]\n",
+		"negative weight":     "turns:\n  - choose: [{content: a, weight: -1}, {content: b}]\n",
+		"weight not a number": "turns:\n  - choose: [{content: a, weight: heavy}]\n",
 	}
 	for name, text := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -279,6 +290,80 @@ func TestScriptedOneOf(t *testing.T) {
 		resp, err = p.Complete(context.Background(), req)
 		if err != nil || resp.Content != "Done." {
 			t.Fatalf("%q, second answer: %+v %v; want Done.", tc.input, resp, err)
+		}
+	}
+}
+
+const chooseScript = `
+- choose:
+    - content: The right fix.
+      weight: 3
+      tool_calls: [{name: write, arguments: {v: right}}]
+    - content: A wrong fix.
+      tool_calls: [{name: write, arguments: {v: wrong}}]
+    - when_contains: never in the input
+      content: Never drawn.
+      weight: 100
+- content: Done.
+`
+
+// A choose turn draws among its matching alternatives by the request's
+// seed: the same seed always draws the same, other seeds draw others in
+// about the weights' proportions, the draw is in the Response, and the
+// turns after it stay aligned.
+func TestScriptedChoose(t *testing.T) {
+	script, err := ParseScript([]byte(chooseScript), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewScripted(map[string]Script{"coder": script})
+	ctx := context.Background()
+	drawn := map[string]int{}
+	for i := range 400 {
+		seed := fmt.Sprintf("task/%d", i)
+		req := Request{Agent: "coder", Seed: seed, Messages: []Message{{Role: RoleUser, Content: "Fix it."}}}
+		resp, err := p.Complete(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := p.Complete(ctx, req)
+		if err != nil || !reflect.DeepEqual(again, resp) {
+			t.Fatalf("seed %q: drew %+v, then %+v (%v)", seed, resp, again, err)
+		}
+		c := resp.Choice
+		if c == nil || c.Turn != 0 || c.Of != 2 || c.Seed != seed || c.Alternative > 1 {
+			t.Fatalf("seed %q: choice %+v", seed, c)
+		}
+		want := map[int]string{0: "The right fix.", 1: "A wrong fix."}[c.Alternative]
+		if resp.Content != want || resp.ToolCalls[0].ID != fmt.Sprintf("call_coder_0%c_0", 'a'+c.Alternative) {
+			t.Fatalf("seed %q: alternative %d answered %+v", seed, c.Alternative, resp)
+		}
+		drawn[resp.Content]++
+		req.Messages = append(req.Messages,
+			Message{Role: RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls},
+			Message{Role: RoleTool, ToolCallID: resp.ToolCalls[0].ID, Content: "written"})
+		if resp, err = p.Complete(ctx, req); err != nil || resp.Content != "Done." || resp.Choice != nil {
+			t.Fatalf("seed %q, second answer: %+v %v; want Done. without a choice", seed, resp, err)
+		}
+	}
+	// 3:1 over 400 seeds: about 300 and 100. The draws are a hash of the
+	// seeds, so these counts are the same on every run; the bounds only
+	// say the weights are honoured.
+	if drawn["The right fix."] < 250 || drawn["A wrong fix."] < 60 || drawn["Never drawn."] != 0 {
+		t.Errorf("draws over 400 seeds: %v, want about 300 right and 100 wrong", drawn)
+	}
+
+	// A choose none of whose alternatives matches is passed over, like a
+	// turn whose when_contains does not match.
+	only, err := ParseScript([]byte("- choose: [{when_contains: FAIL, content: Retry.}]\n- content: Done.\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = NewScripted(map[string]Script{"coder": only})
+	for input, want := range map[string]string{"ok": "Done.", "FAIL": "Retry."} {
+		resp, err := p.Complete(ctx, Request{Agent: "coder", Messages: []Message{{Role: RoleUser, Content: input}}})
+		if err != nil || resp.Content != want || (resp.Choice != nil) != (want == "Retry.") {
+			t.Errorf("input %q: %+v %v, want %q", input, resp, err, want)
 		}
 	}
 }

@@ -41,6 +41,9 @@ func RecordedAnswers(log []events.Stored) map[string][]provider.Response {
 		case *events.ModelCalled:
 			a.agent, a.done = d.Agent, true
 			a.resp.StopReason, a.resp.TokensIn, a.resp.TokensOut, a.resp.Model = d.StopReason, d.TokensIn, d.TokensOut, d.Model
+			if c := d.Choice; c != nil {
+				a.resp.Choice = &provider.Choice{Turn: c.Turn, Alternative: c.Alternative, Of: c.Of, Seed: c.Seed}
+			}
 		}
 	}
 	out := map[string][]provider.Response{}

@@ -196,7 +196,8 @@ func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
 			return err
 		}
 		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: w.cfg.Contexts.Messages(ev.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens}
+			Messages: w.cfg.Contexts.Messages(ev.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens,
+			Seed: st.Labels[events.LabelSeed]}
 		start := time.Now()
 		resp, err = complete(ctx, p, agent, ev, request)
 		latency = time.Since(start)
@@ -498,6 +499,9 @@ func (t *turn) answered(ctx context.Context, st *session.State, wf *workflow.Wor
 		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
 	if resp.Model != "" {
 		called.Model = resp.Model
+	}
+	if c := resp.Choice; c != nil {
+		called.Choice = &events.ScriptChoice{Turn: c.Turn, Alternative: c.Alternative, Of: c.Of, Seed: c.Seed}
 	}
 	var err error
 	if len(resp.RequestBody) > 0 {
