@@ -235,6 +235,10 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 		start.Labels = map[string]string{}
 	}
 	start.Labels[LabelEval], start.Labels[LabelTask], start.Labels[LabelTry] = o.ID, t.ID, fmt.Sprint(try)
+	// Each try seeds its scripted agents' choices differently, and the
+	// same way in every eval of the set, so that pass^k measures varied
+	// runs and a baseline's try n draws as the candidate's try n does.
+	start.Labels[events.LabelSeed] = fmt.Sprintf("%s/%d", t.ID, try)
 	// The eval names the session, so that it can close one whose start
 	// was interrupted before the ledger's answer came back.
 	id := events.NewID()
