@@ -53,11 +53,23 @@ func startWith(t *testing.T, wcfg worker.Config, log *slog.Logger) *rig {
 	return startSeeded(t, "testdata", wcfg, log)
 }
 
+// startUsers is start with tenants' users known to the server before the
+// services run, for natstest.ConnectUser to connect them without reloading
+// the server under traffic.
+func startUsers(t *testing.T, users ...events.Principal) *rig {
+	t.Helper()
+	return startSeeded(t, "testdata", worker.DefaultConfig(), quiet, users...)
+}
+
 // startSeeded is startWith with the workspaces seeded from the directory
-// seeds (an example's, say) instead of testdata.
-func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logger) *rig {
+// seeds (an example's, say) instead of testdata, and users known to the
+// server before the services start (see startUsers).
+func startSeeded(t *testing.T, seeds string, wcfg worker.Config, log *slog.Logger, users ...events.Principal) *rig {
 	t.Helper()
 	ns, _ := natstest.Start(t)
+	if len(users) > 0 {
+		natstest.AddUsers(t, ns.ClientURL(), users...)
+	}
 	cfg := testsuite.Config(t, ns.ClientURL())
 	cfg.Worker = wcfg
 	rt := testsuite.Start(t, ns, cfg, runtime.WithLogger(log), runtime.WithClient("e2e"))

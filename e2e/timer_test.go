@@ -108,10 +108,10 @@ func TestGateTimeoutRejects(t *testing.T) {
 // may no longer decide, a user without the role is refused (and the
 // refusal recorded), and a lead's grant runs the call.
 func TestGateTimeoutEscalates(t *testing.T) {
-	r := start(t)
-	ctx := context.Background()
 	dev := events.Principal{Tenant: "default", User: "dev"}
 	lead := events.Principal{Tenant: "default", User: "lead"}
+	r := startUsers(t, dev, lead)
+	ctx := context.Background()
 	if err := auth.AddApproverRoles(natstest.CredsDir(t, r.url), dev, "maintainers"); err != nil {
 		t.Fatal(err)
 	}

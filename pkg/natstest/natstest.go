@@ -175,14 +175,33 @@ func dialFile(t testing.TB, url, path, name string, extra []nats.Option) *nats.C
 
 // ConnectUser opens a connection of a tenant's user to the server at url,
 // closed when the test ends: the identity is created (in the server's
-// credentials directory, as rath creds add does) and the server reloaded to
-// accept it, with a client's permissions scoped to that tenant and user. A
-// permission violation the server reports on it fails the test, unless opts
-// set their own nats.ErrorHandler.
+// credentials directory, as rath up's SIGHUP would have it) and, unless
+// AddUsers already made it known, the server reloaded to accept it, with a
+// client's permissions scoped to that tenant and user. A permission
+// violation the server reports on it fails the test, unless opts set their
+// own nats.ErrorHandler.
 //
-// Connect a test's users before starting services: nats-server's reload
-// races (go test -race) with JetStream creating a stream at the same time.
+// A reload races (go test -race) with the server answering a direct get at
+// the same time: nats-server v2.15 reads its options without their lock
+// there. A test that needs a user once services run names it to AddUsers
+// before starting them.
 func ConnectUser(t testing.TB, url string, p events.Principal, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	ids := addUsers(t, url, p)
+	return dialFile(t, url, ids[0].Path, p.String(), opts)
+}
+
+// AddUsers makes tenants' users known to the server at url in one reload,
+// so that a later ConnectUser of any of them connects without reloading the
+// server. Call it before starting services (see ConnectUser).
+func AddUsers(t testing.TB, url string, ps ...events.Principal) {
+	t.Helper()
+	addUsers(t, url, ps...)
+}
+
+// addUsers adds ps to the server's identities, reloading it only if one of
+// them was new, and returns their identities in order.
+func addUsers(t testing.TB, url string, ps ...events.Principal) []auth.Identity {
 	t.Helper()
 	v, ok := servers.Load(url)
 	if !ok {
@@ -190,16 +209,27 @@ func ConnectUser(t testing.TB, url string, p events.Principal, opts ...nats.Opti
 	}
 	s := v.(started)
 	if s.ns == nil {
-		t.Fatalf("natstest: ConnectUser on a cluster (%s) is not supported: it reloads one server's identities", url)
+		t.Fatalf("natstest: users on a cluster (%s) are not supported: adding one reloads one server's identities", url)
 	}
 	users.Lock()
-	id, err := s.set.AddUser(p)
-	if err == nil {
-		err = embedded.SetUsers(s.ns, s.cfg, s.set.Identities())
+	defer users.Unlock()
+	known := map[string]bool{}
+	for _, id := range s.set.Identities() {
+		known[id.PublicKey] = true
 	}
-	users.Unlock()
-	if err != nil {
-		t.Fatalf("natstest: user %s: %v", p, err)
+	ids := make([]auth.Identity, len(ps))
+	fresh := false
+	for i, p := range ps {
+		id, err := s.set.AddUser(p)
+		if err != nil {
+			t.Fatalf("natstest: user %s: %v", p, err)
+		}
+		ids[i], fresh = id, fresh || !known[id.PublicKey]
 	}
-	return dialFile(t, url, id.Path, p.String(), opts)
+	if fresh {
+		if err := embedded.SetUsers(s.ns, s.cfg, s.set.Identities()); err != nil {
+			t.Fatalf("natstest: users %v: %v", ps, err)
+		}
+	}
+	return ids
 }
