@@ -62,6 +62,7 @@ func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
 		d.Sandboxes = append(d.Sandboxes, f.placements...)
 		d.Memory = append(d.Memory, f.memory...)
 		d.Validations = append(d.Validations, f.validations...)
+		d.Experiments = append(d.Experiments, f.experiments...)
 		d.Decisions = append(d.Decisions, f.decisions...)
 		d.Acts = append(d.Acts, f.acts...)
 		d.Interventions = append(d.Interventions, f.people.interventions...)

@@ -79,8 +79,10 @@ type Dossier struct {
 	Interventions []Intervention `json:"interventions,omitempty"`
 	// Work is the pending work of every branch (rath.work.pending) and how
 	// it was settled.
-	Work  []WorkItem  `json:"work,omitempty"`
-	Usage UsageReport `json:"usage"`
+	Work []WorkItem `json:"work,omitempty"`
+	// Experiments are every branch's experiments (rath.experiment.recorded).
+	Experiments []Experiment `json:"experiments,omitempty"`
+	Usage       UsageReport  `json:"usage"`
 	// Blobs are the full results and diffs that events reference by
 	// content hash (result_ref, diff_ref), as far as the export could read
 	// them: files under blobs/, checked against their hash by Verify.

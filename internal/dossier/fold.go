@@ -39,6 +39,7 @@ type fold struct {
 	placements  []Placement
 	memory      []Memory
 	validations []Validation
+	experiments []Experiment
 	decisions   []Decision
 	acts        []Act
 	candidates  []candidate
@@ -289,6 +290,10 @@ func (f *fold) event(e events.Stored) bool {
 		if own {
 			f.memory = append(f.memory, Memory{At: at(e), Kind: MemoryRetracted, Turn: f.turnNumber(""), ItemID: d.ItemID,
 				Version: d.Version, By: d.By, Reason: d.Reason})
+		}
+	case *events.ExperimentRecorded:
+		if own {
+			f.experiments = append(f.experiments, experiment(e, d))
 		}
 	case *events.ValidationPassed, *events.ValidationFailed:
 		v := validation(e, d)

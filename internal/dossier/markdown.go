@@ -57,6 +57,7 @@ func Markdown(d *Dossier) string {
 		}
 	}
 	domainSection(w, d, n)
+	experimentsSection(w, d, n)
 	w("\n## Session graph\n\n![session graph](%s) (also [%s](%s))\n\n", FileSVG, FileHTML, FileHTML)
 	w("| branch | session ID | parent @ fork | status | verdict | own events | head | tokens in/out |\n|---|---|---|---|---|---|---|---|\n")
 	for _, b := range d.Branches {

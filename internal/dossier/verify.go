@@ -62,7 +62,8 @@ type BranchHead struct {
 //   - every event's signature (rathsig), with the keys pinned (the ledger's
 //     key file: an auditor's own copy) or, when none are, the keys the
 //     dossier names;
-//   - dossier.md, graph.svg and graph.html, rendered again from the verified
+//   - dossier.md, graph.svg, graph.html and experiments.svg (when it has
+//     experiments), rendered again from the verified
 //     events and compared byte for byte, so an edited page fails.
 func Verify(dir string, pinned events.Keyring) (Report, error) {
 	rep, _, err := verify(dir, pinned)
@@ -411,14 +412,21 @@ func checkSignatures(r *raw, ring events.Keyring) *Fault {
 // dossier and compares them with the files.
 func checkPages(dir string, d *Dossier) *Fault {
 	svg := Graph(d)
-	for _, p := range []struct {
+	pages := []struct {
 		name string
 		want string
 	}{
 		{FileMarkdown, Markdown(d)},
 		{FileSVG, svg},
 		{FileHTML, GraphHTML(d, svg)},
-	} {
+	}
+	if plot := ExperimentsSVG(d); plot != "" {
+		pages = append(pages, struct {
+			name string
+			want string
+		}{FileExperimentsSVG, plot})
+	}
+	for _, p := range pages {
 		got, err := os.ReadFile(filepath.Join(dir, p.name))
 		if err != nil {
 			return &Fault{Reason: fmt.Sprintf("%s: %v", p.name, err)}

@@ -94,6 +94,11 @@ func (d *Dossier) Write(dir string) error {
 		FileSVG:      []byte(svg),
 		FileHTML:     []byte(GraphHTML(d, svg)),
 	}
+	if plot := ExperimentsSVG(d); plot != "" {
+		files[FileExperimentsSVG] = []byte(plot)
+	} else if err := os.Remove(filepath.Join(dir, FileExperimentsSVG)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write dossier: %w", err) // an earlier dossier's plot
+	}
 	for _, b := range d.Branches {
 		var buf bytes.Buffer
 		for _, e := range d.tree.Branch(b.ID).Events {
