@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	dt "github.com/openrath/rath/internal/dossier/dossiertest"
 	"github.com/openrath/rath/internal/retail"
 	"github.com/openrath/rath/pkg/client"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -156,6 +158,41 @@ func TestDemoSupport(t *testing.T) {
 	for _, r := range decisions.Rows {
 		if r[decisions.Column("decision")] != retail.DecisionAllowed {
 			t.Errorf("decision %v, want every call allowed", r)
+		}
+	}
+
+	// The shop's state follows the log: a fork taken before the
+	// cancellation sees both orders as they were, the root sees them changed.
+	var cancel *session.Tool
+	for _, c := range st.Tools {
+		if c.Tool == retail.ToolCancelOrder {
+			cancel = c
+		}
+	}
+	c, err := client.New(run.rt.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ack, err := c.Fork(ctx, api.ForkRequest{Parent: run.root, At: cancel.Seqs[0] - 1, Reason: "before the changes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shop := retail.NewServer(c, nil, slog.New(slog.DiscardHandler))
+	for _, tc := range []struct {
+		session, w1002 string
+		refunded       int
+	}{{ack.Session, retail.StatusPending, 0}, {run.root, retail.StatusCancelled, 45}} {
+		fst, err := c.State(ctx, tc.session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := shop.Fold(ctx, fst, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.DB.Orders["W1002"].Status; got != tc.w1002 || s.DB.Orders["W1001"].Refunded != tc.refunded {
+			t.Errorf("the shop of %s: W1002 %s, W1001 refunded %d; want %s and %d", tc.session, got, s.DB.Orders["W1001"].Refunded, tc.w1002, tc.refunded)
 		}
 	}
 }
