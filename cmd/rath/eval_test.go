@@ -321,8 +321,11 @@ func TestEvalRefuses(t *testing.T) {
 	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--max-cost-rise", "0.1"); r.code != exitUsage || !strings.Contains(r.stderr, "need --baseline") {
 		t.Errorf("a threshold without a baseline: exit %d, %q", r.code, r.stderr)
 	}
-	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--baseline", "testdata/eval/tasks.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "not an eval report") {
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--baseline", "testdata/eval/sandbox/expected-other.json"); r.code != exitUsage || !strings.Contains(r.stderr, `format "", want rath.eval.report.v1`) {
 		t.Errorf("a baseline that is not a report: exit %d, %q", r.code, r.stderr)
+	}
+	if r := rath(t, url, "eval", "testdata/eval/tasks.yaml", "--baseline", "testdata/eval/tasks.yaml"); r.code != exitUsage || !strings.Contains(r.stderr, "a workflow to run the tasks with: testdata/eval/tasks.yaml:2: tasks: unknown field") {
+		t.Errorf("a baseline .yaml that is not a workflow: exit %d, %q", r.code, r.stderr)
 	}
 	usd := filepath.Join(t.TempDir(), "report.json")
 	if err := os.WriteFile(usd, []byte(`{"format": "`+eval.ReportFormat+`", "currency": "USD"}`), 0o644); err != nil {

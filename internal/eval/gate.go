@@ -59,9 +59,13 @@ type TaskChange struct {
 
 // Gate is a candidate eval compared with a baseline, task by task.
 type Gate struct {
-	// Baseline is the baseline eval's ID, BaselineFile its report.
+	// Baseline is the baseline eval's ID. BaselineKind says what it was
+	// given as (BaselineReport, BaselineEval, BaselineWorkflow; absent in
+	// reports from before it, which were of a report); BaselineFile is the
+	// report's file, or the workflow's.
 	Baseline     string       `json:"baseline"`
-	BaselineFile string       `json:"baseline_file"`
+	BaselineKind string       `json:"baseline_kind,omitempty"`
+	BaselineFile string       `json:"baseline_file,omitempty"`
 	MaxPassDrop  float64      `json:"max_pass_drop"`
 	MaxCostRise  *float64     `json:"max_cost_rise,omitempty"`
 	Tasks        []TaskChange `json:"tasks"`
@@ -88,6 +92,17 @@ func LoadReport(path string) (*Report, error) {
 		return nil, fmt.Errorf("baseline %s: format %q, want %s (a report.json of rath eval --out)", path, r.Format, ReportFormat)
 	}
 	return &r, nil
+}
+
+// source says where the baseline's numbers came from, for people.
+func (g *Gate) source() string {
+	switch g.BaselineKind {
+	case BaselineEval:
+		return "its sessions in the ledger, graded again with this task file's graders"
+	case BaselineWorkflow:
+		return "this task file with workflow " + g.BaselineFile + ", run now"
+	}
+	return g.BaselineFile
 }
 
 // eps absorbs float rounding, so that 0.1 + 0.2 against 0.3 is no drop.
@@ -201,7 +216,7 @@ func (g *Gate) WriteText(w io.Writer, cand *Report) error {
 	if g.MaxCostRise != nil {
 		cost = fmt.Sprintf("max cost rise %.0f%%", 100**g.MaxCostRise)
 	}
-	fmt.Fprintf(ew, "\nagainst baseline %s (%s; max pass drop %.2f, %s): %s\n\n", g.Baseline, g.BaselineFile, g.MaxPassDrop, cost, verdict)
+	fmt.Fprintf(ew, "\nagainst baseline %s (%s; max pass drop %.2f, %s): %s\n\n", g.Baseline, g.source(), g.MaxPassDrop, cost, verdict)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "TASK\tPASS@1\tPASS^%d\tCOST/RUN %s\tVERDICT\n", cand.K, cand.Currency)
 	for _, c := range g.Tasks {
@@ -247,7 +262,7 @@ func (g *Gate) writeMarkdown(ew *errWriter, k int, currency string) {
 	if len(g.Regressed) > 0 {
 		verdict = "**regressed**: " + md(strings.Join(g.Regressed, ", "))
 	}
-	fmt.Fprintf(ew, "\n## Against baseline %s\n\n`%s`, max pass drop %.2f", md(g.Baseline), g.BaselineFile, g.MaxPassDrop)
+	fmt.Fprintf(ew, "\n## Against baseline %s\n\n%s, max pass drop %.2f", md(g.Baseline), md(g.source()), g.MaxPassDrop)
 	if g.MaxCostRise != nil {
 		fmt.Fprintf(ew, ", max cost rise %.0f%%", 100**g.MaxCostRise)
 	}

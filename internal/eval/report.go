@@ -112,7 +112,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	return ew.err
 }
 
-// WriteDir writes report.json and report.md into dir, creating it.
+// WriteDir writes report.json, report.md and report.html into dir,
+// creating it.
 func (r *Report) WriteDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("eval report: %w", err)
@@ -121,13 +122,17 @@ func (r *Report) WriteDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("eval report: %w", err)
 	}
-	var page strings.Builder
+	var page, html strings.Builder
 	if err := r.WriteMarkdown(&page); err != nil {
+		return fmt.Errorf("eval report: %w", err)
+	}
+	if err := r.WriteHTML(&html); err != nil {
 		return fmt.Errorf("eval report: %w", err)
 	}
 	return errors.Join(
 		os.WriteFile(filepath.Join(dir, "report.json"), append(js, '\n'), 0o644),
-		os.WriteFile(filepath.Join(dir, "report.md"), []byte(page.String()), 0o644))
+		os.WriteFile(filepath.Join(dir, "report.md"), []byte(page.String()), 0o644),
+		os.WriteFile(filepath.Join(dir, "report.html"), []byte(html.String()), 0o644))
 }
 
 // result says how a run went: pass, or fail and the cause (the failures

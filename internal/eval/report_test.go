@@ -122,3 +122,75 @@ func TestWriteTextNoPrice(t *testing.T) {
 		}
 	}
 }
+
+// The HTML page: self-contained, every value escaped, a chart row per
+// task, each run with its dossier's command line and, with a console URL,
+// its console page.
+func TestWriteHTML(t *testing.T) {
+	r := sampleReport()
+	evil := `<script>alert(1)</script>"'&`
+	r.File = evil + ".yaml"
+	r.Tasks[0].Runs[1].Failure.Detail = evil
+	r.Tasks[0].Summary = Summarize(r.Tasks[0].Runs)
+	r.Overall = Overall(r.Tasks)
+	r.Tasks[0].Runs[0].Outcome = evil
+	r.Tasks[0].Runs[0].HeadSig = evil
+	r.ConsoleURL = "http://127.0.0.1:8470/"
+	code := 3
+	r.Tasks[0].Runs[1].Grading = &Grading{Fork: "f", As: "a", Command: []string{"sh", "-c", evil}, ExitCode: &code}
+	var b strings.Builder
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if strings.Contains(page, "<script") || strings.Contains(page, evil) {
+		t.Errorf("a value is not escaped:\n%s", page)
+	}
+	for _, want := range []string{
+		"<title>Eval ev-1</title>",
+		"&lt;script&gt;alert(1)&lt;/script&gt;&#34;&#39;&amp;",
+		`<svg role="img" aria-label="pass@1 and pass^2 per task"`,
+		`<text x="172" y="44" text-anchor="end">flaky</text>`,
+		`<rect x="180" y="30" width="200" height="18"`, // pass@1 0.5 of 400
+		`<rect x="180" y="56" width="0" height="18"`,   // stuck: 0
+		`<code>rath export s1 --out dossiers/s1</code> · <a href="http://127.0.0.1:8470/s/s1/dossier.md">dossier.md</a>`,
+		`<a href="http://127.0.0.1:8470/s/s3"><code>s3</code></a>`,
+		"exit 3: <code>sh -c ",
+		"By cause: grader 1, timeout 1, error 1.",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	for _, external := range []string{"src=", "<link", "@import", "url("} {
+		if strings.Contains(page, external) {
+			t.Errorf("the page loads something (%s)", external)
+		}
+	}
+	// A run without a session has no export line and no link.
+	if strings.Contains(page, "rath export  --out") || strings.Contains(page, `/s/"`) {
+		t.Errorf("a run without a session is linked")
+	}
+	// Without a console URL, nothing links out.
+	r.ConsoleURL = ""
+	b.Reset()
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "<a href") {
+		t.Errorf("links without a console URL")
+	}
+}
+
+func TestCheckConsoleURL(t *testing.T) {
+	for _, ok := range []string{"http://127.0.0.1:8470", "https://console.example/rath/"} {
+		if err := CheckConsoleURL(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "javascript:alert(1)", "127.0.0.1:8470", "ftp://h/", "http://", "http://h/?q=1", "http://h/#x", "http://u:p@h/", "http://h/\x7f"} {
+		if err := CheckConsoleURL(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -118,6 +118,9 @@ type Report struct {
 	Finished time.Time    `json:"finished"`
 	Tasks    []TaskReport `json:"tasks"`
 	Overall  Summary      `json:"overall"`
+	// ConsoleURL, when set, is the console the report's page links each
+	// run's session to (rath eval --console).
+	ConsoleURL string `json:"console_url,omitempty"`
 	// Gate is the comparison with a baseline eval (rath eval --baseline),
 	// when there was one.
 	Gate *Gate `json:"gate,omitempty"`
