@@ -160,7 +160,7 @@ func changes(w func(string, ...any), d *Dossier, b Branch, n namer) {
 		}
 		for _, c := range cs {
 			w("| %d | %s | %s | %s | %s | %s | %s |\n", t.Seqs[len(t.Seqs)-1], cell(inline(t.CallID, 80)), cell(inline(t.Tool, 80)),
-				cell(inline(orDash(t.Agent), 80)), cell(code(c.Path)), cell(code(orDash(string(c.Before)))), cell(code(orDash(string(c.After)))))
+				cell(inline(orDash(t.Agent), 80)), cellCode(c.Path), cellCode(orDash(string(c.Before))), cellCode(orDash(string(c.After))))
 		}
 	}
 	if !found {
@@ -214,4 +214,11 @@ func policy(w func(string, ...any), d *Dossier, b Branch, n namer) {
 		w("  - violation: %s\n", inline(v, 300))
 	}
 	w("\n")
+}
+
+// cellCode is s as a code span in a table cell: GFM reads a pipe as the
+// cell's end even in a code span unless it is escaped, and shows the
+// escaped pipe as a pipe.
+func cellCode(s string) string {
+	return cell(code(strings.ReplaceAll(oneLine(s, 300), "|", `\|`)))
 }
