@@ -92,6 +92,7 @@ this command line (naming it allows it), and to what --allow-base-url and
 	f.StringVar(&o.live.baseURL, "base-url", "", "API endpoint of --provider (allowed for the demo's agent worker)")
 	allowEndpointFlags(cmd, &o.allowBaseURLs, &o.allowLoopback)
 	cmd.AddCommand(a.demoSupportCmd())
+	cmd.AddCommand(a.demoResearchCmd())
 	return cmd
 }
 
@@ -472,7 +473,7 @@ func (p *demoProgress) onMsg(m *nats.Msg) {
 var demoLines = map[string]bool{
 	events.TypeSessionStarted: true, events.TypeSessionForked: true, events.TypeSessionClosed: true,
 	events.TypeTurnRequested: true, events.TypeToolRequested: true, events.TypeToolCompleted: true,
-	events.TypeValidationPassed: true, events.TypeValidationFailed: true,
+	events.TypeValidationPassed: true, events.TypeValidationFailed: true, events.TypeExperimentRecorded: true,
 	events.TypeMemoryRecalled: true, events.TypeMemoryWritten: true, events.TypeSelectorDecided: true,
 }
 
