@@ -19,7 +19,7 @@ var groupOf = map[string]string{
 	"emit": "sessions", "fork": "sessions", "merge": "sessions", "graph": "sessions",
 	"pause": "sessions", "resume": "sessions", "close": "sessions", "archive": "sessions", "compact": "sessions",
 
-	"replay": "agents", "diff": "agents", "eval": "agents", "to": "agents", "memory": "agents",
+	"replay": "agents", "diff": "agents", "eval": "agents", "recheck": "agents", "to": "agents", "memory": "agents",
 	"approvals": "agents", "approve": "agents", "reject": "agents",
 
 	"verify": "evidence", "export": "evidence", "audit": "evidence", "rejects": "evidence", "schema": "evidence",

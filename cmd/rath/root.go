@@ -174,7 +174,7 @@ thresholds).`,
 	root.AddCommand(a.approvalCmds()...)
 	root.AddCommand(a.exportCmd(), a.auditCmd())
 	root.AddCommand(a.replayCmd(), a.diffCmd())
-	root.AddCommand(a.evalCmd())
+	root.AddCommand(a.evalCmd(), a.recheckCmd())
 	root.AddCommand(a.credsCmd(), a.consoleCmd())
 	layoutHelp(root)
 	return root
