@@ -117,6 +117,7 @@ func New(c *client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /api/s/{id}/live", s.live)
 	s.mux.HandleFunc("GET /approvals", s.approvals)
 	s.mux.HandleFunc("GET /compare", s.compare)
+	s.mux.HandleFunc("GET /evals", s.evals)
 	// Actions refuse cross-origin requests: a page elsewhere cannot act
 	// through a browser that has the console open.
 	cop := http.NewCrossOriginProtection()
