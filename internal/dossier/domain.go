@@ -155,11 +155,12 @@ func changes(w func(string, ...any), d *Dossier, b Branch, n namer) {
 			continue
 		}
 		if !found {
+			w("By call, in the order the calls were requested (the order the domain applies them in); seq is the call's request.\n\n")
 			w("| seq | call | tool | by | path | before | after |\n|---|---|---|---|---|---|---|\n")
 			found = true
 		}
 		for _, c := range cs {
-			w("| %d | %s | %s | %s | %s | %s | %s |\n", t.Seqs[len(t.Seqs)-1], cell(inline(t.CallID, 80)), cell(inline(t.Tool, 80)),
+			w("| %d | %s | %s | %s | %s | %s | %s |\n", t.Seq, cell(inline(t.CallID, 80)), cell(inline(t.Tool, 80)),
 				cell(inline(orDash(t.Agent), 80)), cellCode(c.Path), cellCode(orDash(string(c.Before))), cellCode(orDash(string(c.After))))
 		}
 	}
