@@ -274,6 +274,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runConsole(ctx)
 	case sectionGoAPI:
 		err = h.runGoAPI(ctx)
+	case sectionRecheck:
+		err = h.runRecheck(ctx)
 	}
 	return errors.Join(err, stop())
 }
