@@ -59,6 +59,9 @@ policy's decisions and the grade.
 Tasks: cancel-and-refund (the default: two changes the policy allows) and
 refund-forbidden (a customer insists on a refund the policy forbids; the gate
 and the refund rule refuse it). Both agents are scripted.`,
+		Example: `  rath demo support                                                   # the default task, dossier in ./rath-demo-support
+  rath demo support --task refund-forbidden --out rath-demo-refused   # the refund the policy forbids
+  rath verify --dossier rath-demo-support                             # the dossier, offline`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.demoSupport(cmd.Context(), o)
