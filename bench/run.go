@@ -276,6 +276,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runGoAPI(ctx)
 	case sectionRecheck:
 		err = h.runRecheck(ctx)
+	case sectionEval:
+		err = h.runEval(ctx)
 	}
 	return errors.Join(err, stop())
 }
