@@ -137,6 +137,13 @@ func TestRecheck(t *testing.T) {
 		t.Errorf("from the start: %+v, %v", st, err)
 	}
 
+	// The recorded session's tree now holds three counterfactual forks,
+	// each on its own workflow: a replay makes them again on theirs and
+	// reproduces every event.
+	if r := rath(t, rt.URL, "replay", one, "--timeout", "60s"); r.code != exitOK || !strings.Contains(r.stdout, "reproduced") || !strings.Contains(r.stdout, "4 branches") {
+		t.Fatalf("rath replay of a session with counterfactual forks: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
 	// No change: nothing runs. Selected by label, the eval's two runs
 	// only: not the forks, not the session started again above.
 	before, err := c.List(ctx, api.ListRequest{})

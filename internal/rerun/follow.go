@@ -207,7 +207,8 @@ func (r *run) forkReady(ctx context.Context, o *replay.Branch, head uint64) erro
 		}
 		parent := r.fromOrg[o.ID]
 		_, p.err = r.rc.Fork(ctx, api.ForkRequest{Parent: parent, At: p.Branch.ForkSeq, Reason: f.Reason, Labels: f.Labels,
-			EventID: events.DerivedID("rath.replay", parent, p.Event.ID), EventSource: p.Event.Source})
+			EventID: events.DerivedID("rath.replay", parent, p.Event.ID), EventSource: p.Event.Source,
+			Workflow: f.Workflow, WorkflowHash: f.WorkflowHash, WorkflowRef: f.WorkflowRef})
 		if p.err != nil {
 			p.err = fmt.Errorf("replay: fork %s at %d as the original's %s was: %w", parent, p.Branch.ForkSeq, p.Branch.ID, p.err)
 			return p.err

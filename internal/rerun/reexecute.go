@@ -2,6 +2,7 @@ package rerun
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -153,6 +154,19 @@ func Reexecute(ctx context.Context, c *client.Client, orig *replay.Tree, o Optio
 	} else if start.WorkflowRef != "" {
 		if err := copyBlob(ctx, c, rc, "workflow bundle", start.WorkflowRef); err != nil {
 			return nil, err
+		}
+	}
+	// A fork that runs a changed workflow (a counterfactual, rath recheck)
+	// is made again on the same bundle.
+	for _, b := range orig.Branches {
+		if b.Parent == nil || len(b.Events) == 0 || b.Events[0].Type != events.TypeSessionForked {
+			continue
+		}
+		var f events.SessionForked
+		if json.Unmarshal(b.Events[0].Data, &f) == nil && f.WorkflowRef != "" {
+			if err := copyBlob(ctx, c, rc, "workflow bundle", f.WorkflowRef); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// The workspace seed is content too (ADR 0031): the replay's runner
