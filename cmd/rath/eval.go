@@ -18,8 +18,9 @@ func (a *app) evalCmd() *cobra.Command {
 	o := eval.Options{Runs: 1, Concurrency: 4, Timeout: 10 * time.Minute}
 	var out, prices, baseline, console string
 	var maxPassDrop, maxCostRise float64
+	var instWorkflow string // --workflow, for a SWE-bench instance file
 	cmd := &cobra.Command{
-		Use:   "eval TASKS.yaml",
+		Use:   "eval TASKS.yaml|INSTANCES.jsonl",
 		Short: "Run a task set k times against the deployment and report pass@1, pass^k, pass@k, tokens and latency",
 		Long: `eval runs every task of a task file (docs/eval.md) --runs times, each run a
 session started as "rath start" starts one (the task's workflow, its
@@ -81,10 +82,11 @@ is how long each request to the ledger may take, as for every command;
 					return usageError{fmt.Errorf("--console: %w", err)}
 				}
 			}
-			set, err := eval.Load(args[0])
+			set, done, err := loadEvalSet(cmd.Context(), args[0], instWorkflow)
 			if err != nil {
 				return usageError{err}
 			}
+			defer done()
 			o.Prices = eval.DefaultPrices()
 			if prices != "" {
 				if o.Prices, err = eval.LoadPrices(prices); err != nil {
@@ -191,6 +193,7 @@ is how long each request to the ledger may take, as for every command;
 	f.Float64Var(&maxPassDrop, "max-pass-drop", 0, "with --baseline: how much a task's pass@1 (and pass^k, same k) may drop; 0: any drop regresses")
 	f.Float64Var(&maxCostRise, "max-cost-rise", 0, "with --baseline: how much a task's cost per run may rise, as a fraction (0.10: 10%); unset: cost is not gated")
 	f.StringVar(&prices, "prices", "", "price table: per provider and model, the price per million input and output tokens in a currency (docs/eval.md; default: scripted models free, others no price)")
+	f.StringVar(&instWorkflow, "workflow", "", "with a SWE-bench instance file (.jsonl or .json, docs/eval.md): the workflow of every instance that names none")
 	return cmd
 }
 
