@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/openrath/rath/internal/workflow"
@@ -178,6 +179,7 @@ func LoadSWEBench(ctx context.Context, path string, o SWEBenchOptions) (*Set, er
 		p.add(0, "", "no directory for the instances' workspaces")
 	}
 	if len(p.problems) > 0 {
+		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
 		return nil, &FileError{Path: path, Problems: p.problems}
 	}
 	// Only a file without problems writes workspaces.

@@ -195,8 +195,15 @@ func TestLoadSWEBenchRefuses(t *testing.T) {
 		})
 	}
 
+	// Problems come in the order of their lines.
+	path := writeFile(t, filepath.Join(dir, "instances.jsonl"), strings.Replace(ok("a"), base, "nope", 1)+"\n{\n")
+	_, err := LoadSWEBench(ctx, path, SWEBenchOptions{Workflow: filepath.Join(dir, "workflow.yaml"), Dir: t.TempDir()})
+	if err == nil || !strings.HasPrefix(err.Error(), path+":1: base_commit") || !strings.Contains(err.Error(), "\n"+path+":2: not a JSON instance") {
+		t.Errorf("problems out of line order:\n%v", err)
+	}
+
 	// A JSON list with a syntax error names its line.
-	path := writeFile(t, filepath.Join(dir, "instances.json"), "[\n"+ok("a")+",\n"+ok("b")+"\n")
+	path = writeFile(t, filepath.Join(dir, "instances.json"), "[\n"+ok("a")+",\n"+ok("b")+"\n")
 	if _, err := LoadSWEBench(ctx, path, SWEBenchOptions{Workflow: filepath.Join(dir, "workflow.yaml"), Dir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "instances.json:4: not a JSON list of instances: unexpected end of JSON input") {
 		t.Errorf("a JSON list cut short: %v", err)
 	}
