@@ -198,6 +198,16 @@ func TestRecheckRefuses(t *testing.T) {
 	if r := rath(t, rt.URL, "recheck", "--workflow", wf, ack.Session); r.code != exitUsage || !strings.Contains(r.stderr, "ran no workflow bundle") {
 		t.Errorf("no workflow recorded: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A fork request naming a workflow bundle that is not a blob reference
+	// is refused, and forks nothing.
+	if _, err := c.Fork(context.Background(), api.ForkRequest{Parent: ack.Session, At: 1, WorkflowRef: "../etc/passwd"}); api.CodeOf(err) != api.CodeSchema ||
+		!strings.Contains(err.Error(), "workflow_ref") {
+		t.Errorf("fork onto a workflow_ref that is not a blob reference: %v", err)
+	}
+	if _, err := c.Fork(context.Background(), api.ForkRequest{Parent: ack.Session, At: 1, Workflow: "w"}); api.CodeOf(err) != api.CodeMalformed ||
+		!strings.Contains(err.Error(), "need the workflow_ref") {
+		t.Errorf("fork naming a workflow without its bundle: %v", err)
+	}
 	if list, err := c.List(context.Background(), api.ListRequest{}); err != nil || len(list) != 1 {
 		t.Errorf("sessions after refused rechecks: %v, %v", list, err)
 	}

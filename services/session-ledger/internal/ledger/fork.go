@@ -6,6 +6,7 @@ import (
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/schema"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -60,6 +61,16 @@ func (l *Ledger) Fork(ctx context.Context, req api.ForkRequest) (api.Ack, error)
 	}, opts...)
 	if err != nil {
 		return api.Ack{}, api.Errorf(api.CodeMalformed, "%v", err)
+	}
+	if req.WorkflowRef != "" || req.Workflow != "" || req.WorkflowHash != "" {
+		// A fork onto another workflow (ADR 0035): the same shapes as a
+		// start's, and a reference to run, not a name alone.
+		if req.WorkflowRef == "" {
+			return api.Ack{}, api.Errorf(api.CodeMalformed, "fork of %s: workflow and workflow_hash need the workflow_ref of the bundle to run", req.Parent)
+		}
+		if err := schema.Validate(events.TypeSessionForked, ev.Data()); err != nil {
+			return api.Ack{}, api.Errorf(api.CodeSchema, "%v", err)
+		}
 	}
 
 	e := l.entry(req.ID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/openrath/rath/pkg/client"
@@ -280,4 +281,37 @@ func TestForkAndMergeRefuseAnotherSessionsEventID(t *testing.T) {
 	b := r.emit(t, "z", chunk("two"))
 	_, err = r.c.Merge(ctx, api.MergeRequest{Target: "x", Source: "z", EventID: b.ID})
 	wantCode(t, err, api.CodeDuplicateID)
+}
+
+// A fork onto another workflow (ADR 0035) names its bundle: the fork
+// record carries it and the fork's state runs it; a name without a
+// reference, or a reference that is not a blob's, is refused and forks
+// nothing.
+func TestForkOntoAnotherWorkflow(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.start(t, "p")
+	ref := "sha256:" + strings.Repeat("ab", 32)
+	if _, err := r.c.Fork(ctx, api.ForkRequest{Parent: "p", ID: "cf", Workflow: "changed", WorkflowHash: "h", WorkflowRef: ref}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.c.State(ctx, "cf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Workflow != "changed" || st.WorkflowHash != "h" || st.WorkflowRef != ref {
+		t.Errorf("fork's workflow %q %q %q", st.Workflow, st.WorkflowHash, st.WorkflowRef)
+	}
+	if list, err := r.c.List(ctx, api.ListRequest{}); err != nil || len(list) != 2 || list[1].Workflow != "changed" {
+		t.Errorf("index: %+v, %v", list, err)
+	}
+	_, err = r.c.Fork(ctx, api.ForkRequest{Parent: "p", ID: "x1", Workflow: "changed"})
+	wantCode(t, err, api.CodeMalformed)
+	_, err = r.c.Fork(ctx, api.ForkRequest{Parent: "p", ID: "x2", Workflow: "changed", WorkflowRef: "../etc/passwd"})
+	wantCode(t, err, api.CodeSchema)
+	for _, id := range []string{"x1", "x2"} {
+		if _, err := r.c.State(ctx, id); api.CodeOf(err) != api.CodeNotFound {
+			t.Errorf("refused fork %s: %v", id, err)
+		}
+	}
 }
