@@ -247,7 +247,7 @@ func gateOptions(cmd *cobra.Command, prices *eval.Prices, baseline string, maxPa
 	case statErr == nil:
 		base, err := eval.LoadReport(baseline)
 		if err != nil {
-			return none, th, err
+			return none, th, fmt.Errorf("--baseline: %w", err)
 		}
 		if costGated && base.Currency != prices.Currency {
 			return none, th, fmt.Errorf("--max-cost-rise: the baseline's costs are in %q, this eval's prices in %s: give a --prices table in the baseline's currency", base.Currency, prices.Currency)

@@ -18,11 +18,12 @@ import (
 func (a *app) verifyCmd() *cobra.Command {
 	var (
 		dossierDir, receipt string
+		evalReport          string
 		keyFiles            []string
 		showKey             bool
 	)
 	cmd := &cobra.Command{
-		Use:   "verify SESSION | verify --dossier DIR | verify --receipt FILE | verify --show-key",
+		Use:   "verify SESSION | verify --dossier DIR | verify --receipt FILE | verify --eval-report FILE --key KEY | verify --show-key",
 		Short: "Check a session's hash chain and signatures, a dossier offline, or a receipt",
 		Long: `verify asks the ledger to recompute every hash of the session's logical log
 from the stream, through its fork ancestry, to check that every event is signed
@@ -42,6 +43,12 @@ included (see "rath export" and docs/dossier.md).
 --receipt FILE checks an ack kept by a client (the JSON "rath emit --json" and
 "rath start --json" print): its signature, that the ledger's log holds that
 event at that place, and that the chain holds through the head.
+
+--eval-report FILE checks a rath eval report.json (or the --out directory
+holding it) offline, with the pinned keys of --key: every run's head is
+signed by one of them for that session, sequence and hash, and every
+summary is what its runs give. rath verify SESSION then checks each
+session against the ledger, rath export its dossier.
 
 --show-key prints the ledger's public keys. Trusting keys because the ledger
 says so trusts the ledger: pin the key file (<data>/keys/ledger.pub) with --key.
@@ -70,7 +77,7 @@ pinned (the keys were --key's, not the dossier's) and fault; --receipt
 reports ok, receipt, key_id, pinned, chain (the session's report, as above)
 and reason.`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if dossierDir != "" || receipt != "" || showKey {
+			if dossierDir != "" || receipt != "" || evalReport != "" || showKey {
 				return cobra.NoArgs(cmd, args)
 			}
 			return cobra.ExactArgs(1)(cmd, args)
@@ -83,6 +90,8 @@ and reason.`,
 			switch {
 			case dossierDir != "":
 				return a.verifyDossier(dossierDir, pinned)
+			case evalReport != "":
+				return a.verifyEvalReport(evalReport, pinned)
 			case showKey:
 				return a.showKeys(cmd.Context())
 			case receipt != "":
@@ -128,6 +137,7 @@ and reason.`,
 	f := cmd.Flags()
 	f.StringVar(&dossierDir, "dossier", "", "verify the exported dossier in DIR offline (no NATS) instead of a session")
 	f.StringVar(&receipt, "receipt", "", "verify a receipt (an ack as JSON) against the ledger's log")
+	f.StringVar(&evalReport, "eval-report", "", "verify a rath eval report.json (or its --out directory) offline with the --key files: its heads' signatures and its metrics")
 	f.StringSliceVar(&keyFiles, "key", nil, "trust only these ledger public key files (PKIX PEM, e.g. .rath/data/keys/ledger.pub): for a session, the head's signature is checked with them too")
 	f.BoolVar(&showKey, "show-key", false, "print the ledger's public keys")
 	return cmd

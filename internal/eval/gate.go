@@ -82,14 +82,14 @@ func LoadReport(path string) (*Report, error) {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("load baseline: %w", err)
+		return nil, fmt.Errorf("load eval report: %w", err)
 	}
 	var r Report
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("baseline %s: not an eval report: %w", path, err)
+		return nil, fmt.Errorf("%s: not an eval report: %w", path, err)
 	}
 	if r.Format != ReportFormat {
-		return nil, fmt.Errorf("baseline %s: format %q, want %s (a report.json of rath eval --out)", path, r.Format, ReportFormat)
+		return nil, fmt.Errorf("%s: format %q, want %s (a report.json of rath eval --out)", path, r.Format, ReportFormat)
 	}
 	return &r, nil
 }
