@@ -74,9 +74,9 @@ leaves them out, and only root sessions are selected by label.
 Exit status: 0 when every session was rechecked (whatever the verdicts); 2
 for a workflow, task file or selection with a problem; 6 when the
 deployment does not answer.`,
-		Example: `  rath recheck --workflow reviewer-strict.yaml --eval ev-fix-calc --tasks examples/eval/tasks.yaml
-  rath recheck --workflow reviewer-strict.yaml --label team=payments --outcome succeeded --json
-  rath recheck --workflow reviewer-strict.yaml SESSION_ID`,
+		Example: `  rath recheck --workflow examples/eval/recheck/workflow.yaml --eval ev-fix-calc --tasks examples/eval/tasks.yaml
+  rath recheck --workflow examples/eval/recheck/workflow.yaml --label team=payments --outcome succeeded --json
+  rath recheck --workflow examples/eval/recheck/workflow.yaml SESSION_ID --cel 'state.tool_calls >= 3'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if wfPath == "" {

@@ -52,3 +52,59 @@ rules:
 }
 
 func replace(s, old, new string) string { return strings.Replace(s, old, new, 1) }
+
+func TestLocate(t *testing.T) {
+	log := twoTurns(t)
+	for _, c := range []struct {
+		name   string
+		change Change
+		at     uint64
+		agent  string
+		why    string
+	}{
+		{"agent b", Change{Agents: []string{"b"}}, 4, "b", "first turn of changed agent b (decided at 5)"},
+		{"agent a, first turn", Change{Agents: []string{"a", "b"}}, 1, "a", "first turn of changed agent a (decided at 2)"},
+		{"an agent that never ran", Change{Agents: []string{"c"}}, 7, "", "affects no turn or decision"},
+		{"workflow-wide", Change{Global: []string{"gates"}}, 0, "", "the workflow's gates changed, which every turn can see: run from the start"},
+	} {
+		p := Locate(log, c.change, nil, nil)
+		if p.At != c.at || p.Agent != c.agent || !strings.Contains(p.Why, c.why) {
+			t.Errorf("%s: %+v, want at %d, agent %q, why %q", c.name, p, c.at, c.agent, c.why)
+		}
+		if c.agent != "" && (p.Decision == nil || p.Decision.Agent != c.agent || p.Decision.TurnID != "") {
+			t.Errorf("%s: decision %+v, want the recorded one without its turn ID", c.name, p.Decision)
+		}
+	}
+	if p := Locate(nil, Change{Agents: []string{"a"}}, nil, nil); p.At != 0 || p.Why != "the session has no events" {
+		t.Errorf("no events: %+v", p)
+	}
+}
+
+// A rule that decides a trigger differently is the point, with the
+// changed workflow's decision; one that decides it the same is not.
+func TestLocateRouting(t *testing.T) {
+	spec := func(next string) *workflow.Workflow {
+		w, err := workflow.Parse([]byte(`name: w
+agents:
+  - {name: a, provider: scripted, script: a.yaml}
+  - {name: b, provider: scripted, script: b.yaml}
+  - {name: c, provider: scripted, script: c.yaml}
+rules:
+  - {name: start, when: 'event.type == "rath.session.started"', route: {agent: a}}
+  - {name: next, when: 'event.type == "rath.agent.turn.completed" && event.data.agent == "a"', route: {agent: `+next+`}}
+`), "w.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	log := twoTurns(t)
+	p := Locate(log, Change{Routing: true}, spec("b"), spec("c"))
+	if p.At != 4 || p.Agent != "c" || p.Decision == nil || p.Decision.Rule != "next" || p.Decision.Route != "agent:c" || p.Trigger != log[3].ID ||
+		!strings.Contains(p.Why, "decide the rath.agent.turn.completed at 4 differently") {
+		t.Errorf("changed rule: %+v (decision %+v)", p, p.Decision)
+	}
+	if p := Locate(log, Change{Routing: true}, spec("b"), spec("b")); p.At != 7 || p.Agent != "" {
+		t.Errorf("same rules: %+v", p)
+	}
+}
