@@ -44,6 +44,18 @@ several: a command or state grader runs on a grading fork of the run
 (labelled eval_grades=<session>, closed eval_graded) through the tool
 runner.
 
+A SWE-bench instance file (.jsonl, or .json holding a list) runs as a task
+set: each instance (instance_id, repo: a local git repository,
+base_commit, problem_statement, test_commands) is a task whose workspace
+is the repository's tree at base_commit and whose grader runs the test
+commands; --workflow names the workflow the instances run. A problem in
+the file (a repo that is not a git repository, an unknown commit, an ID
+used twice, a malformed line) is named at its line, and nothing starts.
+
+Scripted agents whose scripts draw among answers (choose) draw by the
+session's rath.seed label, which eval sets to <task ID>/<try>: tries
+differ, and the same try draws alike in every eval.
+
 --baseline compares the eval, task by task, with another: an earlier
 eval's report.json (or its --out directory); an earlier eval run's ID,
 its report recomputed from its sessions in the ledger and graded again
@@ -71,7 +83,9 @@ is how long each request to the ledger may take, as for every command;
   rath eval examples/eval/tasks.yaml --prices examples/eval/prices.yaml        # cost in the table's currency
   rath eval examples/eval/tasks.yaml --baseline main-eval/report.json --max-cost-rise 0.10   # exit 11 on a regression
   rath eval examples/eval/tasks.yaml --baseline ev-main                   # an earlier eval run, from the ledger
-  rath eval examples/eval/tasks.yaml --baseline examples/fix-calc/workflow.yaml   # the tasks with another workflow, then as written`,
+  rath eval examples/eval/tasks.yaml --baseline examples/fix-calc/workflow.yaml   # the tasks with another workflow, then as written
+  rath eval examples/eval/varied.yaml --runs 5                 # a scripted coder that draws the right fix 3 times in 4
+  rath eval instances.jsonl --workflow examples/fix-calc/workflow.yaml   # SWE-bench instances on local repositories`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Runs < 1 || o.Concurrency < 1 || o.Timeout <= 0 {
