@@ -157,13 +157,28 @@ func (d TranscriptCompacted) Summarize() string {
 	return newLine("compacted %d..%d, tokens %d → %d", d.FromSeq, d.ToSeq, d.TokensBefore, d.TokensAfter).text(d.Summary).String()
 }
 
-// Summarize is "agent on provider/model: IN tokens in, OUT out, MS ms, stop reason".
+// Summarize is "agent on provider/model: IN tokens in, OUT out, MS ms, stop
+// reason", and for a scripted choose turn ", drew 3b of 2 matching (seed S)":
+// the turn's index in the script and the alternative's letter.
 func (d ModelCalled) Summarize() string {
 	l := newLine("%s on %s/%s: %d tokens in, %d out, %d ms", d.Agent, d.Provider, d.Model, d.TokensIn, d.TokensOut, d.LatencyMS)
 	if d.Attempt > 1 {
 		fmt.Fprintf(l, ", attempt %d", d.Attempt)
 	}
-	return l.add(", stop %s", d.StopReason).String()
+	l.add(", stop %s", d.StopReason)
+	if c := d.Choice; c != nil {
+		// Alternatives are named by letter, as scripted tool call IDs
+		// name them (call_<agent>_<turn><letter>_<i>).
+		fmt.Fprintf(l, ", drew %d%s of %d matching (seed %q)", c.Turn, altLetter(c.Alternative), c.Of, c.Seed)
+	}
+	return l.String()
+}
+
+func altLetter(i int) string {
+	if i >= 0 && i < 26 {
+		return string(rune('a' + i))
+	}
+	return fmt.Sprintf("#%d", i)
 }
 
 // Summarize is "usage of agent on provider/model: IN tokens in, OUT out".

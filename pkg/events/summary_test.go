@@ -42,6 +42,8 @@ func TestSummary(t *testing.T) {
 		{&events.ChunkAppended{Role: "user", Content: long}, "user: " + strings.Repeat("é", 59) + "…"},
 		{&events.ModelCalled{Agent: "coder", Provider: "p", Model: "m", TokensIn: 3, TokensOut: 4, LatencyMS: 5, StopReason: "end_turn"},
 			"coder on p/m: 3 tokens in, 4 out, 5 ms, stop end_turn"},
+		{&events.ModelCalled{Agent: "coder", Provider: "scripted", Model: "s", TokensIn: 3, TokensOut: 4, StopReason: "tool_use", Choice: &events.ScriptChoice{Turn: 0, Alternative: 1, Of: 2, Seed: "fix/2"}},
+			`coder on scripted/s: 3 tokens in, 4 out, 0 ms, stop tool_use, drew 0b of 2 matching (seed "fix/2")`},
 		{&events.ToolRequested{Agent: "coder", Tool: "shell", CallID: "c1", Arguments: json.RawMessage(`{"cmd":"ls"}`)}, `coder calls shell c1 {"cmd":"ls"}`},
 		{&events.ToolRequested{Tool: "shell", CallID: "c1"}, "calls shell c1"},
 		{&events.ToolCompleted{CallID: "c1", Tool: "shell", ExitCode: 1, DurationMS: 9, Result: "no\nsuch file"}, "shell c1 exit 1, 9 ms: no such file"},
