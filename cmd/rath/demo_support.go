@@ -337,8 +337,12 @@ func printSupport(a *app, d *dossier.Dossier) {
 		}
 		for _, c := range calls[t.TurnID] {
 			end := "ok"
-			if c.Status == dossier.ToolFailed {
-				end = "REFUSED: " + c.Error
+			switch {
+			case c.Status != dossier.ToolFailed:
+			case strings.HasPrefix(c.Error, "policy ") || strings.Contains(c.Error, "(approval "):
+				end = "REFUSED: " + c.Error // by the shop's policy, or by a gate
+			default:
+				end = "FAILED: " + c.Error
 			}
 			fmt.Fprintf(a.Stdout, "  %9s   %s %s: %s\n", "", c.Tool, oneLine(string(c.Arguments), 160), end)
 			for _, ch := range dossier.StateChanges(c) {
