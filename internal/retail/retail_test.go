@@ -10,6 +10,7 @@ import (
 	supportex "github.com/openrath/rath/examples/support"
 	"github.com/openrath/rath/internal/domainstate"
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/session"
 )
 
 func example(t *testing.T) string {
@@ -190,5 +191,64 @@ func TestSeedFile(t *testing.T) {
 	}
 	if _, err := seedFile([]byte("not gzip"), FileDB); err == nil {
 		t.Fatal("a seed that is not a gzip archive was read")
+	}
+}
+
+func call(id, tool, args string, seq uint64, status string) *session.Tool {
+	return &session.Tool{CallID: id, Tool: tool, Arguments: json.RawMessage(args), Status: status, Seqs: []uint64{seq}, ProposedBy: session.GateKeeper}
+}
+
+// A call the log shows completed that the policy refuses when applied
+// again (a tool that broke its rule, or a policy changed since) is
+// reported, and changes nothing.
+func TestReplayReportsCallsThatDoNotApply(t *testing.T) {
+	db := seed(t, example(t))
+	shop, problems := Replay(db, []*session.Tool{
+		call("c2", ToolRefundOrder, `{"order_id":"W1003","amount":150,"reason":"x"}`, 9, session.ToolCompleted),
+		call("c1", ToolFindUser, `{"name":"Bo Lind","zip":"10001"}`, 5, session.ToolCompleted),
+		call("c3", ToolCancelOrder, `{"order_id":"W1001","reason":"x"}`, 12, session.ToolCompleted),
+	})
+	if len(problems) != 2 || !strings.Contains(problems[0], "call c2 (refund_order, requested at 9) ran, but does not apply to the shop again: policy "+RuleRefund) ||
+		!strings.Contains(problems[1], "call c3 (cancel_order, requested at 12) ran, but does not apply to the shop again: policy "+RuleIdentity) {
+		t.Fatalf("problems: %q", problems)
+	}
+	if shop.DB.Orders["W1003"].Refunded != 0 || !shop.Verified["u-bo"] {
+		t.Fatalf("the shop after the replay: W1003 %+v, verified %v", shop.DB.Orders["W1003"], shop.Verified)
+	}
+}
+
+// The review names each call's decision, and a large refund that ran
+// without a granted approval is a violation.
+func TestReviewFindsALargeRefundWithoutApproval(t *testing.T) {
+	st := &session.State{WorkflowRef: "sha256:x", Approvals: map[string]session.Approval{
+		"ap-1": {CallID: "c2", Outcome: session.ApprovalGranted, Actor: "default/sam", RequestedBy: session.GateKeeper},
+	}, Tools: map[string]*session.Tool{}}
+	for _, c := range []*session.Tool{
+		call("c1", ToolFindUser, `{"name":"Bo Lind","zip":"10001"}`, 5, session.ToolCompleted),
+		call("c2", ToolRefundOrder, `{"order_id":"W1004","amount":250,"reason":"x"}`, 7, session.ToolCompleted),
+		call("c3", ToolRefundOrder, `{"order_id":"W1004","amount":300,"reason":"x"}`, 9, session.ToolCompleted),
+		call("c4", ToolCancelOrder, `{"order_id":"W1004","reason":"x"}`, 11, session.ToolFailed),
+		call("c5", ToolEndConversation, `{}`, 13, session.ToolCompleted),
+	} {
+		st.Tools[c.CallID] = c
+	}
+	st.Tools["c2"].Approval = "ap-1"
+	st.Tools["c4"].Error = "policy " + RuleCancel + ": order W1004 is delivered, not pending"
+	decisions, violations := Review(st)
+	var got []string
+	for _, d := range decisions {
+		got = append(got, d.CallID+" "+d.Decision+" "+d.Rule+" "+d.Detail)
+	}
+	want := []string{
+		"c1 allowed  ",
+		"c2 allowed " + RuleApproval + " approved by default/sam",
+		"c3 allowed  ",
+		"c4 refused " + RuleCancel + " order W1004 is delivered, not pending",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("decisions:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(violations) != 1 || !strings.Contains(violations[0], "call c3 refunded $300 without a supervisor's approval") {
+		t.Fatalf("violations: %q", violations)
 	}
 }

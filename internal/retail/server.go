@@ -3,6 +3,7 @@ package retail
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -137,13 +138,24 @@ func (s *Server) handler(tool string) func(context.Context, json.RawMessage) (st
 // Fold returns the shop as a session's state leaves it: its workspace
 // seed's database changed by its completed calls of the shop's tools (and
 // those this server applied whose completion is not in st yet), in the
-// order they were requested; the call skip is left out.
+// order they were requested; the call skip is left out. A call that does
+// not apply again is an error: the shop after it is unknown.
 func (s *Server) Fold(ctx context.Context, st *session.State, skip string) (*Shop, error) {
-	db, err := s.seed(ctx, st)
+	shop, problems, err := s.replay(ctx, st, skip)
 	if err != nil {
 		return nil, err
 	}
-	shop := NewShop(db)
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("session %s: %s", st.ID, strings.Join(problems, "; "))
+	}
+	return shop, nil
+}
+
+func (s *Server) replay(ctx context.Context, st *session.State, skip string) (*Shop, []string, error) {
+	db, err := s.seed(ctx, st)
+	if err != nil {
+		return nil, nil, err
+	}
 	s.mu.Lock()
 	applied := s.applied[st.ID]
 	var calls []*session.Tool
@@ -156,13 +168,26 @@ func (s *Server) Fold(ctx context.Context, st *session.State, skip string) (*Sho
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(calls, func(a, b *session.Tool) int { return int(a.Seqs[0]) - int(b.Seqs[0]) })
+	shop, problems := Replay(db, calls)
+	return shop, problems, nil
+}
+
+// Replay applies calls that ran (completed calls of the shop's tools) to a
+// new shop on db, in the order they were requested, and returns the shop
+// and, for each call that does not apply again, why: a call the policy
+// refuses now ran anyway (a violation, or a policy changed since), or the
+// log holds a change the shop cannot make. Such a call changes nothing.
+func Replay(db *DB, calls []*session.Tool) (*Shop, []string) {
+	calls = slices.Clone(calls)
+	slices.SortFunc(calls, func(a, b *session.Tool) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
+	shop := NewShop(db)
+	var problems []string
 	for _, t := range calls {
 		if _, err := shop.Apply(t.Tool, t.Arguments); err != nil {
-			return nil, fmt.Errorf("session %s: call %s (%s at %d) no longer applies to the shop: %w", st.ID, t.CallID, t.Tool, t.Seqs[0], err)
+			problems = append(problems, fmt.Sprintf("call %s (%s, requested at %d) ran, but does not apply to the shop again: %v", t.CallID, t.Tool, t.Seqs[0], err))
 		}
 	}
-	return shop, nil
+	return shop, problems
 }
 
 // seed reads the database of a session's workspace seed.
@@ -289,7 +314,7 @@ func policyFailure(g Grade) string {
 // database and reviews the policy's decisions about every call of the
 // shop's tools.
 func (s *Server) Grade(ctx context.Context, st *session.State, task Task) (Grade, error) {
-	shop, err := s.Fold(ctx, st, "")
+	shop, problems, err := s.replay(ctx, st, "")
 	if err != nil {
 		return Grade{}, err
 	}
@@ -303,6 +328,7 @@ func (s *Server) Grade(ctx context.Context, st *session.State, task Task) (Grade
 		g.Differences = append(g.Differences, DifferenceText{Path: d.Path, Expected: d.Expected, Actual: d.Actual, Text: d.String()})
 	}
 	g.Policy, g.Violations = Review(st)
+	g.Violations = append(problems, g.Violations...)
 	return g, nil
 }
 
@@ -316,7 +342,7 @@ func Review(st *session.State) ([]PolicyDecision, []string) {
 			calls = append(calls, t)
 		}
 	}
-	slices.SortFunc(calls, func(a, b *session.Tool) int { return int(a.Seqs[0]) - int(b.Seqs[0]) })
+	slices.SortFunc(calls, func(a, b *session.Tool) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
 	decisions := []PolicyDecision{}
 	var violations []string
 	for _, t := range calls {
