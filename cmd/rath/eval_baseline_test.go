@@ -105,6 +105,12 @@ func TestEvalBaselineRefused(t *testing.T) {
 			t.Errorf("--baseline %q: exit %d, stderr %q; want %d, %q", tc.baseline, r.code, r.stderr, tc.code, tc.want)
 		}
 	}
+	// A console URL report.html would link to is a URL, nothing else.
+	for _, bad := range []string{"javascript:alert(1)", "127.0.0.1:8470", "http://h/?next=evil"} {
+		if r := rath(t, rt.URL, "eval", "testdata/eval/tasks.yaml", "--id", "ev-refused", "--console", bad); r.code != exitUsage || !strings.Contains(r.stderr, "--console: console URL") {
+			t.Errorf("--console %q: exit %d, stderr %q", bad, r.code, r.stderr)
+		}
+	}
 	// A sandboxed grader with a baseline workflow none of whose agents
 	// may use its tools.
 	r := rath(t, rt.URL, "eval", "testdata/eval/sandbox/graders.yaml", "--id", "ev-refused-2", "--baseline", "testdata/eval/sandbox/reader.yaml")

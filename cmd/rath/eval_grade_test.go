@@ -95,3 +95,21 @@ func TestEvalSandboxGraders(t *testing.T) {
 		t.Errorf("sessions labelled eval=ev-sandbox: %d, %v; want the runs and their grading forks, %d", len(all), err, 2*len(want))
 	}
 }
+
+// A command grader's call is screened by the tool runner like any call the
+// agent worker did not propose: a workflow gate that holds run for
+// approval fails the run, named, rather than leave the eval waiting.
+func TestEvalSandboxGraderGated(t *testing.T) {
+	rt, _ := evalRuntime(t)
+	r := rath(t, rt.URL, "eval", "testdata/eval/sandbox/gated-task.yaml", "--id", "ev-gated", "--json", "--run-timeout", "2m")
+	if r.code != exitOK {
+		t.Fatalf("rath eval: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep eval.Report
+	decode(t, r.stdout, &rep)
+	run := rep.Tasks[0].Runs[0]
+	if run.Passed || run.Failure == nil || run.Failure.Cause != eval.CauseGrader ||
+		run.Failure.Detail != "command true: the workflow's gate runs holds the run call for approval by leads: a grader's call must run unattended" {
+		t.Errorf("a gated grader's call: passed %v, failure %+v", run.Passed, run.Failure)
+	}
+}
