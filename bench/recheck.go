@@ -123,7 +123,8 @@ func (h *harness) runRecheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	o := rerun.CounterfactualOptions{Workflow: changed, Bundle: bundle, Ref: ref, Grade: grade, Run: "bench-recheck", Wait: wait}
+	o := rerun.CounterfactualOptions{Workflow: changed, Bundle: bundle, Ref: ref, Grade: grade, Run: "bench-recheck", Wait: wait,
+		Recorded: workflow.NewLibrary(c.GetBlob)}
 	results := make([]*rerun.CounterfactualResult, n)
 	cpu = h.cpuStart()
 	if err := inParallel(n, conc, func(i int) error {

@@ -134,7 +134,7 @@ deployment does not answer.`,
 				id = "recheck-" + events.NewID()
 			}
 			rep, err := runRecheck(ctx, c, ids, concurrency, rerun.CounterfactualOptions{Workflow: wf, Bundle: bundle, Ref: ref,
-				Grade: grade, Run: id, Wait: wait}, a.Stderr)
+				Grade: grade, Run: id, Wait: wait, Recorded: workflow.NewLibrary(c.GetBlob)}, a.Stderr)
 			if err != nil {
 				return err
 			}

@@ -60,6 +60,10 @@ type CounterfactualOptions struct {
 	Run string
 	// Wait bounds the wait for the counterfactual to close.
 	Wait time.Duration
+	// Recorded, when set, opens the recorded sessions' workflow bundles
+	// (workflow.NewLibrary(c.GetBlob)), once per bundle for every session
+	// that shares it; nil opens each session's anew.
+	Recorded *workflow.Library
 }
 
 // Side is a session of a counterfactual's comparison, as graded.
@@ -175,15 +179,16 @@ func Counterfactual(ctx context.Context, c *client.Client, sessionID string, o C
 	if st.WorkflowRef == "" {
 		return nil, usageError{fmt.Errorf("recheck %s: session %s ran no workflow bundle: there is nothing to change", sessionID, orig)}
 	}
-	raw, err := c.GetBlob(ctx, st.WorkflowRef)
-	if err != nil {
-		return nil, fmt.Errorf("recheck %s: its workflow bundle %s: %w", sessionID, st.WorkflowRef, err)
+	lib := o.Recorded
+	if lib == nil {
+		lib = workflow.NewLibrary(c.GetBlob)
 	}
-	oldWF, oldBundle, err := workflow.OpenBundle(raw)
+	recorded, err := lib.Get(ctx, st.WorkflowRef)
 	if err != nil {
-		return nil, fmt.Errorf("recheck %s: its workflow bundle %s: %w", sessionID, st.WorkflowRef, err)
+		return nil, fmt.Errorf("recheck %s: its %w", sessionID, err)
 	}
-	change, err := Diff(oldBundle, o.Bundle)
+	oldWF := recorded.Workflow
+	change, err := Diff(recorded.Bundle, o.Bundle)
 	if err != nil {
 		return nil, err
 	}
