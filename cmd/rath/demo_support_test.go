@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,7 +16,9 @@ import (
 	"github.com/openrath/rath/internal/dossier"
 	dt "github.com/openrath/rath/internal/dossier/dossiertest"
 	"github.com/openrath/rath/internal/retail"
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )
@@ -345,5 +348,91 @@ func TestDemoSupportRefusesBadTasks(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), `task "nope": no such task`) {
 		t.Fatalf("unknown task of the embedded example: %v", err)
+	}
+}
+
+// Hostile calls of the shop's tools, proposed by a person in a session of
+// their own (no workflow: no gate, no agent's tool list), meet the shop's
+// own checks: arguments against the tool's schema, then the policy on the
+// shop as the session's earlier calls left it.
+func TestDemoSupportShopRefusesHostileCalls(t *testing.T) {
+	run, stdout, err := runSupportForTest(t, supportOptions{task: supportTask})
+	if err != nil {
+		t.Fatalf("demo support: %v\n%s", err, stdout)
+	}
+	ctx := context.Background()
+	c, err := client.New(run.rt.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := c.State(ctx, run.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same shop and task as the run's session.
+	ack, err := c.Start(ctx, "", events.SessionStarted{Task: "poke the shop", Labels: map[string]string{
+		client.LabelWorkspace: root.Labels[client.LabelWorkspace], retail.LabelTask: supportTask}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ack.Session
+	n := 0
+	shop := func(tool, args string) *session.Tool {
+		t.Helper()
+		n++
+		callID := fmt.Sprintf("hostile-%d", n)
+		if _, err := c.Emit(ctx, id, &events.ToolRequested{CallID: callID, Tool: tool, Arguments: json.RawMessage(args), Agent: "mallory"}); err != nil {
+			t.Fatal(err)
+		}
+		var done *session.Tool
+		testrig.Eventually(t, time.Minute, "call "+callID+" ends", func() (bool, string) {
+			st, err := c.State(ctx, id)
+			if err != nil {
+				return false, err.Error()
+			}
+			done = st.Tools[callID]
+			return done != nil && (done.Status == session.ToolCompleted || done.Status == session.ToolFailed), fmt.Sprintf("%+v", done)
+		})
+		return done
+	}
+	for _, tc := range []struct {
+		tool, args, want string
+	}{
+		{retail.ToolRefundOrder, `{"order_id":"W1001","amount":-5,"reason":"x"}`, "refund_order: invalid arguments: /amount: "},
+		{retail.ToolGetOrder, `{"order_id":"W1001","sql":"drop table orders"}`, "get_order: invalid arguments: "},
+		{retail.ToolGetOrder, `{"order_id":"W1001"}`, "policy " + retail.RuleIdentity},
+		{retail.ToolFindUser, `{"name":"Ana Ortiz","zip":"94110"}`, ""},
+		{retail.ToolCancelOrder, `{"order_id":"W1005","reason":"x"}`, "policy " + retail.RuleIdentity + ": order W1005 belongs to a customer whose identity"},
+		{retail.ToolCancelOrder, `{"order_id":"W1002","reason":"x"}`, ""},
+		{retail.ToolCancelOrder, `{"order_id":"W1002","reason":"again"}`, "policy " + retail.RuleCancel + ": order W1002 is cancelled, not pending"},
+		{retail.ToolRefundOrder, `{"order_id":"W1001","amount":46,"reason":"x"}`, "the amount must be between $1 and the $45 not yet refunded"},
+	} {
+		got := shop(tc.tool, tc.args)
+		if tc.want == "" {
+			if got.Status != session.ToolCompleted {
+				t.Fatalf("%s %s: %+v, want completed", tc.tool, tc.args, got)
+			}
+			continue
+		}
+		if got.Status != session.ToolFailed || !strings.Contains(got.Error, tc.want) {
+			t.Fatalf("%s %s: %s %q, want failed saying %q", tc.tool, tc.args, got.Status, got.Error, tc.want)
+		}
+	}
+	// The grade of this session: W1002 cancelled as the task expects, W1001
+	// not refunded as it does not.
+	end := shop(retail.ToolEndConversation, `{}`)
+	st, err := c.State(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Status != session.ToolCompleted || len(st.Validations) != 2 {
+		t.Fatalf("end_conversation %+v, validations %+v", end, st.Validations)
+	}
+	if v := validation(st, retail.ValidatorState); v.Passed || v.Reason != "the final state differs from task cancel-and-refund's in 2 places: "+
+		`/orders/W1001/refunded: expected 45, got 0; /orders/W1001/status: expected "refunded", got "delivered"` {
+		t.Fatalf("domain-state: %+v", v)
+	}
+	if v := validation(st, retail.ValidatorPolicy); !v.Passed {
+		t.Fatalf("policy: %+v, want passed: every refused call was refused", v)
 	}
 }
