@@ -75,7 +75,8 @@ With --json, a session's report has these fields:
 branch's verified head), keys (every event's signature is checked offline),
 pinned (the keys were --key's, not the dossier's) and fault; --receipt
 reports ok, receipt, key_id, pinned, chain (the session's report, as above)
-and reason.`,
+and reason; --eval-report reports id (the eval's), ok, runs, heads (those
+whose signature was checked) and problems.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if dossierDir != "" || receipt != "" || evalReport != "" || showKey {
 				return cobra.NoArgs(cmd, args)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/openrath/rath/internal/dossier"
+	"github.com/openrath/rath/internal/eval"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
@@ -14,7 +15,7 @@ import (
 // "signatures": 1 finds what each counts.
 func TestVerifyHelpNamesEveryJSONField(t *testing.T) {
 	help := ok(t, "nats://127.0.0.1:1", "verify", "--help")
-	for _, v := range []any{api.Report{}, api.Fault{}, dossier.Report{}, receiptReport{}} {
+	for _, v := range []any{api.Report{}, api.Fault{}, dossier.Report{}, receiptReport{}, eval.Verification{}} {
 		typ := reflect.TypeOf(v)
 		for i := range typ.NumField() {
 			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
