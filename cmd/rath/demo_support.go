@@ -137,7 +137,7 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 	if err != nil {
 		return run, usageError{err}
 	}
-	wfPath, err := taskWorkflow(example, task)
+	wfPath, err := taskWorkflow(example, filepath.Join(run.data, "workflow"), task)
 	if err != nil {
 		return run, usageError{err}
 	}
@@ -275,10 +275,12 @@ func serveShop(ctx context.Context, run *demoRun, task retail.Task, log *slog.Lo
 	return nil
 }
 
-// taskWorkflow writes the workflow of one task beside the example's: the
-// customer's system prompt is the task's instruction, and both agents'
-// scripts are the task's. It returns its path.
-func taskWorkflow(example string, t retail.Task) (string, error) {
+// taskWorkflow writes the workflow of one task into dir, never into the
+// example (which may be the repository's): the customer's system prompt is
+// the task's instruction, and both agents' scripts are the task's, copied
+// to dir/tasks/ID/ as the workflow names them. It returns the workflow's
+// path.
+func taskWorkflow(example, dir string, t retail.Task) (string, error) {
 	path := filepath.Join(example, "workflow.yaml")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -316,7 +318,20 @@ func taskWorkflow(example string, t retail.Task) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dst := filepath.Join(example, "workflow-"+t.ID+".yaml")
+	scripts := filepath.Join(dir, "tasks", t.ID)
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		return "", err
+	}
+	for _, f := range []string{retail.FileCustomer, retail.FileAssistant} {
+		raw, err := os.ReadFile(filepath.Join(t.Dir, f))
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(scripts, f), raw, 0o644); err != nil {
+			return "", err
+		}
+	}
+	dst := filepath.Join(dir, "workflow.yaml")
 	return dst, os.WriteFile(dst, out, 0o644)
 }
 

@@ -294,7 +294,11 @@ func TestDemoSupportGradeFails(t *testing.T) {
 	if err := os.WriteFile(path, db.JSON(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	before := dirNames(t, example)
 	run, stdout, err := runSupportForTest(t, supportOptions{demoOptions: demoOptions{example: example}, task: supportTask})
+	if after := dirNames(t, example); after != before {
+		t.Errorf("the run wrote into the example directory: %s, was %s", after, before)
+	}
 	if err == nil || !strings.Contains(err.Error(), "no branch was accepted") {
 		t.Fatalf("demo support with an expected state the run misses: %v, want no branch accepted\n%s", err, stdout)
 	}
@@ -435,4 +439,17 @@ func TestDemoSupportShopRefusesHostileCalls(t *testing.T) {
 	if v := validation(st, retail.ValidatorPolicy); !v.Passed {
 		t.Fatalf("policy: %+v, want passed: every refused call was refused", v)
 	}
+}
+
+func dirNames(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, " ")
 }
