@@ -79,12 +79,26 @@ func gradeSandbox(ctx context.Context, c *client.Client, evalID, session string,
 		reason := fmt.Sprintf("rath eval %s: the grader's checks of %s ran", evalID, session)
 		_, _ = c.Close(context.WithoutCancel(ctx), gr.Fork, events.SessionClosed{Outcome: OutcomeGraded, Reason: reason})
 	}()
-	if _, err := c.Pause(ctx, gr.Fork, fmt.Sprintf("rath eval %s: a grading fork runs the grader's calls only", evalID)); err != nil {
+	paused, err := c.Pause(ctx, gr.Fork, fmt.Sprintf("rath eval %s: a grading fork runs the grader's calls only", evalID))
+	if err != nil {
 		st, serr := c.State(ctx, gr.Fork)
 		if serr == nil && st.Status.Ended() {
 			return fail("grading fork %s closed (%s: %s) before the grader's calls: a rule of the workflow routed its fork event", gr.Fork, st.Outcome, st.CloseReason)
 		}
 		return fail("pause grading fork %s: %v", gr.Fork, err)
+	}
+	if paused.Seq != ack.Seq+1 {
+		// Something was routed between the fork and its pause: a turn may
+		// be changing the workspace the grader is to look at.
+		between, err := c.Log(ctx, gr.Fork, client.Range{From: ack.Seq + 1, To: paused.Seq - 1})
+		if err != nil {
+			return fail("grading fork %s: %v", gr.Fork, err)
+		}
+		types := make([]string, len(between))
+		for i, ev := range between {
+			types[i] = ev.Type
+		}
+		return fail("grading fork %s: a rule of the workflow routed its fork event before it was paused (%s): its workspace may not be the run's", gr.Fork, strings.Join(types, ", "))
 	}
 
 	if len(g.Command) > 0 {
