@@ -179,3 +179,15 @@ func TestExampleLoads(t *testing.T) {
 		t.Errorf("examples/eval/tasks.yaml: %+v", set.Tasks)
 	}
 }
+
+// The sandbox example of docs/eval.md stays a valid task file, its
+// command grader made as the fix-calc coder.
+func TestSandboxExampleLoads(t *testing.T) {
+	set, err := Load(filepath.Join("..", "..", "examples", "eval", "sandbox.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := set.Tasks[0].Grader; len(set.Tasks) != 1 || g.As != "coder" || !slices.Equal(g.Command, []string{"go", "test", "./..."}) {
+		t.Errorf("examples/eval/sandbox.yaml: %+v", set.Tasks[0])
+	}
+}
