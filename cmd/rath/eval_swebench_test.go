@@ -91,11 +91,11 @@ func TestEvalSWEBenchInstances(t *testing.T) {
 		t.Fatalf("the instance's run: passed %v, grading %+v, failure %+v; want passed by its test command", got.Passed, got.Grading, got.Failure)
 	}
 
-	// By session: the grading fork (which ran the test command) inherits
-	// the run's labels, so --label eval=ev-swe would select it too.
-	r = rath(t, rt.URL, "export", "--swebench", rep.Tasks[0].Runs[0].Session)
-	if r.code != exitOK {
-		t.Fatalf("rath export --swebench: exit %d, stderr %q", r.code, r.stderr)
+	// By label: the run, not its grading fork (which ran the test command
+	// and inherits the run's labels).
+	r = rath(t, rt.URL, "export", "--swebench", "--label", "eval=ev-swe")
+	if r.code != exitOK || strings.Count(r.stdout, "\n") != 1 || strings.Contains(r.stderr, "warning") {
+		t.Fatalf("rath export --swebench --label eval=ev-swe: exit %d, stdout %q, stderr %q; want the run's one prediction", r.code, r.stdout, r.stderr)
 	}
 	var p Prediction
 	decode(t, r.stdout, &p)

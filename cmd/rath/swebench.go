@@ -42,6 +42,12 @@ func (a *app) exportSWEBench(ctx context.Context, c *client.Client, ids []string
 			return err
 		}
 		for _, s := range list {
+			if _, grading := s.Labels[eval.LabelGrades]; grading {
+				// A grading fork (rath eval's command or state grader)
+				// inherits its run's labels but is not the agent's
+				// work: its run is the prediction.
+				continue
+			}
 			if !slices.Contains(ids, s.ID) {
 				ids = append(ids, s.ID)
 			}
