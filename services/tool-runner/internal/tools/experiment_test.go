@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -82,4 +83,36 @@ func TestParseReport(t *testing.T) {
 	if r := tools.ParseReport(strings.Repeat("x", 70<<10)); !strings.Contains(r.Problem, "over 65536") {
 		t.Errorf("a huge line: %q", r.Problem)
 	}
+}
+
+// Whatever a program prints, ParseReport keeps only finite numbers under
+// bounded names, at most MaxMetrics of them, and a config that is a compact
+// JSON object within MaxConfigBytes.
+func FuzzParseReport(f *testing.F) {
+	for _, s := range []string{
+		"", "\n", "{}", `{"config": {"k": 1}, "metrics": {"a": 0.5}}`, `{"metrics": {"a": null, "b": "x", "c": 1e999}}`,
+		"line\n{\"config\": [1], \"metrics\": {\"\": 2}}\n", "{\"metrics\": {\"a\xff\": 1}}", `{"config": {"a": {"b": [1, {"c": null}]}}, "metrics": {"r2": -0}}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, stdout string) {
+		r := tools.ParseReport(stdout)
+		if len(r.Metrics) > tools.MaxMetrics {
+			t.Fatalf("%d metrics", len(r.Metrics))
+		}
+		for n, v := range r.Metrics {
+			if n == "" || len(n) > tools.MaxMetricName || math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("metric %q = %v", n, v)
+			}
+		}
+		if r.Config != nil {
+			var obj map[string]any
+			if len(r.Config) > tools.MaxConfigBytes || json.Unmarshal(r.Config, &obj) != nil || obj == nil {
+				t.Fatalf("config %q", r.Config)
+			}
+		}
+		if r.Metrics == nil && r.Problem == "" {
+			t.Fatalf("no metrics and no problem for %q", stdout)
+		}
+	})
 }
