@@ -362,7 +362,11 @@ func ExperimentsSVG(d *Dossier) string {
 			if i == best {
 				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="10" fill="none" stroke="#111" stroke-width="1.5"><title>best: %s</title></circle>`+"\n", px(i), py(v), svgText(x.Name))
 			}
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", px(i), py(v)-10, svgText(clipRunes(x.Name, 24)))
+			lift := 10.0
+			if i == best {
+				lift = 14 // above the ring
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", px(i), py(v)-lift, svgText(clipRunes(x.Name, 24)))
 		}
 		// Legend.
 		ly := top + 10 + float64(bi)*20
