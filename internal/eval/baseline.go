@@ -49,7 +49,9 @@ func Runs(ctx context.Context, c *client.Client, id string) ([]api.Session, erro
 	}
 	runs := all[:0]
 	for _, s := range all {
-		if _, grading := s.Labels[LabelGrades]; !grading {
+		// Forks inherit their parent's labels: a grading fork, and a fork
+		// the run's workflow made, are part of a run, not runs.
+		if _, grading := s.Labels[LabelGrades]; !grading && s.Parent == "" {
 			runs = append(runs, s)
 		}
 	}
@@ -119,6 +121,24 @@ func recorded(ctx context.Context, c *client.Client, o Options, t *Task, s api.S
 	r := Run{Try: n, Session: s.ID}
 	if v, err := strconv.Atoi(s.Labels[LabelTry]); err == nil {
 		r.Try = v
+	}
+	// A run whose workflow forked is graded on the fork that went on.
+	bs, err := chain(ctx, c, s.ID, s.Outcome)
+	if err != nil {
+		return r, fmt.Errorf("session %s: %w", s.ID, err)
+	}
+	if len(bs) > 1 {
+		end := bs[len(bs)-1]
+		cur, err := c.List(ctx, api.ListRequest{Labels: map[string]string{LabelEval: s.Labels[LabelEval], LabelTask: s.Labels[LabelTask], LabelTry: s.Labels[LabelTry]}})
+		if err != nil {
+			return r, fmt.Errorf("session %s: %w", s.ID, err)
+		}
+		i := slices.IndexFunc(cur, func(x api.Session) bool { return x.ID == end.ID })
+		if i < 0 {
+			return r, fmt.Errorf("session %s: its fork %s is not listed with its labels", s.ID, end.ID)
+		}
+		r.Root, r.Session, r.branches = s.ID, end.ID, bs
+		s = cur[i]
 	}
 	first, err := c.Log(ctx, s.ID, client.Range{Limit: 1})
 	if err != nil {

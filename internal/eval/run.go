@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -52,8 +53,13 @@ type Options struct {
 
 // Run is one try of a task: its session and how it went.
 type Run struct {
-	Try     int    `json:"try"`
+	Try int `json:"try"`
+	// Session is the session the run is graded on: the one the eval
+	// started, or, when its workflow forked and went on on the fork (the
+	// branch it forked closed superseded), the last such fork; Root is then
+	// the session the eval started. Tokens and cost count every branch.
 	Session string `json:"session,omitempty"`
+	Root    string `json:"root,omitempty"`
 	Passed  bool   `json:"passed"`
 	// Closed says the session closed (within the run timeout, by its
 	// workflow, not by the eval); Outcome and CloseReason are its close's.
@@ -86,6 +92,10 @@ type Run struct {
 	KeyID    string `json:"key_id,omitempty"`
 	Verified bool   `json:"verified"`
 	Fault    string `json:"fault,omitempty"`
+
+	// branches is the run's chain of superseding forks, the started
+	// session first (nil: the session alone).
+	branches []branch
 }
 
 // TaskReport is one task's runs and metrics.
@@ -255,18 +265,43 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 	r.Session = id
 
 	var first, last events.Stored
+	bs := []branch{{ID: id}}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	err := c.Watch(wctx, r.Session, func(ev events.Stored) error {
-		if first.Seq == 0 {
-			first = ev
+	var err error
+	// A workflow that forks closes the branch it forks superseded and goes
+	// on on the fork: the run is followed there, to the branch that closes
+	// otherwise, and graded on it.
+	for {
+		var closed events.SessionClosed
+		cur := bs[len(bs)-1]
+		var opts []client.WatchOption
+		if cur.Fork > 0 {
+			opts = append(opts, client.From(cur.Fork+1))
 		}
-		last = ev
-		if ev.Type == events.TypeSessionClosed {
-			return errClosed
+		err = c.Watch(wctx, cur.ID, func(ev events.Stored) error {
+			if first.Seq == 0 {
+				first = ev
+			}
+			last = ev
+			if ev.Type == events.TypeSessionClosed {
+				_ = json.Unmarshal(ev.Data, &closed)
+				return errClosed
+			}
+			return nil
+		}, opts...)
+		if !errors.Is(err, errClosed) || closed.Outcome != OutcomeSuperseded || len(bs) >= maxBranches {
+			break
 		}
-		return nil
-	})
+		next, at, serr := successor(wctx, c, cur.ID)
+		if serr != nil || next == "" {
+			break
+		}
+		bs = append(bs, branch{ID: next, Fork: at})
+	}
 	cancel()
+	if len(bs) > 1 {
+		r.Root, r.Session = id, bs[len(bs)-1].ID
+	}
 	switch {
 	case errors.Is(err, errClosed):
 		r.Closed = true
@@ -282,6 +317,7 @@ func runOnce(ctx context.Context, c *client.Client, o Options, t *Task, start ev
 	default:
 		r.Failure = &Failure{Cause: CauseError, Detail: fmt.Sprintf("watch: %v", err)}
 	}
+	r.branches = bs
 	settle(ctx, c, o, t, &r, first, last)
 	return r
 }
@@ -302,8 +338,16 @@ func settle(ctx context.Context, c *client.Client, o Options, t *Task, r *Run, f
 		}
 		return
 	}
-	r.TokensIn, r.TokensOut = st.Usage.Total.In, st.Usage.Total.Out
-	r.Models = st.Usage.ByModel
+	usage := st.Usage
+	if extra, err := spent(ctx, c, r.branches); err != nil {
+		if r.Failure == nil {
+			r.Failure = &Failure{Cause: CauseError, Detail: err.Error()}
+		}
+	} else {
+		usage.Merge(extra)
+	}
+	r.TokensIn, r.TokensOut = usage.Total.In, usage.Total.Out
+	r.Models = usage.ByModel
 	if st.Status == session.StatusClosed || st.Status == session.StatusArchived {
 		r.Outcome, r.CloseReason = st.Outcome, st.CloseReason
 	}
