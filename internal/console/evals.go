@@ -76,7 +76,9 @@ func rate(n, of int) string {
 // evals lists the eval runs among the sessions the console may read: the
 // sessions labelled eval, grouped by that label and by their task
 // (eval_task), each task with its runs' success by close outcome and a
-// link to every run. A grading fork (labelled eval_grades) is not a run.
+// link to every run. A grading fork (labelled eval_grades) is not a run,
+// nor is a fork the run's workflow made: the run links to the branch it
+// ended on.
 // The ledger keeps outcomes, not grades: a task file's graders may be
 // stricter, and its report (or rath eval --baseline ID) has the grades.
 func (s *Server) evals(w http.ResponseWriter, r *http.Request) {
@@ -91,18 +93,32 @@ func (s *Server) evals(w http.ResponseWriter, r *http.Request) {
 	p.Truncated = page.Next != ""
 	groups := map[string]*evalGroup{}
 	tasks := map[[2]string]*evalTask{}
+	// Forks inherit the eval's labels: a run is a session without a
+	// parent, and one its workflow forked and went on from (closed
+	// superseded) ended on its newest fork.
+	forks := map[string][]api.Session{}
+	for _, ss := range page.Sessions {
+		if _, grading := ss.Labels[labelGrades]; !grading && ss.Parent != "" {
+			forks[ss.Parent] = append(forks[ss.Parent], ss)
+		}
+	}
 	for _, ss := range page.Sessions {
 		id, ok := ss.Labels[labelEval]
-		if _, grading := ss.Labels[labelGrades]; !ok || grading || (p.Only != "" && id != p.Only) {
+		if _, grading := ss.Labels[labelGrades]; !ok || grading || ss.Parent != "" || (p.Only != "" && id != p.Only) {
 			continue
+		}
+		started := ss.Created
+		for hops := 0; ss.Outcome == "superseded" && len(forks[ss.ID]) > 0 && hops < 64; hops++ {
+			kids := forks[ss.ID]
+			ss = slices.MaxFunc(kids, func(a, b api.Session) int { return a.Created.Compare(b.Created) })
 		}
 		g := groups[id]
 		if g == nil {
-			g = &evalGroup{ID: id, Started: ss.Created}
+			g = &evalGroup{ID: id, Started: started}
 			groups[id] = g
 		}
-		if ss.Created.Before(g.Started) {
-			g.Started = ss.Created
+		if started.Before(g.Started) {
+			g.Started = started
 		}
 		key := [2]string{id, ss.Labels[labelTask]}
 		t := tasks[key]

@@ -44,17 +44,31 @@ func TestEvalsPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A run whose workflow forked and went on on the fork: one run, which
+	// ended on the fork, as it closed there.
+	run("r5", "ev-a", "retry", "1", "")
+	if _, err := r.c.Fork(ctx, api.ForkRequest{Parent: "r5", At: 1, ID: "f5"}); err != nil {
+		t.Fatal(err)
+	}
+	for id, outcome := range map[string]string{"r5": "superseded", "f5": "succeeded"} {
+		if _, err := r.c.Close(ctx, id, events.SessionClosed{Outcome: outcome}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	body := r.want(t, "/evals", 200,
 		`<h1>Eval runs</h1>`,
-		`<a href="/evals?eval=ev-a">ev-a</a>`, "4 runs · succeeded 0.50",
+		`<a href="/evals?eval=ev-a">ev-a</a>`, "5 runs · succeeded 0.60",
+		`<td>retry</td><td class="n">1</td><td class="n">1</td><td class="n">1.00</td>`,
+		`<a href="/s/f5" class="run" title="f5: succeeded">`,
 		`<td>fix</td><td class="n">3</td><td class="n">2</td><td class="n">0.67</td>`,
 		`<td>docs</td><td class="n">1</td><td class="n">0 <span class="muted">(1 open)</span></td><td class="n">0.00</td>`,
 		`<a href="/s/r1" class="run" title="r1: succeeded"><span class="status succeeded">1</span></a> <a href="/s/r2" class="run" title="r2: failed"><span class="status failed">2</span></a> <a href="/s/r3"`,
 		"&lt;script&gt;alert(1)&lt;/script&gt;", `&#34;&gt;&lt;img src=x onerror=alert(2)&gt;`,
 		`<a href="/evals?eval=%3cscript%3ealert%281%29%3c%2fscript%3e">`,
 		`<a href="/evals">Evals</a>`)
-	if strings.Contains(body, "/s/g2") || strings.Contains(body, "/s/other") {
-		t.Errorf("the evals page lists a grading fork or a session of no eval:\n%s", body)
+	if strings.Contains(body, "/s/g2") || strings.Contains(body, "/s/other") || strings.Contains(body, "/s/r5") {
+		t.Errorf("the evals page lists a grading fork, a superseded branch or a session of no eval:\n%s", body)
 	}
 	if strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") {
 		t.Errorf("the evals page carries a label's markup unescaped:\n%s", body)
