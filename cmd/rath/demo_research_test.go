@@ -196,6 +196,26 @@ func TestDemoResearch(t *testing.T) {
 			t.Errorf("memory edge %q was not recalled on the fork", row)
 		}
 	}
+	// Each experiment kept its result in the workspace (-out), so each has
+	// a commit of its own, and the best one's commit holds its coefficients.
+	commits := map[string]bool{}
+	for _, x := range d.Experiments {
+		commits[x.Commit] = true
+	}
+	if len(commits) != len(d.Experiments) {
+		t.Errorf("experiments share commits: %v", commits)
+	}
+	if fork.Sandbox == nil || fork.Sandbox.Workspace == "" {
+		t.Fatalf("the fork has no workspace: %+v", fork.Sandbox)
+	}
+	// The bwrap backend's workspaces belong to the sandbox's user: git
+	// is told to read this one anyway.
+	show := exec.Command("git", "-c", "safe.directory="+fork.Sandbox.Workspace, "show", d.Experiments[best].Commit+":runs/poly5-lr0.5.json")
+	show.Dir = fork.Sandbox.Workspace
+	artifact, err := show.CombinedOutput()
+	if err != nil || !strings.Contains(string(artifact), `"coefficients"`) || !strings.Contains(string(artifact), `"val_r2": 0.97913`) {
+		t.Errorf("the best experiment's commit does not hold its result: %v\n%s", err, artifact)
+	}
 	plot, err := os.ReadFile(filepath.Join(out, dossier.FileExperimentsSVG))
 	if err != nil || !strings.Contains(string(plot), "<title>best: poly5-lr0.5</title>") {
 		t.Fatalf("experiments.svg: %v\n%s", err, plot)
