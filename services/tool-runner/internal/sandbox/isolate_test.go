@@ -3,7 +3,9 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -458,14 +460,35 @@ func TestIsolatedProxyRefusesPrivateNamesAndEndsWithTheCall(t *testing.T) {
 			t.Errorf("this host's name %s: %+v", name, res)
 		}
 	}
-	c := sandbox.Cmd{Args: []string{"bash", "-c", connect("127.0.0.1:"+port) + "; sleep 100"}, Hosts: []string{"127.0.0.1:" + port}, Timeout: time.Second}
-	res := run(t, ws, c)
-	if !res.TimedOut || !strings.Contains(res.Stdout, "200") {
-		t.Errorf("silent upstream: %+v", res)
+	// An allowed upstream that accepts and never answers: the tunnel to it
+	// ends with the call. The call is ended (cancelled) once the upstream
+	// has the proxy's connection, not by a short timeout, which a loaded
+	// machine could pass before the command even reached the proxy.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		up := <-held
+		accepted <- up
+		cancel()
+	}()
+	c := sandbox.Cmd{Args: []string{"bash", "-c", connect("127.0.0.1:"+port) + "; sleep 100"}, Hosts: []string{"127.0.0.1:" + port}, Timeout: 10 * time.Minute}
+	if _, err := ws.Run(ctx, c); !errors.Is(err, context.Canceled) {
+		t.Errorf("the call through a silent upstream ended with %v, want its cancellation", err)
 	}
-	// The proxy's connection is in the listener's queue (its 200 came
-	// after the dial): Accept returns it.
-	(<-held).Close()
+	var up net.Conn
+	select {
+	case up = <-accepted: // sent before the cancel that ended the call
+	default:
+		t.Fatal("the proxy never dialled the allowed upstream")
+	}
+	defer up.Close()
+	// The proxy closed its side when the call ended: the upstream reads
+	// the end of the stream (the deadline only bounds a failure).
+	_ = up.SetReadDeadline(time.Now().Add(time.Minute))
+	if n, err := up.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("the tunnel to the upstream outlived the call: read %d bytes, %v", n, err)
+	}
 }
 
 func resolves(name string) bool {
