@@ -536,23 +536,7 @@ func liveWorkflow(path, dir string, live liveModel) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil || len(doc.Content) == 0 {
-		return "", fmt.Errorf("%s: %v", path, err)
-	}
-	agents := mappingValue(doc.Content[0], "agents")
-	if agents == nil || agents.Kind != yaml.SequenceNode {
-		return "", fmt.Errorf("%s: no agents list", path)
-	}
-	for _, agent := range agents.Content {
-		setMapping(agent, "provider", live.provider)
-		setMapping(agent, "model", live.model)
-		if live.baseURL != "" {
-			setMapping(agent, "base_url", live.baseURL)
-		}
-		deleteMapping(agent, "script")
-	}
-	out, err := yaml.Marshal(&doc)
+	out, err := modelChange{provider: live.provider, model: live.model, baseURL: live.baseURL}.rewrite(raw, path)
 	if err != nil {
 		return "", err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -40,7 +41,8 @@ const recheckFormat = "rath.recheck.report.v1"
 func (a *app) recheckCmd() *cobra.Command {
 	var (
 		wfPath, evalID, tasksPath, outcome, celSrc, id string
-		labelf                                         []string
+		modelf, baseURL                                string
+		labelf, agentf                                 []string
 		concurrency                                    int
 		wait                                           time.Duration
 	)
@@ -76,7 +78,8 @@ for a workflow, task file or selection with a problem; 6 when the
 deployment does not answer.`,
 		Example: `  rath recheck --workflow examples/eval/recheck/workflow.yaml --eval ev-fix-calc --tasks examples/eval/tasks.yaml
   rath recheck --workflow examples/eval/recheck/workflow.yaml --label team=payments --outcome succeeded --json
-  rath recheck --workflow examples/eval/recheck/workflow.yaml SESSION_ID --cel 'state.tool_calls >= 3'`,
+  rath recheck --workflow examples/eval/recheck/workflow.yaml SESSION_ID --cel 'state.tool_calls >= 3'
+  rath recheck --workflow examples/fix-calc/workflow.yaml --model scripted/scripted-2 --agent coder --eval ev-fix-calc --tasks examples/eval/tasks.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if wfPath == "" {
@@ -98,7 +101,7 @@ deployment does not answer.`,
 			if err != nil {
 				return err
 			}
-			wf, err := loadWorkflow(wfPath)
+			wf, err := recheckWorkflow(wfPath, modelf, baseURL, agentf)
 			if err != nil {
 				return usageError{err}
 			}
@@ -149,6 +152,9 @@ deployment does not answer.`,
 	f.StringVar(&wfPath, "workflow", "", "the changed workflow file (required)")
 	f.StringVar(&evalID, "eval", "", "recheck the runs of this eval (its sessions labelled eval=ID)")
 	f.StringArrayVar(&labelf, "label", nil, "recheck the root sessions with label key=value (repeatable: all must hold)")
+	f.StringVar(&modelf, "model", "", "run the changed agents on this model instead of the workflow's: PROVIDER/MODEL (the workflow file given is the recorded one, or a changed one)")
+	f.StringArrayVar(&agentf, "agent", nil, "with --model: the agent to change (repeatable; default: every agent)")
+	f.StringVar(&baseURL, "base-url", "", "with --model: the provider's API endpoint (the agent worker must allow it, as rath up --allow-base-url)")
 	f.StringVar(&tasksPath, "tasks", "", "grade each session with its task's grader from this task file (by its eval_task label)")
 	f.StringVar(&outcome, "outcome", "succeeded", "without --tasks: the outcome a session must close with to pass")
 	f.StringVar(&celSrc, "cel", "", "without --tasks: a CEL expression over the final state that must hold to pass (as a task's grader.cel)")
@@ -313,4 +319,36 @@ func grade(s rerun.Side) string {
 		v = "fail"
 	}
 	return orNone(s.Outcome) + "/" + v
+}
+
+// recheckWorkflow loads the changed workflow: the file, with --model's
+// change made in its source when there is one (so the bundle the
+// counterfactuals record holds the model they ran on).
+func recheckWorkflow(path, model, baseURL string, agents []string) (*workflow.Workflow, error) {
+	if model == "" {
+		if len(agents) > 0 || baseURL != "" {
+			return nil, errors.New("--agent and --base-url change an agent's model: they need --model PROVIDER/MODEL")
+		}
+		return loadWorkflow(path)
+	}
+	provider, name, err := parseModel(model)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load workflow: %w", err)
+	}
+	changed, err := modelChange{provider: provider, model: name, baseURL: baseURL, agents: agents}.rewrite(raw, path)
+	if err != nil {
+		return nil, err
+	}
+	wf, err := workflow.Parse(changed, path)
+	if err != nil {
+		return nil, fmt.Errorf("%s with --model %s: %w", path, model, err)
+	}
+	if err := wf.CheckScripts(); err != nil {
+		return nil, err
+	}
+	return wf, nil
 }

@@ -158,6 +158,28 @@ func TestRecheck(t *testing.T) {
 	if after, err := c.List(ctx, api.ListRequest{}); err != nil || len(after) != len(before) {
 		t.Errorf("sessions after a recheck with no change: %d, before %d (%v)", len(after), len(before), err)
 	}
+
+	// Another model for one agent, named on the command line against the
+	// recorded workflow: forked at the reviewer's turn, whose model call on
+	// the fork names the model; the fork's workflow records the change.
+	rep = recheck("--workflow", "testdata/recheck/chain.yaml", "--model", "scripted/scripted-2", "--agent", "reviewer", one)
+	s = rep.Sessions[0]
+	if s.Verdict != rerun.VerdictUnchanged || s.FromStart || s.Point.Agent != "reviewer" || s.Change != "agents reviewer" || s.Counterfactual == nil || s.Ran.ModelCalls != 1 {
+		t.Fatalf("model change: %+v, point %+v, counterfactual %+v", s, s.Point, s.Counterfactual)
+	}
+	var models []string
+	for _, e := range logOf(t, c, s.Counterfactual.Session) {
+		if e.Type == events.TypeModelCalled && e.Seq > s.Point.At {
+			var d events.ModelCalled
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			models = append(models, d.Agent+" "+d.Model)
+		}
+	}
+	if len(models) != 1 || models[0] != "reviewer scripted-2" {
+		t.Errorf("model change: the fork's own model calls %v, want the reviewer's on scripted-2", models)
+	}
 }
 
 // Hostile command lines are refused before any session is forked, each
@@ -185,6 +207,12 @@ func TestRecheckRefuses(t *testing.T) {
 		{"nothing selected", []string{"--workflow", wf, "--eval", "no-such-eval"}, "no closed root session has the labels eval=no-such-eval"},
 		{"unknown session", []string{"--workflow", wf, "no-such-session"}, "no session no-such-session"},
 		{"open session", []string{"--workflow", wf, ack.Session}, "is active: only a closed session has an outcome to compare with"},
+		{"model without a provider", []string{"--workflow", wf, "--model", "gpt-4.1", "s1"}, `--model "gpt-4.1": want PROVIDER/MODEL`},
+		{"model with an empty name", []string{"--workflow", wf, "--model", "openai/", "s1"}, "want PROVIDER/MODEL"},
+		{"unknown provider", []string{"--workflow", wf, "--model", "nosuch/m", "s1"}, "nosuch"},
+		{"unknown agent", []string{"--workflow", wf, "--model", "scripted/scripted-2", "--agent", "nobody", "s1"}, `--agent "nobody": testdata/recheck/strict.yaml has no such agent`},
+		{"agent without model", []string{"--workflow", wf, "--agent", "reviewer", "s1"}, "need --model PROVIDER/MODEL"},
+		{"base url without model", []string{"--workflow", wf, "--base-url", "http://127.0.0.1:1", "s1"}, "need --model PROVIDER/MODEL"},
 	} {
 		r := rath(t, rt.URL, append([]string{"recheck"}, tc.args...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
