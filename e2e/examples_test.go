@@ -9,9 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/retail"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	"github.com/openrath/rath/pkg/natstest"
 )
 
 // The example workflows (every examples/*/workflow.yaml, and the one
@@ -30,13 +35,29 @@ func TestExampleWorkflowsUseRealTools(t *testing.T) {
 		t.Fatalf("examples: %v", files)
 	}
 	ctx := context.Background()
+	// The support example's tools are its shop's, which rath demo support
+	// serves beside the suite, as a tool server of the tool runner's role.
+	shopNC := natstest.ConnectAs(t, r.url, auth.RoleToolRunner)
+	sc, err := client.New(shopNC, client.As(events.Service("tool-runner")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- retail.NewServer(sc, nil, quiet).Serve(sctx, shopNC) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("the shop: %v", err)
+		}
+	})
 	registered := func(name string) (bool, string) {
 		_, err := r.store.Tool(ctx, name)
 		return err == nil, fmt.Sprint(err)
 	}
 	// The services register their tools as they start.
 	testrig.Eventually(t, time.Minute, "the suite's tools registered", func() (bool, string) {
-		for _, name := range []string{"run", "todo", "remember"} {
+		for _, name := range []string{"run", "todo", "remember", "find_user"} {
 			if ok, why := registered(name); !ok {
 				return false, name + ": " + why
 			}
