@@ -80,13 +80,8 @@ this command line (naming it allows it), and to what --allow-base-url and
 			return a.demo(cmd.Context(), o)
 		},
 	}
+	demoFlags(cmd, &o, "rath-demo", "the example directory: workflow.yaml, its scripts and the repository repo/ (default: "+demoExample+", built into this binary)")
 	f := cmd.Flags()
-	f.StringVar(&o.example, "example", "", "the example directory: workflow.yaml, its scripts and the repository repo/ (default: "+demoExample+", built into this binary)")
-	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces (default: a fresh temporary directory)")
-	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
-	f.StringVar(&o.out, "out", "rath-demo", "directory the dossier is written to")
-	f.BoolVar(&o.serve, "serve", false, "keep the runtime up after the run, to explore it in the web console and with rath commands, until interrupted")
-	f.DurationVar(&o.wait, "wait", 3*time.Minute, "give up if the run has not finished after this long")
 	f.StringVar(&o.live.provider, "provider", "", "run every agent on this provider instead of its script: openai or anthropic")
 	f.StringVar(&o.live.model, "model", "", "model of --provider")
 	f.StringVar(&o.live.baseURL, "base-url", "", "API endpoint of --provider (allowed for the demo's agent worker)")
@@ -98,23 +93,7 @@ this command line (naming it allows it), and to what --allow-base-url and
 
 func (a *app) demo(ctx context.Context, o demoOptions) error {
 	run, err := a.runDemo(ctx, o)
-	if run != nil {
-		defer run.close()
-	}
-	if err != nil {
-		if run != nil && run.temporary {
-			// A failed run keeps what explains it.
-			run.temporary = false
-			fmt.Fprintf(a.Stderr, "rath demo: the run's data and services' log are kept in %s\n", run.data)
-		}
-		return err
-	}
-	if !o.serve {
-		fmt.Fprintf(a.Stdout, "rath demo: to look around the run (the web console, rath log, graph, audit), run it again with --serve\n")
-		return nil
-	}
-	a.serveDemo(ctx, run)
-	return nil
+	return a.finishDemo(ctx, "rath demo", o, run, err)
 }
 
 // serveDemo keeps a finished run's runtime up, with the web console, until
@@ -166,19 +145,9 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	run := &demoRun{data: o.data, out: o.out}
-	if run.data == "" {
-		if run.data, err = os.MkdirTemp("", "rath-demo-"); err != nil {
-			return nil, fmt.Errorf("demo data directory: %w", err)
-		}
-		run.temporary = !o.keepData
-		run.cleanup = append(run.cleanup, func() {
-			if run.temporary {
-				os.RemoveAll(run.data)
-			}
-		})
-	} else if err := os.MkdirAll(run.data, 0o755); err != nil {
-		return run, fmt.Errorf("demo data directory: %w", err)
+	run, err := newDemoRun(o, "rath-demo")
+	if err != nil {
+		return run, err
 	}
 	if example == "" {
 		example = filepath.Join(run.data, "example")
@@ -186,25 +155,9 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 			return run, err
 		}
 	}
-	logFile, err := os.Create(filepath.Join(run.data, "rath.log"))
-	if err != nil {
-		return run, fmt.Errorf("demo log: %w", err)
-	}
-	run.cleanup = append(run.cleanup, func() { logFile.Close() })
-	log := slog.New(slog.NewTextHandler(logFile, nil))
-	run.log = log
-
-	if run.rt, err = startRuntime(ctx, o.config(run.data), "rath-demo", log); err != nil {
+	if err := a.startDemoRuntime(ctx, run, o, "rath demo"); err != nil {
 		return run, err
 	}
-	run.rt.StartLoop()
-	run.cleanup = append(run.cleanup, stopLogged(run.rt, log))
-	if run.temporary {
-		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s; data and services' log in %s, removed at the end unless the run fails or --keep-data)\n", run.rt.URL, run.data)
-	} else {
-		fmt.Fprintf(a.Stdout, "rath demo: runtime up (NATS %s, data %s, services' log %s)\n", run.rt.URL, run.data, logFile.Name())
-	}
-	printSandboxes(a.Stdout, "rath demo", run.rt.Sandboxes)
 
 	c, err := client.New(run.rt.Conn, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
 	if err != nil {
@@ -243,7 +196,7 @@ func (a *app) runDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	select {
 	case <-progress.finished:
 	case <-wctx.Done():
-		return run, fmt.Errorf("demo: not finished after %s (%s still open; see %s)", o.wait, plural(progress.open(), "session", "sessions"), logFile.Name())
+		return run, fmt.Errorf("demo: not finished after %s (%s still open; see %s)", o.wait, plural(progress.open(), "session", "sessions"), filepath.Join(run.data, "rath.log"))
 	}
 	fmt.Fprintf(a.Stdout, "\nrath demo: finished in %s\n", time.Since(start).Round(10*time.Millisecond))
 	return run, a.demoReport(ctx, c, run.root, o.out, progress)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,34 +48,13 @@ experiments table and a plot of the metric, experiments.svg) to --out
 			return a.demoResearch(cmd.Context(), o)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.example, "example", "", "the example directory: workflow.yaml, its scripts and the repository repo/ with TASK.md (default: "+researchExample+", built into this binary)")
-	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces (default: a fresh temporary directory)")
-	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
-	f.StringVar(&o.out, "out", "rath-demo-research", "directory the dossier is written to")
-	f.BoolVar(&o.serve, "serve", false, "keep the runtime up after the run, to explore it in the web console and with rath commands, until interrupted")
-	f.DurationVar(&o.wait, "wait", 3*time.Minute, "give up if the run has not finished after this long")
+	demoFlags(cmd, &o, "rath-demo-research", "the example directory: workflow.yaml, its scripts and the repository repo/ with TASK.md (default: "+researchExample+", built into this binary)")
 	return cmd
 }
 
 func (a *app) demoResearch(ctx context.Context, o demoOptions) error {
 	run, err := a.runResearch(ctx, o)
-	if run != nil {
-		defer run.close()
-	}
-	if err != nil {
-		if run != nil && run.temporary {
-			run.temporary = false
-			fmt.Fprintf(a.Stderr, "rath demo research: the run's data and services' log are kept in %s\n", run.data)
-		}
-		return err
-	}
-	if !o.serve {
-		fmt.Fprintf(a.Stdout, "rath demo research: to look around the run (the web console, rath log, graph, audit), run it again with --serve\n")
-		return nil
-	}
-	a.serveDemo(ctx, run)
-	return nil
+	return a.finishDemo(ctx, "rath demo research", o, run, err)
 }
 
 // runResearch runs the research example to its end, prints the report and
@@ -94,19 +72,9 @@ func (a *app) runResearch(ctx context.Context, o demoOptions) (*demoRun, error) 
 			return nil, usageError{fmt.Errorf("--example %s: no %s/TASK.md: %w", o.example, researchex.Repo, err)}
 		}
 	}
-	run := &demoRun{data: o.data, out: o.out}
-	if run.data == "" {
-		if run.data, err = os.MkdirTemp("", "rath-demo-research-"); err != nil {
-			return nil, fmt.Errorf("demo data directory: %w", err)
-		}
-		run.temporary = !o.keepData
-		run.cleanup = append(run.cleanup, func() {
-			if run.temporary {
-				os.RemoveAll(run.data)
-			}
-		})
-	} else if err := os.MkdirAll(run.data, 0o755); err != nil {
-		return run, fmt.Errorf("demo data directory: %w", err)
+	run, err := newDemoRun(o, "rath-demo-research")
+	if err != nil {
+		return run, err
 	}
 	if example == "" {
 		example = filepath.Join(run.data, "example")
@@ -118,21 +86,9 @@ func (a *app) runResearch(ctx context.Context, o demoOptions) (*demoRun, error) 
 	if err != nil {
 		return run, fmt.Errorf("research task: %w", err)
 	}
-	logFile, err := os.Create(filepath.Join(run.data, "rath.log"))
-	if err != nil {
-		return run, fmt.Errorf("demo log: %w", err)
-	}
-	run.cleanup = append(run.cleanup, func() { logFile.Close() })
-	log := slog.New(slog.NewTextHandler(logFile, nil))
-	run.log = log
-
-	if run.rt, err = startRuntime(ctx, o.config(run.data), "rath-demo-research", log); err != nil {
+	if err := a.startDemoRuntime(ctx, run, o, "rath demo research"); err != nil {
 		return run, err
 	}
-	run.rt.StartLoop()
-	run.cleanup = append(run.cleanup, stopLogged(run.rt, log))
-	fmt.Fprintf(a.Stdout, "rath demo research: runtime up (NATS %s; data and services' log in %s)\n", run.rt.URL, run.data)
-	printSandboxes(a.Stdout, "rath demo research", run.rt.Sandboxes)
 
 	c, err := client.New(run.rt.Conn, client.WithRetryFor(30*time.Second), client.WithSource("rath/demo"))
 	if err != nil {
@@ -177,7 +133,7 @@ func (a *app) runResearch(ctx context.Context, o demoOptions) (*demoRun, error) 
 	select {
 	case <-progress.finished:
 	case <-wctx.Done():
-		return run, fmt.Errorf("demo: not finished after %s (%s still open; see %s)", o.wait, plural(progress.open(), "session", "sessions"), logFile.Name())
+		return run, fmt.Errorf("demo: not finished after %s (%s still open; see %s)", o.wait, plural(progress.open(), "session", "sessions"), filepath.Join(run.data, "rath.log"))
 	}
 	fmt.Fprintf(a.Stdout, "\nrath demo research: finished in %s\n", time.Since(start).Round(10*time.Millisecond))
 	err = a.demoReport(ctx, c, run.root, o.out, progress)

@@ -67,35 +67,14 @@ and the refund rule refuse it). Both agents are scripted.`,
 			return a.demoSupport(cmd.Context(), o)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.task, "task", supportTask, "the task to run: a directory of the example's tasks/")
-	f.StringVar(&o.example, "example", "", "the example directory: workflow.yaml, workspace/ and tasks/ (default: "+supportExample+", built into this binary)")
-	f.StringVar(&o.data, "data", "", "JetStream storage and workspaces (default: a fresh temporary directory)")
-	f.BoolVar(&o.keepData, "keep-data", false, "keep the temporary data directory")
-	f.StringVar(&o.out, "out", "rath-demo-support", "directory the dossier is written to")
-	f.BoolVar(&o.serve, "serve", false, "keep the runtime up after the run, to explore it in the web console and with rath commands, until interrupted")
-	f.DurationVar(&o.wait, "wait", 3*time.Minute, "give up if the run has not finished after this long")
+	demoFlags(cmd, &o.demoOptions, "rath-demo-support", "the example directory: workflow.yaml, workspace/ and tasks/ (default: "+supportExample+", built into this binary)")
+	cmd.Flags().StringVar(&o.task, "task", supportTask, "the task to run: a directory of the example's tasks/")
 	return cmd
 }
 
 func (a *app) demoSupport(ctx context.Context, o supportOptions) error {
 	run, err := a.runSupport(ctx, o)
-	if run != nil {
-		defer run.close()
-	}
-	if err != nil {
-		if run != nil && run.temporary {
-			run.temporary = false
-			fmt.Fprintf(a.Stderr, "rath demo support: the run's data and services' log are kept in %s\n", run.data)
-		}
-		return err
-	}
-	if !o.serve {
-		fmt.Fprintf(a.Stdout, "rath demo support: to look around the run (the web console, rath log, graph, audit), run it again with --serve\n")
-		return nil
-	}
-	a.serveDemo(ctx, run)
-	return nil
+	return a.finishDemo(ctx, "rath demo support", o.demoOptions, run, err)
 }
 
 // runSupport runs one task of the support example to its end, prints the
@@ -113,19 +92,9 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 			return nil, usageError{err}
 		}
 	}
-	run := &demoRun{data: o.data, out: o.out}
-	if run.data == "" {
-		if run.data, err = os.MkdirTemp("", "rath-demo-support-"); err != nil {
-			return nil, fmt.Errorf("demo data directory: %w", err)
-		}
-		run.temporary = !o.keepData
-		run.cleanup = append(run.cleanup, func() {
-			if run.temporary {
-				os.RemoveAll(run.data)
-			}
-		})
-	} else if err := os.MkdirAll(run.data, 0o755); err != nil {
-		return run, fmt.Errorf("demo data directory: %w", err)
+	run, err := newDemoRun(o.demoOptions, "rath-demo-support")
+	if err != nil {
+		return run, err
 	}
 	if example == "" {
 		example = filepath.Join(run.data, "example")
@@ -141,21 +110,10 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 	if err != nil {
 		return run, usageError{err}
 	}
-	logFile, err := os.Create(filepath.Join(run.data, "rath.log"))
-	if err != nil {
-		return run, fmt.Errorf("demo log: %w", err)
-	}
-	run.cleanup = append(run.cleanup, func() { logFile.Close() })
-	log := slog.New(slog.NewTextHandler(logFile, nil))
-	run.log = log
-
-	if run.rt, err = startRuntime(ctx, o.config(run.data), "rath-demo-support", log); err != nil {
+	if err := a.startDemoRuntime(ctx, run, o.demoOptions, "rath demo support"); err != nil {
 		return run, err
 	}
-	run.rt.StartLoop()
-	run.cleanup = append(run.cleanup, stopLogged(run.rt, log))
-	fmt.Fprintf(a.Stdout, "rath demo support: runtime up (NATS %s; data and services' log in %s)\n", run.rt.URL, run.data)
-	printSandboxes(a.Stdout, "rath demo support", run.rt.Sandboxes)
+	log := run.log
 	if err := serveShop(ctx, run, task, log); err != nil {
 		return run, err
 	}
@@ -204,7 +162,7 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 	select {
 	case <-progress.finished:
 	case <-wctx.Done():
-		return run, fmt.Errorf("demo: not finished after %s (see %s)", o.wait, logFile.Name())
+		return run, fmt.Errorf("demo: not finished after %s (see %s)", o.wait, filepath.Join(run.data, "rath.log"))
 	}
 	fmt.Fprintf(a.Stdout, "\nrath demo support: finished in %s\n", time.Since(start).Round(10*time.Millisecond))
 	err = a.demoReport(ctx, c, run.root, o.out, progress)
