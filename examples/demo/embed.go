@@ -4,11 +4,8 @@ package demo
 
 import (
 	"embed"
-	"fmt"
-	"os"
-	"path/filepath"
 
-	"golang.org/x/tools/txtar"
+	"github.com/openrath/rath/examples/internal/layout"
 )
 
 // files are the workflow, the agents' scripts and the repository, as a txtar
@@ -24,41 +21,4 @@ const Repo = "repo"
 // Write writes the example into dir, creating it if need be, as rath demo
 // reads it: workflow.yaml, the scripts it names, and the
 // repository unpacked from repo.txtar into dir/repo.
-func Write(dir string) error {
-	if err := os.MkdirAll(filepath.Join(dir, Repo), 0o755); err != nil {
-		return fmt.Errorf("demo example: %w", err)
-	}
-	yamls, err := files.ReadDir(".")
-	if err != nil {
-		return fmt.Errorf("demo example: %w", err)
-	}
-	for _, f := range yamls {
-		if f.Name() == "repo.txtar" {
-			continue
-		}
-		raw, err := files.ReadFile(f.Name())
-		if err != nil {
-			return fmt.Errorf("demo example: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.Name()), raw, 0o644); err != nil {
-			return fmt.Errorf("demo example: %w", err)
-		}
-	}
-	raw, err := files.ReadFile("repo.txtar")
-	if err != nil {
-		return fmt.Errorf("demo example: %w", err)
-	}
-	for _, f := range txtar.Parse(raw).Files {
-		if !filepath.IsLocal(f.Name) {
-			return fmt.Errorf("demo example: repo.txtar names %q, outside the repository", f.Name)
-		}
-		path := filepath.Join(dir, Repo, f.Name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return fmt.Errorf("demo example: %w", err)
-		}
-		if err := os.WriteFile(path, f.Data, 0o644); err != nil {
-			return fmt.Errorf("demo example: %w", err)
-		}
-	}
-	return nil
-}
+func Write(dir string) error { return layout.Write(files, "demo", dir, Repo) }
