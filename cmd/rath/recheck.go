@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -42,7 +44,7 @@ func (a *app) recheckCmd() *cobra.Command {
 	var (
 		wfPath, evalID, tasksPath, outcome, celSrc, id string
 		modelf, baseURL                                string
-		labelf, agentf                                 []string
+		labelf, agentf, closedAs                       []string
 		concurrency                                    int
 		wait                                           time.Duration
 	)
@@ -51,7 +53,8 @@ func (a *app) recheckCmd() *cobra.Command {
 		Short: "Re-run recorded sessions on a changed workflow from the first turn the change can affect, grade them and compare",
 		Long: `recheck is counterfactual evaluation of recorded sessions (docs/eval.md):
 for each closed session selected (the runs of an eval with --eval, sessions
-with every --label, or the sessions named), it finds the first point the
+with every --label, or the sessions named; --closed-as narrows the first two to
+the sessions that closed with an outcome, such as failed), it finds the first point the
 changed workflow can affect: the first turn of an agent defined differently
 (its model, provider, system prompt, tools, script, recall…), or the first
 routing decision the changed rules, stop conditions or budgets decide
@@ -101,6 +104,9 @@ deployment does not answer.`,
 			if err != nil {
 				return err
 			}
+			if len(closedAs) > 0 && len(args) > 0 {
+				return usageError{errors.New("--closed-as selects among an eval's or a label's sessions: name sessions or select them, not both")}
+			}
 			wf, err := recheckWorkflow(wfPath, modelf, baseURL, agentf)
 			if err != nil {
 				return usageError{err}
@@ -125,7 +131,7 @@ deployment does not answer.`,
 				if evalID != "" {
 					lbls = map[string]string{eval.LabelEval: evalID}
 				}
-				if ids, err = recheckSelect(ctx, c, lbls); err != nil {
+				if ids, err = recheckSelect(ctx, c, lbls, closedAs); err != nil {
 					return err
 				}
 			}
@@ -155,6 +161,7 @@ deployment does not answer.`,
 	f.StringVar(&modelf, "model", "", "run the changed agents on this model instead of the workflow's: PROVIDER/MODEL (the workflow file given is the recorded one, or a changed one)")
 	f.StringArrayVar(&agentf, "agent", nil, "with --model: the agent to change (repeatable; default: every agent)")
 	f.StringVar(&baseURL, "base-url", "", "with --model: the provider's API endpoint (the agent worker must allow it, as rath up --allow-base-url)")
+	f.StringArrayVar(&closedAs, "closed-as", nil, "with --eval or --label: only the sessions that closed with this outcome (repeatable: any of them), such as failed")
 	f.StringVar(&tasksPath, "tasks", "", "grade each session with its task's grader from this task file (by its eval_task label)")
 	f.StringVar(&outcome, "outcome", "succeeded", "without --tasks: the outcome a session must close with to pass")
 	f.StringVar(&celSrc, "cel", "", "without --tasks: a CEL expression over the final state that must hold to pass (as a task's grader.cel)")
@@ -217,19 +224,22 @@ func gradeWith(pick func(*session.State) (eval.Grader, error)) rerun.GradeFunc {
 
 // recheckSelect lists the closed root sessions with every label, leaving
 // out counterfactuals of an earlier recheck.
-func recheckSelect(ctx context.Context, c *client.Client, lbls map[string]string) ([]string, error) {
+func recheckSelect(ctx context.Context, c *client.Client, lbls map[string]string, closedAs []string) ([]string, error) {
 	list, err := c.List(ctx, api.ListRequest{Labels: lbls, Status: "closed"})
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, s := range list {
-		if s.Parent != "" || s.Labels[rerun.LabelRecheck] != "" {
+		if s.Parent != "" || s.Labels[rerun.LabelRecheck] != "" || (len(closedAs) > 0 && !slices.Contains(closedAs, s.Outcome)) {
 			continue
 		}
 		ids = append(ids, s.ID)
 	}
 	if len(ids) == 0 {
+		if len(closedAs) > 0 {
+			return nil, usageError{fmt.Errorf("no closed root session has the labels %s and closed as %s", joinLabels(lbls), strings.Join(closedAs, " or "))}
+		}
 		return nil, usageError{fmt.Errorf("no closed root session has the labels %s", joinLabels(lbls))}
 	}
 	return ids, nil

@@ -158,6 +158,15 @@ func TestRecheck(t *testing.T) {
 	if after, err := c.List(ctx, api.ListRequest{}); err != nil || len(after) != len(before) {
 		t.Errorf("sessions after a recheck with no change: %d, before %d (%v)", len(after), len(before), err)
 	}
+	// Narrowed by how the sessions closed: both runs succeeded.
+	if r := rath(t, rt.URL, "recheck", "--workflow", "testdata/recheck/chain.yaml", "--eval", "ev-chain", "--closed-as", "failed", "--closed-as", "succeeded"); r.code != exitOK ||
+		!strings.Contains(r.stdout, "of 2 sessions") {
+		t.Errorf("--closed-as failed or succeeded: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := rath(t, rt.URL, "recheck", "--workflow", "testdata/recheck/chain.yaml", "--eval", "ev-chain", "--closed-as", "failed"); r.code != exitUsage ||
+		!strings.Contains(r.stderr, "no closed root session has the labels eval=ev-chain and closed as failed") {
+		t.Errorf("--closed-as failed: exit %d, stderr %q", r.code, r.stderr)
+	}
 
 	// Another model for one agent, named on the command line against the
 	// recorded workflow: forked at the reviewer's turn, whose model call on
@@ -211,6 +220,7 @@ func TestRecheckRefuses(t *testing.T) {
 		{"model with an empty name", []string{"--workflow", wf, "--model", "openai/", "s1"}, "want PROVIDER/MODEL"},
 		{"unknown provider", []string{"--workflow", wf, "--model", "nosuch/m", "s1"}, "nosuch"},
 		{"unknown agent", []string{"--workflow", wf, "--model", "scripted/scripted-2", "--agent", "nobody", "s1"}, `--agent "nobody": testdata/recheck/strict.yaml has no such agent`},
+		{"closed-as with sessions named", []string{"--workflow", wf, "--closed-as", "failed", "s1"}, "--closed-as selects among"},
 		{"agent without model", []string{"--workflow", wf, "--agent", "reviewer", "s1"}, "need --model PROVIDER/MODEL"},
 		{"base url without model", []string{"--workflow", wf, "--base-url", "http://127.0.0.1:1", "s1"}, "need --model PROVIDER/MODEL"},
 	} {
