@@ -102,6 +102,7 @@ type State struct {
 	AgentTurns        map[string]int64  `json:"agent_turns"`
 	Decisions         []Decision        `json:"decisions"`
 	OpenWork          []Work            `json:"open_work"`
+	Experiments       []Experiment      `json:"experiments"`
 }
 
 // Decision is a routing decision in the session's log, oldest first.
@@ -109,6 +110,22 @@ type Decision struct {
 	Seq   int64  `json:"seq"`
 	Rule  string `json:"rule"`
 	Route string `json:"route"`
+}
+
+// Experiment is an experiment recorded in the session
+// (rath.experiment.recorded), oldest first: its configuration and the
+// metrics the program reported; OK is an exit code of 0 and no problem
+// with its report.
+type Experiment struct {
+	Seq      int64              `json:"seq"`
+	Name     string             `json:"name"`
+	Agent    string             `json:"agent"`
+	OK       bool               `json:"ok"`
+	ExitCode int64              `json:"exit_code"`
+	Metrics  map[string]float64 `json:"metrics"`
+	Config   map[string]any     `json:"config"`
+	Commit   string             `json:"commit"`
+	Problem  string             `json:"problem"`
 }
 
 // Work is work the session owes (rath.work.pending not yet done).

@@ -337,6 +337,9 @@ func TestRouterStateIsTheActivationState(t *testing.T) {
 		&events.WorkPending{WorkID: "w1", Kind: "todo", Description: "d"},
 		&events.SelectorDecided{Rule: "r", Route: "agent:coder", Agent: "coder", TurnID: "t1"},
 		&events.TurnRequested{TurnID: "t1", Agent: "coder"},
+		&events.ExperimentRecorded{Name: "poly5", CallID: "c1", Agent: "coder", Config: json.RawMessage(`{"degree":5,"lr":0.5}`),
+			Metrics: map[string]float64{"val_r2": 0.97}, Commit: "abc"},
+		&events.ExperimentRecorded{Name: "poly7", CallID: "c2", Agent: "coder", ExitCode: 1, Problem: "diverged"},
 		&events.TurnCompleted{TurnID: "t1", Agent: "coder"})
 	act, err := workflow.Activation(st, ev)
 	if err != nil {
@@ -361,5 +364,8 @@ func TestRouterStateIsTheActivationState(t *testing.T) {
 	_ = json.Unmarshal(got, &b)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("state\n got %s\nwant %s", got, want)
+	}
+	if len(rs.Experiments) != 2 || rs.Experiments[0].Metrics["val_r2"] != 0.97 || rs.Experiments[0].Config["degree"] != 5.0 || rs.Experiments[1].OK || rs.Experiments[1].Problem != "diverged" {
+		t.Errorf("experiments %+v", rs.Experiments)
 	}
 }
