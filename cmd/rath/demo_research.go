@@ -94,15 +94,11 @@ func (a *app) runResearch(ctx context.Context, o demoOptions) (*demoRun, error) 
 	if err != nil {
 		return run, err
 	}
-	progress := newDemoProgress(a.Stdout)
-	sub, err := run.rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), progress.onMsg)
+	progress, stop, err := a.followDemo(run, nil)
 	if err != nil {
-		return run, fmt.Errorf("demo: follow events: %w", err)
+		return run, err
 	}
-	defer sub.Unsubscribe()
-	if err := run.rt.Conn.Flush(); err != nil {
-		return run, fmt.Errorf("demo: follow events: %w", err)
-	}
+	defer stop()
 
 	start := time.Now()
 	data := events.SessionStarted{

@@ -122,18 +122,11 @@ func (a *app) runSupport(ctx context.Context, o supportOptions) (*demoRun, error
 	if err != nil {
 		return run, err
 	}
-	progress := newDemoProgress(a.Stdout)
-	sub, err := run.rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
-		progress.onMsg(m)
-		progress.policyLine(m)
-	})
+	progress, stop, err := a.followDemo(run, (*demoProgress).policyLine)
 	if err != nil {
-		return run, fmt.Errorf("demo: follow events: %w", err)
+		return run, err
 	}
-	defer sub.Unsubscribe()
-	if err := run.rt.Conn.Flush(); err != nil {
-		return run, fmt.Errorf("demo: follow events: %w", err)
-	}
+	defer stop()
 
 	start := time.Now()
 	data := events.SessionStarted{

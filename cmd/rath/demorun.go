@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // What rath demo and its examples (research, support) share: their flags,
@@ -107,4 +110,25 @@ func (a *app) finishDemo(ctx context.Context, name string, o demoOptions, run *d
 	}
 	a.serveDemo(ctx, run)
 	return nil
+}
+
+// followDemo prints the run's events as they arrive (each also goes to
+// also, with the progress, when given), until the returned stop is called.
+func (a *app) followDemo(run *demoRun, also func(*demoProgress, *nats.Msg)) (*demoProgress, func(), error) {
+	progress := newDemoProgress(a.Stdout)
+	sub, err := run.rt.Conn.Subscribe(events.TenantLiveWildcard(events.DefaultTenant), func(m *nats.Msg) {
+		progress.onMsg(m)
+		if also != nil {
+			also(progress, m)
+		}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: follow events: %w", err)
+	}
+	stop := func() { _ = sub.Unsubscribe() }
+	if err := run.rt.Conn.Flush(); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("demo: follow events: %w", err)
+	}
+	return progress, stop, nil
 }
