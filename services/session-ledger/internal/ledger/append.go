@@ -226,34 +226,8 @@ func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectat
 		res, err := l.store.Append(ctx, tenantFor(&ev, e.state), id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
 		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
 			conflictPause(ctx, attempt)
-			before, cached := e.streamSeq, uint64(0)
-			if e.state != nil {
-				cached = e.state.Seq
-			}
-			if err := l.refresh(ctx, e); err != nil {
-				return api.Ack{}, unavailable(err)
-			}
-			if e.streamSeq == before {
-				// Nothing new, yet the session's last stored event is not
-				// the one cached: it was removed. Load from the stream
-				// (which compares it with the recorded head), and compare
-				// it with what this ledger itself stored, which the record
-				// may not show yet.
-				e.loaded = false
-				if err := l.load(ctx, e); err != nil {
-					return api.Ack{}, unavailable(err)
-				}
-				if e.state == nil || e.state.Seq < cached {
-					e.loaded = false
-					// Confirmed by the stream's leader, not a lagging replica.
-					last, err := l.store.LastFromLeader(ctx, id)
-					if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
-						return api.Ack{}, unavailable(err)
-					}
-					if err != nil || lastSeq(last) < cached {
-						return api.Ack{}, api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends before %d, which this ledger stored and signed: events were removed or lost", id, cached)
-					}
-				}
+			if err := l.refreshAfterConflict(ctx, e); err != nil {
+				return api.Ack{}, err
 			}
 			continue
 		}
@@ -565,6 +539,46 @@ func (l *Ledger) ackAt(ctx context.Context, streamSeq uint64) (api.Ack, error) {
 }
 
 // unavailable wraps a store failure; ledger errors pass through.
+// refreshAfterConflict reads the session's latest from the stream after an
+// append lost on its expected sequence, and refuses a session whose tail
+// was cut as damaged: when the stream holds nothing new, the conflict was
+// not another appender's, and the log is checked against what this ledger
+// stored and signed. Every append path (single, atomic; batch through the
+// single) calls it, so a cut tail is never answered as a conflict.
+func (l *Ledger) refreshAfterConflict(ctx context.Context, e *entry) error {
+	before, cached := e.streamSeq, uint64(0)
+	if e.state != nil {
+		cached = e.state.Seq
+	}
+	if err := l.refresh(ctx, e); err != nil {
+		return unavailable(err)
+	}
+	if e.streamSeq != before {
+		return nil
+	}
+	// Nothing new, yet the session's last stored event is not the one
+	// cached: it was removed. Load from the stream (which compares it with
+	// the recorded head), and compare it with what this ledger itself
+	// stored, which the record may not show yet.
+	e.loaded = false
+	if err := l.load(ctx, e); err != nil {
+		return unavailable(err)
+	}
+	if e.state != nil && e.state.Seq >= cached {
+		return nil
+	}
+	e.loaded = false
+	// Confirmed by the stream's leader, not a lagging replica.
+	last, err := l.store.LastFromLeader(ctx, e.id)
+	if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+		return unavailable(err)
+	}
+	if err != nil || lastSeq(last) < cached {
+		return api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends before %d, which this ledger stored and signed: events were removed or lost", e.id, cached)
+	}
+	return nil
+}
+
 func unavailable(err error) error {
 	var le *api.Error
 	if errors.As(err, &le) {

@@ -128,8 +128,8 @@ func (l *Ledger) appendAtomic(ctx context.Context, evs []event.Event, x expectat
 			// the batch (it was proposed before): read the stream's latest
 			// and decide again.
 			conflictPause(ctx, attempt)
-			if rerr := l.refresh(ctx, e); rerr != nil {
-				return nil, unavailable(rerr)
+			if rerr := l.refreshAfterConflict(ctx, e); rerr != nil {
+				return nil, rerr
 			}
 			if duplicate {
 				if acks, ok, serr := l.storedAlready(ctx, e, evs, true); serr != nil || ok {
