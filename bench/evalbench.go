@@ -10,10 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/eval"
 	"github.com/openrath/rath/internal/workflow"
-	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -52,20 +50,11 @@ func (h *harness) runEval(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stop, err := h.startRecheckServices()
+	c, stop, err := h.startLoop("rath-bench-eval")
 	if err != nil {
 		return err
 	}
 	defer stop()
-	user, err := h.connect(auth.RoleClient, "rath-bench-eval", false)
-	if err != nil {
-		return err
-	}
-	defer user.Close()
-	c, err := client.New(user, client.WithTimeout(30*time.Second))
-	if err != nil {
-		return err
-	}
 	ref, err := workflow.Store(ctx, wf, c.PutBlob)
 	if err != nil {
 		return err

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"time"
 
 	"github.com/openrath/rath/internal/auth"
-	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/agentserver"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -147,15 +144,10 @@ func rawTurn(ctx context.Context, c *client.Client, id string) error {
 // (internal/runtime) and serves the Go agent "served" on a connection of
 // the agent worker's identity, until the returned stop.
 func (h *harness) startGoAPIServices() (func(), error) {
-	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = h.ns.ClientURL(), filepath.Join(h.dir, "creds"), filepath.Join(h.dir, "goapi")
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := runtime.Start(context.Background(), cfg, runtime.WithServer(h.ns),
-		runtime.WithRoles(auth.RoleSelector, auth.RoleAgentWorker), runtime.WithLogger(quiet))
+	rt, err := h.startLoopServices("goapi")
 	if err != nil {
 		return nil, err
 	}
-	rt.StartLoop()
 	nc, err := h.connect(auth.RoleAgentWorker, "rath-bench-goapi-agent", true)
 	if err != nil {
 		rt.Stop()

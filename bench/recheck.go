@@ -62,20 +62,11 @@ func (h *harness) runRecheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stop, err := h.startRecheckServices()
+	c, stop, err := h.startLoop("rath-bench-recheck")
 	if err != nil {
 		return err
 	}
 	defer stop()
-	user, err := h.connect(auth.RoleClient, "rath-bench-recheck", false)
-	if err != nil {
-		return err
-	}
-	defer user.Close()
-	c, err := client.New(user, client.WithTimeout(30*time.Second))
-	if err != nil {
-		return err
-	}
 	starts := map[string]events.SessionStarted{}
 	for name, wf := range map[string]*workflow.Workflow{"recorded": recorded, "changed": changed} {
 		ref, err := workflow.Store(ctx, wf, c.PutBlob)
@@ -161,11 +152,38 @@ func (h *harness) runRecheck(ctx context.Context) error {
 	return nil
 }
 
-// startRecheckServices runs a selector and an agent worker in this process
-// until the returned stop.
-func (h *harness) startRecheckServices() (func(), error) {
+// startLoop runs a selector and an agent worker in this process and
+// connects a client of the client role, named name, until the returned
+// stop.
+func (h *harness) startLoop(name string) (*client.Client, func(), error) {
+	rt, err := h.startLoopServices("recheck")
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		if err := rt.Stop(); err != nil {
+			h.rep.note("%s: the in-process services: %v", name, err)
+		}
+	}
+	user, err := h.connect(auth.RoleClient, name, false)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	c, err := client.New(user, client.WithTimeout(30*time.Second))
+	if err != nil {
+		user.Close()
+		stop()
+		return nil, nil, err
+	}
+	return c, func() { user.Close(); stop() }, nil
+}
+
+// startLoopServices runs a selector and an agent worker in this process
+// (internal/runtime), their data under the harness's directory in data.
+func (h *harness) startLoopServices(data string) (*runtime.Runtime, error) {
 	cfg := runtime.DefaultConfig()
-	cfg.NATSURL, cfg.CredsDir, cfg.Data = h.ns.ClientURL(), filepath.Join(h.dir, "creds"), filepath.Join(h.dir, "recheck")
+	cfg.NATSURL, cfg.CredsDir, cfg.Data = h.ns.ClientURL(), filepath.Join(h.dir, "creds"), filepath.Join(h.dir, data)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rt, err := runtime.Start(context.Background(), cfg, runtime.WithServer(h.ns),
 		runtime.WithRoles(auth.RoleSelector, auth.RoleAgentWorker), runtime.WithLogger(quiet))
@@ -173,11 +191,7 @@ func (h *harness) startRecheckServices() (func(), error) {
 		return nil, err
 	}
 	rt.StartLoop()
-	return func() {
-		if err := rt.Stop(); err != nil {
-			h.rep.note("E2: the in-process services: %v", err)
-		}
-	}, nil
+	return rt, nil
 }
 
 // errSessionClosed ends runToClose's watch.
