@@ -2,7 +2,6 @@ package eval
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/openrath/rath/pkg/client"
@@ -102,6 +101,3 @@ func spent(ctx context.Context, c *client.Client, bs []branch) (session.Usage, e
 	}
 	return u, nil
 }
-
-// errSuperseded ends a watch at a close that hands the work to a fork.
-var errSuperseded = errors.New("session superseded")
