@@ -46,145 +46,235 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	}
 	timeout = min(timeout, lim.MaxTimeout)
 
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-	}
-	defer statusR.Close()
-	stdout, stderr := &capture{limit: lim.Output}, &capture{limit: lim.Output}
-	cmd := &exec.Cmd{
+	l := &launch{stdout: &capture{limit: lim.Output}, stderr: &capture{limit: lim.Output}}
+	l.cmd = &exec.Cmd{
 		Path:        w.l.helper,
 		Stdin:       c.Stdin,
-		Stdout:      stdout,
-		Stderr:      stderr,
-		ExtraFiles:  []*os.File{statusW},
+		Stdout:      l.stdout,
+		Stderr:      l.stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		// Bounds the wait for output pipes held open by a process that left
 		// the group, and so survived the group kill.
 		WaitDelay: 2 * time.Second,
 	}
-	var info *os.File // bwrap's --info-fd, read for the sandbox's init
-	var proxy *netProxy
-	if iso := w.l.iso; iso != nil {
-		argv, extra, env := c.Args, []bind(nil), []string{}
-		if len(c.Hosts) > 0 {
-			rules, err := ParseHosts(c.Hosts, w.l.cfg.Net.Allow)
-			if err != nil {
-				statusW.Close()
-				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-			}
-			exe, err := os.Executable()
-			if err != nil {
-				statusW.Close()
-				return Result{}, fmt.Errorf("run in %s: the network forwarder: %w", w.id, err)
-			}
-			uid := 0
-			if iso.root {
-				uid = iso.uid(w.tenant)
-			}
-			if proxy, err = startProxy(w.l.runs, rules, w.l.cfg.Net, uid); err != nil {
-				statusW.Close()
-				return Result{}, fmt.Errorf("run in %s: the network proxy: %w", w.id, err)
-			}
-			defer proxy.close()
-			extra = []bind{{src: proxy.dir, dst: insideNet}, {src: exe, dst: insideForwarder, ro: true}}
-			argv = append([]string{insideForwarder, forwardFlag, insideNet + "/proxy.sock", "--"}, argv...)
-			url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
-			env = []string{"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url}
-		}
-		p, err := iso.prepare(lim, w.dir, w.tenant, false, extra...)
-		if err != nil {
-			statusW.Close()
-			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-		}
-		p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
-		p.spec.Keep = 4 // bwrap's --info-fd
-		infoR, infoW, err := os.Pipe()
-		if err != nil {
-			statusW.Close()
-			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-		}
-		defer infoW.Close()
-		info = infoR
-		defer infoR.Close()
-		cmd.ExtraFiles = append(cmd.ExtraFiles, infoW) // fd 4
-		cmd.Args = p.helper(slices.Concat([]string{"--info-fd", "4", "--"}, argv)...)
-		cmd.Dir = "/"
-		cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
-		if iso.root {
-			cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
-		}
-	} else {
-		tmp, err := os.MkdirTemp(w.l.runs, "run-")
-		if err != nil {
-			statusW.Close()
-			return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-		}
-		defer removeAll(tmp)
-		home, tmpdir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
-		for _, d := range []string{home, tmpdir} {
-			if err := os.Mkdir(d, 0o700); err != nil {
-				statusW.Close()
-				return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
-			}
-		}
-		cmd.Args = append([]string{spawn.Arg0, newRlimits(lim).Encode()}, c.Args...)
-		cmd.Dir = w.dir
-		cmd.Env = append([]string{
-			"PATH=" + w.l.cfg.Path,
-			"HOME=" + home,
-			"TMPDIR=" + tmpdir,
-			"LANG=C.UTF-8",
-		}, w.l.cfg.Env...)
-		if trace {
-			// The command itself, stopped after its execve for its limits
-			// (trace.go).
-			path, err := spawn.LookPath(c.Args[0], cmd.Env, w.dir)
-			if err != nil {
-				statusW.Close()
-				return notStarted(err, timeout), nil
-			}
-			cmd.Path, cmd.Args, cmd.ExtraFiles = path, c.Args, nil
-		}
+	// The one cleanup of every exit, started or not.
+	defer l.release()
+	var err error
+	switch {
+	case w.l.iso != nil:
+		err = w.isolated(l, c)
+	case trace:
+		err = w.traced(l, c)
+	default:
+		err = w.helped(l, c)
 	}
-	start := time.Now()
-	var limits string
-	if trace {
-		statusW.Close()
-		limits, err = startTraced(cmd, newRlimits(lim))
-		var pathErr *fs.PathError
-		started := errors.As(err, &pathErr) && pathErr.Op == "fork/exec"
-		if started && errors.Is(pathErr.Err, syscall.EPERM) {
-			// The trace refused at the start after the probe allowed it
-			// (the runner itself traced since, by strace -f or a
-			// debugger): the helper runs this command and the next ones,
-			// or says why it cannot. Nothing of the command ran, stdin
-			// included.
-			w.l.traceRefused.Store(true)
-			return w.run(ctx, c, false)
-		}
-		if started {
-			// What the helper reports as a shell does: exit 127.
-			return notStarted(fmt.Errorf("exec %s: %w", c.Args[0], pathErr.Err), timeout), nil
-		}
-	} else {
-		err = cmd.Start()
-		statusW.Close()
-	}
-	if err != nil {
+	var missing *notStartedError
+	switch {
+	case errors.Is(err, errTraceRefused):
+		// The trace refused at the start after the probe allowed it (the
+		// runner itself traced since, by strace -f or a debugger): the
+		// helper runs this command and the next ones, or says why it
+		// cannot. Nothing of the command ran, stdin included.
+		w.l.traceRefused.Store(true)
+		return w.run(ctx, c, false)
+	case errors.As(err, &missing):
+		return notStarted(missing.err, timeout), nil
+	case err != nil:
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 	}
-	pid := cmd.Process.Pid
+	return w.wait(ctx, l, timeout)
+}
+
+// A launch is one run's command, prepared and started in one of three
+// modes (isolated, helped, traced), and what the run releases when it ends.
+type launch struct {
+	cmd            *exec.Cmd
+	stdout, stderr *capture
+	status         *os.File // the helper's status pipe (fd 3); nil when traced
+	limits         string   // the trace's report of the limits set
+	info           *os.File // bwrap's --info-fd (fd 4), read for the sandbox's init
+	proxy          *netProxy
+	tmp            string     // the local command's home and temporary directory
+	files          []*os.File // every pipe end the run opened
+	began          time.Time
+}
+
+// errTraceRefused is returned by traced when the kernel refused the trace
+// at the start: the command did not start.
+var errTraceRefused = errors.New("the trace was refused at the start")
+
+// notStartedError is a command the traced start found it cannot start (not
+// found, not executable): run reports it as the helper does (notStarted).
+type notStartedError struct{ err error }
+
+func (e *notStartedError) Error() string { return e.err.Error() }
+
+// pipe opens a pipe whose write end the command inherits as its next
+// descriptor after stderr, and returns its read end.
+func (l *launch) pipe() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	l.files = append(l.files, r, w)
+	l.cmd.ExtraFiles = append(l.cmd.ExtraFiles, w)
+	return r, nil
+}
+
+// start starts the command through the helper, then closes the runner's
+// copies of the write ends the command inherited: a read sees the end of
+// a pipe once the command's side is gone.
+func (l *launch) start() error {
+	l.began = time.Now()
+	err := l.cmd.Start()
+	for _, f := range l.cmd.ExtraFiles {
+		f.Close()
+	}
+	return err
+}
+
+// release closes what the run opened and removes its directory.
+func (l *launch) release() {
+	for _, f := range l.files {
+		f.Close()
+	}
+	if l.proxy != nil {
+		l.proxy.close()
+	}
+	if l.tmp != "" {
+		removeAll(l.tmp)
+	}
+}
+
+// isolated starts the command in the sandbox: the helper sets its limits
+// and stages its mounts, bwrap runs it, through the network forwarder when
+// it names hosts.
+func (w *localWorkspace) isolated(l *launch, c Cmd) error {
+	iso := w.l.iso
+	var err error
+	if l.status, err = l.pipe(); err != nil {
+		return err
+	}
+	argv, extra, env := c.Args, []bind(nil), []string{}
+	if len(c.Hosts) > 0 {
+		rules, err := ParseHosts(c.Hosts, w.l.cfg.Net.Allow)
+		if err != nil {
+			return err
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("the network forwarder: %w", err)
+		}
+		uid := 0
+		if iso.root {
+			uid = iso.uid(w.tenant)
+		}
+		if l.proxy, err = startProxy(w.l.runs, rules, w.l.cfg.Net, uid); err != nil {
+			return fmt.Errorf("the network proxy: %w", err)
+		}
+		extra = []bind{{src: l.proxy.dir, dst: insideNet}, {src: exe, dst: insideForwarder, ro: true}}
+		argv = append([]string{insideForwarder, forwardFlag, insideNet + "/proxy.sock", "--"}, argv...)
+		url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
+		env = []string{"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url}
+	}
+	p, err := iso.prepare(w.l.cfg.Limits, w.dir, w.tenant, false, extra...)
+	if err != nil {
+		return err
+	}
+	p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
+	p.spec.Keep = 4 // bwrap's --info-fd
+	if l.info, err = l.pipe(); err != nil {
+		return err
+	}
+	l.cmd.Args = p.helper(slices.Concat([]string{"--info-fd", "4", "--"}, argv)...)
+	l.cmd.Dir = "/"
+	l.cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
+	if iso.root {
+		l.cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
+	}
+	return l.start()
+}
+
+// helped starts a command of the local backend through the helper, which
+// sets its limits.
+func (w *localWorkspace) helped(l *launch, c Cmd) error {
+	var err error
+	if l.status, err = l.pipe(); err != nil {
+		return err
+	}
+	if err := w.local(l); err != nil {
+		return err
+	}
+	l.cmd.Args = append([]string{spawn.Arg0, newRlimits(w.l.cfg.Limits).Encode()}, c.Args...)
+	return l.start()
+}
+
+// traced starts a command of the local backend itself, stopped after its
+// execve for its limits (trace.go).
+func (w *localWorkspace) traced(l *launch, c Cmd) error {
+	if err := w.local(l); err != nil {
+		return err
+	}
+	path, err := spawn.LookPath(c.Args[0], l.cmd.Env, w.dir)
+	if err != nil {
+		return &notStartedError{err}
+	}
+	l.cmd.Path, l.cmd.Args = path, c.Args
+	l.began = time.Now()
+	l.limits, err = startTraced(l.cmd, newRlimits(w.l.cfg.Limits))
+	var pathErr *fs.PathError
+	if !errors.As(err, &pathErr) || pathErr.Op != "fork/exec" {
+		return err
+	}
+	if errors.Is(pathErr.Err, syscall.EPERM) {
+		return errTraceRefused
+	}
+	// What the helper reports as a shell does: exit 127.
+	return &notStartedError{fmt.Errorf("exec %s: %w", c.Args[0], pathErr.Err)}
+}
+
+// local gives a command of the local backend the workspace as its
+// directory and a home and temporary directory of its own.
+func (w *localWorkspace) local(l *launch) error {
+	tmp, err := os.MkdirTemp(w.l.runs, "run-")
+	if err != nil {
+		return err
+	}
+	l.tmp = tmp
+	home, tmpdir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
+	for _, d := range []string{home, tmpdir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	l.cmd.Dir = w.dir
+	l.cmd.Env = append([]string{
+		"PATH=" + w.l.cfg.Path,
+		"HOME=" + home,
+		"TMPDIR=" + tmpdir,
+		"LANG=C.UTF-8",
+	}, w.l.cfg.Env...)
+	return nil
+}
+
+// wait waits for the started command until its leader exits, its timeout
+// expires or ctx is done, kills what is left of its group, reaps it and
+// returns how it ended.
+func (w *localWorkspace) wait(ctx context.Context, l *launch, timeout time.Duration) (Result, error) {
+	pid := l.cmd.Process.Pid
 	inner := make(chan int, 1)
-	if info != nil {
-		cmd.ExtraFiles[1].Close()
-		go func() { inner <- sandboxInit(info) }()
+	if l.info != nil {
+		go func() { inner <- sandboxInit(l.info) }()
 	}
 	status := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(io.LimitReader(statusR, 4096))
-		status <- string(b)
-	}()
+	if l.status == nil {
+		status <- l.limits
+	} else {
+		go func() {
+			b, _ := io.ReadAll(io.LimitReader(l.status, 4096))
+			status <- string(b)
+		}()
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- waitExited(pid) }()
 
@@ -207,11 +297,11 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	// group's ID, cannot be reused: this kill reaches only this run's
 	// stragglers.
 	killGroup(pid)
-	waitSandbox(info, inner)
-	err = cmd.Wait()
-	res.Duration = time.Since(start)
-	if proxy != nil {
-		res.Network = proxy.close()
+	waitSandbox(l.info, inner)
+	err := l.cmd.Wait()
+	res.Duration = time.Since(l.began)
+	if l.proxy != nil {
+		res.Network = l.proxy.close()
 	}
 	if waitErr != nil {
 		return Result{}, fmt.Errorf("run in %s: wait: %w", w.id, waitErr)
@@ -220,8 +310,17 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	if err != nil && !errors.As(err, &exitErr) && !errors.Is(err, exec.ErrWaitDelay) {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 	}
+	w.ended(&res, l, <-status, timeout)
+	if ctxErr != nil {
+		return res, fmt.Errorf("run in %s: %w", w.id, ctxErr)
+	}
+	return res, nil
+}
 
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+// ended fills in how the reaped command ended, its output, and the limits
+// it ran under as the helper or the trace reported them (status).
+func (w *localWorkspace) ended(res *Result, l *launch, status string, timeout time.Duration) {
+	ws, _ := l.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
 		res.Killed = true
@@ -232,22 +331,17 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 		// resource limit, the kernel's OOM killer).
 		res.Killed = w.l.iso != nil && res.ExitCode > 128 && res.ExitCode <= 128+64
 	}
+	stdout, stderr := l.stdout, l.stderr
 	res.Stdout, res.StdoutBytes = string(stdout.buf), stdout.total
 	res.Stderr, res.StderrBytes = string(stderr.buf), stderr.total
 	res.Truncated = stdout.total > int64(len(stdout.buf)) || stderr.total > int64(len(stderr.buf))
 	res.Limits = "timeout=" + timeout.String()
-	if s := <-status; trace {
-		res.Limits += " " + limits
-	} else if s != "" {
-		res.Limits += " " + s
+	if status != "" {
+		res.Limits += " " + status
 	} else {
 		res.Limits += " rlimits=unknown (the helper ended before applying them)"
 	}
-	res.Stopped = stoppedBy(res, timeout, lim.CPU)
-	if ctxErr != nil {
-		return res, fmt.Errorf("run in %s: %w", w.id, ctxErr)
-	}
-	return res, nil
+	res.Stopped = stoppedBy(*res, timeout, w.l.cfg.Limits.CPU)
 }
 
 // notStarted is the result of a command that could not be started (not
