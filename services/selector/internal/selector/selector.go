@@ -225,7 +225,8 @@ func classify(err error) error {
 // same log always gives the same decisions with the same inputs (a replay,
 // an audit). The head (the state the decision is appended on, ADR 0008)
 // only guards: a closed or paused session, a decision already stored for
-// the trigger, a turn in flight, a continue already routed.
+// the trigger, a turn in flight, a continue already routed. decide chooses;
+// route reads, asks a served router, records the decision and follows it.
 func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 	// Both from the cache, which stays at the trigger: the next trigger of
 	// the session costs the events in between (ADR 0016).
@@ -253,136 +254,184 @@ func (s *Selector) route(ctx context.Context, ev events.Stored) error {
 		return err
 	}
 	// A redelivered trigger whose decision is already in the log: finish
-	// what the decision asked for (idempotently), decide nothing new. Only
-	// the selector's own decision of the trigger counts: another producer's
-	// decision with the same cause (rath replay --fork routes a fork's first
-	// turn itself, caused by the fork event) was followed by that producer,
-	// and following it here would request its turn a second time.
-	for _, d := range head.Decisions {
-		// (A decision folded without its ID, in a state from before
-		// decisions kept theirs, is taken for the selector's, as then.)
-		if d.Cause == ev.ID && (d.ID == "" || d.ID == decisionID(ev)) {
-			if d.TurnID != "" && (head.Turn == nil || head.Turn.ID != d.TurnID) {
-				return nil // the turn it routed has ended: nothing to re-send
-			}
-			p, err := parsePlan(d.Route)
-			if err != nil {
-				return consume.Permanent(err)
-			}
-			if p.kind == workflow.RouteMemory {
-				if p.content, err = memoryContent(at, wf.Workflow, ev, d); err != nil {
-					return err
-				}
-			}
-			return s.follow(ctx, head, wf.Workflow, ev, d.Rule, d.Reason, p, d.TurnID)
-		}
+	// what the decision asked for (idempotently), decide nothing new.
+	if d, ok := ownDecision(head, ev); ok {
+		return s.refollow(ctx, at, head, wf.Workflow, ev, d)
 	}
-	var (
-		rule, reason, router string
-		p                    plan
-		decided              *events.SelectorDecided
-	)
-	act, err := workflow.Activation(at, ev)
+	d, err := decide(at, head, wf.Workflow, ev)
 	if err != nil {
-		return consume.Permanent(err)
+		return err
 	}
-	// Wall time runs to the trigger's own time, not to the moment of its
-	// delivery: the budget is read from the log like everything else.
-	if why, closes := expiryCloses(at, ev); closes {
-		rule, reason, p = RuleTimeout, why, plan{kind: workflow.RouteClose, detail: OutcomeApprovalExpired}
-	} else if why, over := wf.Workflow.Exceeded(at, at.Created, ev.Time); over {
-		rule, reason, p = RuleBudget, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeBudget}
-	} else if name, why, stop, err := wf.Workflow.Stopped(act); err != nil {
-		return consume.Permanent(err)
-	} else if stop {
-		rule, reason, p = rulePrefixStop+name, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeStopped}
-	} else {
-		decide := wf.Workflow.Decide
-		if pendingTools(at) {
-			// The results will trigger the next decision; meanwhile only
-			// memory is written, which moves the session nowhere.
-			decide = wf.Workflow.DecideMemory
+	if d.ask != nil {
+		// A program chooses the route; the decision stays this one's,
+		// appended on the head as any other (ADR 0008, ADR 0029).
+		var reason, router string
+		if d.p, reason, router, err = s.ask(ctx, wf.Workflow, at, ev, d.act, *d.ask); err != nil {
+			return err
 		}
-		d, ok, err := decide(act)
-		if err != nil {
+		if d.event, err = d.ask.Event(); err != nil {
 			return consume.Permanent(err)
 		}
-		switch {
-		case ok && d.Route.Kind() == workflow.RouteRouter:
-			// A program chooses the route; the decision stays this one's,
-			// appended on the head as any other (ADR 0008, ADR 0029).
-			rule = d.Rule
-			if p, reason, router, err = s.ask(ctx, wf.Workflow, at, ev, act, d); err != nil {
-				return err
-			}
-			if decided, err = d.Event(); err != nil {
-				return consume.Permanent(err)
-			}
-			decided.Reason, decided.Router = reason, router
-		case ok:
-			rule, reason = d.Rule, d.Reason
-			p = plan{kind: d.Route.Kind(), agent: d.Route.Agent}
-			switch p.kind {
-			case workflow.RouteClose:
-				p.detail = d.Route.Close.Outcome
-			case workflow.RouteFork:
-				p.agent, p.at = d.Route.Fork.Agent, d.ForkAt
-				if p.at == 0 {
-					p.at = at.Seq
-				}
-			case workflow.RouteApproval:
-				p.detail = d.Route.Approval.Action
-			case workflow.RouteMemory:
-				p.detail, p.content = d.Route.Memory.Scope, d.Content
-			}
-			if decided, err = d.Event(); err != nil {
-				return consume.Permanent(err)
-			}
-		case !pendingTools(at) && continues(at, ev) && !decidedSince(head, ev.Seq):
-			// A turn's tool results are in: the same agent goes on.
-			rule, reason = RuleContinue, "tool results of the last turn are in"
-			p = plan{kind: workflow.RouteAgent, agent: at.LastAgent}
-		case !pendingTools(at) && corrects(at, ev) && !decidedSince(head, ev.Seq):
-			rule, reason = RuleCorrection, "a person corrected the session"
-			p = plan{kind: workflow.RouteAgent, agent: at.LastAgent}
-		case ev.Type == events.TypeTurnFailed && head.Turn == nil && !pendingTools(head) && !decidedSince(head, ev.Seq):
-			rule, reason = RuleTurnFailed, turnFailedReason(ev)
-			p = plan{kind: workflow.RouteClose, detail: OutcomeTurnFailed}
-		default:
-			return nil
-		}
+		d.event.Reason, d.event.Router = reason, router
+		d = d.settle(head, ev)
 	}
-	if p.kind == workflow.RouteAgent && head.Turn != nil {
-		return nil // one turn in flight at a time
+	if d.event == nil {
+		return nil
 	}
-	if decided == nil {
-		decided = &events.SelectorDecided{Rule: rule, Reason: reason, Inputs: mustJSON(map[string]any{"event.type": ev.Type, "event.seq": ev.Seq})}
-	}
-	decided.Route = p.route()
-	var turnID string
-	if p.kind == workflow.RouteAgent {
-		turnID = "turn-" + events.DerivedID(ev.ID, "turn")[:8]
-		decided.Agent, decided.TurnID = p.agent, turnID
-	}
+	decided, p := d.event, d.p
 	// Conditional on the head the guards read: if the session moved on, the
 	// ledger refuses it as stale and the trigger is decided again.
 	ack, err := s.c.Emit(ctx, head.ID, decided, append(answerTo(ev).Options("decided"), events.WithExpectedSeq(head.Seq))...)
 	if err != nil {
 		return err
 	}
-	if ack.Duplicate && ruleAsks(wf.Workflow, rule) {
+	msg := "routed"
+	if ack.Duplicate && ruleAsks(wf.Workflow, decided.Rule) {
 		// Another delivery of the trigger stored its decision under the
 		// same ID first, and a router may have answered it otherwise:
 		// follow the decision stored, never this one.
 		if decided, p, err = s.storedDecision(ctx, head.ID, ack.Seq); err != nil {
 			return err
 		}
-		rule, router, turnID = decided.Rule, decided.Router, decided.TurnID
-		s.log.Info("routed by another delivery", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route, "router", router)
-		return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
+		msg = "routed by another delivery"
 	}
-	s.log.Info("routed", "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", rule, "route", decided.Route, "router", router)
-	return s.follow(ctx, head, wf.Workflow, ev, rule, decided.Reason, p, turnID)
+	s.log.Info(msg, "session", head.ID, "trigger", ev.Type, "seq", ev.Seq, "rule", decided.Rule, "route", decided.Route, "router", decided.Router)
+	return s.follow(ctx, head, wf.Workflow, ev, decided.Rule, decided.Reason, p, decided.TurnID)
+}
+
+// ownDecision returns the selector's own decision of trigger ev, if the log
+// has one. Another producer's decision with the same cause (rath replay
+// --fork routes a fork's first turn itself, caused by the fork event) was
+// followed by that producer, and following it here would request its turn a
+// second time.
+func ownDecision(head *session.State, ev events.Stored) (session.Decision, bool) {
+	for _, d := range head.Decisions {
+		// (A decision folded without its ID, in a state from before
+		// decisions kept theirs, is taken for the selector's, as then.)
+		if d.Cause == ev.ID && (d.ID == "" || d.ID == decisionID(ev)) {
+			return d, true
+		}
+	}
+	return session.Decision{}, false
+}
+
+// refollow finishes what the stored decision d of trigger ev asked for.
+func (s *Selector) refollow(ctx context.Context, at, head *session.State, wf *workflow.Workflow, ev events.Stored, d session.Decision) error {
+	if d.TurnID != "" && (head.Turn == nil || head.Turn.ID != d.TurnID) {
+		return nil // the turn it routed has ended: nothing to re-send
+	}
+	p, err := parsePlan(d.Route)
+	if err != nil {
+		return consume.Permanent(err)
+	}
+	if p.kind == workflow.RouteMemory {
+		if p.content, err = memoryContent(at, wf, ev, d); err != nil {
+			return err
+		}
+	}
+	return s.follow(ctx, head, wf, ev, d.Rule, d.Reason, p, d.TurnID)
+}
+
+// decision is what decide chose for a trigger: a plan and the event that
+// records it (nil: nothing to route), or the question to a served router
+// (ask, with the activation act) whose answer is the plan.
+type decision struct {
+	p     plan
+	event *events.SelectorDecided
+	ask   *workflow.Decision
+	act   map[string]any
+}
+
+// decide chooses what trigger ev routes to, from the session folded up to
+// the trigger (at), the head's guards (head: a turn in flight, a decision
+// stored since) and the workflow; no I/O. In order: an expired approval
+// that closes, a budget, a stop condition, the workflow's rules (only
+// memory rules while tools are pending), then the built-in continue,
+// correction and failed-turn rules.
+func decide(at, head *session.State, wf *workflow.Workflow, ev events.Stored) (decision, error) {
+	act, err := workflow.Activation(at, ev)
+	if err != nil {
+		return decision{}, consume.Permanent(err)
+	}
+	builtin := func(rule, reason string, p plan) (decision, error) {
+		inputs := mustJSON(map[string]any{"event.type": ev.Type, "event.seq": ev.Seq})
+		return decision{p: p, event: &events.SelectorDecided{Rule: rule, Reason: reason, Inputs: inputs}}.settle(head, ev), nil
+	}
+	// Wall time runs to the trigger's own time, not to the moment of its
+	// delivery: the budget is read from the log like everything else.
+	if why, closes := expiryCloses(at, ev); closes {
+		return builtin(RuleTimeout, why, plan{kind: workflow.RouteClose, detail: OutcomeApprovalExpired})
+	}
+	if why, over := wf.Exceeded(at, at.Created, ev.Time); over {
+		return builtin(RuleBudget, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeBudget})
+	}
+	name, why, stop, err := wf.Stopped(act)
+	if err != nil {
+		return decision{}, consume.Permanent(err)
+	}
+	if stop {
+		return builtin(rulePrefixStop+name, why, plan{kind: workflow.RouteClose, detail: workflow.OutcomeStopped})
+	}
+	rules := wf.Decide
+	if pendingTools(at) {
+		// The results will trigger the next decision; meanwhile only
+		// memory is written, which moves the session nowhere.
+		rules = wf.DecideMemory
+	}
+	d, ok, err := rules(act)
+	if err != nil {
+		return decision{}, consume.Permanent(err)
+	}
+	switch {
+	case ok && d.Route.Kind() == workflow.RouteRouter:
+		return decision{ask: &d, act: act}, nil
+	case ok:
+		event, err := d.Event()
+		if err != nil {
+			return decision{}, consume.Permanent(err)
+		}
+		return decision{p: rulePlan(d, at), event: event}.settle(head, ev), nil
+	case !pendingTools(at) && continues(at, ev) && !decidedSince(head, ev.Seq):
+		// A turn's tool results are in: the same agent goes on.
+		return builtin(RuleContinue, "tool results of the last turn are in", plan{kind: workflow.RouteAgent, agent: at.LastAgent})
+	case !pendingTools(at) && corrects(at, ev) && !decidedSince(head, ev.Seq):
+		return builtin(RuleCorrection, "a person corrected the session", plan{kind: workflow.RouteAgent, agent: at.LastAgent})
+	case ev.Type == events.TypeTurnFailed && head.Turn == nil && !pendingTools(head) && !decidedSince(head, ev.Seq):
+		return builtin(RuleTurnFailed, turnFailedReason(ev), plan{kind: workflow.RouteClose, detail: OutcomeTurnFailed})
+	}
+	return decision{}, nil
+}
+
+// rulePlan is the plan of a rule's decision d over the state at.
+func rulePlan(d workflow.Decision, at *session.State) plan {
+	p := plan{kind: d.Route.Kind(), agent: d.Route.Agent}
+	switch p.kind {
+	case workflow.RouteClose:
+		p.detail = d.Route.Close.Outcome
+	case workflow.RouteFork:
+		p.agent, p.at = d.Route.Fork.Agent, d.ForkAt
+		if p.at == 0 {
+			p.at = at.Seq
+		}
+	case workflow.RouteApproval:
+		p.detail = d.Route.Approval.Action
+	case workflow.RouteMemory:
+		p.detail, p.content = d.Route.Memory.Scope, d.Content
+	}
+	return p
+}
+
+// settle records d's plan in its event, or drops d (nothing to route) when
+// it routes an agent while a turn is in flight: one turn at a time.
+func (d decision) settle(head *session.State, ev events.Stored) decision {
+	if d.p.kind == workflow.RouteAgent && head.Turn != nil {
+		return decision{}
+	}
+	d.event.Route = d.p.route()
+	if d.p.kind == workflow.RouteAgent {
+		d.event.Agent, d.event.TurnID = d.p.agent, "turn-"+events.DerivedID(ev.ID, "turn")[:8]
+	}
+	return d
 }
 
 // follow appends the request a decision routed to. Every event it emits has
