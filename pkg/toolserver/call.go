@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,25 +13,17 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
-	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/internal/consume"
-	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/internal/evidence"
 	"github.com/openrath/rath/pkg/events"
-	"github.com/openrath/rath/pkg/eventstore"
-	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )
-
-// inlineLimit bounds the result kept inside an event, as the tool runner
-// does; a longer result goes to the blob store and the event keeps a prefix.
-const inlineLimit = 16 << 10
 
 type server struct {
 	t       Tool
 	durable string
-	c       *client.Client
 	states  States
-	store   *eventstore.Store
+	rec     *evidence.Recorder
 	allow   *allowList
 	schema  *jsonschema.Schema
 }
@@ -85,43 +76,37 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
 	}
-	e := evidence{s: s, ev: ev, req: req, attempt: call.Attempts + 1}
+	// The events answer the request (or the approval's decision) with the
+	// server's durable name and its client's source, rath/tool/<name>.
+	attempt := call.Attempts + 1
+	e := s.rec.Attempt(ev, req, attempt)
 	switch gate := st.GateOf(req.CallID); {
 	case gate.Refused():
-		return e.fail(ctx, gate.Rejection(), 0)
+		return e.Fail(ctx, gate.Rejection(), 0, nil)
 	case gate.Unscreened:
 		return nil // waits for the tool runner's decision, which is delivered here too
 	case !gate.Runnable():
 		return nil // waits for its approval's decision, which is delivered here too
 	}
 	if why := s.allowed(ctx, st, req); why != "" {
-		return e.fail(ctx, why, 0)
+		return e.Fail(ctx, why, 0, nil)
 	}
 	if err := s.check(req.Arguments); err != nil {
-		return e.fail(ctx, err.Error(), 0)
+		return e.Fail(ctx, err.Error(), 0, nil)
 	}
-	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: req.CallID, Tool: req.Tool, Attempt: e.attempt}); err != nil {
+	if err := e.Start(ctx, nil); err != nil {
 		return err
 	}
 	start := time.Now()
-	result, err := s.run(context.WithValue(ctx, callKey{}, Call{Session: ev.Session, CallID: req.CallID, EventID: ev.ID, Agent: req.Agent, Attempt: e.attempt}), req.Arguments)
+	result, err := s.run(context.WithValue(ctx, callKey{}, Call{Session: ev.Session, CallID: req.CallID, EventID: ev.ID, Agent: req.Agent, Attempt: attempt}), req.Arguments)
 	dur := time.Since(start)
 	if err != nil && ctx.Err() != nil {
 		return err // stopping: the request is delivered again, as a new attempt
 	}
 	if err != nil {
-		return e.fail(ctx, err.Error(), dur)
+		return e.Fail(ctx, err.Error(), dur, nil)
 	}
-	done := &events.ToolCompleted{CallID: req.CallID, Tool: req.Tool, Attempt: e.attempt, DurationMS: dur.Milliseconds()}
-	if done.Result, done.ResultRef, err = s.inline(ctx, strings.ToValidUTF8(result, "\uFFFD")); err != nil {
-		return err
-	}
-	// The result reaches the model as a tool chunk, before the completion
-	// that lets the selector route the next turn.
-	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: req.Agent, Content: done.Result, ToolCallID: req.CallID}); err != nil {
-		return err
-	}
-	return e.emit(ctx, "completed", done)
+	return e.Complete(ctx, &events.ToolCompleted{DurationMS: dur.Milliseconds()}, result, "")
 }
 
 // run calls Handle, turning a panic into a failed call.
@@ -206,45 +191,4 @@ func leaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
 		out = append(out, leaves(c)...)
 	}
 	return out
-}
-
-// inline keeps a short result in the event, and puts a long one in the blob
-// store, keeping a prefix in the event.
-func (s *server) inline(ctx context.Context, text string) (string, string, error) {
-	if len(text) <= inlineLimit {
-		return text, "", nil
-	}
-	ref, err := s.store.PutBlob(ctx, []byte(text))
-	if err != nil {
-		return "", "", err
-	}
-	return strings.ToValidUTF8(text[:inlineLimit], "") + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
-}
-
-// evidence appends the events of one call attempt, answering the request
-// (internal/answer) with IDs derived from it and the attempt, so that a
-// redelivered attempt records once. Their source is the server's client's,
-// rath/tool/<name>.
-type evidence struct {
-	s       *server
-	ev      events.Stored
-	req     *events.ToolRequested
-	attempt int
-}
-
-func (e evidence) emit(ctx context.Context, what string, data any) error {
-	_, err := answer.To(e.ev, e.s.durable, "").Emit(ctx, e.s.c, data, what, strconv.Itoa(e.attempt))
-	if errors.Is(err, api.ErrClosed) {
-		return nil
-	}
-	return err
-}
-
-// fail records a failed call: the model reads why as the tool's result, and
-// the failure ends the call.
-func (e evidence) fail(ctx context.Context, why string, dur time.Duration) error {
-	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: e.req.Agent, Content: "error: " + why, ToolCallID: e.req.CallID}); err != nil {
-		return err
-	}
-	return e.emit(ctx, "failed", &events.ToolFailed{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt, Error: why, DurationMS: dur.Milliseconds()})
 }

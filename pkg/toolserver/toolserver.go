@@ -43,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/consume"
+	"github.com/openrath/rath/internal/evidence"
 	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -195,8 +196,8 @@ func Serve(ctx context.Context, nc *nats.Conn, t Tool, opts ...Option) error {
 		}
 		return err
 	}
-	s := &server{t: t, durable: Durable(t.Name), c: c, states: o.states, store: store, schema: schema,
-		allow: newAllowList(store.GetBlob)}
+	s := &server{t: t, durable: Durable(t.Name), states: o.states, schema: schema,
+		rec: evidence.New(c, store, Durable(t.Name), ""), allow: newAllowList(store.GetBlob)}
 	// The decisions of approvals that gate calls are on the control token:
 	// a granted call runs, a rejected one fails; the tool runner's
 	// clearance of a call nobody had decided the gate of is on the tool

@@ -12,9 +12,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/evidence"
 	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
@@ -312,7 +314,8 @@ func TestRedeliveryRecordsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: tool, durable: Durable(tool.Name), c: c, states: fold.NewCache(store, fold.CacheConfig{}), store: store, schema: schema, allow: newAllowList(store.GetBlob)}
+	s := &server{t: tool, durable: Durable(tool.Name), states: fold.NewCache(store, fold.CacheConfig{}), schema: schema,
+		rec: evidence.New(c, store, Durable(tool.Name), ""), allow: newAllowList(store.GetBlob)}
 	if _, err := r.c.Start(context.Background(), "s4", events.SessionStarted{}); err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +334,8 @@ func TestRedeliveryRecordsOnce(t *testing.T) {
 
 	// Attempt 1 started, then the server died.
 	req2 := r.request(t, "s4", "c2", "word_count", `{"text":"x"}`)
-	e := evidence{s: s, ev: req2, req: &events.ToolRequested{CallID: "c2", Tool: tool.Name}, attempt: 1}
-	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: "c2", Tool: tool.Name, Attempt: 1}); err != nil {
+	e := s.rec.Attempt(req2, &events.ToolRequested{CallID: "c2", Tool: tool.Name}, 1)
+	if err := e.Start(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	calls.Store(0)
@@ -370,5 +373,79 @@ func TestServeRefusesNames(t *testing.T) {
 	}
 	if err := Serve(ctx, r.nc, Tool{Name: "ok", Handle: handle, Parameters: json.RawMessage(`{"type":3}`)}); err == nil {
 		t.Error("invalid schema accepted")
+	}
+}
+
+// Whatever a tool returns is recorded as valid UTF-8 of bounded size, the
+// same in the completion and in the model's chunk: a result cut inside a
+// rune at the inline limit keeps no half of it, a longer or invalid one is
+// kept whole in the blob store, and an error without a message still
+// fails the call.
+func TestHostileResultsAreRecordedValid(t *testing.T) {
+	r := setup(t)
+	a := func(n int) string { return strings.Repeat("a", n) }
+	results := map[string]struct {
+		result, head string // head: the inline text before the blob's note
+		blob         bool   // the result goes to the blob store
+	}{
+		"cut2":    {result: a(evidence.InlineLimit-1) + "é" + "tail", head: a(evidence.InlineLimit - 1), blob: true},
+		"cut3":    {result: a(evidence.InlineLimit-2) + "€" + "tail", head: a(evidence.InlineLimit - 2), blob: true},
+		"cut4":    {result: a(evidence.InlineLimit-1) + "😀" + "tail", head: a(evidence.InlineLimit - 1), blob: true},
+		"limit":   {result: a(evidence.InlineLimit-3) + "€", head: a(evidence.InlineLimit-3) + "€"},
+		"over":    {result: a(evidence.InlineLimit + 1), head: a(evidence.InlineLimit), blob: true},
+		"invalid": {result: "ok \xff\xfe done", head: "ok \uFFFD done"},
+		"empty":   {},
+		"huge":    {result: a(4 << 20), head: a(evidence.InlineLimit), blob: true},
+	}
+	tool := Tool{
+		Name:        "hostile",
+		Description: "Return a hostile result.",
+		Handle: func(_ context.Context, args json.RawMessage) (string, error) {
+			var in struct{ Case string }
+			if err := json.Unmarshal(args, &in); err != nil {
+				return "", err
+			}
+			if in.Case == "silent" {
+				return "", errors.New("")
+			}
+			return results[in.Case].result, nil
+		},
+	}
+	r.serve(t, tool)
+	waitRegistered(t, r.store, tool.Name)
+	if _, err := r.c.Start(context.Background(), "h", events.SessionStarted{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range results {
+		t.Run(name, func(t *testing.T) {
+			r.request(t, "h", name, tool.Name, `{"case":"`+name+`"}`)
+			chunk, last := r.finish(t, "h", name)
+			done, ok := last.(*events.ToolCompleted)
+			if !ok {
+				t.Fatalf("ended with %#v", last)
+			}
+			if !utf8.ValidString(done.Result) || chunk.Content != done.Result {
+				t.Fatalf("result valid %v, chunk the same %v", utf8.ValidString(done.Result), chunk.Content == done.Result)
+			}
+			if !want.blob {
+				if done.Result != want.head || done.ResultRef != "" {
+					t.Fatalf("result %q (ref %q), want %q inline", done.Result, done.ResultRef, want.head)
+				}
+				return
+			}
+			head, note, _ := strings.Cut(done.Result, "\n… [")
+			if head != want.head || note != fmt.Sprintf("%d bytes in all: %s]", len(want.result), done.ResultRef) {
+				t.Fatalf("result of %d bytes ending %q, note %q; want %d bytes ending %q", len(head), head[max(len(head)-8, 0):], note, len(want.head), want.head[len(want.head)-8:])
+			}
+			blob, err := r.store.GetBlob(context.Background(), done.ResultRef)
+			if err != nil || string(blob) != want.result {
+				t.Fatalf("blob of %d bytes (%v), want the whole %d", len(blob), err, len(want.result))
+			}
+		})
+	}
+	r.request(t, "h", "silent", tool.Name, `{"case":"silent"}`)
+	chunk, last := r.finish(t, "h", "silent")
+	if failed, ok := last.(*events.ToolFailed); !ok || failed.Error == "" || chunk.Content != "error: "+failed.Error {
+		t.Fatalf("an error without a message: %#v, chunk %q", last, chunk.Content)
 	}
 }
