@@ -19,13 +19,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/internal/consume"
+	"github.com/openrath/rath/internal/evidence"
 	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
@@ -54,10 +53,6 @@ const Source = "rath/tool-runner"
 // its workspace seed (ADR 0031).
 const LabelWorkspace = client.LabelWorkspace
 
-// inlineLimit bounds the result and diff kept inside an event; anything
-// larger goes to the object store by hash and the event keeps a prefix.
-const inlineLimit = 16 << 10
-
 // Runner runs tool calls.
 type Runner struct {
 	c         *client.Client
@@ -66,6 +61,7 @@ type Runner struct {
 	backends  *Backends
 	workflows *workflow.Library
 	servers   *mcp.Pool
+	rec       *evidence.Recorder
 	log       *slog.Logger
 	locks     [64]sync.Mutex // by session
 }
@@ -74,7 +70,8 @@ type Runner struct {
 // on servers. It reads sessions' states from states (ADR 0016), and their
 // workspace seeds from the blob store only (ADR 0031).
 func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backends *Backends, workflows *workflow.Library, servers *mcp.Pool, log *slog.Logger) *Runner {
-	return &Runner{c: c, states: states, store: store, backends: backends, workflows: workflows, servers: servers, log: log}
+	return &Runner{c: c, states: states, store: store, backends: backends, workflows: workflows, servers: servers,
+		rec: evidence.New(c, store, Durable, Source), log: log}
 }
 
 // Register publishes the built-in tools in the tool registry.
@@ -185,7 +182,7 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 		return nil // done already (a redelivery), or nothing to do
 	}
 	attempt := call.Attempts + 1
-	e := evidence{r: r, ev: ev, req: req, attempt: attempt}
+	e := r.rec.Attempt(ev, req, attempt)
 	gate := st.GateOf(req.CallID)
 	if gate.Unscreened {
 		// Nobody decided its gate: decided here, for every tool (gate.go).
@@ -195,7 +192,7 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 			return err
 		}
 		if why != "" {
-			return e.fail(ctx, nil, why, 0, 0)
+			return e.Fail(ctx, why, 0, nil)
 		}
 		if gate = st.GateOf(req.CallID); gate.Unscreened {
 			return fmt.Errorf("tool %s: its gate is undecided after the runner recorded its decision", req.CallID)
@@ -210,31 +207,31 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	}
 	switch {
 	case gate.Refused():
-		return e.fail(ctx, nil, gate.Rejection(), 0, 0)
+		return e.Fail(ctx, gate.Rejection(), 0, nil)
 	case !gate.Runnable():
 		return nil // waits for its approval's decision
 	}
 	if rt.kind == routeRefused {
-		return e.fail(ctx, nil, rt.why, 0, 0)
+		return e.Fail(ctx, rt.why, 0, nil)
 	}
 	if allowed, why, err := r.allowed(ctx, st, req); err != nil {
 		return err
 	} else if !allowed {
-		return e.fail(ctx, nil, why, 0, 0)
+		return e.Fail(ctx, why, 0, nil)
 	}
 	if req.Tool == tools.Todo {
-		return e.todo(ctx, st)
+		return todo(ctx, e, req, st)
 	}
 	ws, err := r.place(ctx, st, ev, req, takeOver)
 	var refused *placeError
 	if errors.As(err, &refused) {
-		return e.fail(ctx, nil, refused.why, 0, 0)
+		return e.Fail(ctx, refused.why, 0, nil)
 	}
 	if err != nil {
 		return err
 	}
 	sb := &events.Sandbox{Backend: ws.Backend(), SandboxID: ws.ID()}
-	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: req.CallID, Tool: req.Tool, Attempt: attempt, Sandbox: sb}); err != nil {
+	if err := e.Start(ctx, sb); err != nil {
 		return err
 	}
 	before, err := ws.Head(ctx)
@@ -251,7 +248,7 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	if callErr != nil {
 		// Bad arguments, an escape, an MCP server's error or one that
 		// could not run the call: the model is told, the call fails.
-		return e.fail(ctx, sb, callErr.Error(), dur, 0)
+		return e.Fail(ctx, callErr.Error(), dur, sb)
 	}
 	diff := ""
 	if after != before {
@@ -259,53 +256,37 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 			return fmt.Errorf("tool %s: diff: %w", req.CallID, err)
 		}
 	}
-	done := &events.ToolCompleted{CallID: req.CallID, Tool: req.Tool, Attempt: attempt, ExitCode: out.ExitCode,
-		DurationMS: dur.Milliseconds(), CommitBefore: before, CommitAfter: after, Sandbox: sb}
-	if done.Result, done.ResultRef, err = r.inline(ctx, out.Result); err != nil {
-		return err
-	}
-	if done.Diff, done.DiffRef, err = r.inline(ctx, diff); err != nil {
-		return err
-	}
-	// The result reaches the model as a tool chunk, before the completion
-	// that lets the selector route the next turn.
-	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: req.Agent, Content: done.Result, ToolCallID: req.CallID}); err != nil {
-		return err
-	}
+	// A validation or an experiment is recorded after the result's chunk,
+	// before the completion.
+	var then []evidence.Event
 	switch req.Tool {
 	case tools.Validate:
-		if err := e.emit(ctx, "verdict", verdict(req, out, after)); err != nil {
-			return err
-		}
+		then = append(then, evidence.Event{What: "verdict", Data: verdict(req, out, after)})
 	case tools.Experiment:
-		if err := e.emit(ctx, "experiment", experimentOf(req, out, after)); err != nil {
-			return err
-		}
+		then = append(then, evidence.Event{What: "experiment", Data: experimentOf(req, out, after)})
 	}
-	return e.emit(ctx, "completed", done)
+	return e.Complete(ctx, &events.ToolCompleted{ExitCode: out.ExitCode, DurationMS: dur.Milliseconds(),
+		CommitBefore: before, CommitAfter: after, Sandbox: sb}, out.Result, diff, then...)
 }
 
 // todo runs a todo call on the session's open work, without a workspace:
 // no placement, no sandbox, no commits. The work event (rath.work.pending
 // or rath.work.done) comes before the result's chunk and the completion,
 // so the agent's next turn, and the rules, see the list as the result says.
-func (e evidence) todo(ctx context.Context, st *session.State) error {
-	work, result, err := tools.Work(e.req.Arguments, e.req.CallID, e.req.Agent, st.Pending)
+func todo(ctx context.Context, e evidence.Attempt, req *events.ToolRequested, st *session.State) error {
+	work, result, err := tools.Work(req.Arguments, req.CallID, req.Agent, st.Pending)
 	if err != nil {
-		return e.fail(ctx, nil, err.Error(), 0, 0)
+		return e.Fail(ctx, err.Error(), 0, nil)
 	}
-	if err := e.emit(ctx, "started", &events.ToolStarted{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt}); err != nil {
+	if err := e.Start(ctx, nil); err != nil {
 		return err
 	}
 	if work != nil {
-		if err := e.emit(ctx, "work", work); err != nil {
+		if err := e.Emit(ctx, "work", work); err != nil {
 			return err
 		}
 	}
-	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: e.req.Agent, Content: result, ToolCallID: e.req.CallID}); err != nil {
-		return err
-	}
-	return e.emit(ctx, "completed", &events.ToolCompleted{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt, Result: result})
+	return e.Complete(ctx, &events.ToolCompleted{}, result, "")
 }
 
 // verdict is the validation a validate call records: the check passed if
@@ -363,14 +344,12 @@ func (r *Runner) GaveUp(record consume.Failure) consume.Failure {
 			var answer error
 			switch d := d.(type) {
 			case *events.ToolRequested:
-				e := evidence{r: r, ev: ev, req: d, attempt: f.Attempts}
-				answer = e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0)
+				answer = r.rec.Attempt(ev, d, f.Attempts).Fail(ctx, "the tool runner gave up: "+f.Error, 0, nil)
 			case *events.ApprovalGranted, *events.ApprovalRejected, *events.ApprovalExpired:
 				if req, _, err := r.gated(ctx, ev); err != nil {
 					answer = err
 				} else if req != nil {
-					e := evidence{r: r, ev: ev, req: req, attempt: f.Attempts}
-					answer = e.fail(ctx, nil, "the tool runner gave up: "+f.Error, 0, 0)
+					answer = r.rec.Attempt(ev, req, f.Attempts).Fail(ctx, "the tool runner gave up: "+f.Error, 0, nil)
 				}
 			case *events.SandboxRequested:
 				answer = r.refuse(ctx, ev, d.Backend, "the tool runner gave up: "+f.Error)
@@ -381,19 +360,6 @@ func (r *Runner) GaveUp(record consume.Failure) consume.Failure {
 		}
 		return record(ctx, ev, f)
 	}
-}
-
-// inline keeps small text in the event and puts large text in the object
-// store, keeping a prefix in the event.
-func (r *Runner) inline(ctx context.Context, text string) (string, string, error) {
-	if len(text) <= inlineLimit {
-		return text, "", nil
-	}
-	ref, err := r.store.PutBlob(ctx, []byte(text))
-	if err != nil {
-		return "", "", err
-	}
-	return text[:inlineLimit] + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
 }
 
 // allowed checks the tool against the requesting agent's list in the
@@ -511,32 +477,4 @@ func builtin(name string) bool {
 		}
 	}
 	return false
-}
-
-// evidence emits the events of one call attempt, answering the request
-// (internal/answer) with IDs derived from it and the attempt, so a
-// redelivered attempt records once.
-type evidence struct {
-	r       *Runner
-	ev      events.Stored
-	req     *events.ToolRequested
-	attempt int
-}
-
-func (e evidence) emit(ctx context.Context, what string, data any) error {
-	_, err := answer.To(e.ev, Durable, Source).Emit(ctx, e.r.c, data, what, strconv.Itoa(e.attempt))
-	if errors.Is(err, api.ErrClosed) {
-		return nil
-	}
-	return err
-}
-
-// fail records a failed call: the model sees the reason as the tool's
-// result, and the failure event ends the call.
-func (e evidence) fail(ctx context.Context, sb *events.Sandbox, why string, dur time.Duration, exit int) error {
-	if err := e.emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: e.req.Agent, Content: "error: " + why, ToolCallID: e.req.CallID}); err != nil {
-		return err
-	}
-	return e.emit(ctx, "failed", &events.ToolFailed{CallID: e.req.CallID, Tool: e.req.Tool, Attempt: e.attempt, Error: why,
-		ExitCode: exit, DurationMS: dur.Milliseconds(), Sandbox: sb})
 }
