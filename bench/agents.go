@@ -436,11 +436,17 @@ func (h *harness) stopAgentProcesses(procs []*ledgerRun) error {
 // they expire, so this can return before every new process pulls; the
 // processes start in well under the time a measurement takes.
 func (h *harness) waitPulling(ctx context.Context, k int) error {
+	return waitPullingOn(ctx, h.js, k)
+}
+
+// waitPullingOn is waitPulling on the server js reaches (the engine
+// section's `rath up` runs one of its own).
+func waitPullingOn(ctx context.Context, js jetstream.JetStream, k int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, kind := range agentKinds {
 		for {
-			c, err := h.js.Consumer(ctx, events.StreamSessions, kind)
+			c, err := js.Consumer(ctx, events.StreamSessions, kind)
 			if err == nil {
 				var ci *jetstream.ConsumerInfo
 				if ci, err = c.Info(ctx); err == nil && ci.NumWaiting >= k {

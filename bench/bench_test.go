@@ -143,3 +143,22 @@ func TestLatencies(t *testing.T) {
 		t.Errorf("median %v, min %v, max %v", l.median(), l.pct(0), l.pct(100))
 	}
 }
+
+// The engine section (ADR 0038's O3, O5, O6) starts a `rath up` of its own
+// and runs only when named.
+func TestEngineIsOptional(t *testing.T) {
+	def, err := parseFlags(nil)
+	if err != nil || def.has(sectionEngine) {
+		t.Fatalf("default sections %v (%v) include %s", def.sections, err, sectionEngine)
+	}
+	cfg, err := parseFlags([]string{"--quick", "--sections", "engine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{sectionEngine}; !slices.Equal(cfg.sections, want) {
+		t.Fatalf("sections %v, want %v", cfg.sections, want)
+	}
+	if n := cfg.n(1000, 20); n != 100 {
+		t.Errorf("--quick: %d O3 sessions, want 100", n)
+	}
+}

@@ -58,23 +58,30 @@ func moduleRoot() (string, error) {
 // buildLedger builds the session-ledger binary into dir. With profile, the
 // binary carries the profiling hook.
 func buildLedger(ctx context.Context, dir string, profile bool) (string, error) {
+	return buildMain(ctx, dir, ledgerPkg, profile)
+}
+
+// buildMain builds the main package pkg (relative to the module root, such
+// as ./cmd/rath) into dir, named as its directory. With profile, the
+// binary carries the profiling hook.
+func buildMain(ctx context.Context, dir, pkg string, profile bool) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "session-ledger")
+	bin := filepath.Join(dir, filepath.Base(pkg))
 	args := []string{"build", "-o", bin}
 	if profile {
-		ov, err := writeProfileOverlay(dir, root, ledgerPkg)
+		ov, err := writeProfileOverlay(dir, root, pkg)
 		if err != nil {
 			return "", err
 		}
 		args = append(args, "-overlay", ov)
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, ledgerPkg)...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", ledgerPkg, err, out)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
 }

@@ -278,6 +278,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runRecheck(ctx)
 	case sectionEval:
 		err = h.runEval(ctx)
+	case sectionEngine:
+		err = h.runEngine(ctx)
 	}
 	return errors.Join(err, stop())
 }
