@@ -389,13 +389,18 @@ func TestStatesAreTheCallersOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := js(t, st)
-	st.Tools["call-0"].Status = "scribbled"
+	// A state's tool entries are shared with the cache and replaced, never
+	// changed in place (session.View): a caller replaces one too.
+	call := st.Tools["call-0"]
+	scribbled := *call
+	scribbled.Status = "scribbled"
+	st.Tools["call-0"] = &scribbled
 	st.Labels["k"] = "scribbled"
 	st.Chunks = append(st.Chunks, session.Chunk{Content: "scribbled"})
 	r.same(t, c, "v1", 0)
 	r.turn(t, "v1", 1)
 	r.same(t, c, "v1", 0)
-	st.Tools["call-0"].Status, st.Labels["k"], st.Chunks = session.ToolCompleted, "v", st.Chunks[:len(st.Chunks)-1]
+	st.Tools["call-0"], st.Labels["k"], st.Chunks = call, "v", st.Chunks[:len(st.Chunks)-1]
 	if js(t, st) != before {
 		t.Fatal("folding on changed a state handed out")
 	}

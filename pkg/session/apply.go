@@ -2,6 +2,8 @@ package session
 
 import (
 	"fmt"
+	"slices"
+
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -137,7 +139,7 @@ func apply(s *State, e events.Stored, merged bool) bool {
 		s.Counts.ToolCalls++
 	case *events.ToolCleared:
 		if t := s.Tools[d.CallID]; t != nil {
-			t.Seqs = append(t.Seqs, e.Seq)
+			s.tool(d.CallID, t.Tool, e.Seq)
 			s.screen(d.CallID, e.Actor, ScreenedClear)
 		}
 	case *events.ToolStarted:
@@ -245,12 +247,13 @@ func (s *State) tool(callID, name string, seq uint64) *Tool {
 	if s.Tools == nil {
 		s.Tools = map[string]*Tool{}
 	}
-	t, ok := s.Tools[callID]
-	if !ok {
-		t = &Tool{CallID: callID, Tool: name, Status: ToolRequested}
-		s.Tools[callID] = t
+	t := &Tool{CallID: callID, Tool: name, Status: ToolRequested}
+	if old, ok := s.Tools[callID]; ok {
+		c := *old // entries are replaced, never changed in place: View shares them
+		t = &c
 	}
-	t.Seqs = append(t.Seqs, seq)
+	t.Seqs = append(slices.Clip(t.Seqs), seq)
+	s.Tools[callID] = t
 	return t
 }
 

@@ -147,5 +147,7 @@ func (s *State) screen(callID, actor, decision string) {
 	if t == nil || actor != Screener || t.ProposedBy == GateKeeper || t.Screened != "" {
 		return
 	}
-	t.Screened = decision
+	c := *t // entries are replaced, never changed in place: View shares them
+	c.Screened = decision
+	s.Tools[callID] = &c
 }

@@ -12,6 +12,11 @@ import (
 // merges) are shared up to their current length, capped so that an append to
 // either side allocates anew. Neither s nor the copy may change an element of
 // those slices in place; everything Apply changes in place is copied.
+// Tool call entries are shared the same way: Apply replaces an entry,
+// never changes one in place, and neither may a holder of a copy, so a
+// copy costs a map of pointers rather than a copy of every call (issue 32:
+// that copy, twice per event in the selector, made a session's cost grow
+// with its tool calls).
 // TestViewIsIndependent checks Apply against that rule for every kind.
 func (s *State) View() *State {
 	c := *s
@@ -34,14 +39,7 @@ func (s *State) View() *State {
 	c.Counts.TurnsByAgent = maps.Clone(s.Counts.TurnsByAgent)
 	c.Pending = maps.Clone(s.Pending)
 	c.Approvals = maps.Clone(s.Approvals)
-	if s.Tools != nil {
-		c.Tools = make(map[string]*Tool, len(s.Tools))
-		for id, t := range s.Tools {
-			tc := *t
-			tc.Seqs = slices.Clip(t.Seqs)
-			c.Tools[id] = &tc
-		}
-	}
+	c.Tools = maps.Clone(s.Tools) // Apply replaces an entry, never changes one in place
 	// Sandbox and Turn are replaced by Apply, never changed in place.
 	return &c
 }
