@@ -101,18 +101,39 @@ type Lineage struct {
 	Merged []events.Segment `json:"merged,omitempty"`
 }
 
-// Covers reports whether the state already holds the content of event seq of
-// session id, through its own log, its fork ancestry or a merge.
-func (s *State) Covers(id string, seq uint64) bool {
-	for _, runs := range [][]events.Segment{s.Lineage.Path, s.Lineage.Merged} {
+// Coverage is how a state holds the content of an event.
+type Coverage int
+
+// Coverages.
+const (
+	// NotCovered: the state does not hold the event.
+	NotCovered Coverage = iota
+	// CoveredByPath: the event is of the session's own log or of its fork
+	// ancestry (Lineage.Path).
+	CoveredByPath
+	// CoveredByMerge: a merge took the event in (Lineage.Merged).
+	CoveredByMerge
+)
+
+// Coverage says how the state holds the content of event seq of session
+// id: through its own log or fork ancestry, through a merge, or not. It is
+// the one answer to "does this state hold that event": the fold asks it so
+// a merge never applies an event twice, the ledger when it computes a
+// merge's segments, memory when it says how a session read an item.
+func (s *State) Coverage(id string, seq uint64) Coverage {
+	for i, runs := range [][]events.Segment{s.Lineage.Path, s.Lineage.Merged} {
 		for _, r := range runs {
 			if r.Session == id && seq >= r.From && (r.To == 0 || seq <= r.To) {
-				return true
+				return CoveredByPath + Coverage(i)
 			}
 		}
 	}
-	return false
+	return NotCovered
 }
+
+// Covers reports whether the state already holds the content of event seq of
+// session id, through its own log, its fork ancestry or a merge.
+func (s *State) Covers(id string, seq uint64) bool { return s.Coverage(id, seq) != NotCovered }
 
 // cover records that the content of event seq of session id is held.
 func (s *State) cover(id string, seq uint64) {

@@ -102,10 +102,10 @@ func (m *Memory) Readers(ctx context.Context, req memoryapi.ItemRequest) (memory
 				return memoryapi.ReadersReply{}, fmt.Errorf("state of %s: %w", c, err)
 			}
 			via := ""
-			switch {
-			case covers(st.Lineage.Path, r.session, r.seq):
+			switch st.Coverage(r.session, r.seq) {
+			case session.CoveredByPath:
 				via = memoryapi.ViaFork
-			case covers(st.Lineage.Merged, r.session, r.seq):
+			case session.CoveredByMerge:
 				via = memoryapi.ViaMerge
 			default:
 				continue
@@ -125,16 +125,6 @@ func (m *Memory) Readers(ctx context.Context, req memoryapi.ItemRequest) (memory
 		return int(a.Seq) - int(b.Seq)
 	})
 	return out, nil
-}
-
-// covers reports whether one of runs holds event seq of session id.
-func covers(runs []events.Segment, id string, seq uint64) bool {
-	for _, r := range runs {
-		if r.Session == id && seq >= r.From && (r.To == 0 || seq <= r.To) {
-			return true
-		}
-	}
-	return false
 }
 
 // Justify answers what justified an item's versions: each version's
