@@ -293,43 +293,10 @@ func (r *Reader) ownStored(ctx context.Context, id string, from, to uint64, fn f
 // order: from the store (Reader.OwnEvents) or from the ledger (Log).
 type eventsFunc func(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error
 
-// foldWith applies one event to st, reading the events a merge takes in
-// through read. Merge segments name runs of a session's own events, which
-// are also that session's logical log at those sequences, so the store and
-// the ledger's log operation read the same events for them.
+// foldWith applies one event to st with session.Walk, reading the events a
+// merge takes in through read.
 func foldWith(ctx context.Context, st *session.State, ev events.Stored, read eventsFunc) error {
-	if ev.Type == events.TypeSessionMerged {
-		if err := foldMerged(ctx, st, ev, read); err != nil {
-			return err
-		}
-	}
-	session.Apply(st, ev)
-	return nil
-}
-
-func foldMerged(ctx context.Context, st *session.State, ev events.Stored, read eventsFunc) error {
-	d, err := ev.Decode()
-	if err != nil {
-		return nil // the fold never fails on old data; Apply records the head
-	}
-	m := d.(*events.SessionMerged)
-	for _, seg := range m.Segments {
-		err := read(ctx, seg.Session, seg.From, seg.To, func(src events.Stored) error {
-			if st.Covers(src.Session, src.Seq) {
-				return nil // held already: through ancestry or an earlier merge
-			}
-			if src.Type == events.TypeSessionMerged {
-				// A merge inside the merged range brings its own segments along.
-				if err := foldMerged(ctx, st, src, read); err != nil {
-					return err
-				}
-			}
-			session.ApplyMerged(st, src)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("fold merge of %s at %d: %w", m.Source, ev.Seq, err)
-		}
-	}
-	return nil
+	return session.Walk(st, []events.Stored{ev}, session.Hooks{Read: func(seg events.Segment, fn func(events.Stored) error) error {
+		return read(ctx, seg.Session, seg.From, seg.To, fn)
+	}})
 }

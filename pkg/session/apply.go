@@ -30,6 +30,12 @@ func apply(s *State, e events.Stored, merged bool) bool {
 	if err != nil {
 		data = nil
 	}
+	return applyData(s, e, data, merged)
+}
+
+// applyData is apply with e's data decoded already (nil: it does not
+// decode), so Walk decodes each event once for the fold and its hooks.
+func applyData(s *State, e events.Stored, data any, merged bool) bool {
 	origin := ""
 	if merged {
 		origin = e.Session
