@@ -11,14 +11,17 @@ import (
 )
 
 // fold walks one branch's logical log (and the events its merges take in)
-// and records the branch's own events. Context that spans a fork (turn
-// numbers, the turn in flight, tool calls in flight, the sandbox placement)
-// comes from the inherited prefix, so a branch's records read the same as
-// the ledger's state of that branch would.
+// with session.Walk and records the branch's own events. Context that spans
+// a fork (turn numbers, the turn in flight, tool calls in flight, the
+// sandbox placement) comes from the inherited prefix, so a branch's records
+// read the same as the ledger's state of that branch would.
 type fold struct {
 	t     *tree
 	id    string
 	blobs map[string][]byte
+	// st is the branch's state as Walk folds it: what the records read of
+	// the state rather than keep again (the placement, the status).
+	st *session.State
 
 	branch Branch
 
@@ -28,11 +31,9 @@ type fold struct {
 	turnOrder []string
 	calls     map[string]*callState
 	callOrder []string
-	placement *Ref
 	ids       map[string]events.Stored
-	covered   map[events.Position]bool // merged-in (session, seq); Hash unused
-	lastVal   *Validation              // last validation of the content so far
-	logical   session.Usage            // usage of the logical log
+	lastVal   *Validation   // last validation of the content so far
+	logical   session.Usage // usage of the logical log
 	segments  map[string]*SegmentUsage
 	mergedIn  session.Usage
 
@@ -70,9 +71,9 @@ func newFold(t *tree, id string, blobs map[string][]byte) *fold {
 	if in.Fork != nil {
 		b.ForkHash, b.ForkReason = in.Fork.ParentHash, in.Fork.Reason
 	}
-	f := &fold{t: t, id: id, blobs: blobs, branch: b,
+	f := &fold{t: t, id: id, blobs: blobs, branch: b, st: &session.State{},
 		turns: map[string]*turnState{}, calls: map[string]*callState{},
-		ids: map[string]events.Stored{}, covered: map[events.Position]bool{}, segments: map[string]*SegmentUsage{}}
+		ids: map[string]events.Stored{}, segments: map[string]*SegmentUsage{}}
 	f.people.init()
 	for _, seg := range t.Path(id) {
 		f.segments[seg.Session] = &SegmentUsage{Segment: seg}
@@ -81,9 +82,9 @@ func newFold(t *tree, id string, blobs map[string][]byte) *fold {
 }
 
 func (f *fold) run() {
-	for _, e := range f.t.Logical(f.id) {
-		f.event(e)
-	}
+	// Reading the tree does not fail, so neither does the walk.
+	_ = session.Walk(f.st, f.t.Logical(f.id), session.Hooks{After: f.walked, Read: f.t.read})
+	f.branch.Status = string(f.st.Status)
 	// Most events first, then by name.
 	slices.SortStableFunc(f.branch.Actors, func(x, y ActorCount) int {
 		if x.Events != y.Events {
@@ -93,41 +94,22 @@ func (f *fold) run() {
 	})
 }
 
-func (f *fold) covers(session string, seq uint64) bool {
-	if seg, ok := f.segments[session]; ok && seq >= seg.From && seq <= seg.To {
-		return true
+// walked records one step of the walk: an event of the logical log, or one
+// a merge took in, of which the records keep only the validation (the last
+// one so far) and the usage.
+func (f *fold) walked(_ *session.State, s session.Step) {
+	if !s.Merged {
+		f.record(s.Stored, s.Data)
+		return
 	}
-	return f.covered[events.Position{Session: session, Seq: seq}]
+	if c, ok := session.CheckOf(s.Data); ok {
+		v := validation(s.Stored, c, s.Data)
+		f.lastVal = &v
+	}
+	f.mergedIn.AddEvent(s.Data)
 }
 
-// expand takes in a merge's segments as the ledger folds them: every event
-// not covered yet, a nested merge's own segments first.
-func (f *fold) expand(d *events.SessionMerged) {
-	for _, seg := range d.Segments {
-		for _, e := range f.t.Branch(seg.Session).Events {
-			if e.Seq < seg.From || e.Seq > seg.To || f.covers(e.Session, e.Seq) {
-				continue
-			}
-			f.covered[events.Position{Session: e.Session, Seq: e.Seq}] = true
-			data, err := e.Decode()
-			if err != nil {
-				continue
-			}
-			switch m := data.(type) {
-			case *events.SessionMerged:
-				f.expand(m)
-			case *events.ValidationPassed, *events.ValidationFailed:
-				v := validation(e, m)
-				f.lastVal = &v
-			case *events.ModelCalled, *events.UsageRecorded:
-				f.mergedIn.AddEvent(m)
-			}
-		}
-	}
-}
-
-func validation(e events.Stored, data any) Validation {
-	c, _ := session.CheckOf(data)
+func validation(e events.Stored, c session.Check, data any) Validation {
 	v := Validation{At: at(e), Check: c}
 	switch d := data.(type) {
 	case *events.ValidationPassed:
@@ -143,10 +125,18 @@ func validation(e events.Stored, data any) Validation {
 // ones the dossier records nothing of too, so a kind added to the catalog
 // fails TestFoldKnowsEveryKind until the dossier decides what it shows of it.
 func (f *fold) event(e events.Stored) bool {
-	own := e.Session == f.id
-	f.ids[e.ID] = e
 	data, err := e.Decode()
 	if err != nil {
+		data = nil
+	}
+	return f.record(e, data)
+}
+
+// record is event with e's data decoded (nil: it does not decode).
+func (f *fold) record(e events.Stored, data any) bool {
+	own := e.Session == f.id
+	f.ids[e.ID] = e
+	if data == nil {
 		return false // the fold never fails on history: undecodable data only counts
 	}
 	b := &f.branch
@@ -157,39 +147,46 @@ func (f *fold) event(e events.Stored) bool {
 			b.Tenant = e.Tenant
 		}
 	}
-	if what, detail, by, ok := act(data); ok && own {
-		f.acts = append(f.acts, Act{At: at(e), Actor: e.Actor, OnBehalf: e.OnBehalf, What: what, Detail: detail, By: by})
+	// act records what the event makes its actor answerable for, when it
+	// is the branch's own.
+	act := func(what, detail, by string) {
+		if own {
+			f.acts = append(f.acts, Act{At: at(e), Actor: e.Actor, OnBehalf: e.OnBehalf, What: what, Detail: detail, By: by})
+		}
 	}
+	p := &f.people
 	known := true
 	switch d := data.(type) {
 	case *events.SessionStarted:
+		act("started the session", d.Task, "")
 		if own {
 			b.Task, b.Labels = d.Task, d.Labels
 		}
 	case *events.SessionForked:
+		act("forked", strings.TrimSuffix(fmt.Sprintf("from %s at %d: %s", d.Parent, d.AtSeq, d.Reason), ": "), "")
 		if own {
 			b.Labels = d.Labels
 		}
 	case *events.SessionPaused:
-		if own {
-			b.Status = "paused"
-		}
+		act("paused", d.Reason, "") // the branch's status is the state's (run)
 	case *events.SessionResumed:
-		if own {
-			b.Status = "active"
-		}
+		act("resumed", d.Reason, "")
+	case *events.SessionArchived:
+		act("archived", "", "")
 	case *events.SessionClosed:
+		if d.Outcome != "" {
+			act("closed ("+d.Outcome+")", d.Reason, "")
+		} else {
+			act("closed", d.Reason, "")
+		}
 		if own {
-			b.Status, b.Outcome, b.CloseReason, b.ClosedSeq = "closed", d.Outcome, d.Reason, e.Seq
+			b.Outcome, b.CloseReason, b.ClosedSeq = d.Outcome, d.Reason, e.Seq
 			if Successful(d.Outcome) {
 				f.candidates = append(f.candidates, candidate{close: at(e), outcome: d.Outcome, reason: d.Reason, last: f.lastVal})
 			}
 		}
-	case *events.SessionArchived:
-		if own {
-			b.Status = "archived"
-		}
 	case *events.SessionMerged:
+		act("merged", "from "+d.Source, "")
 		if own {
 			n := 0
 			for _, s := range d.Segments {
@@ -198,7 +195,6 @@ func (f *fold) event(e events.Stored) bool {
 			b.Merges = append(b.Merges, MergeIn{At: at(e), Source: d.Source, SourceHead: d.SourceHead,
 				Ancestor: d.Ancestor, Segments: d.Segments, Reason: d.Reason, Events: n})
 		}
-		f.expand(d)
 	case *events.TurnRequested:
 		f.turnCount++
 		ts := &turnState{request: e, rec: Turn{At: at(e), Number: f.turnCount, TurnID: d.TurnID, Agent: d.Agent,
@@ -209,7 +205,14 @@ func (f *fold) event(e events.Stored) bool {
 		f.turns[d.TurnID] = ts
 		f.inFlight = d.TurnID
 		ts.touched = own
+		if own {
+			p.next(e, d, f.turnCount)
+		}
 	case *events.ChunkAppended:
+		if own && d.Correction && d.Role == events.RoleUser {
+			act("corrected the session", d.Content, "")
+			p.add(Intervention{At: at(e), Kind: InterventionSaid, Actor: e.Actor, Text: d.Content}, "")
+		}
 		if ts := f.turns[f.inFlight]; ts != nil && d.Role == events.RoleAssistant && (d.Agent == "" || d.Agent == ts.rec.Agent) {
 			if ts.rec.Answer != "" {
 				ts.rec.Answer += "\n"
@@ -257,6 +260,12 @@ func (f *fold) event(e events.Stored) bool {
 			full = string(blob)
 		}
 		r.Files = DiffFiles(full)
+		if own && d.Correction {
+			act("gave the result of tool call "+d.CallID, d.Result, "")
+			p.add(Intervention{At: at(e), Kind: InterventionResult, Actor: e.Actor, CallID: d.CallID, Tool: d.Tool, Text: d.Result,
+				Arguments: r.Arguments}, "")
+		}
+		p.ended(e, d.CallID, "completed", d.ExitCode)
 	case *events.ToolFailed:
 		c := f.call(e, own, d.CallID, d.Tool)
 		r := &c.rec
@@ -264,8 +273,8 @@ func (f *fold) event(e events.Stored) bool {
 		if d.Sandbox != nil {
 			r.Sandbox = d.Sandbox
 		}
+		p.ended(e, d.CallID, "failed", d.ExitCode)
 	case *events.SandboxPlaced:
-		f.placement = &Ref{Branch: e.Session, Seq: e.Seq}
 		if own {
 			f.placements = append(f.placements, Placement{At: at(e), Backend: d.Backend, SandboxID: d.SandboxID,
 				Host: d.Host, Workspace: d.Workspace, Commit: d.Commit, Reason: d.Reason,
@@ -281,12 +290,14 @@ func (f *fold) event(e events.Stored) bool {
 				Turn: f.turnNumber(d.TurnID), Query: d.Query, Scopes: scopes, Tags: d.Tags, Items: d.Items})
 		}
 	case *events.MemoryWritten:
+		act("wrote memory "+d.ItemID, "", "")
 		if own {
 			p := d.Provenance
 			f.memory = append(f.memory, Memory{At: at(e), Kind: MemoryWritten, Turn: f.turnNumber(""), ItemID: d.ItemID,
 				Version: d.Version, Content: d.Content, Scope: d.Scope, Tags: d.Tags, Provenance: &p, RestoredFrom: d.RestoredFrom})
 		}
 	case *events.MemoryRetracted:
+		act("retracted memory "+d.ItemID, d.Reason, d.By)
 		if own {
 			f.memory = append(f.memory, Memory{At: at(e), Kind: MemoryRetracted, Turn: f.turnNumber(""), ItemID: d.ItemID,
 				Version: d.Version, By: d.By, Reason: d.Reason})
@@ -296,7 +307,8 @@ func (f *fold) event(e events.Stored) bool {
 			f.experiments = append(f.experiments, experiment(e, d))
 		}
 	case *events.ValidationPassed, *events.ValidationFailed:
-		v := validation(e, d)
+		c, _ := session.CheckOf(d)
+		v := validation(e, c, d)
 		f.lastVal = &v
 		if own {
 			f.validations = append(f.validations, v)
@@ -318,10 +330,41 @@ func (f *fold) event(e events.Stored) bool {
 			}
 			f.decisions = append(f.decisions, dec)
 		}
-	case *events.ApprovalRequested, *events.ApprovalGranted, *events.ApprovalRejected, *events.ApprovalExpired, *events.SandboxRequested:
-		// Acts (act, above): who asked and who decided.
-	case *events.SessionPurged, *events.TranscriptCompacted, *events.SandboxRefused,
-		*events.WorkPending, *events.WorkDone, *events.ModelCallFailed, *events.HandlerFailed:
+	case *events.ApprovalRequested:
+		act("asked for approval "+d.ApprovalID, d.Action, "")
+		p.requests[d.ApprovalID] = approvalRequest{ref: Ref{Branch: e.Session, Seq: e.Seq}, data: d}
+	case *events.ApprovalGranted:
+		act("granted approval "+d.ApprovalID, d.Comment, d.By)
+		if own {
+			p.decided(f, e, InterventionGranted, d.ApprovalID, d.Comment)
+		}
+	case *events.ApprovalRejected:
+		act("rejected approval "+d.ApprovalID, d.Reason, d.By)
+		if own {
+			p.decided(f, e, InterventionRejected, d.ApprovalID, d.Reason)
+		}
+	case *events.ApprovalExpired:
+		if d.EscalatedTo != "" {
+			act("escalated approval "+d.ApprovalID+" to "+d.EscalatedTo, "no decision by "+d.Deadline, "")
+		} else {
+			act("approval "+d.ApprovalID+" expired ("+d.OnTimeout+")", "no decision by "+d.Deadline, "")
+		}
+		if own {
+			what := "no decision by " + d.Deadline + ", " + d.OnTimeout
+			if d.EscalatedTo != "" {
+				what += " to " + d.EscalatedTo + " until " + d.NextDeadline
+			}
+			p.decided(f, e, InterventionExpired, d.ApprovalID, what)
+		}
+	case *events.SandboxRequested:
+		act("asked to move the session to sandbox "+d.Backend, d.Reason, "")
+	case *events.WorkPending:
+		p.pendingWork(e, d, own)
+	case *events.WorkDone:
+		if own {
+			p.workDone(e, d)
+		}
+	case *events.SessionPurged, *events.TranscriptCompacted, *events.SandboxRefused, *events.ModelCallFailed, *events.HandlerFailed:
 		// Nothing the dossier records: the archive is told by its
 		// session.archived, a compaction deletes nothing, a refused move
 		// leaves the placement as it was, and retries and dead letters are
@@ -329,7 +372,6 @@ func (f *fold) event(e events.Stored) bool {
 	default:
 		known = false
 	}
-	f.people.event(f, e, own, data)
 	if own {
 		b.Counts.Memory = len(f.memory)
 		b.Counts.Decisions = len(f.decisions)
@@ -389,7 +431,10 @@ func (f *fold) call(e events.Stored, own bool, id, tool string) *callState {
 	if own {
 		c.touched = true
 		c.rec.Seqs = append(c.rec.Seqs, e.Seq)
-		c.rec.Placement = f.placement
+		c.rec.Placement = nil
+		if p := f.st.Sandbox; p != nil {
+			c.rec.Placement = &Ref{Branch: p.Session, Seq: p.Seq}
+		}
 	}
 	return c
 }
@@ -459,53 +504,4 @@ func (f *fold) countActor(e events.Stored) {
 		i = len(b.Actors) - 1
 	}
 	b.Actors[i].Events++
-}
-
-// act names what an event makes its actor answerable for, if anything.
-func act(data any) (what, detail, by string, ok bool) {
-	switch d := data.(type) {
-	case *events.SessionStarted:
-		return "started the session", d.Task, "", true
-	case *events.SessionForked:
-		return "forked", strings.TrimSuffix(fmt.Sprintf("from %s at %d: %s", d.Parent, d.AtSeq, d.Reason), ": "), "", true
-	case *events.SessionPaused:
-		return "paused", d.Reason, "", true
-	case *events.SessionResumed:
-		return "resumed", d.Reason, "", true
-	case *events.SessionClosed:
-		if d.Outcome != "" {
-			return "closed (" + d.Outcome + ")", d.Reason, "", true
-		}
-		return "closed", d.Reason, "", true
-	case *events.SessionArchived:
-		return "archived", "", "", true
-	case *events.SessionMerged:
-		return "merged", "from " + d.Source, "", true
-	case *events.ApprovalRequested:
-		return "asked for approval " + d.ApprovalID, d.Action, "", true
-	case *events.ApprovalGranted:
-		return "granted approval " + d.ApprovalID, d.Comment, d.By, true
-	case *events.ApprovalRejected:
-		return "rejected approval " + d.ApprovalID, d.Reason, d.By, true
-	case *events.ChunkAppended:
-		if d.Correction && d.Role == events.RoleUser {
-			return "corrected the session", d.Content, "", true
-		}
-	case *events.ToolCompleted:
-		if d.Correction {
-			return "gave the result of tool call " + d.CallID, d.Result, "", true
-		}
-	case *events.ApprovalExpired:
-		if d.EscalatedTo != "" {
-			return "escalated approval " + d.ApprovalID + " to " + d.EscalatedTo, "no decision by " + d.Deadline, "", true
-		}
-		return "approval " + d.ApprovalID + " expired (" + d.OnTimeout + ")", "no decision by " + d.Deadline, "", true
-	case *events.MemoryWritten:
-		return "wrote memory " + d.ItemID, "", "", true
-	case *events.MemoryRetracted:
-		return "retracted memory " + d.ItemID, d.Reason, d.By, true
-	case *events.SandboxRequested:
-		return "asked to move the session to sandbox " + d.Backend, d.Reason, "", true
-	}
-	return "", "", "", false
 }

@@ -110,80 +110,47 @@ func (p *people) init() {
 	p.requests, p.awaitCall, p.workIndex, p.pending = map[string]approvalRequest{}, map[string][]int{}, map[string]int{}, map[string]events.Stored{}
 }
 
-// event folds what the people's records need of one event of the branch's
-// logical log (own: stored by the branch itself).
-func (p *people) event(f *fold, e events.Stored, own bool, data any) {
-	switch d := data.(type) {
-	case *events.ApprovalRequested:
-		p.requests[d.ApprovalID] = approvalRequest{ref: Ref{Branch: e.Session, Seq: e.Seq}, data: d}
-	case *events.ApprovalGranted:
-		if own {
-			p.decided(f, e, InterventionGranted, d.ApprovalID, d.Comment)
+// next says, in the interventions waiting for one, which turn followed
+// them: the branch's own request e (number n).
+func (p *people) next(e events.Stored, d *events.TurnRequested, n int) {
+	for _, i := range p.awaitTurn {
+		p.interventions[i].Next = &NextTurn{Ref: Ref{Branch: e.Session, Seq: e.Seq}, Number: n, Agent: d.Agent, Rule: d.Rule}
+	}
+	p.awaitTurn = nil
+}
+
+// pendingWork keeps a pending item of the logical log, and lists it when
+// it is the branch's own.
+func (p *people) pendingWork(e events.Stored, d *events.WorkPending, own bool) {
+	p.pending[d.WorkID] = e
+	if own {
+		p.workIndex[d.WorkID] = len(p.work)
+		p.work = append(p.work, WorkItem{At: at(e), WorkID: d.WorkID, Kind: d.Kind, Description: d.Description, Assignee: d.Assignee, Actor: e.Actor})
+	}
+}
+
+// workDone settles an item with the branch's own e: one it listed, or one
+// an ancestor added, listed here at e.
+func (p *people) workDone(e events.Stored, d *events.WorkDone) {
+	i, ok := p.workIndex[d.WorkID]
+	if !ok {
+		added, known := p.pending[d.WorkID]
+		if !known {
+			return // settles nothing the log added
 		}
-	case *events.ApprovalRejected:
-		if own {
-			p.decided(f, e, InterventionRejected, d.ApprovalID, d.Reason)
-		}
-	case *events.ApprovalExpired:
-		if own {
-			what := "no decision by " + d.Deadline + ", " + d.OnTimeout
-			if d.EscalatedTo != "" {
-				what += " to " + d.EscalatedTo + " until " + d.NextDeadline
-			}
-			p.decided(f, e, InterventionExpired, d.ApprovalID, what)
-		}
-	case *events.ChunkAppended:
-		if own && d.Correction && d.Role == events.RoleUser {
-			p.add(Intervention{At: at(e), Kind: InterventionSaid, Actor: e.Actor, Text: d.Content}, "")
-		}
-	case *events.ToolCompleted:
-		if own && d.Correction {
-			iv := Intervention{At: at(e), Kind: InterventionResult, Actor: e.Actor, CallID: d.CallID, Tool: d.Tool, Text: d.Result}
-			if c := f.calls[d.CallID]; c != nil {
-				iv.Arguments = c.rec.Arguments
-			}
-			p.add(iv, "")
-		}
-		p.ended(e, d.CallID, "completed", d.ExitCode)
-	case *events.ToolFailed:
-		p.ended(e, d.CallID, "failed", d.ExitCode)
-	case *events.TurnRequested:
-		if own {
-			for _, i := range p.awaitTurn {
-				p.interventions[i].Next = &NextTurn{Ref: Ref{Branch: e.Session, Seq: e.Seq}, Number: f.turnCount, Agent: d.Agent, Rule: d.Rule}
-			}
-			p.awaitTurn = nil
-		}
-	case *events.WorkPending:
-		p.pending[d.WorkID] = e
-		if own {
-			p.workIndex[d.WorkID] = len(p.work)
-			p.work = append(p.work, WorkItem{At: at(e), WorkID: d.WorkID, Kind: d.Kind, Description: d.Description, Assignee: d.Assignee, Actor: e.Actor})
-		}
-	case *events.WorkDone:
-		if !own {
+		w, _ := added.Decode()
+		wp, _ := w.(*events.WorkPending)
+		if wp == nil {
 			return
 		}
-		i, ok := p.workIndex[d.WorkID]
-		if !ok {
-			added, known := p.pending[d.WorkID]
-			if !known {
-				return // settles nothing the log added
-			}
-			w, _ := added.Decode()
-			wp, _ := w.(*events.WorkPending)
-			if wp == nil {
-				return
-			}
-			i = len(p.work)
-			p.workIndex[d.WorkID] = i
-			// Listed in this branch, at the event that settles it.
-			p.work = append(p.work, WorkItem{At: at(e), WorkID: d.WorkID, Kind: wp.Kind, Description: wp.Description,
-				Assignee: wp.Assignee, Actor: added.Actor, AddedIn: &Ref{Branch: added.Session, Seq: added.Seq}})
-		}
-		done := at(e)
-		p.work[i].Done, p.work[i].DoneBy, p.work[i].Outcome = &done, e.Actor, d.Outcome
+		i = len(p.work)
+		p.workIndex[d.WorkID] = i
+		// Listed in this branch, at the event that settles it.
+		p.work = append(p.work, WorkItem{At: at(e), WorkID: d.WorkID, Kind: wp.Kind, Description: wp.Description,
+			Assignee: wp.Assignee, Actor: added.Actor, AddedIn: &Ref{Branch: added.Session, Seq: added.Seq}})
 	}
+	done := at(e)
+	p.work[i].Done, p.work[i].DoneBy, p.work[i].Outcome = &done, e.Actor, d.Outcome
 }
 
 // decided records an approval's decision, joined with its request.

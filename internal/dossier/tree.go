@@ -27,6 +27,23 @@ func newTree(id string, own map[string][]events.Stored) (*tree, error) {
 // head is the last event of id's own log.
 func (t *tree) head(id string) events.Stored { return t.Branch(id).Head() }
 
+// read reads a run of a branch's own events for session.Walk (none when
+// the tree does not hold the branch).
+func (t *tree) read(seg events.Segment, fn func(events.Stored) error) error {
+	b := t.Branch(seg.Session)
+	if b == nil {
+		return nil
+	}
+	for _, e := range b.Events {
+		if e.Seq >= seg.From && e.Seq <= seg.To {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
