@@ -27,6 +27,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/memoryapi"
+	"github.com/openrath/rath/pkg/session"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 )
 
@@ -287,10 +288,13 @@ type demoProgress struct {
 	// writes says where each memory item version was written in the run
 	// ("root at 50"), for the lines of the recalls that bring it back.
 	writes map[string]string
+	// states are the states of the sessions seen, folded from their events.
+	states map[string]*session.State
 }
 
 func newDemoProgress(out io.Writer) *demoProgress {
-	return &demoProgress{out: out, sessions: map[string]string{}, finished: make(chan struct{}), names: map[string]string{}, writes: map[string]string{}}
+	return &demoProgress{out: out, sessions: map[string]string{}, finished: make(chan struct{}), names: map[string]string{}, writes: map[string]string{},
+		states: map[string]*session.State{}}
 }
 
 // name is a session's name in the progress lines.
@@ -307,20 +311,15 @@ func (p *demoProgress) name(id string) string {
 // memory follows the memory an item's recall brings back to where the run
 // wrote it: for a recall, it says where its items were written ("" for a
 // recall of nothing written in the run, and for any other event).
-func (p *demoProgress) memory(ev events.Stored) string {
-	switch ev.Type {
-	case events.TypeMemoryWritten:
-		var w events.MemoryWritten
-		if json.Unmarshal(ev.Data, &w) == nil && ev.Session != p.notes {
-			p.writes[fmt.Sprintf("%s@%d", w.ItemID, w.Version)] = fmt.Sprintf("%s at %d", p.name(ev.Session), ev.Seq)
+func (p *demoProgress) memory(e session.Step) string {
+	switch d := e.Data.(type) {
+	case *events.MemoryWritten:
+		if e.Session != p.notes {
+			p.writes[fmt.Sprintf("%s@%d", d.ItemID, d.Version)] = fmt.Sprintf("%s at %d", p.name(e.Session), e.Seq)
 		}
-	case events.TypeMemoryRecalled:
-		var r events.MemoryRecalled
-		if json.Unmarshal(ev.Data, &r) != nil {
-			return ""
-		}
+	case *events.MemoryRecalled:
 		var from []string
-		for _, it := range r.Items {
+		for _, it := range d.Items {
 			if at, ok := p.writes[fmt.Sprintf("%s@%d", it.ItemID, it.Version)]; ok {
 				from = append(from, fmt.Sprintf("%s, written on %s", it.ItemID, at))
 			}
@@ -332,36 +331,14 @@ func (p *demoProgress) memory(ev events.Stored) string {
 	return ""
 }
 
-// named learns a session of the run from its first event, before that
-// event's line prints: its name comes from its lineage and the order the
-// sessions were created in, as in the dossier.
-func (p *demoProgress) named(ev events.Stored) {
-	b := dossier.Branch{ID: ev.Session, Created: ev.Time}
-	switch ev.Type {
-	case events.TypeSessionStarted:
-		var st events.SessionStarted
-		if json.Unmarshal(ev.Data, &st) != nil || st.Workflow == "" {
-			p.notes = ev.Session
-			return
-		}
-	case events.TypeSessionForked:
-		var fk events.SessionForked
-		if json.Unmarshal(ev.Data, &fk) != nil {
-			return
-		}
-		b.Parent, b.ForkSeq = fk.Parent, fk.AtSeq
-	default:
-		return
-	}
-	if !slices.ContainsFunc(p.branches, func(x dossier.Branch) bool { return x.ID == b.ID }) {
-		p.branches = append(p.branches, b)
-		p.names = dossier.BranchNames(p.branches)
-	}
-}
-
 func (p *demoProgress) open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.openLocked()
+}
+
+// openLocked is open with p.mu held.
+func (p *demoProgress) openLocked() int {
 	n := 0
 	for _, s := range p.sessions {
 		if s == "open" {
@@ -373,6 +350,8 @@ func (p *demoProgress) open() int {
 
 // onMsg handles one live event. NATS calls it from one goroutine per
 // subscription, so events print in the order they were stored per session.
+// Each session of the run is followed by its state, folded from the events
+// seen (session.Walk): its start or fork, its lineage, its close.
 func (p *demoProgress) onMsg(m *nats.Msg) {
 	ev, err := events.ParseStored(m.Data)
 	if err != nil {
@@ -380,37 +359,46 @@ func (p *demoProgress) onMsg(m *nats.Msg) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.named(ev)
-	if line := describeEvent(ev, p.names); line != "" {
-		fmt.Fprintf(p.out, "  %-10s %4d  %s%s\n", p.name(ev.Session), ev.Seq, line, p.memory(ev))
+	st := p.states[ev.Session]
+	if st == nil {
+		st = &session.State{}
+		p.states[ev.Session] = st
 	}
-	switch ev.Type {
-	case events.TypeSessionStarted, events.TypeSessionForked:
-		var st events.SessionStarted
-		if ev.Type == events.TypeSessionStarted && (json.Unmarshal(ev.Data, &st) != nil || st.Workflow == "") {
-			return // the notes session: not part of the run
+	was := st.Status
+	_ = session.Walk(st, []events.Stored{ev}, session.Hooks{After: func(st *session.State, e session.Step) { p.step(st, was, e) }}) // no Read: cannot fail
+}
+
+// step prints one event's line and follows its session: a start or fork
+// (status was none) names it, before its line prints, from its lineage and
+// the order the sessions were created in, as in the dossier; a start
+// without a workflow is the seeded notes, not part of the run; a close
+// records the outcome and, with every session closed, ends the run.
+func (p *demoProgress) step(st *session.State, was session.Status, e session.Step) {
+	opened := was == "" && st.Status != ""
+	if opened && st.Lineage.Parent == "" && st.Workflow == "" {
+		p.notes = e.Session
+		opened = false
+	}
+	if opened && !slices.ContainsFunc(p.branches, func(x dossier.Branch) bool { return x.ID == e.Session }) {
+		p.branches = append(p.branches, dossier.Branch{ID: e.Session, Created: e.Time, Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq})
+		p.names = dossier.BranchNames(p.branches)
+	}
+	if line := describeEvent(e.Stored, p.names); line != "" {
+		fmt.Fprintf(p.out, "  %-10s %4d  %s%s\n", p.name(e.Session), e.Seq, line, p.memory(e))
+	}
+	_, ours := p.sessions[e.Session]
+	switch {
+	case opened:
+		if !ours {
+			p.order = append(p.order, e.Session)
 		}
-		if _, ok := p.sessions[ev.Session]; !ok {
-			p.order = append(p.order, ev.Session)
+		p.sessions[e.Session] = "open"
+	case ours && st.Status == session.StatusClosed && was != session.StatusClosed:
+		p.sessions[e.Session] = st.Outcome
+		if st.Outcome == "accepted" {
+			p.accepted = e.Session
 		}
-		p.sessions[ev.Session] = "open"
-	case events.TypeSessionClosed:
-		if _, ok := p.sessions[ev.Session]; !ok {
-			return
-		}
-		var d events.SessionClosed
-		_ = json.Unmarshal(ev.Data, &d)
-		p.sessions[ev.Session] = d.Outcome
-		if d.Outcome == "accepted" {
-			p.accepted = ev.Session
-		}
-		open := 0
-		for _, s := range p.sessions {
-			if s == "open" {
-				open++
-			}
-		}
-		if open == 0 && !p.done {
+		if p.openLocked() == 0 && !p.done {
 			p.done = true
 			close(p.finished)
 		}
