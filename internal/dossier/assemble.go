@@ -40,7 +40,7 @@ func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
 		Branches: []Branch{}, Turns: []Turn{}, ToolCalls: []ToolCall{}, Sandboxes: []Placement{},
 		Memory: []Memory{}, Validations: []Validation{}, Decisions: []Decision{}, Acts: []Act{},
 		Usage: UsageReport{ByBranch: map[string]session.Usage{}},
-		tree:  t,
+		tree:  t, turns: map[string][]StepTurn{},
 	}
 	if st := t.Branch(d.Root).Start; st != nil {
 		d.Task = st.Task
@@ -65,6 +65,7 @@ func assemble(id string, t *tree, blobs map[string][]byte) (*Dossier, error) {
 		d.Experiments = append(d.Experiments, f.experiments...)
 		d.Decisions = append(d.Decisions, f.decisions...)
 		d.Acts = append(d.Acts, f.acts...)
+		d.turns[id] = f.steps
 		d.Interventions = append(d.Interventions, f.people.interventions...)
 		d.Work = append(d.Work, f.people.work...)
 		d.Usage.ByBranch[id] = f.branch.Usage

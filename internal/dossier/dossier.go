@@ -92,8 +92,11 @@ type Dossier struct {
 	// the ledger's key file checks with it instead (rath verify --key).
 	Keys []Key `json:"keys,omitempty"`
 
-	// tree holds each branch's own stored events (set by Build and Load).
-	tree *tree
+	// tree holds each branch's own stored events (set by Build and Load),
+	// and turns each branch's turns as LogTurns lists them, recorded by
+	// the fold.
+	tree  *tree
+	turns map[string][]StepTurn
 }
 
 // Workflow names the workflow the root session ran.

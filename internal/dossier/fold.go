@@ -29,6 +29,7 @@ type fold struct {
 	inFlight  string // turn ID
 	turns     map[string]*turnState
 	turnOrder []string
+	steps     []StepTurn // the logical log's turns, as LogTurns lists them
 	calls     map[string]*callState
 	callOrder []string
 	ids       map[string]events.Stored
@@ -205,6 +206,7 @@ func (f *fold) record(e events.Stored, data any) bool {
 		f.turns[d.TurnID] = ts
 		f.inFlight = d.TurnID
 		ts.touched = own
+		f.steps = append(f.steps, StepTurn{Number: len(f.steps) + 1, TurnID: d.TurnID, Agent: d.Agent, From: e.Seq})
 		if own {
 			p.next(e, d, f.turnCount)
 		}
@@ -403,6 +405,12 @@ func (f *fold) turnNumber(id string) int {
 }
 
 func (f *fold) endTurn(e events.Stored, own bool, id, status, stop string, calls int, errText string) {
+	for i := len(f.steps) - 1; i >= 0; i-- {
+		if f.steps[i].TurnID == id && f.steps[i].To == 0 {
+			f.steps[i].To = e.Seq
+			break
+		}
+	}
 	ts := f.turns[id]
 	if ts == nil {
 		ts = &turnState{request: e, rec: Turn{At: at(e), TurnID: id}}

@@ -407,3 +407,7 @@ func (d *Dossier) Approved(branch string, seq uint64) (ApprovalAnswer, error) {
 	}
 	return a, nil
 }
+
+func decode(e events.Stored, v any) bool {
+	return json.Unmarshal(e.Data, v) == nil
+}

@@ -1,9 +1,9 @@
 package dossier
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/openrath/rath/pkg/events"
 )
@@ -107,37 +107,9 @@ func (d *Dossier) hasBranch(id string) error {
 	return nil
 }
 
-// Turns_ lists the agent turns of branch's logical log in order.
-func (d *Dossier) LogTurns(branch string) []StepTurn {
-	var out []StepTurn
-	for _, e := range d.tree.Logical(branch) {
-		switch e.Type {
-		case events.TypeTurnRequested:
-			var t events.TurnRequested
-			if decode(e, &t) {
-				out = append(out, StepTurn{Number: len(out) + 1, TurnID: t.TurnID, Agent: t.Agent, From: e.Seq})
-			}
-		case events.TypeTurnCompleted, events.TypeTurnFailed:
-			var t struct {
-				TurnID string `json:"turn_id"`
-			}
-			if !decode(e, &t) {
-				continue
-			}
-			for i := len(out) - 1; i >= 0; i-- {
-				if out[i].TurnID == t.TurnID && out[i].To == 0 {
-					out[i].To = e.Seq
-					break
-				}
-			}
-		}
-	}
-	return out
-}
-
-func decode(e events.Stored, v any) bool {
-	return json.Unmarshal(e.Data, v) == nil
-}
+// LogTurns lists the agent turns of branch's logical log in order: each
+// request, numbered, and the first end of it after (the fold records them).
+func (d *Dossier) LogTurns(branch string) []StepTurn { return slices.Clone(d.turns[branch]) }
 
 // turnAt is the turn in flight at seq (request..end inclusive).
 func (d *Dossier) turnAt(branch string, seq uint64) *StepTurn {
