@@ -21,6 +21,32 @@ func Markdown(d *Dossier) string {
 	var s strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&s, format, args...) }
 	n := newNamer(d)
+	headSection(w, d, n)
+	outcomeSection(w, d, n)
+	domainSection(w, d, n)
+	experimentsSection(w, d, n)
+	graphSection(w, d, n)
+	storySection(w, d, n)
+	rejectedSection(w, d, n)
+	calls := acceptedCalls(d)
+	patchSection(w, d, n, calls)
+	testSection(w, d, n, calls)
+	w("## Sandboxes\n\n")
+	sandboxes(w, d, n)
+
+	w("## Memory\n\n")
+	memorySection(w, d, n)
+
+	peopleSection(w, d, n)
+	workSection(w, d, n)
+	actorsSection(w, d, n)
+	usageSection(w, d, n)
+	headsSection(w, d, n)
+	return s.String()
+}
+
+// headSection writes the title, the task, the workflow and who exported it.
+func headSection(w func(string, ...any), d *Dossier, n namer) {
 	w("# Dossier of session %s\n\n", d.Root)
 	if d.Session != d.Root {
 		w("Exported for session `%s` (branch %s) of the tree of `%s`.\n\n", d.Session, n.of(d.Session), d.Root)
@@ -32,7 +58,10 @@ func Markdown(d *Dossier) string {
 		w("**Workflow:** %s, hash %s, bundle %s\n\n", inline(orDash(wf.Name), 200), code(wf.Hash), code(wf.Ref))
 	}
 	w("**Exported** %s by %s.\n\n", d.ExportedAt.Format("2006-01-02 15:04:05Z07:00"), exporter(d.Environment))
+}
 
+// outcomeSection writes which branch gave the final answer, and the rejected ones.
+func outcomeSection(w func(string, ...any), d *Dossier, n namer) {
 	w("## Outcome\n\n")
 	if f := d.Final; f != nil {
 		w("The final answer came from branch **%s**: closed `%s` at seq %d", n.of(f.Branch), inline(f.Outcome, 80), f.Close.Seq)
@@ -56,8 +85,10 @@ func Markdown(d *Dossier) string {
 			w("- Branch **%s** was rejected: %s (see [why](#rejected-branches-and-why)).\n", n.of(b.ID), inline(n.text(b.VerdictReason), 160))
 		}
 	}
-	domainSection(w, d, n)
-	experimentsSection(w, d, n)
+}
+
+// graphSection writes the session graph and the branch table.
+func graphSection(w func(string, ...any), d *Dossier, n namer) {
 	w("\n## Session graph\n\n![session graph](%s) (also [%s](%s))\n\n", FileSVG, FileHTML, FileHTML)
 	w("| branch | session ID | parent @ fork | status | verdict | own events | head | tokens in/out |\n|---|---|---|---|---|---|---|---|\n")
 	for _, b := range d.Branches {
@@ -68,7 +99,10 @@ func Markdown(d *Dossier) string {
 		w("| %s | `%s` | %s | %s | %s | %d..%d | %d `%s` | %d / %d |\n", n.of(b.ID), b.ID, parent, cell(inline(statusText(b), 120)),
 			cell(verdictLine(b, n, 160)), b.FirstSeq, b.Head.Seq, b.Head.Seq, short(b.Head.Hash), b.Usage.Total.In, b.Usage.Total.Out)
 	}
+}
 
+// storySection writes each branch's story in sequence order.
+func storySection(w func(string, ...any), d *Dossier, n namer) {
 	w("\n## The story, branch by branch\n\n")
 	for _, b := range d.Branches {
 		w("### %s\n\n", n.of(b.ID))
@@ -87,7 +121,10 @@ func Markdown(d *Dossier) string {
 		}
 		w("\n")
 	}
+}
 
+// rejectedSection writes the rejected and superseded branches and why.
+func rejectedSection(w func(string, ...any), d *Dossier, n namer) {
 	w("## Rejected branches and why\n\n")
 	rejected := false
 	for _, b := range d.Branches {
@@ -118,9 +155,11 @@ func Markdown(d *Dossier) string {
 	if !rejected {
 		w("None.\n\n")
 	}
+}
 
+// patchSection writes the diffs of the accepted path's tool calls.
+func patchSection(w func(string, ...any), d *Dossier, n namer, calls []ToolCall) {
 	w("## The accepted patch\n\n")
-	calls := acceptedCalls(d)
 	patched := false
 	for _, t := range calls {
 		diff := fullDiff(d, t)
@@ -138,7 +177,10 @@ func Markdown(d *Dossier) string {
 			w("The accepted path changed no file.\n\n")
 		}
 	}
+}
 
+// testSection writes the accepted validation and the last tool call before the close.
+func testSection(w func(string, ...any), d *Dossier, n namer, calls []ToolCall) {
 	w("## The test result\n\n")
 	if d.Final != nil && d.Final.Validation != nil {
 		v := d.Final.Validation
@@ -164,16 +206,10 @@ func Markdown(d *Dossier) string {
 	} else if d.Final == nil {
 		w("No accepted branch.\n\n")
 	}
+}
 
-	w("## Sandboxes\n\n")
-	sandboxes(w, d, n)
-
-	w("## Memory\n\n")
-	memorySection(w, d, n)
-
-	peopleSection(w, d, n)
-	workSection(w, d, n)
-
+// actorsSection writes each branch's actors and what they are answerable for.
+func actorsSection(w func(string, ...any), d *Dossier, n namer) {
 	w("## Who acted\n\nAs the ledger authenticated each proposer (tenant/user) and stamped it on the event; a name an event claims for itself is shown as “claims”.\n\n")
 	for _, b := range d.Branches {
 		counts := make([]string, len(b.Actors))
@@ -192,7 +228,10 @@ func Markdown(d *Dossier) string {
 	for _, a := range d.Acts {
 		w("- %s\n", actLine(a, n))
 	}
+}
 
+// usageSection writes the tokens by tree, agent, model, branch and on the accepted path.
+func usageSection(w func(string, ...any), d *Dossier, n namer) {
 	w("\n## Token usage\n\nEach model call counts once, in the branch that stored it (a fork's inherited events belong to its parent).\n\n")
 	w("| | in | out | calls |\n|---|---|---|---|\n")
 	w("| **whole tree** | %d | %d | %d |\n", d.Usage.Total.Total.In, d.Usage.Total.Total.Out, d.Usage.Total.Total.Calls)
@@ -216,13 +255,15 @@ func Markdown(d *Dossier) string {
 		}
 		w("| **total** | %d | %d | %d |\n", p.Usage.Total.In, p.Usage.Total.Out, p.Usage.Total.Calls)
 	}
+}
 
+// headsSection writes each branch's hash-chain head.
+func headsSection(w func(string, ...any), d *Dossier, n namer) {
 	w("\n## Hash-chain heads\n\n| branch | own events | head seq | head hash |\n|---|---|---|---|\n")
 	for _, b := range d.Branches {
 		w("| %s | %d..%d (%d) | %d | `%s` |\n", n.of(b.ID), b.FirstSeq, b.Head.Seq, b.Events, b.Head.Seq, b.Head.Hash)
 	}
 	w("\nCheck this dossier offline: `rath verify --dossier <this directory>`.\n")
-	return s.String()
 }
 
 // exporter names the exporting program and where it ran, leaving out what
