@@ -25,9 +25,6 @@ func golden(t *testing.T, id string) []events.Stored {
 	}
 	add(events.TypeSessionStarted, json.RawMessage(`{"task":"t"}`))
 	for _, k := range events.Kinds() {
-		if k.Type == events.TypeSessionForked {
-			continue // a fork's first event: not one in the middle of a log
-		}
 		raw, err := os.ReadFile(filepath.Join("..", "events", "testdata", k.Schema))
 		if err != nil {
 			t.Fatal(err)
