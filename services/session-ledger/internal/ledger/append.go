@@ -6,7 +6,6 @@ import (
 	"fmt"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"math"
-	"math/rand/v2"
 	"mime"
 	"slices"
 	"strings"
@@ -14,28 +13,11 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/openrath/rath/internal/telemetry"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/schema"
 	"github.com/openrath/rath/pkg/session"
 )
-
-// maxConflictRetries bounds how often one append re-reads and retries after
-// another ledger appended to the same session first.
-const maxConflictRetries = 16
-
-// conflictPause backs off with jitter before retry n, so that a ledger with a
-// queue of appends for a session cannot starve another one forever.
-func conflictPause(ctx context.Context, n int) {
-	d := time.Duration(rand.Int64N(int64(100*time.Microsecond) << min(n, 8)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // Append validates a proposal and, if it passes, appends it to its session's
 // log with the next sequence and chain hash. A rejected proposal returns an
@@ -135,7 +117,11 @@ func (l *Ledger) check(ev *event.Event) error {
 // takes in).
 func (l *Ledger) append(ctx context.Context, ev event.Event, before func(context.Context, *session.State, *event.Event) error) (api.Ack, error) {
 	x := takeExpectation(&ev)
-	return l.appendExpecting(ctx, ev, x, before)
+	acks, err := l.commit(ctx, []event.Event{ev}, x, commitOpts{before: before})
+	if err != nil {
+		return api.Ack{}, err
+	}
+	return acks[0], nil
 }
 
 // expectation is the head sequence a proposer expects its session to have.
@@ -154,103 +140,6 @@ func takeExpectation(ev *event.Event) expectation {
 	return expectation{seq: seq, set: set}
 }
 
-// appendExpecting appends an event whose expectation has been taken.
-func (l *Ledger) appendExpecting(ctx context.Context, ev event.Event, x expectation, before func(context.Context, *session.State, *event.Event) error) (api.Ack, error) {
-	id := ev.Subject()
-	expected, hasExpected := x.seq, x.set
-	e := l.entry(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	refreshed, counted := false, false
-	for attempt := 0; ; attempt++ {
-		if !e.loaded {
-			if err := l.load(ctx, e); err != nil {
-				return api.Ack{}, unavailable(err)
-			}
-		}
-		if err := admit(ctx, e.state, id, ev.Type()); err != nil {
-			return api.Ack{}, err
-		}
-		if a, ok := e.recent[ev.ID()]; ok {
-			a.Duplicate = true
-			return l.receipt(ctx, a) // a batch's event refers to its record
-		}
-		if err := transition(e.state, id, ev.Type(), ev.Data(), expected, hasExpected, l.decider(ctx)); err != nil {
-			if !refreshed {
-				// The cache may be behind another ledger: judge on the
-				// stream's latest before refusing.
-				refreshed = true
-				if rerr := l.refresh(ctx, e); rerr != nil {
-					return api.Ack{}, unavailable(rerr)
-				}
-				attempt--
-				continue
-			}
-			if a, ok, ferr := l.findStored(ctx, id, ev.ID()); ferr == nil && ok {
-				return a, nil
-			}
-			return api.Ack{}, err
-		}
-		if before != nil {
-			if err := before(ctx, e.state, &ev); err != nil {
-				return api.Ack{}, err
-			}
-		}
-		if e.state == nil && !counted {
-			// A new session: one of the tenant's starts.
-			if err := l.takeStart(ctx, id); err != nil {
-				return api.Ack{}, err
-			}
-			counted = true
-		}
-		var seq uint64 = 1
-		var prev string
-		if e.state != nil {
-			seq, prev = e.state.Seq+1, e.state.Hash
-		}
-		kind, _ := events.Lookup(ev.Type())
-		stamp(ctx, &ev, "")
-		body, hash, err := events.Seal(&ev, seq, prev, nil)
-		if err != nil {
-			return api.Ack{}, sealRefusal(seq, err)
-		}
-		if err := l.fits(body); err != nil {
-			return api.Ack{}, err
-		}
-		// Signed with the concurrent appends' events: one signature per group.
-		sig, err := l.sign.sign(events.Leaf{Session: id, Seq: seq, Hash: hash})
-		if err != nil {
-			return api.Ack{}, unavailable(err)
-		}
-		body = events.AttachSig(&ev, body, sig)
-		res, err := l.store.Append(ctx, tenantFor(&ev, e.state), id, kind.Token, body, ev.ID(), seq, hash, e.streamSeq)
-		if eventstore.IsConflict(err) && attempt < maxConflictRetries {
-			conflictPause(ctx, attempt)
-			if err := l.refreshAfterConflict(ctx, e); err != nil {
-				return api.Ack{}, err
-			}
-			continue
-		}
-		if eventstore.IsConflict(err) {
-			return api.Ack{}, api.Errorf(api.CodeConflict, "session %s: other appenders won %d times in a row; retry", id, attempt+1)
-		}
-		if errors.Is(err, eventstore.ErrTooLarge) {
-			return api.Ack{}, api.Errorf(api.CodeTooLarge, "%v", err)
-		}
-		if err != nil {
-			return api.Ack{}, unavailable(err)
-		}
-		if res.Duplicate {
-			return l.ackAt(ctx, res.StreamSeq)
-		}
-		a, err := l.stored(ctx, e, &ev, kind, sealed{seq: seq, prev: prev, hash: hash, body: body}, res.StreamSeq)
-		if err == nil {
-			l.heads.record(a, seq == 1)
-		}
-		return a, err
-	}
-}
-
 // sealRefusal names why an event could not be sealed: a session at the
 // largest sequence is out of range; anything else is input the canonical
 // form cannot hold (a number beyond float64, text that is not Unicode),
@@ -262,43 +151,11 @@ func sealRefusal(seq uint64, err error) error {
 	return api.Errorf(api.CodeMalformed, "%v", err)
 }
 
-// sealed is an event's place in its session's chain and its stored body.
-type sealed struct {
-	seq        uint64
-	prev, hash string
-	body       []byte
-}
-
-// stored moves a session's cached head past an event JetStream just stored.
-// The caller holds e.mu.
-func (l *Ledger) stored(ctx context.Context, e *entry, ev *event.Event, kind events.Kind, s sealed, streamSeq uint64) (api.Ack, error) {
-	if e.state == nil {
-		e.state = &session.State{}
-	}
-	turnStart := turnStart(e.state)
-	if err := l.fold(ctx, e.state, storedOf(ev, e.id, s.seq, s.prev, s.hash, s.body)); err != nil {
-		// Stored but not folded: drop the cache so the next use reloads.
-		e.loaded = false
-		return api.Ack{}, unavailable(err)
-	}
-	telemetry.Stored(ev.Type(), ev.Time(), ev.Data(), turnStart)
-	e.streamSeq = streamSeq
-	a := api.Ack{ID: ev.ID(), Session: e.id, Seq: s.seq, Hash: s.hash, Sig: events.Sig(*ev), StreamSeq: streamSeq}
-	e.remember(a)
-	l.afterAppend(ctx, e, kind)
-	return a, nil
-}
-
-// afterAppend stores a snapshot every K events and keeps the session index
-// current on lifecycle events. Both are derived data: a failure is logged and
-// costs only speed (a longer fold) or freshness of `rath ls`.
-func (l *Ledger) afterAppend(ctx context.Context, e *entry, kind events.Kind) {
-	l.afterAppendFrom(ctx, e, kind, e.state.Seq-1)
-}
-
-// afterAppendFrom is afterAppend for the events after sequence from: one
-// snapshot if they crossed a multiple of SnapshotEvery.
-func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind, from uint64) {
+// afterAppend stores a snapshot if the events after sequence from crossed a
+// multiple of SnapshotEvery, and keeps the session index current when one
+// of them changed the lifecycle. Both are derived data: a failure is logged
+// and costs only speed (a longer fold) or freshness of `rath ls`.
+func (l *Ledger) afterAppend(ctx context.Context, e *entry, from uint64, lifecycle bool) {
 	st := e.state
 	if every := l.cfg.SnapshotEvery; st.Seq/every > from/every {
 		// A state too large to store is not marshalled again: its session
@@ -318,7 +175,7 @@ func (l *Ledger) afterAppendFrom(ctx context.Context, e *entry, kind events.Kind
 			l.log.Warn("snapshot skipped", "session", st.ID, "seq", st.Seq, "err", err)
 		}
 	}
-	if kind.Token == events.TokenLifecycle {
+	if lifecycle {
 		rec := eventstore.Record{
 			ID: st.ID, Tenant: tenantOf(st), Status: string(st.Status), Outcome: st.Outcome, Parent: st.Lineage.Parent, ForkSeq: st.Lineage.ForkSeq,
 			Workflow: st.Workflow, Task: indexTaskOf(st.Task), Labels: st.Labels, Created: st.Created, Updated: st.Updated, Seq: st.Seq,
@@ -539,46 +396,6 @@ func (l *Ledger) ackAt(ctx context.Context, streamSeq uint64) (api.Ack, error) {
 }
 
 // unavailable wraps a store failure; ledger errors pass through.
-// refreshAfterConflict reads the session's latest from the stream after an
-// append lost on its expected sequence, and refuses a session whose tail
-// was cut as damaged: when the stream holds nothing new, the conflict was
-// not another appender's, and the log is checked against what this ledger
-// stored and signed. Every append path (single, atomic; batch through the
-// single) calls it, so a cut tail is never answered as a conflict.
-func (l *Ledger) refreshAfterConflict(ctx context.Context, e *entry) error {
-	before, cached := e.streamSeq, uint64(0)
-	if e.state != nil {
-		cached = e.state.Seq
-	}
-	if err := l.refresh(ctx, e); err != nil {
-		return unavailable(err)
-	}
-	if e.streamSeq != before {
-		return nil
-	}
-	// Nothing new, yet the session's last stored event is not the one
-	// cached: it was removed. Load from the stream (which compares it with
-	// the recorded head), and compare it with what this ledger itself
-	// stored, which the record may not show yet.
-	e.loaded = false
-	if err := l.load(ctx, e); err != nil {
-		return unavailable(err)
-	}
-	if e.state != nil && e.state.Seq >= cached {
-		return nil
-	}
-	e.loaded = false
-	// Confirmed by the stream's leader, not a lagging replica.
-	last, err := l.store.LastFromLeader(ctx, e.id)
-	if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
-		return unavailable(err)
-	}
-	if err != nil || lastSeq(last) < cached {
-		return api.Errorf(api.CodeDamaged, "session %s is damaged: its log ends before %d, which this ledger stored and signed: events were removed or lost", e.id, cached)
-	}
-	return nil
-}
-
 func unavailable(err error) error {
 	var le *api.Error
 	if errors.As(err, &le) {
@@ -607,12 +424,12 @@ func indexTaskOf(task string) string {
 
 // storedOf is the stored form of an event the ledger just sealed, without
 // parsing the body again.
-func storedOf(ev *event.Event, session string, seq uint64, prev, hash string, body []byte) events.Stored {
+func storedOf(ev *event.Event, session string, s sealed) events.Stored {
 	return events.Stored{
 		ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Session: session, Time: ev.Time(),
-		Seq: seq, Prev: prev, Hash: hash, Sig: events.Sig(*ev), Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
+		Seq: s.seq, Prev: s.prev, Hash: s.hash, Sig: events.Sig(*ev), Causation: events.Causation(*ev), Correlation: events.Correlation(*ev),
 		Actor: events.Actor(*ev), Tenant: events.Tenant(*ev), OnBehalf: events.OnBehalf(*ev),
-		Data: ev.Data(), Raw: body,
+		Data: ev.Data(), Raw: s.body,
 	}
 }
 

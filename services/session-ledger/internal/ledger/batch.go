@@ -102,7 +102,6 @@ type inflight struct {
 	i       int
 	e       *entry
 	j       int // index in the round's signatures
-	kind    events.Kind
 	sealed  sealed
 	tenant  string
 	pending *eventstore.PendingAppend
@@ -116,7 +115,7 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 	)
 	var sealedOnes []inflight
 	for _, i := range heads {
-		f, ok, err := l.seal(ctx, &evs[i], expect[i])
+		f, ok, err := l.seal(ctx, evs[i:i+1], expect[i])
 		switch {
 		case err != nil:
 			res[i].Err = err
@@ -158,8 +157,11 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 		r, err := f.pending.Wait(ctx)
 		switch {
 		case err == nil && !r.Duplicate:
-			res[f.i].Ack, res[f.i].Err = l.stored(ctx, f.e, &evs[f.i], f.kind, f.sealed, r.StreamSeq)
+			acks, err := l.stored(ctx, f.e, f.e.state, evs[f.i:f.i+1], []sealed{f.sealed}, r.StreamSeq)
 			f.e.mu.Unlock()
+			if res[f.i].Err = err; err == nil {
+				res[f.i].Ack = acks[0]
+			}
 			if k := sigs.record[f.j]; k >= 0 && res[f.i].Err == nil {
 				res[f.i].RecordID, res[f.i].Ack.Record = sigs.records[k].ID, sigs.records[k].Record
 			}
@@ -178,16 +180,19 @@ func (l *Ledger) appendRound(ctx context.Context, evs []event.Event, expect []ex
 		}
 	}
 	for _, i := range slow {
-		res[i].Ack, res[i].Err = l.appendExpecting(ctx, evs[i], expect[i], nil)
+		acks, err := l.commit(ctx, []event.Event{evs[i]}, expect[i], commitOpts{})
+		if res[i].Err = err; err == nil {
+			res[i].Ack = acks[0]
+		}
 	}
 }
 
-// seal seals an event onto its session's cached head, unsigned; send signs
-// and publishes it. On success the session's entry stays locked for the
-// caller. It reports false, holding nothing, when the single-event path
-// should decide the event instead.
-func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (inflight, bool, error) {
-	id := ev.Subject()
+// seal seals one event of a batch (one[0]) onto its session's cached
+// head, unsigned, as commit would; send signs and publishes it. On success
+// the session's entry stays locked for the caller. It reports false,
+// holding nothing, when commit should decide the event instead.
+func (l *Ledger) seal(ctx context.Context, one []event.Event, x expectation) (inflight, bool, error) {
+	id := one[0].Subject()
 	e := l.entry(id)
 	e.mu.Lock()
 	if !e.loaded {
@@ -196,43 +201,27 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 			return inflight{}, false, unavailable(err)
 		}
 	}
-	if admit(ctx, e.state, id, ev.Type()) != nil {
+	if admit(ctx, e.state, id, one[0].Type()) != nil {
 		e.mu.Unlock()
-		return inflight{}, false, nil // the single path refuses
+		return inflight{}, false, nil // commit refuses
 	}
-	if a, ok := e.recent[ev.ID()]; ok {
+	if _, ok := e.recent[one[0].ID()]; ok {
 		e.mu.Unlock()
-		a.Duplicate = true
-		return inflight{}, false, nil // the single path answers with the same ack
+		return inflight{}, false, nil // commit answers with the same ack
 	}
-	if transition(e.state, id, ev.Type(), ev.Data(), x.seq, x.set, l.decider(ctx)) != nil {
+	_, ss, stale, err := l.sealAll(ctx, e, one, x, commitOpts{})
+	if stale {
 		e.mu.Unlock()
 		return inflight{}, false, nil // refresh, look for a stored retry, refuse
 	}
-	if e.state == nil {
-		if err := l.takeStart(ctx, id); err != nil {
-			e.mu.Unlock()
-			return inflight{}, false, err
-		}
+	if err == nil && e.state == nil {
+		err = l.takeStart(ctx, id)
 	}
-	var s sealed
-	s.seq = 1
-	if e.state != nil {
-		s.seq, s.prev = e.state.Seq+1, e.state.Hash
-	}
-	stamp(ctx, ev, "")
-	tenant := tenantFor(ev, e.state)
-	var err error
-	if s.body, s.hash, err = events.Seal(ev, s.seq, s.prev, nil); err != nil {
-		e.mu.Unlock()
-		return inflight{}, false, sealRefusal(s.seq, err)
-	}
-	if err := l.fits(s.body); err != nil {
+	if err != nil {
 		e.mu.Unlock()
 		return inflight{}, false, err
 	}
-	kind, _ := events.Lookup(ev.Type())
-	return inflight{e: e, kind: kind, sealed: s, tenant: tenant}, true, nil
+	return inflight{e: e, sealed: ss[0], tenant: tenantFor(&one[0], e.state)}, true, nil
 }
 
 // send attaches the signature to an event seal sealed and publishes it
@@ -240,7 +229,7 @@ func (l *Ledger) seal(ctx context.Context, ev *event.Event, x expectation) (infl
 func (l *Ledger) send(ctx context.Context, ev *event.Event, f *inflight, sig string) error {
 	// seal checked the size with the longest signature (fits).
 	f.sealed.body = events.AttachSig(ev, f.sealed.body, sig)
-	p, err := l.store.AppendAsync(ctx, f.tenant, f.e.id, f.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
+	p, err := l.store.AppendAsync(ctx, f.tenant, f.e.id, f.sealed.kind.Token, f.sealed.body, ev.ID(), f.sealed.seq, f.sealed.hash, f.e.streamSeq)
 	if err != nil {
 		f.e.mu.Unlock()
 		return unavailable(err)

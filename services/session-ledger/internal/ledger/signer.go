@@ -84,10 +84,19 @@ func (s *signer) sign(leaf events.Leaf) (string, error) {
 	return d.sig, d.err
 }
 
-// signAll signs events sealed together (a round of a batch) in groups.
+// signAll signs the events of one append: one event joins the concurrent
+// appends' group (sign); several, sealed together (an atomic append), are
+// signed in groups of their own.
 func (s *signer) signAll(leaves []events.Leaf) ([]string, error) {
 	if s.key == nil {
 		return make([]string, len(leaves)), nil
+	}
+	if len(leaves) == 1 {
+		sig, err := s.sign(leaves[0])
+		if err != nil {
+			return nil, err
+		}
+		return []string{sig}, nil
 	}
 	out := make([]string, 0, len(leaves))
 	for len(leaves) > 0 {
