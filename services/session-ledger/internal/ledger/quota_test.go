@@ -163,6 +163,34 @@ func TestStartsPerMinuteQuota(t *testing.T) {
 	}
 }
 
+// A start the ledger refuses for what it holds (too large to store) spends
+// none of the tenant's starts: the quota counts sessions started, and a
+// start is counted only once it is sealed and fits, on the single path and
+// in a batch.
+func TestRefusedStartSpendsNoStart(t *testing.T) {
+	_, acme, _, _ := tenantsRig(t, func(c *ledger.Config) {
+		c.Quotas = ledger.Quotas{StartsPerMinute: 1}
+	})
+	ctx := context.Background()
+	huge := events.SessionStarted{Task: strings.Repeat("x", 1<<20)}
+	_, err := acme.Start(ctx, "big", huge)
+	wantCode(t, err, api.CodeTooLarge)
+	big, err := events.New("big2", &huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := acme.AppendBatch(ctx, []event.Event{big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, res[0].Err, api.CodeTooLarge)
+	if _, err := acme.Start(ctx, "s1", events.SessionStarted{Task: "the one start of the minute"}); err != nil {
+		t.Fatalf("a start after refused ones: %v", err)
+	}
+	_, err = acme.Start(ctx, "s2", events.SessionStarted{Task: "one too many"})
+	wantQuota(t, "a second start in the minute", err, "session s2 not started")
+}
+
 // A tenant stores at most its quota of blob bytes: content stored already,
 // by anyone, adds nothing; new content past the quota is refused and not
 // stored; other tenants and the services store on; a restarted ledger
