@@ -52,7 +52,7 @@ type upRun struct {
 
 func (h *harness) runEngine(ctx context.Context) error {
 	h.logf("building ./cmd/rath")
-	// With --profile, built with the hook: O6 profiles it (rath-up-O6.pprof).
+	// With --profile, built with the hook: O6 and O6r profile it (rath-up-O6.pprof, rath-up-O6r.pprof).
 	bin, err := buildMain(ctx, h.dir, "./cmd/rath", h.cfg.profileDir != "")
 	if err != nil {
 		return err
@@ -473,6 +473,7 @@ func (h *harness) engineResults(ctx context.Context, up *upRun) error {
 		target: joinCell(fmt.Sprintf("≤ 1.9 ms/step: %s", verdict(perStep <= 1900*time.Microsecond)), disturbed(u))})
 
 	h.logf("O6: reading the %d-event log back", steps+1)
+	stopProfile = up.p.profile(filepath.Join(h.cfg.profileDir, "rath-up-O6r.pprof"))
 	cpu = h.cpuStart()
 	t := time.Now()
 	evs, err := up.c.Log(ctx, id, client.Range{})
@@ -481,6 +482,9 @@ func (h *harness) engineResults(ctx context.Context, up *upRun) error {
 	}
 	read := time.Since(t)
 	u = cpu.stop()
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	if len(evs) != steps+1 {
 		return fmt.Errorf("read %d events of %s back, want %d", len(evs), id, steps+1)
 	}
