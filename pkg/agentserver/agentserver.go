@@ -45,6 +45,7 @@ import (
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/turn"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
@@ -211,8 +212,9 @@ func newServer(ctx context.Context, nc *nats.Conn, name string, a Agent, o optio
 	if err != nil {
 		return nil, fmt.Errorf("agent server %s: %w", name, err)
 	}
-	return &server{name: name, agent: a, durable: Durable(name), c: c, store: store,
-		states: fold.NewCache(store, fold.CacheConfig{MaxBytes: o.bytes}), workflows: workflow.NewLibrary(store.GetBlob), log: o.log}, nil
+	turns := turn.New(c, fold.NewCache(store, fold.CacheConfig{MaxBytes: o.bytes}), workflow.NewLibrary(store.GetBlob), store.PutBlob, o.log)
+	via := turn.Via{Handler: Durable(name), Source: Source(name), Server: "the agent server", Answerer: "agent"}
+	return &server{name: name, agent: a, durable: Durable(name), c: c, store: store, turns: turns, via: via, log: o.log}, nil
 }
 
 // validate checks Serve's arguments. An agent's name is a workflow agent

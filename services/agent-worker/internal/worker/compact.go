@@ -15,7 +15,7 @@ import (
 // the state and are listed in the summary. The event's ID derives from the
 // turn request, so a redelivered turn records the compaction once. It
 // returns the state with the compaction in force.
-func (t *turn) compact(ctx context.Context, st *session.State, c workflow.Compaction) (*session.State, error) {
+func (t *job) compact(ctx context.Context, st *session.State, c workflow.Compaction) (*session.State, error) {
 	if c.MaxContextTokens <= 0 || session.ContextTokens(st) <= c.MaxContextTokens {
 		return st, nil
 	}

@@ -27,7 +27,7 @@ const DefaultRecallWait = eventstore.RetryHorizon
 // It returns the state holding the recall, or why the turn fails: a query
 // that does not evaluate, a refusal, or no answer within the wait (the
 // memory service is not running).
-func (t *turn) recall(ctx context.Context, st *session.State, wf *workflow.Workflow, a workflow.Agent) (*session.State, string, error) {
+func (t *job) recall(ctx context.Context, st *session.State, wf *workflow.Workflow, a workflow.Agent) (*session.State, string, error) {
 	if a.Recall == nil || recalledFor(st, t.req.TurnID) {
 		return st, "", nil
 	}

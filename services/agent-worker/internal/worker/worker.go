@@ -18,16 +18,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/openrath/rath/internal/answer"
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/internal/turn"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
-	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 )
@@ -79,6 +77,7 @@ type Worker struct {
 	workflows *workflow.Library
 	cfg       Config
 	log       *slog.Logger
+	turns     *turn.Server
 
 	mu        sync.Mutex
 	providers map[string]provider.Provider // by bundle reference and agent
@@ -92,7 +91,8 @@ func New(c *client.Client, store *eventstore.Store, workflows *workflow.Library,
 	if cfg.Contexts == nil {
 		cfg.Contexts = NewContexts(DefaultContextBytes)
 	}
-	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{}}
+	return &Worker{c: c, store: store, workflows: workflows, cfg: cfg, log: log, providers: map[string]provider.Provider{},
+		turns: turn.New(c, cfg.States, workflows, store.PutBlob, log)}
 }
 
 // Handler is the worker's consume handler. A session has at most one turn
@@ -106,138 +106,107 @@ func (w *Worker) Handler() consume.Handler {
 	}
 }
 
-// Handle takes one requested turn.
+// via is how the worker names itself in the turns it takes.
+var via = turn.Via{Handler: Durable, Source: Source, Server: "the agent worker", Answerer: "model"}
+
+// Handle takes one requested turn. A turn of an agent a program serves
+// (pkg/agentserver) is not the worker's: that program's durable consumer,
+// agent-<name>, takes it.
 func (w *Worker) Handle(ctx context.Context, ev events.Stored) error {
-	d, err := ev.Decode()
+	req, err := turn.Request(ev)
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	req := d.(*events.TurnRequested)
-	st, err := w.cfg.States.StateSince(ctx, ev.Session, ev.Seq)
-	if err != nil {
-		return err
-	}
-	if st.Status.Ended() || st.Turn == nil || st.Turn.ID != req.TurnID {
-		return nil // ended already (a redelivery) or superseded
-	}
-	t := &turn{w: w, ev: ev, req: req}
-	if st.WorkflowRef == "" {
-		return t.fail(ctx, "session runs no workflow", 0)
-	}
-	wf, err := w.workflows.Get(ctx, st.WorkflowRef)
-	if errors.Is(err, eventstore.ErrNotFound) || errors.Is(err, workflow.ErrInvalidBundle) {
-		return t.fail(ctx, err.Error(), 0)
-	}
-	if err != nil {
-		return err // a read that failed: the turn is taken again, not failed
-	}
-	agent, ok := wf.Workflow.Agent(req.Agent)
-	if !ok {
-		return t.fail(ctx, fmt.Sprintf("agent %q is not in workflow %s", req.Agent, wf.Workflow.Name), 0)
-	}
-	if agent.Served {
-		// A program serves this agent (pkg/agentserver) from its own
-		// durable consumer, agent-<name>: its turns are not the worker's.
+	if req == nil {
 		return nil
 	}
-	agent = withModelLabels(agent, st.Labels)
-	// A redelivered turn whose model answer is recorded already is finished
-	// from the log, not asked again: the model need not answer the same way.
-	// What the worker records for a request comes after it, so when the
-	// request is the head (the usual first delivery) there is nothing to
-	// read: the log read costs the nearest snapshot, as large as the state.
-	var (
-		resp  provider.Response
-		found bool
-	)
-	if st.Seq > ev.Seq {
-		var part bool
-		if resp, found, part, err = t.recorded(ctx, st.Turn.Seq); err != nil {
-			return err
-		}
-		if part && !found {
-			// Only a worker from before answers were atomic leaves this.
-			return t.fail(ctx, "part of this turn's answer was recorded, without its model call: asking the model again could record two answers", 0)
-		}
+	a, err := w.turns.Take(ctx, ev, req, via)
+	var unrunnable *turn.Unrunnable
+	switch {
+	case errors.Is(err, turn.ErrNotPending):
+		return nil
+	case errors.As(err, &unrunnable):
+		return w.turns.Fail(ctx, a, unrunnable.Why, 0)
+	case err != nil:
+		return err // a read that failed: the turn is taken again, not failed
 	}
-	if found && resp.StopReason == provider.StopToolUse && len(resp.ToolCalls) == 0 {
-		// Recorded before tool calls were written ahead of the model call:
-		// the calls are lost, and asking again could act twice.
-		return t.fail(ctx, "the model asked for tools, but its tool calls were not recorded", 0)
+	if a.Agent.Served {
+		return nil
 	}
-	var latency time.Duration
-	if !found {
-		p, err := w.provider(wf, agent)
-		if err != nil {
-			return t.fail(ctx, err.Error(), 0)
-		}
-		attempts := 0
-		p = provider.WithRetry(p, w.cfg.Retry, func(a provider.Attempt) {
-			attempts = a.N
-			t.attemptFailed(ctx, agent, a)
-		})
-		tools, names, err := w.tools(ctx, wf.Workflow, agent, t)
-		if err != nil {
-			return err
-		}
-		if _, waited := st.Pending[t.waitWorkID()]; waited || t.waited {
-			// This delivery or an earlier one waited for a tool: every
-			// tool is in now.
-			t.settleWait(ctx, "registered", "every tool of the turn is registered")
-		}
-		var why string
-		if st, why, err = t.recall(ctx, st, wf.Workflow, agent); err != nil {
-			return err
-		}
-		if why != "" {
-			return t.fail(ctx, why, 0)
-		}
-		if st, err = t.compact(ctx, st, wf.Workflow.Compaction); err != nil {
-			return err
-		}
-		request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
-			Messages: w.cfg.Contexts.Messages(ev.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens,
-			Seed: st.Labels[events.LabelSeed]}
-		start := time.Now()
-		resp, err = complete(ctx, p, agent, ev, request)
-		latency = time.Since(start)
-		for i, call := range resp.ToolCalls {
-			if name, ok := names[call.Name]; ok {
-				resp.ToolCalls[i].Name = name
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return err // shutting down: the turn is redelivered
-			}
-			return t.fail(ctx, err.Error(), attempts) // every attempt, the last included, was reported
-		}
-		return t.answered(ctx, st, wf.Workflow, agent, resp, latency, attempts+1)
+	return w.turns.Answer(ctx, a, turn.AnswerFunc(w.answer))
+}
+
+// answer asks the agent's model, with the layers around it: the wait for
+// the agent's tools, the recall, the compaction and the retries, each
+// failed attempt recorded.
+func (w *Worker) answer(ctx context.Context, a *turn.Ask) (turn.Reply, error) {
+	t := &job{w: w, ask: a, ev: a.Stored, req: a.Request}
+	st, wf, agent := a.State, a.Workflow, withModelLabels(a.Agent, a.State.Labels)
+	p, err := w.provider(wf, agent)
+	if err != nil {
+		return turn.Reply{}, &turn.Failed{Why: err.Error()}
 	}
-	// Recorded whole by an earlier attempt (atomic), or by a worker before
-	// answers were atomic, which may not have ended the turn yet.
-	return t.finish(ctx, resp)
+	attempts := 0
+	p = provider.WithRetry(p, w.cfg.Retry, func(at provider.Attempt) {
+		attempts = at.N
+		t.attemptFailed(ctx, agent, at)
+	})
+	tools, names, err := w.tools(ctx, wf.Workflow, agent, t)
+	if err != nil {
+		return turn.Reply{}, err
+	}
+	if _, waited := st.Pending[t.waitWorkID()]; waited || t.waited {
+		// This delivery or an earlier one waited for a tool: every tool
+		// is in now.
+		t.settleWait(ctx, "registered", "every tool of the turn is registered")
+	}
+	var why string
+	if st, why, err = t.recall(ctx, st, wf.Workflow, agent); err != nil {
+		return turn.Reply{}, err
+	}
+	if why != "" {
+		return turn.Reply{}, &turn.Failed{Why: why}
+	}
+	if st, err = t.compact(ctx, st, wf.Workflow.Compaction); err != nil {
+		return turn.Reply{}, err
+	}
+	request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
+		Messages: w.cfg.Contexts.Messages(a.Stored.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens,
+		Seed: st.Labels[events.LabelSeed]}
+	start := time.Now()
+	resp, err := complete(ctx, p, agent, a.Stored, request)
+	latency := time.Since(start)
+	if err != nil {
+		return turn.Reply{}, &turn.Failed{Why: err.Error(), Attempts: attempts} // every attempt, the last included, was reported
+	}
+	rep := turn.Reply{Text: resp.Content, Provider: agent.Provider, Model: cmp.Or(resp.Model, agent.Model),
+		TokensIn: resp.TokensIn, TokensOut: resp.TokensOut, StopReason: resp.StopReason, Latency: latency, Attempt: attempts + 1,
+		RequestBody: resp.RequestBody, ResponseBody: resp.ResponseBody, State: st}
+	if c := resp.Choice; c != nil {
+		rep.Choice = &events.ScriptChoice{Turn: c.Turn, Alternative: c.Alternative, Of: c.Of, Seed: c.Seed}
+	}
+	for _, call := range resp.ToolCalls {
+		name := call.Name
+		if reg, ok := names[call.Name]; ok {
+			name = reg
+		}
+		rep.Calls = append(rep.Calls, workflow.Call{ID: call.ID, Tool: name, Arguments: call.Arguments})
+	}
+	return rep, nil
 }
 
 // GaveUp wraps the runner's failure record: a turn the runner gave up on
 // is also ended (rath.agent.turn.failed), so its session is not left
-// waiting for a turn that will never end.
+// waiting for a turn that will never end; its wait for a tool (tools)
+// ends too.
 func (w *Worker) GaveUp(record consume.Failure) consume.Failure {
-	return func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error {
-		if ev.Type == events.TypeTurnRequested {
-			if d, err := ev.Decode(); err == nil {
-				req := d.(*events.TurnRequested)
-				t := &turn{w: w, ev: ev, req: req}
-				if err := t.fail(ctx, "the agent worker gave up: "+f.Error, 0); err != nil && !api.Permanent(err) {
-					return err
-				}
-				if strings.Contains(f.Error, notRegistered) { // its wait for a tool (tools) ends too
-					t.settleWait(ctx, "gave-up", "the turn gave up: "+f.Error)
-				}
+	return w.turns.GaveUp(record, via, func(*events.TurnRequested) bool { return true },
+		func(ctx context.Context, a *turn.Ask, f events.HandlerFailed) {
+			if strings.Contains(f.Error, notRegistered) {
+				t := &job{w: w, ask: a, ev: a.Stored, req: a.Request}
+				t.settleWait(ctx, "gave-up", "the turn gave up: "+f.Error)
 			}
-		}
-		return record(ctx, ev, f)
-	}
+		})
 }
 
 // provider returns the agent's provider, built once per workflow bundle.
@@ -297,7 +266,7 @@ func (w *Worker) provider(wf *workflow.Loaded, a workflow.Agent) (provider.Provi
 // (WorkKindTool) naming the tool, settled once the tool is registered or
 // the turn gives up (GaveUp), so rath state and the console show what the
 // session waits for.
-func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Agent, t *turn) ([]provider.Tool, map[string]string, error) {
+func (w *Worker) tools(ctx context.Context, wf *workflow.Workflow, a workflow.Agent, t *job) ([]provider.Tool, map[string]string, error) {
 	var out []provider.Tool
 	names := map[string]string{}
 	for _, name := range a.Tools {
@@ -341,7 +310,7 @@ const DefaultToolGrace = 2 * time.Second
 // session's start), and it has not come within the grace. A wait that is
 // only the runtime starting (the runner registers as the first turn
 // comes) stays out of the log, which a replay compares event for event.
-func (w *Worker) waitToolRecorded(ctx context.Context, wf *workflow.Workflow, name string, t *turn) (eventstore.ToolSpec, error) {
+func (w *Worker) waitToolRecorded(ctx context.Context, wf *workflow.Workflow, name string, t *job) (eventstore.ToolSpec, error) {
 	if server, _, ok := strings.Cut(name, "."); ok {
 		if _, declared := wf.MCPServer(server); declared {
 			return w.waitTool(ctx, name, w.toolWait())
@@ -402,40 +371,26 @@ func (w *Worker) waitTool(ctx context.Context, name string, wait time.Duration) 
 	}
 }
 
-// turn emits the events of one turn, with IDs derived from the request, so
-// a redelivered turn records each once.
-type turn struct {
+// job is one turn the worker answers: the layers around the model record
+// their events through it, with IDs derived from the request, so a
+// redelivered turn records each once.
+type job struct {
 	w   *Worker
+	ask *turn.Ask
 	ev  events.Stored
 	req *events.TurnRequested
 	// waited is set once the turn recorded a wait for a tool (waitingFor).
 	waited bool
 }
 
-func (t *turn) emit(ctx context.Context, what string, data any) error {
-	ev, err := t.event(what, data)
-	if err != nil {
-		return err
-	}
-	_, err = t.w.c.Append(ctx, ev)
-	if errors.Is(err, api.ErrClosed) {
-		return nil
-	}
-	return err
+func (t *job) emit(ctx context.Context, what string, data any) error {
+	return t.w.turns.Emit(ctx, t.ask, what, data)
 }
 
-// event builds one event of the turn, answering its request
-// (internal/answer): its ID is derived from the request's and what it
-// records, so a redelivered turn proposes the same; a request without a
-// correlation correlates the turn's events by its turn ID.
-func (t *turn) event(what string, data any) (event.Event, error) {
-	return t.answer().Event(data, what)
-}
+// answer is the worker's answer to the turn's request (internal/answer).
+func (t *job) answer() answer.Answer { return t.ask.Answer() }
 
-// answer is the worker's answer to the turn's request.
-func (t *turn) answer() answer.Answer { return answer.To(t.ev, Durable, Source) }
-
-func (t *turn) attemptFailed(ctx context.Context, a workflow.Agent, at provider.Attempt) {
+func (t *job) attemptFailed(ctx context.Context, a workflow.Agent, at provider.Attempt) {
 	f := &events.ModelCallFailed{TurnID: t.req.TurnID, Agent: a.Name, Provider: a.Provider, Model: a.Model,
 		Attempt: at.N, Status: at.Status, Error: at.Err.Error(), RetryInMS: at.RetryIn.Milliseconds()}
 	if err := t.emit(ctx, "attempt-"+strconv.Itoa(at.N), f); err != nil {
@@ -451,12 +406,12 @@ const notRegistered = "is not registered"
 const WorkKindTool = session.WorkKindTool
 
 // waitWorkID is the ID of the pending work of a turn waiting for a tool.
-func (t *turn) waitWorkID() string { return "tool-wait-" + t.req.TurnID }
+func (t *job) waitWorkID() string { return "tool-wait-" + t.req.TurnID }
 
 // waitingFor records that the turn waits for tool name to be registered:
 // pending work, once per turn (its event ID derives from the request).
 // Best effort: the wait goes on whether or not it is recorded.
-func (t *turn) waitingFor(ctx context.Context, name string) {
+func (t *job) waitingFor(ctx context.Context, name string) {
 	p := &events.WorkPending{WorkID: t.waitWorkID(), Kind: WorkKindTool, Assignee: t.req.Agent,
 		Description: fmt.Sprintf("turn %s of %s waits for tool %s, which no tool runner or tool server offers yet (a turn waits %s a try, then tries again)", t.req.TurnID, t.req.Agent, name, t.w.toolWait())}
 	if err := t.emit(ctx, "tool-wait", p); err != nil {
@@ -468,136 +423,9 @@ func (t *turn) waitingFor(ctx context.Context, name string) {
 
 // settleWait settles the turn's wait for a tool (waitingFor), if it
 // recorded one: what names this settlement among the turn's events.
-func (t *turn) settleWait(ctx context.Context, what, outcome string) {
+func (t *job) settleWait(ctx context.Context, what, outcome string) {
 	if err := t.emit(ctx, "tool-wait-"+what, &events.WorkDone{WorkID: t.waitWorkID(), Outcome: outcome}); err != nil {
 		t.w.log.Warn("the end of a wait for a tool not recorded", "turn", t.req.TurnID, "err", err)
-	}
-}
-
-func (t *turn) fail(ctx context.Context, why string, attempts int) error {
-	return t.emit(ctx, "failed", &events.TurnFailed{TurnID: t.req.TurnID, Agent: t.req.Agent, Error: why, Attempts: attempts})
-}
-
-// answered records the model's answer and ends the turn, all or nothing in
-// one atomic append: the text as a chunk, the tool calls it asked for, the
-// call itself with its usage and the wire bodies (in the object store, by
-// hash), and rath.agent.turn.completed. A crash can never leave half an
-// answer in the log, so a redelivered turn either finds the whole answer or
-// asks the model again from the same context.
-//
-// A tool call keeps the ID the model gave it unless the session has a call
-// of that ID already (a model may reuse IDs, a scripted one does after a
-// compaction) or the model gave none: then it is named after the turn, so
-// no call's result can be taken for another's.
-//
-// A call that one of the workflow's gates holds is recorded with its
-// approval request just before it, in the same atomic append, and names
-// the approval (ToolRequested.ApprovalID): no runner, and no fork of the
-// session, can see the call without its gate (ADR 0025).
-func (t *turn) answered(ctx context.Context, st *session.State, wf *workflow.Workflow, a workflow.Agent, resp provider.Response, latency time.Duration, attempt int) error {
-	called := &events.ModelCalled{Agent: a.Name, Provider: a.Provider, Model: a.Model, TokensIn: resp.TokensIn, TokensOut: resp.TokensOut,
-		LatencyMS: latency.Milliseconds(), Attempt: attempt, StopReason: resp.StopReason}
-	if resp.Model != "" {
-		called.Model = resp.Model
-	}
-	if c := resp.Choice; c != nil {
-		called.Choice = &events.ScriptChoice{Turn: c.Turn, Alternative: c.Alternative, Of: c.Of, Seed: c.Seed}
-	}
-	var err error
-	if len(resp.RequestBody) > 0 {
-		if called.RequestRef, err = t.w.store.PutBlob(ctx, resp.RequestBody); err != nil {
-			return err
-		}
-	}
-	if len(resp.ResponseBody) > 0 {
-		if called.ResponseRef, err = t.w.store.PutBlob(ctx, resp.ResponseBody); err != nil {
-			return err
-		}
-	}
-	var evs []event.Event
-	add := func(what string, data any) error {
-		ev, err := t.event(what, data)
-		if err == nil {
-			evs = append(evs, ev)
-		}
-		return err
-	}
-	if resp.Content != "" {
-		if err := add("chunk", &events.ChunkAppended{Role: events.RoleAssistant, Agent: a.Name, Content: resp.Content}); err != nil {
-			return err
-		}
-	}
-	calls := make([]workflow.Call, len(resp.ToolCalls))
-	for i, c := range resp.ToolCalls {
-		calls[i] = workflow.Call{ID: c.ID, Tool: c.Name, Arguments: c.Arguments}
-	}
-	held := func(id string, m workflow.Match) {
-		t.w.log.Warn("gate condition failed; the call waits for approval", "session", t.ev.Session, "call", id, "gate", m.Gate, "err", m.Err)
-	}
-	for _, r := range wf.CallEvents(st, t.ev.Session, t.req.TurnID, t.req.Agent, calls, time.Now(), held) {
-		if err := add(r.What, r.Data); err != nil {
-			return err
-		}
-	}
-	if err := add("model", called); err != nil {
-		return err
-	}
-	if err := add("completed", t.completed(resp)); err != nil {
-		return err
-	}
-	_, err = t.w.c.AppendAtomic(ctx, evs)
-	switch {
-	case err == nil, errors.Is(err, api.ErrClosed):
-		return nil
-	case api.Permanent(err):
-		// Nothing of the answer is stored: say why in the turn's end.
-		return t.fail(ctx, "the ledger refused the model's answer: "+err.Error(), attempt)
-	}
-	return err
-}
-
-// finish ends a turn whose answer an earlier attempt recorded.
-func (t *turn) finish(ctx context.Context, resp provider.Response) error {
-	return t.emit(ctx, "completed", t.completed(resp))
-}
-
-func (t *turn) completed(resp provider.Response) *events.TurnCompleted {
-	return &events.TurnCompleted{TurnID: t.req.TurnID, Agent: t.req.Agent, StopReason: resp.StopReason, ToolCalls: len(resp.ToolCalls)}
-}
-
-// recorded rebuilds the model's answer from the events an earlier attempt
-// of this turn appended, if it recorded one. An answer is stored all or
-// nothing (answered), so finding the model call means finding it all; part
-// reports events of an answer without its model call, which only a worker
-// from before answers were atomic could leave.
-func (t *turn) recorded(ctx context.Context, from uint64) (resp provider.Response, found, part bool, err error) {
-	for {
-		page, err := t.w.c.Log(ctx, t.ev.Session, client.Range{From: from, Limit: api.MaxLogPage})
-		if err != nil {
-			return provider.Response{}, false, false, err
-		}
-		for _, e := range page {
-			if e.Causation != t.ev.ID {
-				continue
-			}
-			d, err := e.Decode()
-			if err != nil {
-				continue
-			}
-			switch d := d.(type) {
-			case *events.ChunkAppended:
-				resp.Content, part = d.Content, true
-			case *events.ModelCalled:
-				found, resp.StopReason, resp.TokensIn, resp.TokensOut = true, d.StopReason, d.TokensIn, d.TokensOut
-			case *events.ToolRequested:
-				resp.ToolCalls = append(resp.ToolCalls, provider.ToolCall{ID: d.CallID, Name: d.Tool, Arguments: d.Arguments})
-				part = true
-			}
-		}
-		if len(page) < api.MaxLogPage {
-			return resp, found, part, nil
-		}
-		from = page[len(page)-1].Seq + 1
 	}
 }
 
