@@ -221,6 +221,11 @@ func worker(r Role) Permissions {
 		// Served routers run with the agent worker's identity, as served
 		// agents do: they take the selector's questions and answer them.
 		sub = append(sub, events.RouteWildcard)
+		// Served agents hand their answers to the agent worker under this
+		// identity's name (pkg/agentapi); the worker answers every name's
+		// requests and refuses all but this one. No other role may ask.
+		pub = append(pub, me.Agent(">"))
+		sub = append(sub, events.AgentWildcard)
 		respond = true
 	case RoleToolRunner:
 		// Tool runners register tools, store tool output, and hand calls

@@ -356,14 +356,50 @@ func completed(a *Ask, rep Reply) *events.TurnCompleted {
 // answer without its model call, which only a worker from before answers
 // were atomic could leave.
 func (s *Server) recorded(ctx context.Context, a *Ask) (rep Reply, found, part bool, err error) {
-	from := a.State.Turn.Seq
+	l, err := s.scan(ctx, a.Stored, a.State.Turn.Seq, "")
+	return l.rep, l.found, l.part, err
+}
+
+// Outcome is what the log holds of a turn's answer by one taker.
+type Outcome struct {
+	// Reply is the recorded answer (its text, calls, usage, stop reason).
+	Reply Reply
+	// Ended is "completed" or "failed", or "" while the turn has no end
+	// by the taker.
+	Ended string
+	// Failure is the failed turn's reason.
+	Failure string
+}
+
+// Ended reads what via recorded in answer to the turn request ev: a taker
+// asked again (a retried request) compares it with what it was to record.
+func (s *Server) Ended(ctx context.Context, ev events.Stored, via Via) (Outcome, error) {
+	l, err := s.scan(ctx, ev, ev.Seq+1, via.Source)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Reply: l.rep, Ended: l.ended, Failure: l.failure}, nil
+}
+
+// trail is what a turn's events in the log say.
+type trail struct {
+	rep         Reply
+	found, part bool
+	ended       string
+	failure     string
+}
+
+// scan reads the events answering the request ev from sequence from on,
+// of source only if not "".
+func (s *Server) scan(ctx context.Context, ev events.Stored, from uint64, source string) (trail, error) {
+	var l trail
 	for {
-		page, err := s.c.Log(ctx, a.Stored.Session, client.Range{From: from, Limit: api.MaxLogPage})
+		page, err := s.c.Log(ctx, ev.Session, client.Range{From: from, Limit: api.MaxLogPage})
 		if err != nil {
-			return Reply{}, false, false, fmt.Errorf("read the recorded answer of turn %s: %w", a.Request.TurnID, err)
+			return trail{}, fmt.Errorf("read the recorded answer to %s in session %s: %w", ev.ID, ev.Session, err)
 		}
 		for _, e := range page {
-			if e.Causation != a.Stored.ID {
+			if e.Causation != ev.ID || source != "" && e.Source != source {
 				continue
 			}
 			d, err := e.Decode()
@@ -372,16 +408,22 @@ func (s *Server) recorded(ctx context.Context, a *Ask) (rep Reply, found, part b
 			}
 			switch d := d.(type) {
 			case *events.ChunkAppended:
-				rep.Text, part = d.Content, true
+				l.rep.Text, l.part = d.Content, true
 			case *events.ModelCalled:
-				found, rep.StopReason, rep.TokensIn, rep.TokensOut = true, d.StopReason, d.TokensIn, d.TokensOut
+				l.found = true
+				l.rep.StopReason, l.rep.TokensIn, l.rep.TokensOut = d.StopReason, d.TokensIn, d.TokensOut
+				l.rep.Provider, l.rep.Model = d.Provider, d.Model
 			case *events.ToolRequested:
-				rep.Calls = append(rep.Calls, workflow.Call{ID: d.CallID, Tool: d.Tool, Arguments: d.Arguments})
-				part = true
+				l.rep.Calls = append(l.rep.Calls, workflow.Call{ID: d.CallID, Tool: d.Tool, Arguments: d.Arguments})
+				l.part = true
+			case *events.TurnCompleted:
+				l.ended = "completed"
+			case *events.TurnFailed:
+				l.ended, l.failure = "failed", d.Error
 			}
 		}
 		if len(page) < api.MaxLogPage {
-			return rep, found, part, nil
+			return l, nil
 		}
 		from = page[len(page)-1].Seq + 1
 	}

@@ -9,6 +9,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 
+	"github.com/openrath/rath/pkg/agentapi"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -23,8 +24,8 @@ var providers = []string{ProviderScripted, ProviderOpenAI, ProviderAnthropic}
 
 // ReservedServedName is the one agent name that cannot be served: a served
 // agent's durable consumer is agent-<name>, and agent-worker is the agent
-// worker's.
-const ReservedServedName = "worker"
+// worker's (agentapi.ReservedName).
+const ReservedServedName = agentapi.ReservedName
 
 // Outcomes the selector records when it closes a session on its own account
 // rather than because a close rule matched.

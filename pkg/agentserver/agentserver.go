@@ -45,8 +45,7 @@ import (
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
-	"github.com/openrath/rath/internal/turn"
-	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/pkg/agentapi"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -212,9 +211,8 @@ func newServer(ctx context.Context, nc *nats.Conn, name string, a Agent, o optio
 	if err != nil {
 		return nil, fmt.Errorf("agent server %s: %w", name, err)
 	}
-	turns := turn.New(c, fold.NewCache(store, fold.CacheConfig{MaxBytes: o.bytes}), workflow.NewLibrary(store.GetBlob), store.PutBlob, o.log)
-	via := turn.Via{Handler: Durable(name), Source: Source(name), Server: "the agent server", Answerer: "agent"}
-	return &server{name: name, agent: a, durable: Durable(name), c: c, store: store, turns: turns, via: via, log: o.log}, nil
+	return &server{name: name, agent: a, durable: Durable(name), c: c, store: store,
+		states: fold.NewCache(store, fold.CacheConfig{MaxBytes: o.bytes}), log: o.log}, nil
 }
 
 // validate checks Serve's arguments. An agent's name is a workflow agent
@@ -222,10 +220,10 @@ func newServer(ctx context.Context, nc *nats.Conn, name string, a Agent, o optio
 // durable consumer.
 func validate(name string, a Agent, o options) error {
 	var errs []error
-	if !validName(name) {
+	if !agentapi.ValidName(name) {
 		errs = append(errs, fmt.Errorf("agent %q: %w: want letters, digits and _, not starting with a digit", name, ErrBadName))
 	}
-	if name == workflow.ReservedServedName {
+	if name == agentapi.ReservedName {
 		errs = append(errs, fmt.Errorf("agent %q: %w: its durable consumer would be the agent worker's", name, ErrBadName))
 	}
 	if a == nil {
@@ -235,19 +233,4 @@ func validate(name string, a Agent, o options) error {
 		errs = append(errs, fmt.Errorf("agent %s: state cache size must not be negative, got %d", name, o.bytes))
 	}
 	return errors.Join(errs...)
-}
-
-func validName(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for i, r := range name {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

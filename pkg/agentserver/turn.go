@@ -1,7 +1,6 @@
 package agentserver
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,12 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/consume"
-	"github.com/openrath/rath/internal/turn"
-	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/internal/fold"
+	"github.com/openrath/rath/pkg/agentapi"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
+	api "github.com/openrath/rath/pkg/ledgerapi"
 )
 
 type server struct {
@@ -22,8 +22,7 @@ type server struct {
 	durable string
 	c       *client.Client
 	store   *eventstore.Store
-	turns   *turn.Server
-	via     turn.Via
+	states  *fold.Cache
 	log     *slog.Logger
 }
 
@@ -31,54 +30,72 @@ type server struct {
 // agents are acked without reading anything; a turn that ended already (a
 // redelivery: the answer is stored whole or not at all) or was superseded
 // is left alone, as is a session whose workflow does not serve the agent
-// (the agent worker takes or fails those turns).
+// (the agent worker takes or fails those turns). The agent worker checks
+// the turn and records the answer (rath.agent.<tenant>.<user>.record).
 func (s *server) handle(ctx context.Context, ev events.Stored) error {
-	req, err := turn.Request(ev)
+	if ev.Type != events.TypeTurnRequested {
+		return nil
+	}
+	d, err := ev.Decode()
 	if err != nil {
 		return consume.Permanent(err)
 	}
-	if req == nil || req.Agent != s.name {
+	req, ok := d.(*events.TurnRequested)
+	if !ok || req.Agent != s.name {
 		return nil
 	}
-	a, err := s.turns.Take(ctx, ev, req, s.via)
-	var unrunnable *turn.Unrunnable
-	switch {
-	case errors.Is(err, turn.ErrNotPending), errors.As(err, &unrunnable):
-		return nil // the agent worker fails an unrunnable turn, naming why
-	case err != nil:
+	st, err := s.states.StateSince(ctx, ev.Session, ev.Seq)
+	if err != nil {
 		return err
 	}
-	if !a.Agent.Served {
-		return nil // the agent worker's turn
+	if st.Status.Ended() || st.Turn == nil || st.Turn.ID != req.TurnID {
+		return nil
 	}
-	return s.turns.Answer(ctx, a, turn.AnswerFunc(s.answer))
-}
-
-// answer asks the agent. Its error fails the turn.
-func (s *server) answer(ctx context.Context, a *turn.Ask) (turn.Reply, error) {
-	asked := Turn{Session: a.Stored.Session, ID: a.Request.TurnID, Agent: a.Agent.Name, Rule: a.Request.Rule, System: a.Agent.System,
-		Tools: s.tools(ctx, a.Agent.Tools), State: a.State}
+	named := agentapi.Turn{Session: ev.Session, Seq: ev.Seq, TurnID: req.TurnID, Agent: req.Agent}
+	spec, err := s.c.Agents().Turn(ctx, named)
+	if err != nil {
+		return s.refused(err)
+	}
+	asked := Turn{Session: ev.Session, ID: req.TurnID, Agent: req.Agent, Rule: req.Rule, System: spec.System,
+		Tools: s.tools(ctx, spec.Tools), State: st}
 	start := time.Now()
 	ans, err := s.run(ctx, asked)
-	if err != nil {
-		return turn.Reply{}, &turn.Failed{Why: err.Error()}
+	latency := time.Since(start)
+	if err != nil && ctx.Err() != nil {
+		return err // stopping: the turn is delivered again
 	}
-	return reply(a.Request.Agent, ans, time.Since(start)), nil
+	rec := agentapi.RecordRequest{Turn: named}
+	if err != nil {
+		rec.Failure = err.Error()
+	} else {
+		rec.Answer = wire(ans, latency)
+	}
+	_, err = s.c.Agents().Record(ctx, rec)
+	return s.refused(err)
 }
 
-// reply is the answer as the agent worker records a model's: the usage
-// names DefaultProvider and the agent when the agent names none, and it
-// stops for its tool calls if it has any.
-func reply(agent string, ans Answer, latency time.Duration) turn.Reply {
-	rep := turn.Reply{Text: ans.Text, Provider: cmp.Or(ans.Usage.Provider, DefaultProvider), Model: cmp.Or(ans.Usage.Model, agent),
-		TokensIn: ans.Usage.TokensIn, TokensOut: ans.Usage.TokensOut, StopReason: turn.StopEndTurn, Latency: latency, Attempt: 1}
+// refused is what a refusal of the agent worker means for the delivery:
+// a turn no longer pending, or not this server's, is left alone; a
+// forbidden identity is a permanent error (the runner gives up and records
+// why); anything else is delivered again.
+func (s *server) refused(err error) error {
+	switch {
+	case err == nil, errors.Is(err, agentapi.ErrNotPending), errors.Is(err, agentapi.ErrNotServed), errors.Is(err, api.ErrNotFound):
+		return nil
+	case api.Permanent(err):
+		return consume.Permanent(err)
+	}
+	return err
+}
+
+// wire is an answer as the agent worker takes it.
+func wire(ans Answer, latency time.Duration) *agentapi.Answer {
+	out := &agentapi.Answer{Text: ans.Text, Provider: ans.Usage.Provider, Model: ans.Usage.Model,
+		TokensIn: ans.Usage.TokensIn, TokensOut: ans.Usage.TokensOut, LatencyMS: latency.Milliseconds()}
 	for _, c := range ans.ToolCalls {
-		rep.Calls = append(rep.Calls, workflow.Call{ID: c.ID, Tool: c.Tool, Arguments: c.Arguments})
+		out.ToolCalls = append(out.ToolCalls, agentapi.ToolCall{ID: c.ID, Tool: c.Tool, Arguments: c.Arguments})
 	}
-	if len(rep.Calls) > 0 {
-		rep.StopReason = turn.StopToolUse
-	}
-	return rep
+	return out
 }
 
 // run calls the agent, turning a panic into an error.
@@ -110,5 +127,17 @@ func (s *server) tools(ctx context.Context, names []string) []Tool {
 // runner gave up on is also ended (rath.agent.turn.failed), so its session
 // is not left waiting for a turn that will never end.
 func (s *server) gaveUp(record consume.Failure) consume.Failure {
-	return s.turns.GaveUp(record, s.via, func(req *events.TurnRequested) bool { return req.Agent == s.name }, nil)
+	return func(ctx context.Context, ev events.Stored, f events.HandlerFailed) error {
+		if d, err := ev.Decode(); err == nil {
+			if req, ok := d.(*events.TurnRequested); ok && req.Agent == s.name {
+				_, err := s.c.Agents().Record(ctx, agentapi.RecordRequest{
+					Turn:    agentapi.Turn{Session: ev.Session, Seq: ev.Seq, TurnID: req.TurnID, Agent: req.Agent},
+					Failure: "the agent server gave up: " + f.Error})
+				if err != nil && !api.Permanent(err) {
+					return err
+				}
+			}
+		}
+		return record(ctx, ev, f)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/agent-worker/service"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -66,6 +67,17 @@ func setup(t *testing.T, ans Answer) *fixture {
 			t.Errorf("turn %+v", turn)
 		}
 		return ans, nil
+	})
+	// The agent worker records the answers; here it takes no turn itself.
+	wnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker) // closed after the worker stops
+	wctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- service.Served(wctx, wnc, service.DefaultConfig(), quiet) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("the agent worker's record API: %v", err)
+		}
 	})
 	o := options{log: quiet, as: events.Service("agent-worker")}
 	if f.s, err = newServer(ctx, natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker), "planner", agent, o); err != nil {

@@ -103,6 +103,10 @@ func (p Principal) Ledger(op string) string { return ledgerPrefix + p.Tenant + "
 // Memory returns the subject on which p asks the memory service for op.
 func (p Principal) Memory(op string) string { return memoryPrefix + p.Tenant + "." + p.User + "." + op }
 
+// Agent returns the subject on which p asks the agent worker for op (one
+// of pkg/agentapi's Req* names): a served agent's turn and its answer.
+func (p Principal) Agent(op string) string { return agentPrefix + p.Tenant + "." + p.User + "." + op }
+
 // Inbox returns the subject on which p proposes an event for a session
 // (empty: a start without a chosen ID).
 func (p Principal) Inbox(sessionID string) string {

@@ -60,6 +60,7 @@ const (
 	timerAt       = "rath.timer.at."
 	timerFired    = "rath.timer.fired."
 	routePrefix   = "rath.route."
+	agentPrefix   = "rath.agent."
 
 	// SessionsWildcard matches every stored session event.
 	SessionsWildcard = logPrefix + ">"
@@ -95,6 +96,11 @@ const (
 	// and of the memory service.
 	LedgerPrefix = ledgerPrefix
 	MemoryPrefix = memoryPrefix
+	// AgentPrefix starts the request subjects of the agent worker's API
+	// for served agents (pkg/agentapi): rath.agent.<tenant>.<user>.<op>.
+	AgentPrefix = agentPrefix
+	// AgentWildcard matches every request to that API.
+	AgentWildcard = agentPrefix + ">"
 
 	OpAppend = "append"
 	OpBatch  = "batch"

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
@@ -105,26 +106,54 @@ func KeysFromEnv(getenv func(string) string) map[string]string {
 	}
 }
 
-// Run takes agent turns until ctx ends, then drains.
+// Run takes agent turns, and records served agents' answers, until ctx
+// ends, then drains.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
 	log = log.With("service", "agent-worker")
+	w, c, err := build(ctx, nc, cfg, log)
+	if err != nil || w == nil {
+		return err
+	}
+	// Served agents' answers (pkg/agentapi) are recorded here too, by the
+	// same turn code: gates run in the worker only.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Served(gctx, nc) })
+	g.Go(func() error { return consume.Run(gctx, nc, w.Handler(), w.GaveUp(consume.RecordInSession(c)), log) })
+	return g.Wait()
+}
+
+// Served only records served agents' answers (pkg/agentapi) until ctx
+// ends, taking no turn itself: for tests of a served agent that must not
+// see the worker answer the other agents' turns.
+func Served(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error {
+	log = log.With("service", "agent-worker")
+	w, _, err := build(ctx, nc, cfg, log)
+	if err != nil || w == nil {
+		return err
+	}
+	return w.Served(ctx, nc)
+}
+
+// build attaches to the event store and builds the worker (nil if ctx
+// ended first).
+func build(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*worker.Worker, *client.Client, error) {
 	store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(log))
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // stopped while starting
+			return nil, nil, nil // stopped while starting
 		}
-		return fmt.Errorf("agent worker: %w", err)
+		return nil, nil, fmt.Errorf("agent worker: %w", err)
 	}
 	c, err := client.New(nc, client.As(events.Service("agent-worker")), client.WithSource(worker.Source))
 	if err != nil {
-		return fmt.Errorf("agent worker: %w", err)
+		return nil, nil, fmt.Errorf("agent worker: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("agent worker config: %w", err)
+		return nil, nil, fmt.Errorf("agent worker config: %w", err)
 	}
 	endpoints, err := cfg.endpoints()
 	if err != nil {
-		return fmt.Errorf("agent worker config: %w", err)
+		return nil, nil, fmt.Errorf("agent worker config: %w", err)
 	}
 	log.Info("model endpoints besides the official ones", "allow_base_url", cfg.AllowBaseURLs, "allow_loopback_endpoints", cfg.AllowLoopback)
 	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, Endpoints: endpoints, States: fold.NewCache(store, cfg.States),
@@ -132,8 +161,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if cfg.Recorded != nil {
 		wcfg.Override = recordedAnswers(cfg.Recorded)
 	}
-	w := worker.New(c, store, workflow.NewLibrary(store.GetBlob), wcfg, log)
-	return consume.Run(ctx, nc, w.Handler(), w.GaveUp(consume.RecordInSession(c)), log)
+	return worker.New(c, store, workflow.NewLibrary(store.GetBlob), wcfg, log), c, nil
 }
 
 // recordedAnswers answers the calls of live-model agents from a recorded
