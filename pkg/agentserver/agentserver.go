@@ -1,6 +1,7 @@
 // Package agentserver serves an agent written in Go from the bus: it takes
-// the turns the workflow's selector requests of the agent and records each
-// answer in the session exactly as the agent worker records a model's.
+// the turns the workflow's selector requests of the agent and hands each
+// answer to the agent worker, which records it in the session exactly as
+// it records a model's.
 //
 // A workflow declares the agent with served: true (docs/workflows.md), so
 // the agent worker leaves its turns alone, and its rules route to it like to
@@ -15,15 +16,18 @@
 // consumes rath.agent.turn.requested events from stream RATH_SESSIONS
 // through its own durable consumer Durable(name), filtered to
 // rath.log.*.*.agent, shared by every process serving the agent; skips
-// requests of other agents, turns the session's state shows ended or
-// superseded, and sessions whose workflow does not declare the agent
-// served; and appends the answer (a conversation chunk, a
-// rath.tool.call.requested per tool call with its approval request before
-// it when a gate holds it, rath.model.called with the usage, and
-// rath.agent.turn.completed) in one atomic append through the ledger, with
-// event IDs derived from the request, so that a redelivered request records
-// the answer once. An error of the agent ends the turn with
-// rath.agent.turn.failed.
+// requests of other agents and turns the session's state shows ended or
+// superseded; asks the agent worker what the turn is (pkg/agentapi: the
+// agent's system prompt and tools, or a refusal when the workflow does not
+// serve the agent); and hands it the answer, which the worker checks and
+// records (a conversation chunk, a rath.tool.call.requested per tool call
+// with its approval request before it when a gate holds it,
+// rath.model.called with the usage, and rath.agent.turn.completed) in one
+// atomic append with event IDs derived from the request and the source
+// Source(name), so that a redelivered request records the answer once. An
+// error of the agent ends the turn with rath.agent.turn.failed. The agent
+// worker must be running: gates (CEL) run there, and this package links
+// neither CEL nor YAML.
 //
 // It also serves routers written in Go (ServeRouter): a workflow rule whose
 // route is {router: NAME} has the built-in selector ask the program for the
