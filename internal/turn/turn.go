@@ -95,6 +95,9 @@ type Ask struct {
 // (before its answer too: a recall, a compaction, a failed model attempt)
 // is built through it, so that its ID, causation, correlation and source
 // follow the one rule.
+// Via returns who takes the turn.
+func (a *Ask) Via() Via { return a.via }
+
 func (a *Ask) Answer() answer.Answer { return answer.To(a.Stored, a.via.Handler, a.via.Source) }
 
 // Reply is an answer to a turn.

@@ -212,11 +212,19 @@ func (w *Worker) record(ctx context.Context, req agentapi.RecordRequest) (agenta
 	via := servedVia(req.Agent)
 	a, err := w.turns.Take(ctx, ev, treq, via)
 	if errors.Is(err, turn.ErrNotPending) {
-		return w.recordedAlready(ctx, ev, req, via)
+		return w.recordedAlready(ctx, ev, req, via, nil)
 	}
 	if a, err = servable(a, req.Turn, err); err != nil {
 		return agentapi.RecordReply{}, err
 	}
+	// The state may lag the log (the worker's cache is fed by its own
+	// consumer): an end the log holds already is answered from the log,
+	// not recorded again.
+	return w.recordedAlready(ctx, ev, req, via, a)
+}
+
+// recordAnswer records the answer or failure of the pending turn a.
+func (w *Worker) recordAnswer(ctx context.Context, a *turn.Ask, req agentapi.RecordRequest) (agentapi.RecordReply, error) {
 	if req.Answer == nil {
 		if err := w.turns.Fail(ctx, a, req.Failure, 0); err != nil {
 			return agentapi.RecordReply{}, err
@@ -227,18 +235,21 @@ func (w *Worker) record(ctx context.Context, req agentapi.RecordRequest) (agenta
 		return agentapi.RecordReply{}, err
 	}
 	// The ledger may have refused the answer, which ends the turn as failed.
-	return w.recordedAlready(ctx, ev, req, via)
+	return w.recordedAlready(ctx, a.Stored, req, a.Via(), nil)
 }
 
-// recordedAlready replies to a record of a turn that is not pending: as
-// the first time if it ended with this answer (or this failure), refused
-// otherwise.
-func (w *Worker) recordedAlready(ctx context.Context, ev events.Stored, req agentapi.RecordRequest, via turn.Via) (agentapi.RecordReply, error) {
+// recordedAlready replies to a record from what the log holds of the
+// turn's end: as the first time if it ended with this answer (or this
+// failure), refused if it ended otherwise. A turn without an end in the
+// log is recorded, if pending (not nil).
+func (w *Worker) recordedAlready(ctx context.Context, ev events.Stored, req agentapi.RecordRequest, via turn.Via, pending *turn.Ask) (agentapi.RecordReply, error) {
 	o, err := w.turns.Ended(ctx, ev, via)
 	if err != nil {
 		return agentapi.RecordReply{}, err
 	}
 	switch {
+	case o.Ended == "" && pending != nil:
+		return w.recordAnswer(ctx, pending, req)
 	case o.Ended == agentapi.OutcomeFailed && (req.Answer != nil || o.Failure == req.Failure):
 		// A refused answer ends the turn failed: its retry is told so.
 		return agentapi.RecordReply{Outcome: agentapi.OutcomeFailed}, nil

@@ -177,8 +177,18 @@ func TestServedRequestsRefused(t *testing.T) {
 	}
 	// The turn is still the planner's to answer, and its failure is
 	// recorded as such.
-	if rep, err := r.agents.Record(ctx, agentapi.RecordRequest{Turn: named(req, "turn-1", "planner"), Failure: "no plan"}); err != nil || rep.Outcome != agentapi.OutcomeFailed {
-		t.Fatalf("record a failure: %+v, %v", rep, err)
+	failed := agentapi.RecordRequest{Turn: named(req, "turn-1", "planner"), Failure: "no plan"}
+	for range 2 { // a retry gets the same reply
+		if rep, err := r.agents.Record(ctx, failed); err != nil || rep.Outcome != agentapi.OutcomeFailed {
+			t.Fatalf("record a failure: %+v, %v", rep, err)
+		}
+	}
+	failed.Failure = "another reason"
+	if _, err := r.agents.Record(ctx, failed); !errors.Is(err, agentapi.ErrNotPending) {
+		t.Fatalf("another failure of a failed turn: %v, want %s", err, agentapi.CodeNotPending)
+	}
+	if got := typesOf(caused(r.log(t, "s1"), req)); len(got) != 1 || got[0] != events.TypeTurnFailed {
+		t.Fatalf("recorded %v, want one %s", got, events.TypeTurnFailed)
 	}
 }
 
