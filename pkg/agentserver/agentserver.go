@@ -156,9 +156,10 @@ type options struct {
 	bytes   int64
 }
 
-// As sets the principal the server records its answers as: the one its
-// connection's credentials name (default rath/agent-worker, the identity
-// served agents run with).
+// As sets the principal the server asks the ledger and the agent worker
+// as: the one its connection's credentials name (default rath/agent-worker,
+// the identity served agents run with, and the only one whose answers the
+// agent worker records).
 func As(p events.Principal) Option { return func(o *options) { o.as = p } }
 
 // WithLogger sets the logger (default: none).

@@ -1,10 +1,13 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +30,25 @@ type servedRig struct {
 	*rig
 	url    string
 	agents *client.Agents
+	logged *lockedBuffer // the worker's log
+}
+
+// lockedBuffer is a log's output, written by the worker's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func setupServed(t *testing.T) *servedRig {
@@ -36,14 +58,15 @@ func setupServed(t *testing.T) *servedRig {
 	// reloads race running services).
 	natstest.AddUsers(t, ns.ClientURL(), events.Principal{Tenant: "acme", User: "alice"})
 	r := setupFile(t, nc, "testdata/served.yaml", "")
-	w := r.newWorker(t, worker.Config{}, quiet)
+	logged := &lockedBuffer{}
+	w := r.newWorker(t, worker.Config{}, slog.New(slog.NewTextHandler(logged, nil)))
 	wnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker) // closed after the worker stops
 	testrig.Run(t, "served", func(ctx context.Context) error { return w.Served(ctx, wnc) })
 	c, err := client.New(natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker), client.As(worker.ServedBy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &servedRig{rig: r, url: ns.ClientURL(), agents: c.Agents()}
+	return &servedRig{rig: r, url: ns.ClientURL(), agents: c.Agents(), logged: logged}
 }
 
 func named(req events.Stored, turnID, agent string) agentapi.Turn {
@@ -161,6 +184,16 @@ func TestServedRequestsRefused(t *testing.T) {
 	}
 	if got := raw(t, r.nc, events.Service("tool-runner").Agent(agentapi.ReqTurn), `{}`); got != agentapi.CodeForbidden {
 		t.Fatalf("another service's principal: answered %q, want %q", got, agentapi.CodeForbidden)
+	}
+	// An operator finds each refusal in the worker's log, with the
+	// session and who asked (a refusal is logged before it is answered).
+	for _, want := range []string{
+		`msg="served agent's request refused" op=record session=s2 principal=rath/agent-worker code=agent_not_served`,
+		`msg="served agent's request refused" op=record session="" principal=acme/alice code=forbidden`,
+	} {
+		if !strings.Contains(r.logged.String(), want) {
+			t.Errorf("the worker's log has no %s:\n%s", want, r.logged.String())
+		}
 	}
 	violations := make(chan error, 4)
 	alice := natstest.ConnectUser(t, r.url, events.Principal{Tenant: "acme", User: "alice"},
