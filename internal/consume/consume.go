@@ -7,8 +7,9 @@
 // event to the dead-letter subject rath.dead.<handler> with the error, records
 // a rath.handler.failed event in the session, and ends delivery (Term). Any
 // other error is retried after a growing delay (NakWithDelay); a Waiting
-// one without end. A handler that
-// runs long keeps its delivery alive automatically (InProgress).
+// one without end. Every delivery held, waiting for its session's shard or
+// being handled, is kept alive automatically (InProgress); one that finds
+// its shard full is naked to come back shortly.
 //
 // Handlers must be idempotent: an event can be delivered again after a crash.
 // Emitting outputs with events.DerivedID makes the emitted events themselves
@@ -20,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -63,7 +63,8 @@ type Handler struct {
 	// one session are always handled one at a time, in order.
 	Workers int
 	// AckWait is how long a delivery may go without progress before it is
-	// redelivered (default 30s); running handlers are kept alive.
+	// redelivered (default 30s); deliveries held, waiting or being handled,
+	// are kept alive.
 	AckWait time.Duration
 }
 
@@ -197,32 +198,42 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	// finish is redelivered.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	shards := make([]chan delivery, h.Workers)
+	r.shards = make([]*shard, h.Workers)
 	var wg sync.WaitGroup
-	for i := range shards {
-		shards[i] = make(chan delivery, 32)
+	for i := range r.shards {
+		s := &shard{held: map[string]map[uint64]held{}}
+		s.cond = sync.NewCond(&s.mu)
+		r.shards[i] = s
 		wg.Add(1)
-		go func(ch chan delivery) {
+		go func() {
 			defer wg.Done()
-			for d := range ch {
-				r.deliver(hctx, d)
-			}
-		}(shards[i])
+			s.run(hctx, r)
+		}()
+	}
+	stopTicks, ticked := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ticked)
+		r.keepAlive(stopTicks)
+	}()
+	// stop lets the shards handle what they hold, then stops keeping it alive.
+	stop := func() {
+		for _, s := range r.shards {
+			s.close()
+		}
+		wg.Wait()
+		close(stopTicks)
+		<-ticked
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		d, ok := r.receive(hctx, m)
-		if !ok {
-			return
+		if d, ok := r.receive(hctx, m); ok {
+			r.offer(d)
 		}
-		sid, _ := events.SessionFromSubject(m.Subject())
-		f := fnv.New32a()
-		f.Write([]byte(sid))
-		shards[f.Sum32()%uint32(len(shards))] <- d
 	}, jetstream.PullMaxMessages(h.Workers*8), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			r.log.Debug("consumer", "err", err)
 		}))
 	if err != nil {
+		stop()
 		return fmt.Errorf("consume %s: %w", h.Name, err)
 	}
 	<-ctx.Done()
@@ -230,10 +241,7 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	defer grace.Stop()
 	cc.Drain()
 	<-cc.Closed()
-	for _, ch := range shards {
-		close(ch)
-	}
-	wg.Wait()
+	stop()
 	return nil
 }
 
@@ -256,6 +264,7 @@ type runner struct {
 	log       *slog.Logger
 	types     map[string]bool
 	failures  failures
+	shards    []*shard
 }
 
 // failures counts, per message (its stream sequence), the handler's
@@ -365,7 +374,7 @@ func (r *runner) deliver(ctx context.Context, d delivery) {
 			attribute.String("rath.session", ev.Session), attribute.Int64("rath.seq", int64(ev.Seq)),
 			attribute.String("rath.event.type", ev.Type), attribute.String("rath.event.id", ev.ID), attribute.Int("rath.attempt", attempt)))
 	defer span.End()
-	err := r.handle(context.WithValue(ctx, attemptKey{}, attempt), m, ev)
+	err := r.handle(context.WithValue(ctx, attemptKey{}, attempt), ev)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -396,22 +405,8 @@ func retryDelay(attempt int) time.Duration {
 	return min(100*time.Millisecond<<min(max(attempt, 1)-1, 7), 10*time.Second)
 }
 
-// handle runs the handler, keeping the delivery alive while it works.
-func (r *runner) handle(ctx context.Context, m jetstream.Msg, ev events.Stored) (err error) {
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		t := time.NewTicker(r.h.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
-		}
-	}()
+// handle runs the handler (its shard keeps the delivery alive meanwhile).
+func (r *runner) handle(ctx context.Context, ev events.Stored) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = Permanent(fmt.Errorf("handler panicked: %v", p))

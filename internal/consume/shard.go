@@ -1,0 +1,162 @@
+package consume
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/openrath/rath/pkg/events"
+)
+
+// shardSize bounds the deliveries a shard holds waiting for its handler.
+const shardSize = 32
+
+// shard handles the deliveries of the sessions hashed to it one at a time,
+// in the order it took them. It holds at most shardSize waiting: the one
+// Consume callback, shared by every session, never waits for room (offer).
+type shard struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []delivery
+	running jetstream.Msg // the delivery being handled, nil between
+	closed  bool
+	// held names, per session and by stream sequence, the deliveries naked
+	// for want of room that have not come back and been taken yet.
+	held map[string]map[uint64]held
+}
+
+// held is a delivery naked for want of room: how often, and when last.
+type held struct {
+	naks int
+	last time.Time
+}
+
+// offer queues d on its session's shard, or naks it to come back later
+// when the shard is full. A session with a delivery naked so takes none of
+// its events stored after that one until it has come back and been taken:
+// the session's events are still handled in the order they were stored.
+// (A handler's own retry, a Nak after it failed, holds nothing back, as
+// before: later events of the session go on meanwhile.)
+func (r *runner) offer(d delivery) {
+	sid, _ := events.SessionFromSubject(d.m.Subject())
+	f := fnv.New32a()
+	f.Write([]byte(sid))
+	s := r.shards[f.Sum32()%uint32(len(r.shards))]
+	s.mu.Lock()
+	h := s.held[sid]
+	behind := false
+	for seq := range h {
+		if seq < d.seq {
+			behind = true
+			break
+		}
+	}
+	if behind || len(s.queue) >= shardSize {
+		e := h[d.seq]
+		e.naks++
+		e.last = time.Now()
+		if d.seq != 0 { // (no sequence: nothing to keep behind it)
+			if h == nil {
+				h = map[uint64]held{}
+				s.held[sid] = h
+			}
+			h[d.seq] = e
+		}
+		s.mu.Unlock()
+		delay := min(100*time.Millisecond<<min(e.naks-1, 5), 2*time.Second, r.h.AckWait/3)
+		r.log.Debug("shard busy; the event comes back later", "session", sid, "stream_seq", d.seq, "behind_held", behind, "retry_in", delay)
+		_ = d.m.NakWithDelay(delay)
+		return
+	}
+	if e, ok := h[d.seq]; ok {
+		// Its naks for want of room are no attempts of the handler's.
+		d.attempt = max(d.attempt-e.naks, 1)
+		delete(h, d.seq)
+		if len(h) == 0 {
+			delete(s.held, sid)
+		}
+	}
+	s.queue = append(s.queue, d)
+	s.cond.Signal()
+	s.mu.Unlock()
+}
+
+// run handles the shard's deliveries until it is closed and empty.
+func (s *shard) run(ctx context.Context, r *runner) {
+	for {
+		s.mu.Lock()
+		s.running = nil
+		for len(s.queue) == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		if len(s.queue) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		d := s.queue[0]
+		s.queue[0] = delivery{}
+		s.queue = s.queue[1:]
+		s.running = d.m
+		s.mu.Unlock()
+		r.deliver(ctx, d)
+	}
+}
+
+// close lets run return once the shard is empty.
+func (s *shard) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// alive appends the deliveries the shard holds (waiting or being handled)
+// to msgs, and forgets held deliveries last seen before stale: another
+// process took them, and the sessions behind them go on.
+func (s *shard) alive(msgs []jetstream.Msg, stale time.Time) []jetstream.Msg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running != nil {
+		msgs = append(msgs, s.running)
+	}
+	for _, d := range s.queue {
+		msgs = append(msgs, d.m)
+	}
+	for sid, h := range s.held {
+		for seq, e := range h {
+			if e.last.Before(stale) {
+				delete(h, seq)
+			}
+		}
+		if len(h) == 0 {
+			delete(s.held, sid)
+		}
+	}
+	return msgs
+}
+
+// keepAlive sends InProgress every third of the ack wait for every
+// delivery the shards hold, so that none is redelivered while it waits for
+// its turn or is handled, until stop is closed.
+func (r *runner) keepAlive(stop <-chan struct{}) {
+	t := time.NewTicker(r.h.AckWait / 3)
+	defer t.Stop()
+	var msgs []jetstream.Msg
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		stale := time.Now().Add(-2 * r.h.AckWait)
+		for _, s := range r.shards {
+			msgs = s.alive(msgs[:0], stale)
+			for _, m := range msgs {
+				_ = m.InProgress()
+			}
+		}
+	}
+}
