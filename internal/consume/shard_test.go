@@ -208,4 +208,3 @@ func TestFullShardStallsNoOtherSession(t *testing.T) {
 	h.inOrder(t, busy, 2, 47)
 	h.inOrder(t, other, 2, 2)
 }
-
