@@ -33,8 +33,9 @@ chunk's content clipped to --clip bytes (the whole chunk is the event at its
 seq: rath log SESSION --from SEQ --limit 1). --at N folds only up to
 sequence N. --json prints the overview as the ledger answers it.
 
---full folds the whole state here from the session's log (every page of
-it: slow for a long session); with --json it prints the whole state.`,
+--full asks the ledger for the whole state (in parts when it exceeds a
+message: as large as the session's transcript); with --json it prints the
+whole state.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tail < 0 || tail > session.MaxTail {
@@ -70,7 +71,7 @@ it: slow for a long session); with --json it prints the whole state.`,
 	cmd.Flags().Uint64Var(&at, "at", 0, "fold up to this sequence (0: the head)")
 	cmd.Flags().IntVar(&tail, "tail", 0, fmt.Sprintf("last entries of each long list (0: %d, at most %d)", session.DefaultTail, session.MaxTail))
 	cmd.Flags().IntVar(&clip, "clip", 0, fmt.Sprintf("bytes of each chunk's content (0: %d, at most %d)", session.DefaultClip, session.MaxClip))
-	cmd.Flags().BoolVar(&full, "full", false, "fold the whole state from the log here instead of asking the ledger for its overview")
+	cmd.Flags().BoolVar(&full, "full", false, "ask the ledger for the whole state instead of its overview")
 	return cmd
 }
 

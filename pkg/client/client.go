@@ -6,6 +6,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -134,13 +135,10 @@ func (c *Client) Propose(ctx context.Context, ev event.Event) error {
 	return nil
 }
 
-// State returns the whole state of a session at its head, folded here from
-// the session's log (fold.FromLog), so it costs the whole log: the ledger's
-// state operation answers only a bounded view (see Overview), which is
-// what most callers need. It asks for the overview first, so the ledger's
-// refusals hold as they do for the state operation (a damaged session is
-// not presented as a state) and the fold stops at the head the ledger
-// named, whatever is appended meanwhile.
+// State returns the whole state of a session at its head, as the ledger
+// holds it (the state operation asked for the whole state, in parts when
+// it exceeds a message). Most callers need only the bounded view (see
+// Overview), which is much smaller.
 func (c *Client) State(ctx context.Context, id string) (*session.State, error) {
 	return c.StateAt(ctx, id, 0)
 }
@@ -149,15 +147,31 @@ func (c *Client) State(ctx context.Context, id string) (*session.State, error) {
 // seq, or an error matching api.ErrOutOfRange if the session has no event
 // seq yet. StateAt(ctx, id, 0) is State(ctx, id).
 func (c *Client) StateAt(ctx context.Context, id string, seq uint64) (*session.State, error) {
-	ov, err := c.Overview(ctx, api.StateRequest{Session: id, At: seq, Tail: 1, Clip: 1})
-	if err != nil {
-		return nil, err
+	req := api.StateRequest{Session: id, At: seq, Whole: true}
+	var body []byte
+	sum := ""
+	for {
+		var p api.StatePart
+		if err := c.request(ctx, c.as.Ledger(events.OpState), req, &p); err != nil {
+			return nil, fmt.Errorf("state of %s at %d: %w", id, seq, err)
+		}
+		if p.Part != req.Part || p.Part >= p.Parts || req.At != 0 && p.Seq != req.At || sum != "" && p.Sum != sum {
+			return nil, fmt.Errorf("state of %s at %d: asked for part %d at %d, the ledger answered part %d of %d at %d", id, seq, req.Part, req.At, p.Part, p.Parts, p.Seq)
+		}
+		body, sum = append(body, p.Data...), p.Sum
+		if p.Part+1 == p.Parts {
+			break
+		}
+		req.At, req.Part = p.Seq, p.Part+1
 	}
-	st, err := fold.FromLog(ctx, foldLog{c}, id, ov.Seq)
-	if err != nil {
+	if got := sha256.Sum256(body); hex.EncodeToString(got[:]) != sum {
+		return nil, fmt.Errorf("state of %s at %d: its parts do not join into the state the ledger summed", id, seq)
+	}
+	var st session.State
+	if err := json.Unmarshal(body, &st); err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", id, seq, err)
 	}
-	return st, nil
+	return &st, nil
 }
 
 // Overview returns the bounded view of a session that the ledger's state

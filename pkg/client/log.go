@@ -105,10 +105,3 @@ func (c *Client) LogRaw(ctx context.Context, id string, r Range) ([]json.RawMess
 		from = last.Seq + 1
 	}
 }
-
-// foldLog is the client as fold.FromLog reads a log.
-type foldLog struct{ c *Client }
-
-func (l foldLog) Events(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error {
-	return l.c.Events(ctx, id, Range{From: from, To: to}, fn)
-}

@@ -216,16 +216,34 @@ type BatchResult struct {
 // holds (session.MaxOverviewBytes), with the last Tail entries of each long
 // list (0: session.DefaultTail, at most session.MaxTail) and each chunk's
 // content clipped to Clip bytes of JSON (0: session.DefaultClip, at most
-// session.MaxClip). The whole state is the fold of the log (the log
-// operation; client.State in Go). ToolCalls names tool calls (at most
-// session.MaxOpen) to report in the reply's tools.asked whatever their
-// status.
+// session.MaxClip). ToolCalls names tool calls (at most session.MaxOpen)
+// to report in the reply's tools.asked whatever their status.
+//
+// Whole asks for the whole session.State instead (client.State in Go),
+// without Tail, Clip or ToolCalls: the reply is a StatePart, part Part of
+// its JSON. A state above one part comes in several: the first asked at
+// At (0: the head), each next one at the first reply's Seq.
 type StateRequest struct {
 	Session   string   `json:"session"`
 	At        uint64   `json:"at,omitempty"`
 	Tail      int      `json:"tail,omitempty"`
 	Clip      int      `json:"clip,omitempty"`
 	ToolCalls []string `json:"tool_calls,omitempty"`
+	Whole     bool     `json:"whole,omitempty"`
+	Part      int      `json:"part,omitempty"`
+}
+
+// StatePart is part Part (from 0) of Parts of the JSON of a session's
+// whole state at Seq (StateRequest.Whole), each part at most half the
+// server's message size once encoded. Sum is the SHA-256 (hex) of the
+// whole JSON, the same in every part, for the reader to check the parts it
+// joins.
+type StatePart struct {
+	Seq   uint64 `json:"seq"`
+	Part  int    `json:"part"`
+	Parts int    `json:"parts"`
+	Sum   string `json:"sum"`
+	Data  []byte `json:"data"`
 }
 
 // LogRequest asks for a page of a session's logical log.

@@ -108,6 +108,9 @@ type Ledger struct {
 	reader *fold.Reader
 
 	maxPayload int64 // of the connection Serve answers on
+	// whole is the last whole state answered in several parts, kept for
+	// the parts asked next (WholeState).
+	whole atomic.Pointer[wholeState]
 
 	// catalog is the session index in memory, which List reads; nil until
 	// Serve loaded it, or when it could not.

@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -62,6 +65,92 @@ func (l *Ledger) Overview(ctx context.Context, id string, at uint64, o session.O
 	return st.Overview(o), nil
 }
 
+// WholeState returns part part of the JSON of a session's whole state at
+// sequence at (0: its head): the state operation's answer to a request for
+// the whole state. It refuses what Overview refuses. At the head it is
+// marshalled from the state the ledger holds, under the session's lock;
+// earlier sequences are folded from the nearest snapshot. A state of
+// several parts is kept (the last one only) for the parts asked next.
+func (l *Ledger) WholeState(ctx context.Context, id string, at uint64, part int) (api.StatePart, error) {
+	if err := events.ValidateSessionID(id); err != nil {
+		return api.StatePart{}, api.Errorf(api.CodeInvalidSession, "%v", err)
+	}
+	if part < 0 || part > 0 && at == 0 {
+		return api.StatePart{}, api.Errorf(api.CodeMalformed, "part %d at %d: parts count from 0, and each after the first is asked at the seq the first answered", part, at)
+	}
+	e := l.entry(id)
+	e.mu.Lock()
+	if err := l.current(ctx, e); err != nil {
+		e.mu.Unlock()
+		return api.StatePart{}, err
+	}
+	head := e.state.Seq
+	var w *wholeState
+	var err error
+	if at == 0 || at == head {
+		at = head
+		w, err = l.wholeAt(id, at, func() (*session.State, error) { return e.state, nil })
+	}
+	e.mu.Unlock()
+	if at > head {
+		return api.StatePart{}, api.Errorf(api.CodeOutOfRange, "session %s has no sequence %d (head %d)", id, at, head)
+	}
+	if w == nil && err == nil {
+		w, err = l.wholeAt(id, at, func() (*session.State, error) {
+			st, _, err := l.stateAt(ctx, id, at)
+			return st, err
+		})
+	}
+	if err != nil {
+		return api.StatePart{}, err
+	}
+	size := int(l.replyBudget()) / 4 * 3 // base64 makes it the budget
+	parts := max(1, (len(w.body)+size-1)/size)
+	if part >= parts {
+		return api.StatePart{}, api.Errorf(api.CodeOutOfRange, "the state of %s at %d has %d parts, no part %d", id, at, parts, part)
+	}
+	return api.StatePart{Seq: at, Part: part, Parts: parts, Sum: w.sum, Data: w.body[part*size : min(len(w.body), (part+1)*size)]}, nil
+}
+
+// replyBudget is the bytes a reply's body may hold: half the server's
+// message size.
+func (l *Ledger) replyBudget() int64 {
+	if l.maxPayload <= 0 {
+		return 512 << 10
+	}
+	return l.maxPayload / 2
+}
+
+// wholeState is the JSON of a session's whole state at seq, and its SHA-256.
+type wholeState struct {
+	id   string
+	seq  uint64
+	body []byte
+	sum  string
+}
+
+// wholeAt is the JSON of session id's state at seq, the one kept or the
+// one state returns. A state does not change at a seq once stored.
+func (l *Ledger) wholeAt(id string, seq uint64, state func() (*session.State, error)) (*wholeState, error) {
+	if w := l.whole.Load(); w != nil && w.id == id && w.seq == seq {
+		return w, nil
+	}
+	st, err := state()
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(st)
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("state of %s at %d: %w", id, seq, err))
+	}
+	sum := sha256.Sum256(body)
+	w := &wholeState{id: id, seq: seq, body: body, sum: hex.EncodeToString(sum[:])}
+	if int64(len(body)) > l.replyBudget()/2 {
+		l.whole.Store(w)
+	}
+	return w, nil
+}
+
 // Log returns the stored events of a session's logical log with
 // from <= seq <= to (to 0: the head), at most limit (0 or above MaxLogPage:
 // MaxLogPage) and at most half the server's message size in bytes; more
@@ -73,10 +162,7 @@ func (l *Ledger) Log(ctx context.Context, id string, from, to uint64, limit int)
 	if limit <= 0 || limit > api.MaxLogPage {
 		limit = api.MaxLogPage
 	}
-	budget := l.maxPayload / 2
-	if budget <= 0 {
-		budget = 512 << 10
-	}
+	budget := l.replyBudget()
 	var size int64
 	err = l.logicalEvents(ctx, id, from, to, func(ev events.Stored, m eventstore.Msg) error {
 		body, err := l.readOut(ctx, ev, m.Body)

@@ -220,6 +220,14 @@ func (l *Ledger) handleState(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := l.readable(ctx, r.Session); err != nil {
 		return nil, err
 	}
+	switch {
+	case r.Whole && (r.Tail != 0 || r.Clip != 0 || len(r.ToolCalls) > 0):
+		return nil, api.Errorf(api.CodeMalformed, "a whole state takes no tail, clip or tool_calls")
+	case r.Whole:
+		return l.WholeState(ctx, r.Session, r.At, r.Part)
+	case r.Part != 0:
+		return nil, api.Errorf(api.CodeMalformed, "part %d: parts are of a whole state (whole: true)", r.Part)
+	}
 	return l.Overview(ctx, r.Session, r.At, session.OverviewOptions{Tail: r.Tail, Clip: r.Clip, Calls: r.ToolCalls})
 }
 

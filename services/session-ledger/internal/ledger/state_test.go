@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -76,11 +77,96 @@ func TestStateOfNineLargeChunks(t *testing.T) {
 	if len(full.Chunks) != 9 || len(full.Chunks[8].Content) != 1_000_000 {
 		t.Fatalf("folded state: %d chunks", len(full.Chunks))
 	}
+	// It came in parts, each within a message; a part it does not have is
+	// refused.
+	first, err := r.l.WholeState(ctx, "big", 0, 0)
+	if err != nil || first.Parts < 2 || first.Seq != 11 {
+		t.Fatalf("whole state: %d parts at %d, %v", first.Parts, first.Seq, err)
+	}
+	for _, part := range []int{first.Parts, first.Parts + 1_000_000} {
+		_, err := r.l.WholeState(ctx, "big", first.Seq, part)
+		wantCode(t, err, api.CodeOutOfRange)
+	}
 }
 
-// TestClientStateIsTheLedgerFold: a state folded from the log through the
-// ledger's log operation (client.State, fold.FromLog) is the ledger's own
-// (fold.Reader) at every sequence of sessions with forks and merges.
+// askWhole sends a state request body as it is and returns the error code
+// of the reply ("" for none) and the part it carries.
+func askWhole(t *testing.T, r *rig, body string) (api.Code, api.StatePart) {
+	t.Helper()
+	raw, err := r.nc.Request(r.c.Principal().Ledger(events.OpState), []byte(body), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p api.StatePart
+	if code := raw.Header.Get(api.HeaderError); code != "" {
+		return api.Code(code), p
+	}
+	if err := json.Unmarshal(raw.Data, &p); err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	return "", p
+}
+
+// A request for the whole state is refused where the overview is (another
+// tenant's session, a sequence beyond the head, a damaged session), with
+// the same words, and so are parts it does not have and options that are
+// the overview's.
+func TestWholeStateRefusals(t *testing.T) {
+	r, acme, globex, _ := tenantsRig(t, nil)
+	ctx := context.Background()
+	if _, err := acme.Start(ctx, "mine", events.SessionStarted{Task: "acme's"}); err != nil {
+		t.Fatal(err)
+	}
+	sameRefusal := func(what string, code api.Code, c *client.Client, id string, at uint64) {
+		t.Helper()
+		_, werr := c.StateAt(ctx, id, at)
+		_, oerr := c.Overview(ctx, api.StateRequest{Session: id, At: at})
+		wantCode(t, werr, code)
+		if werr.Error() != oerr.Error() {
+			t.Fatalf("%s: whole refused %q, the overview %q", what, werr, oerr)
+		}
+	}
+	sameRefusal("another tenant's session", api.CodeNotFound, globex, "mine", 0)
+	sameRefusal("another tenant's session, earlier", api.CodeNotFound, globex, "mine", 1)
+	sameRefusal("beyond the head", api.CodeOutOfRange, acme, "mine", 2)
+	sameRefusal("no such session", api.CodeNotFound, acme, "nope", 0)
+	sameRefusal("a bad session ID", api.CodeInvalidSession, acme, "a.b", 0)
+
+	r.start(t, "s")
+	r.emit(t, "s", chunk("real"))
+	if code, p := askWhole(t, r, `{"session":"s","whole":true}`); code != "" || p.Parts != 1 || p.Seq != 2 {
+		t.Fatalf("whole state: %s %+v", code, p)
+	}
+	for body, want := range map[string]api.Code{
+		`{"session":"s","whole":true,"part":1,"at":2}`:           api.CodeOutOfRange,
+		`{"session":"s","whole":true,"part":-1,"at":2}`:          api.CodeMalformed,
+		`{"session":"s","whole":true,"part":1}`:                  api.CodeMalformed, // a part after the first names its seq
+		`{"session":"s","whole":true,"part":1e30,"at":2}`:        api.CodeMalformed,
+		`{"session":"s","whole":true,"at":3}`:                    api.CodeOutOfRange,
+		`{"session":"s","part":1,"at":2}`:                        api.CodeMalformed, // parts are of a whole state
+		`{"session":"s","whole":true,"tail":5}`:                  api.CodeMalformed,
+		`{"session":"s","whole":true,"tool_calls":["c1"]}`:       api.CodeMalformed,
+		`{"session":"s","whole":"yes"}`:                          api.CodeMalformed,
+		`{"session":"../s","whole":true}`:                        api.CodeInvalidSession,
+		`{"session":"s","whole":true,"at":18446744073709551615}`: api.CodeOutOfRange,
+	} {
+		if code, _ := askWhole(t, r, body); code != want {
+			t.Errorf("%s: answered %q, want %s", body, code, want)
+		}
+	}
+
+	forge(t, r, "s", chunk("forged"), nil)
+	sameRefusal("a damaged session", api.CodeDamaged, r.c, "s", 0)
+	sameRefusal("a damaged session, earlier", api.CodeDamaged, r.c, "s", 1)
+	if code, _ := askWhole(t, r, `{"session":"s","whole":true,"at":1}`); code != api.CodeDamaged {
+		t.Fatalf("a whole state of a damaged session: %s", code)
+	}
+}
+
+// TestClientStateIsTheLedgerFold: the whole state the client asks for
+// (client.State) is the ledger's own (fold.Reader) and the fold of the log
+// read through the ledger's log operation (fold.FromLog) at every sequence
+// of sessions with forks and merges.
 func TestClientStateIsTheLedgerFold(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
@@ -121,6 +207,16 @@ func TestClientStateIsTheLedgerFold(t *testing.T) {
 				t.Fatalf("client state of %s at %d: %v", id, n, err)
 			}
 			sameState(t, fmt.Sprintf("%s at %d", id, n), got, want)
+			folded, err := fold.FromLog(ctx, logOf{r.c}, id, n)
+			if err != nil {
+				t.Fatalf("fold of %s at %d: %v", id, n, err)
+			}
+			sameState(t, fmt.Sprintf("%s at %d vs the fold of its log", id, n), got, folded)
+		}
+		if got, err := r.c.State(ctx, id); err != nil {
+			t.Fatal(err)
+		} else {
+			sameState(t, id+" at its head", got, head)
 		}
 		ov, err := r.c.Overview(ctx, api.StateRequest{Session: id})
 		if err != nil || ov.Seq != head.Seq || ov.Chunks.Count != len(head.Chunks) || ov.Lineage.Merges.Count != len(head.Lineage.Merges) {
@@ -135,4 +231,11 @@ func TestClientStateIsTheLedgerFold(t *testing.T) {
 	wantCode(t, err, api.CodeNotFound)
 	_, err = r.c.Overview(ctx, api.StateRequest{Session: "nope"})
 	wantCode(t, err, api.CodeNotFound)
+}
+
+// logOf is a client as fold.FromLog reads a log.
+type logOf struct{ c *client.Client }
+
+func (l logOf) Events(ctx context.Context, id string, from, to uint64, fn func(events.Stored) error) error {
+	return l.c.Events(ctx, id, client.Range{From: from, To: to}, fn)
 }
