@@ -360,9 +360,11 @@ func (r *runner) observe(ctx context.Context, ev events.Stored, seq uint64) {
 	r.h.Observe(ctx, ev, seq)
 }
 
-func (r *runner) deliver(ctx context.Context, d delivery) {
+// deliver handles d and settles it; handled is called in between.
+func (r *runner) deliver(ctx context.Context, d delivery, handled func()) {
 	m, ev, attempt, seq := d.m, d.ev, d.attempt, d.seq
 	if d.parseErr != nil {
+		handled()
 		r.giveUp(ctx, m, events.Stored{}, 1, Permanent(d.parseErr))
 		return
 	}
@@ -375,6 +377,7 @@ func (r *runner) deliver(ctx context.Context, d delivery) {
 			attribute.String("rath.event.type", ev.Type), attribute.String("rath.event.id", ev.ID), attribute.Int("rath.attempt", attempt)))
 	defer span.End()
 	err := r.handle(context.WithValue(ctx, attemptKey{}, attempt), ev)
+	handled()
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

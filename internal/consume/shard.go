@@ -88,7 +88,6 @@ func (r *runner) offer(d delivery) {
 func (s *shard) run(ctx context.Context, r *runner) {
 	for {
 		s.mu.Lock()
-		s.running = nil
 		for len(s.queue) == 0 && !s.closed {
 			s.cond.Wait()
 		}
@@ -101,7 +100,11 @@ func (s *shard) run(ctx context.Context, r *runner) {
 		s.queue = s.queue[1:]
 		s.running = d.m
 		s.mu.Unlock()
-		r.deliver(ctx, d)
+		r.deliver(ctx, d, func() {
+			s.mu.Lock()
+			s.running = nil
+			s.mu.Unlock()
+		})
 	}
 }
 
@@ -113,14 +116,16 @@ func (s *shard) close() {
 	s.mu.Unlock()
 }
 
-// alive appends the deliveries the shard holds (waiting or being handled)
+// alive keeps the delivery being handled alive, appends the ones waiting
 // to msgs, and forgets held deliveries last seen before stale: another
 // process took them, and the sessions behind them go on.
 func (s *shard) alive(msgs []jetstream.Msg, stale time.Time) []jetstream.Msg {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running != nil {
-		msgs = append(msgs, s.running)
+		// Under the lock, so never after the delivery was settled: a
+		// progress after a delayed Nak would put the redelivery off.
+		_ = s.running.InProgress()
 	}
 	for _, d := range s.queue {
 		msgs = append(msgs, d.m)
@@ -139,8 +144,8 @@ func (s *shard) alive(msgs []jetstream.Msg, stale time.Time) []jetstream.Msg {
 }
 
 // keepAlive sends InProgress every third of the ack wait for every
-// delivery the shards hold, so that none is redelivered while it waits for
-// its turn or is handled, until stop is closed.
+// delivery the shards hold, so that none is redelivered while it is
+// handled or waits for its turn, until stop is closed.
 func (r *runner) keepAlive(stop <-chan struct{}) {
 	t := time.NewTicker(r.h.AckWait / 3)
 	defer t.Stop()
