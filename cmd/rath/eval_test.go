@@ -221,7 +221,31 @@ func evalRuntime(t *testing.T) (*runtime.Runtime, *client.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitToolRunner(t, c)
 	return rt, c
+}
+
+// waitToolRunner waits until the tool runner has registered all its
+// built-in tools. It puts them one at a time, todo last: a workflow checked
+// in between (rath eval, rath start) sees some and is refused for the rest.
+func waitToolRunner(t *testing.T, c *client.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tools, err := c.Tools(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools {
+			if tool.Name == "todo" && tool.Server == "tool-runner" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tool runner registered no todo tool in 10s: %+v", tools)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // The regression gate end to end: a baseline eval where both tasks pass,
