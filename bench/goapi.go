@@ -12,6 +12,7 @@ import (
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/rath"
+	"github.com/openrath/rath/pkg/workflowfile"
 )
 
 // sectionGoAPI measures the Go Session API (pkg/rath, issue 17 part 3):
@@ -51,10 +52,16 @@ func (h *harness) runGoAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The bundle is stored once: every session starts with the same
+	// content-addressed reference.
+	wf, err := workflowfile.Store(ctx, c, wfPath)
+	if err != nil {
+		return fmt.Errorf("goapi: %w", err)
+	}
 	n := h.cfg.n(500, 10)
 	forward := func(agent string) func(ctx context.Context, id string) (time.Duration, error) {
 		return func(ctx context.Context, id string) (time.Duration, error) {
-			s, err := rath.Start(ctx, c, rath.StartOptions{ID: id, Workflow: wfPath, Task: "bench goapi"})
+			s, err := rath.Start(ctx, c, rath.StartOptions{ID: id, Workflow: wf, Task: "bench goapi"})
 			if err != nil {
 				return 0, err
 			}
@@ -64,7 +71,7 @@ func (h *harness) runGoAPI(ctx context.Context) error {
 		}
 	}
 	byHand := func(ctx context.Context, id string) (time.Duration, error) {
-		s, err := rath.Start(ctx, c, rath.StartOptions{ID: id, Workflow: wfPath, Task: "bench goapi"})
+		s, err := rath.Start(ctx, c, rath.StartOptions{ID: id, Workflow: wf, Task: "bench goapi"})
 		if err != nil {
 			return 0, err
 		}

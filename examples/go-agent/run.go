@@ -13,6 +13,7 @@ import (
 	"github.com/openrath/rath/pkg/agentserver"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/rath"
+	"github.com/openrath/rath/pkg/workflowfile"
 )
 
 // config is the program's configuration, read once from its flags.
@@ -60,7 +61,13 @@ func run(ctx context.Context, cfg config, out io.Writer, log *slog.Logger) error
 
 // drive is the Session programming model: start, forward, inspect.
 func drive(ctx context.Context, c *client.Client, cfg config, out io.Writer) error {
-	s, err := rath.Start(ctx, c, rath.StartOptions{ID: cfg.ID, Workflow: cfg.Workflow, Task: cfg.Task})
+	// The workflow file and the scripts it names are stored as one bundle,
+	// which the session runs.
+	wf, err := workflowfile.Store(ctx, c, cfg.Workflow)
+	if err != nil {
+		return err
+	}
+	s, err := rath.Start(ctx, c, rath.StartOptions{ID: cfg.ID, Workflow: wf, Task: cfg.Task})
 	if err != nil {
 		return err
 	}

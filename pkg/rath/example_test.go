@@ -12,6 +12,7 @@ import (
 
 	"github.com/openrath/rath/pkg/agentserver"
 	"github.com/openrath/rath/pkg/rath"
+	"github.com/openrath/rath/pkg/workflowfile"
 )
 
 // planner is a Go agent: its first turn notes the work as open (a call of
@@ -45,7 +46,12 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "plan", Workflow: testdata("plan-review.yaml"), Task: "fix the failing test"})
+	wf, err := workflowfile.Store(ctx, r.c, testdata("plan-review.yaml"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "plan", Workflow: wf, Task: "fix the failing test"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -107,7 +113,12 @@ func ExampleAgent_Forward() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	start, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "by-hand", Workflow: testdata("by-hand.yaml"), Task: "TestAdd"})
+	wf, err := workflowfile.Store(ctx, r.c, testdata("by-hand.yaml"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	start, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "by-hand", Workflow: wf, Task: "TestAdd"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/pkg/rath"
+	"github.com/openrath/rath/pkg/workflowfile"
 )
 
 // A served agent's gated call stops the workflow's forward at the approval
@@ -26,7 +27,11 @@ func TestForwardStopsAtAnApproval(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "gated", Workflow: testdata("gated.yaml"), Task: "plan"})
+	wf, err := workflowfile.Store(ctx, r.c, testdata("gated.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "gated", Workflow: wf, Task: "plan"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 // moves between sandbox backends and inspects, the way OpenRath's
 // session = workflow.forward(session) reads in Python:
 //
-//	s, err := rath.Start(ctx, c, rath.StartOptions{Workflow: "by-hand.yaml", Task: "fix the test"})
+//	wf, err := workflowfile.Store(ctx, c, "by-hand.yaml")
+//	s, err := rath.Start(ctx, c, rath.StartOptions{Workflow: wf, Task: "fix the test"})
 //	s, err = rath.Agent("planner").Forward(ctx, s)
 //	plan := s
 //	s, err = rath.Agent("reviewer").Forward(ctx, s)
@@ -35,7 +36,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -65,11 +65,11 @@ func (s Session) String() string { return fmt.Sprintf("%s@%d", s.id, s.head) }
 type StartOptions struct {
 	// ID is the session's ID; "" lets the ledger choose one.
 	ID string
-	// Workflow is the path of a workflow file (docs/workflows.md); the
-	// file and the scripts it names are stored as one bundle, as rath start
-	// --workflow does. "" starts a session without a workflow (nothing
-	// routes it, and no agent takes its turns).
-	Workflow string
+	// Workflow is the stored workflow bundle the session runs
+	// (pkg/workflowfile loads a workflow file and stores it, as rath start
+	// --workflow does). The zero value starts a session without a workflow
+	// (nothing routes it, and no agent takes its turns).
+	Workflow StoredWorkflow
 	// Task says what the session is for.
 	Task string
 	// Workspace is a directory of this program's host that seeds the
@@ -78,6 +78,17 @@ type StartOptions struct {
 	Workspace string
 	// Labels are the session's labels.
 	Labels map[string]string
+}
+
+// StoredWorkflow names a workflow bundle stored as a blob: the workflow's
+// name, the hash of its spec and the bundle's blob reference, as
+// pkg/workflowfile's Store returns them and a session records them at its
+// start. pkg/rath takes the reference rather than a file so that it links
+// no workflow parser.
+type StoredWorkflow struct {
+	Name string
+	Hash string
+	Ref  string
 }
 
 // Start starts a session and returns it at its first event.
@@ -91,16 +102,12 @@ func Start(ctx context.Context, c *client.Client, o StartOptions) (Session, erro
 			return Session{}, fmt.Errorf("start session: %w", err)
 		}
 	}
-	if o.Workflow != "" {
-		wf, err := workflow.Load(o.Workflow)
-		if err != nil {
-			return Session{}, fmt.Errorf("start session: %w", err)
+	if wf := o.Workflow; wf != (StoredWorkflow{}) {
+		// A name without a bundle would start a session no worker can run.
+		if wf.Ref == "" {
+			return Session{}, fmt.Errorf("start session: workflow %q has no bundle reference (store the file with pkg/workflowfile)", wf.Name)
 		}
-		ref, err := workflow.Store(ctx, wf, c.PutBlob)
-		if err != nil {
-			return Session{}, fmt.Errorf("start session: store workflow %s: %w", o.Workflow, err)
-		}
-		data.Workflow, data.WorkflowHash, data.WorkflowRef = wf.Name, wf.Hash(), ref
+		data.Workflow, data.WorkflowHash, data.WorkflowRef = wf.Name, wf.Hash, wf.Ref
 	}
 	ack, err := c.Start(ctx, o.ID, data)
 	if err != nil {

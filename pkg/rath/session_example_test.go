@@ -11,6 +11,7 @@ import (
 	"github.com/openrath/rath/pkg/agentserver"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/rath"
+	"github.com/openrath/rath/pkg/workflowfile"
 )
 
 // Fork a session at the planner's step, forward the fork through the
@@ -33,7 +34,11 @@ func ExampleSession_Merge() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	s, err := rath.Start(ctx, r.c, rath.StartOptions{ID: "main", Workflow: testdata("by-hand.yaml"), Task: "TestAdd"})
+	wf, err := workflowfile.Store(ctx, r.c, testdata("by-hand.yaml"))
+	var s rath.Session
+	if err == nil {
+		s, err = rath.Start(ctx, r.c, rath.StartOptions{ID: "main", Workflow: wf, Task: "TestAdd"})
+	}
 	if err == nil {
 		s, err = rath.Agent("planner").Forward(ctx, s)
 	}
