@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/openrath/rath/internal/evidence"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
@@ -158,7 +159,7 @@ func callFacts(ctx context.Context, c *client.Client, ev events.Stored, tool, ca
 }
 
 // resultFact is a tool's result, read from the blob store when it was too
-// long to go inline, cut at maxResult.
+// long to go inline, cut at maxResult where a character ends.
 func resultFact(ctx context.Context, c *client.Client, result, ref string) []fact {
 	if result == "" && ref != "" {
 		b, err := c.GetBlob(ctx, ref)
@@ -171,7 +172,7 @@ func resultFact(ctx context.Context, c *client.Client, result, ref string) []fac
 		return nil
 	}
 	if len(result) > maxResult {
-		result = result[:maxResult] + fmt.Sprintf("\n… (%d bytes in all)", len(result))
+		result = evidence.Prefix(result, maxResult) + fmt.Sprintf("\n… (%d bytes in all)", len(result))
 	}
 	return []fact{{Name: "Result", Value: result, Code: true}}
 }

@@ -76,14 +76,14 @@ func (r *Recorder) Inline(ctx context.Context, text string) (inline, ref string,
 	if err != nil {
 		return "", "", fmt.Errorf("store a %d-byte text: %w", len(text), err)
 	}
-	return prefix(text, InlineLimit) + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
+	return Prefix(text, InlineLimit) + fmt.Sprintf("\n… [%d bytes in all: %s]", len(text), ref), ref, nil
 }
 
-// prefix returns the first n bytes of text, at most, as valid UTF-8: a rune
+// Prefix returns the first n bytes of text, at most, as valid UTF-8: a rune
 // the cut splits is left out rather than stored half (or replaced), and an
 // invalid sequence before the cut becomes U+FFFD, cut again if the
 // replacements made it longer than n.
-func prefix(text string, n int) string {
+func Prefix(text string, n int) string {
 	if n <= 0 {
 		return ""
 	}
@@ -181,7 +181,7 @@ func (a Attempt) Fail(ctx context.Context, why string, dur time.Duration, sb *ev
 	case why == "":
 		why = noReason
 	case len(why) > InlineLimit:
-		why = prefix(why, InlineLimit) + fmt.Sprintf("\n… [%d bytes in all]", len(why))
+		why = Prefix(why, InlineLimit) + fmt.Sprintf("\n… [%d bytes in all]", len(why))
 	default:
 		why = strings.ToValidUTF8(why, "\uFFFD")
 	}

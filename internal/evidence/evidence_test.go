@@ -45,12 +45,12 @@ func TestPrefix(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := prefix(tc.text, tc.n)
+			got := Prefix(tc.text, tc.n)
 			if got != tc.want {
-				t.Errorf("prefix(%q, %d) = %q, want %q", tc.text, tc.n, got, tc.want)
+				t.Errorf("Prefix(%q, %d) = %q, want %q", tc.text, tc.n, got, tc.want)
 			}
 			if !utf8.ValidString(got) || len(got) > max(tc.n, 0) {
-				t.Errorf("prefix(%q, %d) = %q: %d bytes, valid %v", tc.text, tc.n, got, len(got), utf8.ValidString(got))
+				t.Errorf("Prefix(%q, %d) = %q: %d bytes, valid %v", tc.text, tc.n, got, len(got), utf8.ValidString(got))
 			}
 		})
 	}
