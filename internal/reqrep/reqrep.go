@@ -267,3 +267,21 @@ func Decode(m *nats.Msg, v any) error {
 	}
 	return nil
 }
+
+// DecodeStrict is Decode for a body that must be one JSON object of v's
+// fields and nothing after it: an unknown field (a source, an actor) is
+// refused, not ignored.
+func DecodeStrict(m *nats.Msg, v any) error {
+	if len(m.Data) == 0 {
+		return api.Errorf(api.CodeMalformed, "%s: empty request body, want JSON", m.Subject)
+	}
+	dec := json.NewDecoder(bytes.NewReader(m.Data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return api.Errorf(api.CodeMalformed, "%s: request body: %v", m.Subject, err)
+	}
+	if dec.More() {
+		return api.Errorf(api.CodeMalformed, "%s: request body: data after the JSON object", m.Subject)
+	}
+	return nil
+}

@@ -75,12 +75,10 @@ func (w *Worker) served(ctx context.Context, op string, m *nats.Msg) (any, strin
 	if len(m.Data) > agentapi.MaxRequestBytes {
 		return nil, "", api.Errorf(api.CodeTooLarge, "request of %d bytes, above the limit of %d", len(m.Data), agentapi.MaxRequestBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(m.Data))
-	dec.DisallowUnknownFields()
 	switch op {
 	case agentapi.ReqTurn:
 		var req agentapi.Turn
-		if err := decode(dec, m, &req); err != nil {
+		if err := reqrep.DecodeStrict(m, &req); err != nil {
 			return nil, "", err
 		}
 		a, err := w.pending(ctx, req)
@@ -90,28 +88,13 @@ func (w *Worker) served(ctx context.Context, op string, m *nats.Msg) (any, strin
 		return agentapi.TurnReply{System: a.Agent.System, Tools: a.Agent.Tools}, req.Session, nil
 	case agentapi.ReqRecord:
 		var req agentapi.RecordRequest
-		if err := decode(dec, m, &req); err != nil {
+		if err := reqrep.DecodeStrict(m, &req); err != nil {
 			return nil, "", err
 		}
 		rep, err := w.record(ctx, req)
 		return rep, req.Session, err
 	}
 	return nil, "", api.Errorf(api.CodeMalformed, "unknown operation %q", op)
-}
-
-// decode reads one JSON object and nothing after it; unknown fields (a
-// source, an actor) are refused, not ignored.
-func decode(dec *json.Decoder, m *nats.Msg, v any) error {
-	if len(m.Data) == 0 {
-		return api.Errorf(api.CodeMalformed, "%s: empty request body, want JSON", m.Subject)
-	}
-	if err := dec.Decode(v); err != nil {
-		return api.Errorf(api.CodeMalformed, "%s: request body: %v", m.Subject, err)
-	}
-	if dec.More() {
-		return api.Errorf(api.CodeMalformed, "%s: request body: data after the JSON object", m.Subject)
-	}
-	return nil
 }
 
 // servedVia is how a served agent's turns are recorded: IDs and source of
