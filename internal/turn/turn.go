@@ -179,7 +179,7 @@ func (s *Server) Take(ctx context.Context, ev events.Stored, req *events.TurnReq
 	if err != nil {
 		return nil, err
 	}
-	if st.Status.Ended() || st.Turn == nil || st.Turn.ID != req.TurnID {
+	if !st.Awaits(req.TurnID) {
 		return nil, ErrNotPending
 	}
 	a.State = st

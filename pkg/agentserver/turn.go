@@ -48,7 +48,7 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	if err != nil {
 		return err
 	}
-	if st.Status.Ended() || st.Turn == nil || st.Turn.ID != req.TurnID {
+	if !st.Awaits(req.TurnID) {
 		return nil
 	}
 	named := agentapi.Turn{Session: ev.Session, Seq: ev.Seq, TurnID: req.TurnID, Agent: req.Agent}

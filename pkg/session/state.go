@@ -135,6 +135,12 @@ func (s *State) Coverage(id string, seq uint64) Coverage {
 // session id, through its own log, its fork ancestry or a merge.
 func (s *State) Covers(id string, seq uint64) bool { return s.Coverage(id, seq) != NotCovered }
 
+// Awaits reports whether the session is open and turn id is its turn in
+// flight: what a turn's answer needs to be recorded.
+func (s *State) Awaits(id string) bool {
+	return !s.Status.Ended() && s.Turn != nil && s.Turn.ID == id
+}
+
 // cover records that the content of event seq of session id is held.
 func (s *State) cover(id string, seq uint64) {
 	m := s.Lineage.Merged
