@@ -49,9 +49,12 @@ func canonicalEvent(e *event.Event) ([]byte, bool) {
 		add("time", ctx.Time.String())
 	}
 	if e.DataEncoded != nil {
-		data, err := jcs.Transform(e.DataEncoded)
-		if err != nil {
-			return nil, false
+		data, ok := canonicalData(e.DataEncoded)
+		if !ok {
+			var err error
+			if data, err = jcs.Transform(e.DataEncoded); err != nil {
+				return nil, false
+			}
 		}
 		members = append(members, member{name: "data", raw: data, isRaw: true})
 	}
