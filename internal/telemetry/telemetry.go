@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/openrath/rath/internal/jsonscan"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -108,7 +109,7 @@ func Stored(typ string, at time.Time, data []byte, turnStart time.Time) {
 			DurationMS int64           `json:"duration_ms"`
 			Sandbox    *events.Sandbox `json:"sandbox"`
 		}
-		_ = json.Unmarshal(data, &d)
+		jsonscan.DecodeMembers(data, &d, "duration_ms", "sandbox")
 		backend, outcome := "none", "completed"
 		if d.Sandbox != nil {
 			backend = d.Sandbox.Backend

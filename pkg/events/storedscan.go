@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"github.com/openrath/rath/internal/jsonscan"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -48,8 +49,8 @@ func scanStored(body []byte) (Stored, bool) {
 		}
 		key := text[i+1 : k]
 		v := k + 2
-		end, ok := valueEnd(body, v)
-		if !ok {
+		end := jsonscan.ValueEnd(body, v)
+		if end < 0 {
 			return s, false
 		}
 		if key == "data" {
@@ -129,51 +130,4 @@ func setAttribute(s *Stored, key string, body []byte, text string, v, end int) b
 		return true // an attribute Stored does not keep
 	}
 	return ok
-}
-
-// valueEnd returns the index just past the JSON value starting at i, by
-// matching quotes and brackets; it does not check the value's grammar (the
-// ledger sealed it, and the data is checked when it is decoded).
-func valueEnd(b []byte, i int) (int, bool) {
-	if i >= len(b) {
-		return 0, false
-	}
-	switch b[i] {
-	case '"':
-		for j := i + 1; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1, true
-			}
-		}
-		return 0, false
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, ok := valueEnd(b, j)
-				if !ok {
-					return 0, false
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, true
-				}
-			}
-		}
-		return 0, false
-	default:
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
-			j++
-		}
-		return j, j > i
-	}
 }
