@@ -52,17 +52,22 @@ func (s *Store) Last(ctx context.Context, session string) (Msg, error) {
 }
 
 // scanBatch is how many messages one batched direct get returns at most;
-// firstScanBatch is the first batch of a scan.
+// firstScanBatch is the first batch of a scan; scanBatchBytes bounds the
+// bytes of one batch (the server stops after the message that reaches it),
+// so that a caller that stops early, as a page of a log of large events
+// does, has not made the server send megabytes it throws away.
 const (
 	scanBatch      = 512
 	firstScanBatch = 16
+	scanBatchBytes = 1 << 20
 )
 
 type directGetRequest struct {
-	Seq     uint64 `json:"seq,omitempty"`
-	NextFor string `json:"next_by_subj,omitempty"`
-	Batch   int    `json:"batch,omitempty"`
-	UpToSeq uint64 `json:"up_to_seq,omitempty"`
+	Seq      uint64 `json:"seq,omitempty"`
+	NextFor  string `json:"next_by_subj,omitempty"`
+	Batch    int    `json:"batch,omitempty"`
+	UpToSeq  uint64 `json:"up_to_seq,omitempty"`
+	MaxBytes int    `json:"max_bytes,omitempty"`
 }
 
 // Scan calls fn, in stream order, for each message of stream whose subject
@@ -100,7 +105,7 @@ func Scan(ctx context.Context, nc *nats.Conn, stream, filter string, from, upTo 
 	batch := firstScanBatch
 scan:
 	for upTo == 0 || from <= upTo {
-		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: batch, UpToSeq: upTo})
+		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: filter, Batch: batch, UpToSeq: upTo, MaxBytes: scanBatchBytes})
 		if err := nc.PublishRequest(api, inbox, req); err != nil {
 			return fmt.Errorf("scan %s: %w", filter, err)
 		}

@@ -193,3 +193,44 @@ var testKey = func() *events.SigningKey {
 	}
 	return k
 }()
+
+// TestScanReadsLargeEventsInByteBoundedBatches: events of 200 KB come in
+// batches the server ends at a byte bound, not a count, and the scan asks
+// again until all are read, in order, once each.
+func TestScanReadsLargeEventsInByteBoundedBatches(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	const n = 24 // 4.8 MB: several byte-bounded batches
+	big := strings.Repeat("x", 200<<10)
+	prev, last := "", uint64(0)
+	for i := uint64(1); i <= n; i++ {
+		ev, err := events.New("big", &events.ChunkAppended{Role: events.RoleUser, Content: big})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, hash, err := events.Seal(&ev, i, prev, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Append(ctx, events.DefaultTenant, "big", events.TokenConversation, body, ev.ID(), i, hash, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev, last = hash, a.StreamSeq
+	}
+	var seqs []uint64
+	if err := s.ScanParsed(ctx, "big", 0, 0, func(ev events.Stored, _ eventstore.Msg) error {
+		seqs = append(seqs, ev.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != n {
+		t.Fatalf("scan read %d events, want %d: %v", len(seqs), n, seqs)
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Fatalf("event %d has sequence %d: %v", i, seq, seqs)
+		}
+	}
+}
