@@ -49,7 +49,20 @@ type Reader struct {
 
 	archMu sync.Mutex
 	arch   map[string]*archive.Bundle
+
+	resumeMu sync.Mutex
+	resume   map[resumeKey]uint64 // where a read stopped: see OwnEvents
 }
+
+// resumeKey names an event of a session's own log by its sequence.
+type resumeKey struct {
+	session string
+	seq     uint64
+}
+
+// maxResume bounds the stopping points a reader remembers; it forgets them
+// all when full (they only save reading).
+const maxResume = 4096
 
 // NewReader returns a reader over a store whose snapshots are stored every
 // snapshotEvery events (0: DefaultSnapshotEvery).
@@ -57,7 +70,8 @@ func NewReader(store *eventstore.Store, snapshotEvery uint64) *Reader {
 	if snapshotEvery == 0 {
 		snapshotEvery = DefaultSnapshotEvery
 	}
-	return &Reader{store: store, every: snapshotEvery, lineage: map[string][]Segment{}, arch: map[string]*archive.Bundle{}}
+	return &Reader{store: store, every: snapshotEvery, lineage: map[string][]Segment{}, arch: map[string]*archive.Bundle{},
+		resume: map[resumeKey]uint64{}}
 }
 
 // Store returns the reader's event store.
@@ -136,7 +150,12 @@ func (r *Reader) SnapshotBelow(ctx context.Context, seg Segment, n uint64, withS
 }
 
 // OwnEvents calls fn for each of a session's own events with from <= seq <= to
-// (to 0: no bound), starting the read at the nearest snapshot.
+// (to 0: no bound), starting the read at the nearest snapshot, or where an
+// earlier read stopped at from: a log read a page at a time stops at the
+// event the next page starts with, and reading it again from the snapshot
+// below would read up to K events twice. (An event's stream sequence never
+// changes, and a session's events are stored in order, so a read from there
+// misses nothing.)
 func (r *Reader) OwnEvents(ctx context.Context, id string, from, to uint64, fn func(events.Stored, eventstore.Msg) error) error {
 	segs, err := r.Lineage(ctx, id)
 	if err != nil {
@@ -144,7 +163,12 @@ func (r *Reader) OwnEvents(ctx context.Context, id string, from, to uint64, fn f
 	}
 	own := segs[len(segs)-1]
 	start := own.StreamSeq
-	if from > own.From {
+	r.resumeMu.Lock()
+	at, resumed := r.resume[resumeKey{id, from}]
+	r.resumeMu.Unlock()
+	if resumed && at > start {
+		start = at
+	} else if from > own.From {
 		snap, ok, err := r.SnapshotBelow(ctx, own, from-1, false)
 		if err != nil {
 			return err
@@ -153,14 +177,24 @@ func (r *Reader) OwnEvents(ctx context.Context, id string, from, to uint64, fn f
 			start = snap.StreamSeq + 1
 		}
 	}
+	stopped := func(ev events.Stored, m eventstore.Msg) {
+		r.resumeMu.Lock()
+		defer r.resumeMu.Unlock()
+		if len(r.resume) >= maxResume {
+			clear(r.resume)
+		}
+		r.resume[resumeKey{id, ev.Seq}] = m.StreamSeq
+	}
 	err = r.ScanOwn(ctx, id, start, 0, func(ev events.Stored, m eventstore.Msg) error {
 		if ev.Seq < from {
 			return nil
 		}
 		if to != 0 && ev.Seq > to {
+			stopped(ev, m)
 			return ErrStop
 		}
 		if err := fn(ev, m); err != nil {
+			stopped(ev, m)
 			return err
 		}
 		if to != 0 && ev.Seq == to {
