@@ -121,9 +121,11 @@ func Validate(typ string, data []byte) error {
 		}
 		return nil
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		return &ValidationError{Type: typ, Problems: []Problem{{Message: "invalid JSON: " + err.Error()}}}
+	v, ok := decode(data)
+	if !ok {
+		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(data)); err != nil {
+			return &ValidationError{Type: typ, Problems: []Problem{{Message: "invalid JSON: " + err.Error()}}}
+		}
 	}
 	err = sch.Validate(v)
 	if err == nil {
