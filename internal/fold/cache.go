@@ -29,6 +29,33 @@ type CacheConfig struct {
 	// SnapshotEvery is the ledger's K (0: DefaultSnapshotEvery): where the
 	// cache looks for snapshots when it loads a session.
 	SnapshotEvery uint64
+	// Shared makes the cache one for several consumers of a process (the
+	// selector, the agent worker, the tool runner and the memory service
+	// of rath up, ADR 0038), which handle a session's events at different
+	// sequences. StateSince and State at 0 answer from the session's head
+	// and leave where it is the state kept for callers that ask at a
+	// sequence (StateAndHead, State at a sequence): a consumer ahead does
+	// not move it past one behind, which would then fold the session anew.
+	// That state is kept at most SharedTail events behind the head (a
+	// caller further behind is folded anew from a snapshot); a session no
+	// caller asked at a sequence is kept at its head alone, and the first
+	// such caller below it is folded anew once and kept. Without it the
+	// cache is positional: StateSince folds up to the sequence it is asked
+	// for, which suits one consumer whose triggers come in order.
+	Shared bool
+}
+
+// SharedTail bounds how many events a shared cache keeps read and not
+// folded behind a session's head, for callers asking at a sequence.
+const SharedTail = 256
+
+// CacheOr returns c, or when c is nil a new cache reading from store: a
+// service given its process's cache uses it, one run alone builds its own.
+func CacheOr(c *Cache, store *eventstore.Store, cfg CacheConfig) *Cache {
+	if c != nil {
+		return c
+	}
+	return NewCache(store, cfg)
 }
 
 // Validate reports every problem at once.
@@ -62,6 +89,8 @@ type Cache struct {
 	loads, refolds, scans, lasts atomic.Int64
 	// fed: Observe was called; refresh reads the last event first.
 	fed atomic.Bool
+	// shared: CacheConfig.Shared.
+	shared bool
 }
 
 // entry is one session's folded state. st is folded up to some sequence;
@@ -81,6 +110,9 @@ type entry struct {
 	head      *session.State // nil: st is the head, or nobody asked
 	gap       bool           // Observe was shown an event beyond the next
 	asked     bool           // a caller asked for the session
+	// atAsked: a caller asked for the session at a sequence (stateAt); a
+	// shared cache keeps st behind the head for it.
+	atAsked bool
 
 	pmu     sync.Mutex // guards pending
 	pending []observed // observed while mu was held, for its holder
@@ -95,7 +127,7 @@ func NewCache(store *eventstore.Store, cfg CacheConfig) *Cache {
 	if max == 0 {
 		max = DefaultMaxBytes
 	}
-	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), entries: lru.New[string, *entry](max)}
+	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), entries: lru.New[string, *entry](max), shared: cfg.Shared}
 }
 
 // Reader returns the reader the cache folds with.
@@ -139,6 +171,9 @@ func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State
 		if err := c.current(ctx, e); err != nil {
 			return nil, err
 		}
+		if c.shared {
+			return c.sharedHead(ctx, e)
+		}
 		if c.fed.Load() {
 			return c.headOf(ctx, e)
 		}
@@ -164,11 +199,12 @@ var ErrBehind = errors.New("a replica of the sessions stream is behind an event 
 // trigger as superseded (seen on a cluster whose leader was stopped with
 // SIGSTOP: a turn never taken, a session never closed).
 //
-// The cache folds up to seq and keeps what came after it apart, like
-// StateAndHead: a handler's next trigger of the session comes after this
-// one, and a state cannot be unfolded (a selector that decides on trigger
-// seq+1 after a StateSince of seq would otherwise fold the session anew
-// from the log).
+// A positional cache folds up to seq and keeps what came after it apart,
+// like StateAndHead: a handler's next trigger of the session comes after
+// this one, and a state cannot be unfolded (a selector that decides on
+// trigger seq+1 after a StateSince of seq would otherwise fold the session
+// anew from the log). A shared one answers from the head and leaves the
+// state of callers at a sequence where it is (CacheConfig.Shared).
 func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session.State, error) {
 	slot := c.entries.Get(id, newEntry)
 	e := slot.Value
@@ -176,7 +212,7 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 	defer e.mu.Unlock()
 	defer c.account(slot)
 	err := c.current(ctx, e)
-	if err == nil {
+	if err == nil && !c.shared {
 		err = c.foldTail(ctx, e, seq)
 	}
 	if api.CodeOf(err) == api.CodeNotFound {
@@ -185,7 +221,12 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 	if err != nil {
 		return nil, err
 	}
-	st, err := c.headOf(ctx, e)
+	var st *session.State
+	if c.shared {
+		st, err = c.sharedHead(ctx, e)
+	} else {
+		st, err = c.headOf(ctx, e)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +234,46 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 		return nil, fmt.Errorf("state of %s: head %d, but %d was delivered: %w", id, st.Seq, seq, ErrBehind)
 	}
 	return st, nil
+}
+
+// sharedHead is a shared cache's answer from the head; the caller holds
+// e.mu and brought the entry up to date. A session no caller asked at a
+// sequence is folded up to its head (one state kept); otherwise the state
+// behind stays where it is, within SharedTail events of the head.
+func (c *Cache) sharedHead(ctx context.Context, e *entry) (*session.State, error) {
+	if !e.atAsked {
+		if err := c.foldTail(ctx, e, 0); err != nil {
+			return nil, err
+		}
+		return e.st.View(), nil
+	}
+	if err := c.trim(ctx, e, false); err != nil {
+		return nil, err
+	}
+	return c.headOf(ctx, e)
+}
+
+// trim folds a shared cache's oldest unfolded events into the state behind
+// until at most SharedTail remain; the caller holds e.mu. Observe trims
+// with noRead: it stops at a merge, whose fold reads the merged session,
+// for the next caller to fold.
+func (c *Cache) trim(ctx context.Context, e *entry, noRead bool) error {
+	if !c.shared || len(e.tail) <= SharedTail {
+		return nil
+	}
+	upTo := e.tail[len(e.tail)-SharedTail-1].Seq
+	if noRead {
+		for _, ev := range e.tail[:len(e.tail)-SharedTail] {
+			if ev.Type == events.TypeSessionMerged {
+				if ev.Seq == e.st.Seq+1 {
+					return nil
+				}
+				upTo = ev.Seq - 1
+				break
+			}
+		}
+	}
+	return c.foldTail(ctx, e, upTo)
 }
 
 // headOf returns the entry's state with its tail folded in, kept as e.head
@@ -235,6 +316,9 @@ func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState
 	if err := c.refresh(ctx, e); err != nil {
 		return nil, nil, err
 	}
+	if err := c.trim(ctx, e, false); err != nil {
+		return nil, nil, err
+	}
 	if e.st.Seq != at {
 		// at was below the cache and folded anew: the head is the cache
 		// folded on.
@@ -254,6 +338,7 @@ func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState
 
 // stateAt serves State(at) for at > 0; the caller holds e.mu.
 func (c *Cache) stateAt(ctx context.Context, e *entry, at uint64) (*session.State, error) {
+	e.atAsked = true
 	if e.st == nil {
 		if err := c.load(ctx, e, at); err != nil {
 			return nil, err
@@ -286,14 +371,28 @@ func (c *Cache) stateAt(ctx context.Context, e *entry, at uint64) (*session.Stat
 }
 
 // refold folds session e anew from a snapshot up to at, below what the
-// cache folded.
+// cache folded. A shared cache whose head is at most SharedTail events
+// after at keeps the state refolded as the one behind the head, and reads
+// the events after it again when next brought up to date: the caller at a
+// sequence (a selector whose session another consumer asked for first)
+// goes on from there with no other refold.
 func (c *Cache) refold(ctx context.Context, e *entry, at uint64) (*session.State, error) {
 	c.refolds.Add(1)
-	st, _, err := c.reader.StateAt(ctx, e.id, at)
+	st, streamSeq, err := c.reader.StateAt(ctx, e.id, at)
 	if err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", e.id, at, err)
 	}
-	return st, nil
+	if !c.shared || e.next()-1 > at+SharedTail {
+		return st, nil
+	}
+	if segs, err := c.reader.Lineage(ctx, e.id); err != nil || at < segs[len(segs)-1].From {
+		// At or before a fork point: the entry holds the session's own
+		// events on top (load).
+		return st, nil
+	}
+	e.st, e.streamSeq, e.tail, e.head, e.gap = st, streamSeq, nil, nil, true
+	e.stSize, e.tailSize, e.headSize = approxSize(st), 0, 0
+	return st.View(), nil
 }
 
 // current loads or refreshes an entry up to the last stored event.
@@ -407,6 +506,12 @@ func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64)
 		// No handler of this process wants the session (yet): hold no
 		// more of it than a load from a snapshot would read.
 		c.fail(e, nil)
+		return
+	}
+	if e.st != nil {
+		if err := c.trim(ctx, e, true); err != nil {
+			c.fail(e, nil) // (a read folds it, and reports what is wrong)
+		}
 	}
 }
 
