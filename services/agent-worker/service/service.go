@@ -49,6 +49,11 @@ type Config struct {
 	Recorded []events.Stored
 	// States bounds the cache of folded session states (ADR 0016).
 	States fold.CacheConfig
+	// Cache, if not nil, is the cache of folded session states of the
+	// process this service runs in, shared with the other services there
+	// (ADR 0038), and States is not used; nil: the service builds its own,
+	// bounded by States.
+	Cache *fold.Cache
 	// ContextBytes bounds, approximately, the model contexts kept built
 	// for the sessions' agents (ADR 0018); 0 is worker.DefaultContextBytes.
 	ContextBytes int64
@@ -156,7 +161,7 @@ func build(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*w
 		return nil, nil, fmt.Errorf("agent worker config: %w", err)
 	}
 	log.Info("model endpoints besides the official ones", "allow_base_url", cfg.AllowBaseURLs, "allow_loopback_endpoints", cfg.AllowLoopback)
-	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, Endpoints: endpoints, States: fold.NewCache(store, cfg.States),
+	wcfg := worker.Config{Keys: cfg.Keys, Retry: cfg.Retry, Endpoints: endpoints, States: fold.CacheOr(cfg.Cache, store, cfg.States),
 		Contexts: worker.NewContexts(cfg.ContextBytes)}
 	if cfg.Recorded != nil {
 		wcfg.Override = recordedAnswers(cfg.Recorded)

@@ -33,6 +33,11 @@ type Config struct {
 	// States bounds the cache of folded session states (ADR 0016) that
 	// the remember tool and the provenance questions read.
 	States fold.CacheConfig
+	// Cache, if not nil, is the cache of folded session states of the
+	// process this service runs in, shared with the other services there
+	// (ADR 0038), and States is not used; nil: the service builds its own,
+	// bounded by States.
+	Cache *fold.Cache
 }
 
 // DefaultConfig returns the defaults for one embedded server.
@@ -100,7 +105,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	defer stopServing()
 	go func() { _ = waitItems(); stopServing() }()
 	go func() { _ = sessions.Wait(); stopServing() }()
-	states := fold.NewCache(store, cfg.States)
+	states := fold.CacheOr(cfg.Cache, store, cfg.States)
 	m := memory.New(backend, items, sessions, c, memory.WithSessionIndex(store), memory.WithStates(states))
 	// The remember tool is served beside the API, by every process, from
 	// one durable consumer; if it cannot be served the service stops.

@@ -26,6 +26,11 @@ import (
 type Config struct {
 	// States bounds the cache of folded session states (ADR 0016).
 	States fold.CacheConfig
+	// Cache, if not nil, is the cache of folded session states of the
+	// process this service runs in, shared with the other services there
+	// (ADR 0038), and States is not used; nil: the service builds its own,
+	// bounded by States.
+	Cache *fold.Cache
 }
 
 // DefaultConfig returns the defaults for one embedded server.
@@ -52,7 +57,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("selector: %w", err)
 	}
-	states := fold.NewCache(store, cfg.States)
+	states := fold.CacheOr(cfg.Cache, store, cfg.States)
 	timers := timer.New(store.JetStream(), tc, states, log)
 	s := selector.New(c, states, workflow.NewLibrary(store.GetBlob), timers, log)
 	g, gctx := errgroup.WithContext(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
@@ -35,11 +36,20 @@ type rig struct {
 
 func setup(t *testing.T) *rig {
 	t.Helper()
+	return setupWith(t, func(*service.Config, *nats.Conn) {})
+}
+
+// setupWith runs the selector with the defaults changed by with, which
+// gets a connection of the selector's role.
+func setupWith(t *testing.T, with func(*service.Config, *nats.Conn)) *rig {
+	t.Helper()
 	ns, nc := natstest.Start(t)
 	// Workers stop before the ledger they write through: it starts first.
 	testrig.Ledger(t, ns.ClientURL())
 	snc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleSelector)
-	testrig.Run(t, "selector", func(ctx context.Context) error { return service.Run(ctx, snc, service.DefaultConfig(), quiet) })
+	cfg := service.DefaultConfig()
+	with(&cfg, natstest.ConnectAs(t, ns.ClientURL(), auth.RoleSelector))
+	testrig.Run(t, "selector", func(ctx context.Context) error { return service.Run(ctx, snc, cfg, quiet) })
 	ctx := context.Background()
 	store, err := eventstore.Open(ctx, nc, eventstore.DefaultConfig())
 	if err != nil {
@@ -201,5 +211,26 @@ func TestSelectorEnforcesBudgets(t *testing.T) {
 	last := st.Decisions[len(st.Decisions)-1]
 	if last.Rule != "budget" {
 		t.Fatalf("last decision %+v", last)
+	}
+}
+
+// A selector given its process's cache (Config.Cache) folds into that one:
+// the session it routes is held there, fed from its first event.
+func TestSelectorUsesTheCacheItIsGiven(t *testing.T) {
+	var shared *fold.Cache
+	r := setupWith(t, func(cfg *service.Config, nc *nats.Conn) {
+		store, err := eventstore.AttachWait(context.Background(), nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared = fold.NewCache(store, fold.CacheConfig{Shared: true})
+		cfg.Cache = shared
+	})
+	if _, err := r.c.Start(context.Background(), "w1", events.SessionStarted{Workflow: r.wf.Name, WorkflowHash: r.wf.Hash(), WorkflowRef: r.ref}); err != nil {
+		t.Fatal(err)
+	}
+	r.next(t, "w1", 1, events.TypeTurnRequested)
+	if st := shared.Stats(); st.Sessions != 1 || st.Loads != 0 || st.Refolds != 0 {
+		t.Fatalf("the given cache: %+v, want the session held, fed, not loaded or refolded", st)
 	}
 }

@@ -48,6 +48,11 @@ type Config struct {
 	MCP mcp.Config
 	// States bounds the cache of folded session states (ADR 0016).
 	States fold.CacheConfig
+	// Cache, if not nil, is the cache of folded session states of the
+	// process this service runs in, shared with the other services there
+	// (ADR 0038), and States is not used; nil: the service builds its own,
+	// bounded by States.
+	Cache *fold.Cache
 }
 
 // DefaultConfig returns the defaults; Sandbox.Root must still be set.
@@ -134,7 +139,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 		return fmt.Errorf("tool runner: %w", err)
 	}
 	defer servers.Close()
-	r := runner.New(c, fold.NewCache(store, cfg.States), store, backends, workflow.NewLibrary(store.GetBlob), servers, log)
+	r := runner.New(c, fold.CacheOr(cfg.Cache, store, cfg.States), store, backends, workflow.NewLibrary(store.GetBlob), servers, log)
 	if err := r.Register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
