@@ -10,6 +10,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/embedded"
+	"github.com/openrath/rath/internal/fold"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	memory "github.com/openrath/rath/services/memory-svc/service"
 	selector "github.com/openrath/rath/services/selector/service"
@@ -37,6 +38,11 @@ type Config struct {
 	Listen       string
 	Sync         string
 	SyncInterval time.Duration
+	// StateCacheBytes bounds, approximately, the one cache of folded
+	// session states that the services of the runtime share (ADR 0038;
+	// fold.CacheConfig.MaxBytes): the workers' own States bounds are not
+	// used. 0: fold.DefaultMaxBytes.
+	StateCacheBytes int64
 	// Ledger configures the session ledger; the others the workers.
 	Ledger     ledger.Config
 	Selector   selector.Config
@@ -56,15 +62,16 @@ func DefaultConfig() Config {
 	tr.Sandbox.Path = os.Getenv("PATH")
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
 	return Config{
-		Data:         "./.rath/data",
-		Listen:       "127.0.0.1:4222",
-		Sync:         SyncInterval,
-		SyncInterval: 2 * time.Minute,
-		Ledger:       ledger.DefaultConfig(),
-		Selector:     selector.DefaultConfig(),
-		Worker:       worker.DefaultConfig(),
-		ToolRunner:   tr,
-		Memory:       memory.DefaultConfig(),
+		Data:            "./.rath/data",
+		Listen:          "127.0.0.1:4222",
+		Sync:            SyncInterval,
+		SyncInterval:    2 * time.Minute,
+		StateCacheBytes: fold.DefaultMaxBytes,
+		Ledger:          ledger.DefaultConfig(),
+		Selector:        selector.DefaultConfig(),
+		Worker:          worker.DefaultConfig(),
+		ToolRunner:      tr,
+		Memory:          memory.DefaultConfig(),
 	}
 }
 
@@ -82,6 +89,12 @@ func (c Config) Private(dir string) Config {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	errs := []error{c.LedgerConfig().Validate(), c.Worker.Validate(), c.ToolRunner.Validate()}
+	switch {
+	case c.StateCacheBytes < 0:
+		errs = append(errs, fmt.Errorf("--state-cache-bytes must not be negative, got %d", c.StateCacheBytes))
+	case c.StateCacheBytes > MaxStateCacheBytes:
+		errs = append(errs, fmt.Errorf("--state-cache-bytes %d is more than %d (1 TiB): it bounds states kept in this process's memory", c.StateCacheBytes, int64(MaxStateCacheBytes)))
+	}
 	if c.NATSURL == "" {
 		if c.Sync != SyncAlways && c.Sync != SyncInterval {
 			errs = append(errs, fmt.Errorf("--sync must be %s or %s, got %q", SyncAlways, SyncInterval, c.Sync))
@@ -89,6 +102,17 @@ func (c Config) Validate() error {
 		errs = append(errs, c.Embedded().Validate())
 	}
 	return errors.Join(errs...)
+}
+
+// MaxStateCacheBytes is the largest Config.StateCacheBytes: 1 TiB, beyond
+// the memory of the machines Rath runs on (a larger bound is a typo).
+const MaxStateCacheBytes = 1 << 40
+
+// StateCache is the configuration of the cache of folded session states
+// the services share: bounded by StateCacheBytes, looking for snapshots
+// where the ledger stores them.
+func (c Config) StateCache() fold.CacheConfig {
+	return fold.CacheConfig{MaxBytes: c.StateCacheBytes, SnapshotEvery: c.Ledger.Ledger.SnapshotEvery, Shared: true}
 }
 
 // LedgerConfig is the ledger's configuration, its signing key kept in the

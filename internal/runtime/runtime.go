@@ -25,6 +25,7 @@ import (
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/embedded"
+	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/pkg/client"
 	ledger "github.com/openrath/rath/services/session-ledger/service"
 	toolrunner "github.com/openrath/rath/services/tool-runner/service"
@@ -55,6 +56,8 @@ type Runtime struct {
 	dial  dial
 	ctx   context.Context
 	loops []runner
+	// states is the cache of folded session states the services share.
+	states *states
 
 	mu     sync.Mutex
 	closed bool
@@ -190,11 +193,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (*Runtime, error) {
 		prev := stopServer
 		stopServer = func() { done(); prev() }
 	}
-	first, base, loop := services(r.cfg, o.logFor, o.roles)
+	r.states = newStates(r.dial, r.cfg.StateCache(), o.log)
+	first, base, loop := services(r.cfg, r.states, o.logFor, o.roles)
 	r.loops = loop
 	stopBase := r.run(first, base...)
 	r.base = func() error {
 		err := stopBase()
+		r.states.close() // after every service that reads through it
 		stopServer()
 		return err
 	}
@@ -277,6 +282,11 @@ func (r *Runtime) StopLoop() error {
 	defer r.mu.Unlock()
 	return r.loop()
 }
+
+// States returns the cache of folded session states the services of this
+// runtime share, nil until the first of them started (or when none runs):
+// its Stats say what the process folded.
+func (r *Runtime) States() *fold.Cache { return r.states.cache.Load() }
 
 // Done is closed once a group of services returned: one failed (which
 // stops the others of its group) or the ledger stopped, or Stop was called.

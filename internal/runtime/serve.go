@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/fold"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	memory "github.com/openrath/rath/services/memory-svc/service"
 	selector "github.com/openrath/rath/services/selector/service"
@@ -72,8 +73,9 @@ func serve(ctx context.Context, dial dial, first runner, workers ...runner) erro
 // services returns what a runtime runs, one line each, keeping the roles
 // asked for (every one when roles is empty): the ledger (idle when it is
 // not asked for); the services the agent loop builds on (memory); and the
-// agent loop (selector, agent worker, tool runner).
-func services(cfg Config, logFor func(auth.Role) *slog.Logger, roles []auth.Role) (first runner, base, loop []runner) {
+// agent loop (selector, agent worker, tool runner). Every service but the
+// ledger folds sessions in st, the process's one cache.
+func services(cfg Config, st *states, logFor func(auth.Role) *slog.Logger, roles []auth.Role) (first runner, base, loop []runner) {
 	// Each runner gets its own copy of its configuration, made here: they
 	// run concurrently.
 	ledgerCfg, memoryCfg := cfg.LedgerConfig(), cfg.Memory
@@ -83,18 +85,34 @@ func services(cfg Config, logFor func(auth.Role) *slog.Logger, roles []auth.Role
 	}}
 	base = []runner{
 		{auth.RoleMemory, func(ctx context.Context, nc *nats.Conn) error {
-			return memory.Run(ctx, nc, memoryCfg, logFor(auth.RoleMemory))
+			return st.with(func(ctx context.Context, c *fold.Cache) error {
+				mcfg := memoryCfg
+				mcfg.Cache = c
+				return memory.Run(ctx, nc, mcfg, logFor(auth.RoleMemory))
+			})(ctx)
 		}},
 	}
 	loop = []runner{
 		{auth.RoleSelector, func(ctx context.Context, nc *nats.Conn) error {
-			return selector.Run(ctx, nc, cfg.Selector, logFor(auth.RoleSelector))
+			return st.with(func(ctx context.Context, c *fold.Cache) error {
+				scfg := cfg.Selector
+				scfg.Cache = c
+				return selector.Run(ctx, nc, scfg, logFor(auth.RoleSelector))
+			})(ctx)
 		}},
 		{auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn) error {
-			return worker.Run(ctx, nc, cfg.Worker, logFor(auth.RoleAgentWorker))
+			return st.with(func(ctx context.Context, c *fold.Cache) error {
+				wcfg := cfg.Worker
+				wcfg.Cache = c
+				return worker.Run(ctx, nc, wcfg, logFor(auth.RoleAgentWorker))
+			})(ctx)
 		}},
 		{auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn) error {
-			return toolrunner.Run(ctx, nc, cfg.ToolRunner, logFor(auth.RoleToolRunner))
+			return st.with(func(ctx context.Context, c *fold.Cache) error {
+				tcfg := cfg.ToolRunner
+				tcfg.Cache = c
+				return toolrunner.Run(ctx, nc, tcfg, logFor(auth.RoleToolRunner))
+			})(ctx)
 		}},
 	}
 	if len(roles) == 0 {
