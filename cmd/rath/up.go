@@ -90,6 +90,7 @@ stay open.`,
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", cfg.SyncInterval, "fsync interval with --sync interval")
 	f.IntVar(&cfg.Ledger.Store.Replicas, "replicas", cfg.Ledger.Store.Replicas, "replicas per stream and bucket (3 on a cluster)")
 	f.Uint64Var(&cfg.Ledger.Ledger.SnapshotEvery, "snapshot-every", cfg.Ledger.Ledger.SnapshotEvery, "store a state snapshot every K events of a session")
+	f.Int64Var(&cfg.StateCacheBytes, "state-cache-bytes", cfg.StateCacheBytes, "bound, in bytes, of the one cache of folded session states that the services of this process share")
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.ArchiveAfter, "retention-archive-after", 0, "archive closed sessions this long after they closed (0: only on request)")
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.PurgeAfter, "retention-purge-after", 0, "purge archived sessions from the hot stream this long after they were archived (0: never)")
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.Interval, "retention-interval", 0, "how often the ledger's retention pass runs (0: every 10m)")

@@ -218,6 +218,21 @@ func TestUpConfig(t *testing.T) {
 	}
 }
 
+// --state-cache-bytes is checked before anything starts: a negative, a
+// non-numeric or an absurd bound is a usage error naming the flag.
+func TestUpStateCacheBytes(t *testing.T) {
+	for _, v := range []string{"-1", "lots", "1.5", "", "99999999999999999999", "1099511627777"} {
+		var out bytes.Buffer
+		code := execute(context.Background(), env{Args: []string{"up", "--state-cache-bytes", v, "--data", t.TempDir(), "--workspaces", t.TempDir()}, Stdout: &out, Stderr: &out})
+		if code != exitUsage || !strings.Contains(out.String(), "state-cache-bytes") {
+			t.Errorf("up --state-cache-bytes %q exited %d (%s), want %d naming the flag", v, code, out.String(), exitUsage)
+		}
+		if strings.Contains(out.String(), "NATS with JetStream at") {
+			t.Errorf("up --state-cache-bytes %q started something: %s", v, out.String())
+		}
+	}
+}
+
 // get fetches url and fails the test unless it answers with code.
 func get(t *testing.T, url string, code int) string {
 	t.Helper()
