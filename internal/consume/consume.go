@@ -66,6 +66,9 @@ type Handler struct {
 	// redelivered (default 30s); deliveries held, waiting or being handled,
 	// are kept alive.
 	AckWait time.Duration
+	// Local, if set, takes hand-offs of events this process appended
+	// (see Local). It needs Tokens that cover every kind.
+	Local *Local
 }
 
 // ShutdownGrace is how long handlers in progress may run on after Run was
@@ -198,10 +201,17 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	// finish is redelivered.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+	local := h.Local != nil && coversAll(h.Tokens)
+	if h.Local != nil && !local {
+		r.log.Warn("hand-offs ignored: the handler does not receive every kind of event")
+	}
 	r.shards = make([]*shard, h.Workers)
 	var wg sync.WaitGroup
 	for i := range r.shards {
 		s := &shard{held: map[string]map[uint64]held{}}
+		if local {
+			s.handoffs = newHandoffs()
+		}
 		s.cond = sync.NewCond(&s.mu)
 		r.shards[i] = s
 		wg.Add(1)
@@ -215,8 +225,14 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 		defer close(ticked)
 		r.keepAlive(stopTicks)
 	}()
+	if local {
+		h.Local.attach(r)
+	}
 	// stop lets the shards handle what they hold, then stops keeping it alive.
 	stop := func() {
+		if local {
+			h.Local.detach(r)
+		}
 		for _, s := range r.shards {
 			s.close()
 		}
@@ -227,6 +243,8 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if d, ok := r.receive(hctx, m); ok {
 			r.offer(d)
+		} else if local {
+			r.saw(d)
 		}
 	}, jetstream.PullMaxMessages(h.Workers*8), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -325,6 +343,9 @@ type delivery struct {
 	parseErr error
 	attempt  int
 	seq      uint64 // stream sequence
+	// handed marks a hand-off (Local): m is nil; at is when it was handed.
+	handed bool
+	at     time.Time
 }
 
 // receive parses a message as it arrives, shows it to Observe and acks it

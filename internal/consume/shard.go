@@ -26,6 +26,9 @@ type shard struct {
 	// held names, per session and by stream sequence, the deliveries naked
 	// for want of room that have not come back and been taken yet.
 	held map[string]map[uint64]held
+	// handoffs is what the shard knows of hand-offs (Local); nil when the
+	// handler has none.
+	handoffs *handoffs
 }
 
 // held is a delivery naked for want of room: how often, and when last.
@@ -42,12 +45,28 @@ type held struct {
 // before: later events of the session go on meanwhile.)
 func (r *runner) offer(d delivery) {
 	sid, _ := events.SessionFromSubject(d.m.Subject())
-	f := fnv.New32a()
-	f.Write([]byte(sid))
-	s := r.shards[f.Sum32()%uint32(len(r.shards))]
+	s := r.shardOf(sid)
 	s.mu.Lock()
+	naks, behind := s.put(d, sid)
+	if s.handoffs != nil && d.parseErr == nil {
+		// Hand-offs waiting for this event go behind it, or are dropped
+		// if it was held back.
+		s.handoffs.saw(sid, d.ev.Seq)
+		s.release(sid)
+	}
+	s.mu.Unlock()
+	if naks > 0 {
+		delay := min(100*time.Millisecond<<min(naks-1, 5), 2*time.Second, r.h.AckWait/3)
+		r.log.Debug("shard busy; the event comes back later", "session", sid, "stream_seq", d.seq, "behind_held", behind, "retry_in", delay)
+		_ = d.m.NakWithDelay(delay)
+	}
+}
+
+// put queues d, or holds it back and returns how often it was (its naks so
+// far, at least 1) and whether it is behind another held delivery. The
+// caller holds s.mu, and naks a delivery held back.
+func (s *shard) put(d delivery, sid string) (naks int, behind bool) {
 	h := s.held[sid]
-	behind := false
 	for seq := range h {
 		if seq < d.seq {
 			behind = true
@@ -65,11 +84,7 @@ func (r *runner) offer(d delivery) {
 			}
 			h[d.seq] = e
 		}
-		s.mu.Unlock()
-		delay := min(100*time.Millisecond<<min(e.naks-1, 5), 2*time.Second, r.h.AckWait/3)
-		r.log.Debug("shard busy; the event comes back later", "session", sid, "stream_seq", d.seq, "behind_held", behind, "retry_in", delay)
-		_ = d.m.NakWithDelay(delay)
-		return
+		return e.naks, behind
 	}
 	if e, ok := h[d.seq]; ok {
 		// Its naks for want of room are no attempts of the handler's.
@@ -81,7 +96,14 @@ func (r *runner) offer(d delivery) {
 	}
 	s.queue = append(s.queue, d)
 	s.cond.Signal()
-	s.mu.Unlock()
+	return 0, false
+}
+
+// shardOf is the shard of session sid.
+func (r *runner) shardOf(sid string) *shard {
+	f := fnv.New32a()
+	f.Write([]byte(sid))
+	return r.shards[f.Sum32()%uint32(len(r.shards))]
 }
 
 // run handles the shard's deliveries until it is closed and empty.
@@ -98,8 +120,29 @@ func (s *shard) run(ctx context.Context, r *runner) {
 		d := s.queue[0]
 		s.queue[0] = delivery{}
 		s.queue = s.queue[1:]
+		closed := s.closed
 		s.running = d.m
 		s.mu.Unlock()
+		switch {
+		case d.handed && closed:
+			// Stopping: a hand-off is left to its delivery, which the
+			// next consumer takes if this one does not.
+			s.mu.Lock()
+			s.handoffs.forget(d.seq)
+			s.mu.Unlock()
+			continue
+		case d.handed:
+			r.deliverHanded(ctx, s, d)
+			continue
+		case s.handedAlready(d.seq):
+			// Handled by its hand-off (and shown to Observe as it came).
+			s.mu.Lock()
+			s.running = nil
+			s.mu.Unlock()
+			r.failures.done(d.seq)
+			_ = d.m.Ack()
+			continue
+		}
 		r.deliver(ctx, d, func() {
 			s.mu.Lock()
 			s.running = nil
@@ -128,8 +171,11 @@ func (s *shard) alive(msgs []jetstream.Msg, stale time.Time) []jetstream.Msg {
 		_ = s.running.InProgress()
 	}
 	for _, d := range s.queue {
-		msgs = append(msgs, d.m)
+		if d.m != nil { // (a hand-off has no message)
+			msgs = append(msgs, d.m)
+		}
 	}
+	s.expire(stale)
 	for sid, h := range s.held {
 		for seq, e := range h {
 			if e.last.Before(stale) {
