@@ -31,6 +31,10 @@ type Config struct {
 	// (ADR 0038), and States is not used; nil: the service builds its own,
 	// bounded by States.
 	Cache *fold.Cache
+	// HandOff, if set, takes each turn request the selector appends, as
+	// the ledger acked it, with its stream sequence: the agent worker's
+	// consume.Local.Hand when both run in one process (ADR 0038 item 5).
+	HandOff func(ev events.Stored, streamSeq uint64)
 }
 
 // DefaultConfig returns the defaults for one embedded server.
@@ -59,7 +63,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	states := fold.CacheOr(cfg.Cache, store, cfg.States)
 	timers := timer.New(store.JetStream(), tc, states, log)
-	s := selector.New(c, states, workflow.NewLibrary(store.GetBlob), timers, log)
+	var opts []selector.Option
+	if cfg.HandOff != nil {
+		opts = append(opts, selector.WithHandOff(cfg.HandOff))
+	}
+	s := selector.New(c, states, workflow.NewLibrary(store.GetBlob), timers, log, opts...)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return consume.Run(gctx, nc, s.Handler(), consume.RecordInSession(c), log) })
 	g.Go(func() error { return timers.Run(gctx) })

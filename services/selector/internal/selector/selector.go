@@ -64,6 +64,8 @@ type Selector struct {
 	log       *slog.Logger
 	// routeTimeout bounds the wait for a served router's answer.
 	routeTimeout time.Duration
+	// hand, if set, takes each turn request appended (WithHandOff).
+	hand HandOff
 }
 
 // New returns a selector that reads sessions' states from states (ADR 0016)
@@ -440,7 +442,7 @@ func (s *Selector) follow(ctx context.Context, st *session.State, wf *workflow.W
 	var err error
 	switch p.kind {
 	case workflow.RouteAgent:
-		_, err = s.c.Emit(ctx, st.ID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, answerTo(ev).Options("request")...)
+		err = s.request(ctx, st.ID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, answerTo(ev).Options("request"))
 	case workflow.RouteClose:
 		_, err = s.c.Emit(ctx, st.ID, &events.SessionClosed{Outcome: p.detail, Reason: reason}, answerTo(ev).Options("close")...)
 	case workflow.RouteApproval:
@@ -484,7 +486,7 @@ func (s *Selector) fork(ctx context.Context, st *session.State, ev events.Stored
 		if _, err := s.c.Emit(ctx, childID, d, answerTo(ev).Options("fork-decided")...); err != nil {
 			return err
 		}
-		if _, err := s.c.Emit(ctx, childID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, answerTo(ev).Options("fork-request")...); err != nil {
+		if err := s.request(ctx, childID, &events.TurnRequested{TurnID: turnID, Agent: p.agent, Rule: rule}, answerTo(ev).Options("fork-request")); err != nil {
 			return err
 		}
 	}
