@@ -406,6 +406,7 @@ func (r *runner) deliver(ctx context.Context, d delivery, handled func()) {
 	switch {
 	case err == nil:
 		r.failures.done(seq)
+		r.logHandled(ctx, ev, false)
 		if err := m.DoubleAck(ctx); err != nil {
 			r.log.Warn("ack lost; the event will be redelivered", "event", ev.ID, "err", err)
 		}
@@ -420,6 +421,14 @@ func (r *runner) deliver(ctx context.Context, d delivery, handled func()) {
 		delay := retryDelay(attempt)
 		r.log.Warn("handler failed; retrying", "event", ev.ID, "type", ev.Type, "session", ev.Session, "attempt", attempt, "retry_in", delay, "err", err)
 		_ = m.NakWithDelay(delay)
+	}
+}
+
+// logHandled logs, at debug level, that ev was handled, and whether from a
+// hand-off (Local) or its delivery: a test counts the handlings.
+func (r *runner) logHandled(ctx context.Context, ev events.Stored, handed bool) {
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		r.log.Debug("handled", "event", ev.ID, "type", ev.Type, "session", ev.Session, "seq", ev.Seq, "handed", handed)
 	}
 }
 

@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -152,31 +153,46 @@ func (r *runner) hand(ev events.Stored, streamSeq uint64) {
 		return
 	}
 	s := r.shardOf(ev.Session)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := s.handoffs
-	if s.closed || h == nil {
+	if s.handoffs == nil {
 		return
 	}
-	if _, dup := h.handed[streamSeq]; dup || h.seen[ev.Session] >= ev.Seq {
-		return // handed before, or its delivery came first
+	s.mu.Lock()
+	outcome := s.hand(ev, streamSeq)
+	s.mu.Unlock()
+	if r.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.log.Debug("hand-off", "event", ev.ID, "type", ev.Type, "session", ev.Session, "seq", ev.Seq, "stream_seq", streamSeq, "outcome", outcome)
+	}
+}
+
+// hand queues, parks or drops a hand-off and says which. The caller holds
+// s.mu.
+func (s *shard) hand(ev events.Stored, streamSeq uint64) string {
+	h := s.handoffs
+	switch _, dup := h.handed[streamSeq]; {
+	case s.closed:
+		return "dropped: stopping"
+	case dup:
+		return "dropped: handed before"
+	case h.seen[ev.Session] >= ev.Seq:
+		return "dropped: its delivery came first"
 	}
 	d := delivery{ev: ev, seq: streamSeq, attempt: 1, handed: true, at: time.Now()}
 	if h.seen[ev.Session] < ev.Seq-1 {
 		if h.nParked >= parkedKept {
-			return
+			return "dropped: too many waiting"
 		}
 		h.remember(streamSeq)
 		h.parked[ev.Session] = append(h.parked[ev.Session], d)
 		h.nParked++
-		return
+		return "parked until its session's previous event comes"
 	}
 	if len(s.held[ev.Session]) > 0 || len(s.queue) >= shardSize {
-		return
+		return "dropped: the shard is full"
 	}
 	h.remember(streamSeq)
 	s.queue = append(s.queue, d)
 	s.cond.Signal()
+	return "queued"
 }
 
 // release queues the parked hand-offs of session sid whose previous event
@@ -285,7 +301,9 @@ func (r *runner) deliverHanded(ctx context.Context, s *shard, d delivery) {
 		s.handoffs.forget(d.seq)
 	}
 	s.mu.Unlock()
-	if err != nil {
+	if err == nil {
+		r.logHandled(ctx, ev, true)
+	} else {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		r.log.Debug("handed event failed; its delivery handles it", "event", ev.ID, "type", ev.Type, "session", ev.Session, "err", err)

@@ -57,6 +57,10 @@ type Config struct {
 	// ContextBytes bounds, approximately, the model contexts kept built
 	// for the sessions' agents (ADR 0018); 0 is worker.DefaultContextBytes.
 	ContextBytes int64
+	// Local, if set, takes the turn requests a selector of the same process
+	// hands off (selector's Config.HandOff = Local.Hand), so that a turn
+	// starts without waiting for its JetStream delivery (ADR 0038 item 5).
+	Local *consume.Local
 }
 
 // Session labels that run a session's agents on another provider, model or
@@ -123,7 +127,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	// same turn code: gates run in the worker only.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Served(gctx, nc) })
-	g.Go(func() error { return consume.Run(gctx, nc, w.Handler(), w.GaveUp(consume.RecordInSession(c)), log) })
+	h := w.Handler()
+	h.Local = cfg.Local
+	g.Go(func() error { return consume.Run(gctx, nc, h, w.GaveUp(consume.RecordInSession(c)), log) })
 	return g.Wait()
 }
 
