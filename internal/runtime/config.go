@@ -49,6 +49,10 @@ type Config struct {
 	Worker     worker.Config
 	ToolRunner toolrunner.Config
 	Memory     memory.Config
+	// NoHandOff runs the selector and the agent worker of one runtime as
+	// apart: each turn request reaches the worker by its JetStream delivery
+	// only, not also handed over in the process (ADR 0038 item 5).
+	NoHandOff bool
 }
 
 // DefaultConfig is rath up's configuration without flags: the embedded

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/internal/fold"
 	worker "github.com/openrath/rath/services/agent-worker/service"
 	memory "github.com/openrath/rath/services/memory-svc/service"
@@ -92,17 +93,18 @@ func services(cfg Config, st *states, logFor func(auth.Role) *slog.Logger, roles
 			})(ctx)
 		}},
 	}
+	selectorCfg, workerCfg := handOff(cfg, roles)
 	loop = []runner{
 		{auth.RoleSelector, func(ctx context.Context, nc *nats.Conn) error {
 			return st.with(func(ctx context.Context, c *fold.Cache) error {
-				scfg := cfg.Selector
+				scfg := selectorCfg
 				scfg.Cache = c
 				return selector.Run(ctx, nc, scfg, logFor(auth.RoleSelector))
 			})(ctx)
 		}},
 		{auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn) error {
 			return st.with(func(ctx context.Context, c *fold.Cache) error {
-				wcfg := cfg.Worker
+				wcfg := workerCfg
 				wcfg.Cache = c
 				return worker.Run(ctx, nc, wcfg, logFor(auth.RoleAgentWorker))
 			})(ctx)
@@ -124,4 +126,17 @@ func services(cfg Config, st *states, logFor func(auth.Role) *slog.Logger, roles
 	}
 	return first, slices.DeleteFunc(base, func(r runner) bool { return !asked(r) }),
 		slices.DeleteFunc(loop, func(r runner) bool { return !asked(r) })
+}
+
+// handOff returns the selector's and the agent worker's configurations:
+// when both run here (and cfg.NoHandOff is not set), the selector hands
+// each turn request it appends to the worker's consumer (ADR 0038 item 5).
+func handOff(cfg Config, roles []auth.Role) (selector.Config, worker.Config) {
+	s, w := cfg.Selector, cfg.Worker
+	both := len(roles) == 0 || slices.Contains(roles, auth.RoleSelector) && slices.Contains(roles, auth.RoleAgentWorker)
+	if both && !cfg.NoHandOff {
+		local := consume.NewLocal()
+		s.HandOff, w.Local = local.Hand, local
+	}
+	return s, w
 }
