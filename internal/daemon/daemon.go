@@ -71,6 +71,37 @@ func credsUsage(role auth.Role) string {
 }
 
 func serve(ctx context.Context, name, url, creds, httpAddr string, durables []string, run Run, log *slog.Logger) error {
+	nc, drain, err := Dial(name, url, Creds{Path: creds, Flag: "--creds", Env: "RATH_CREDS"}, log)
+	if err != nil {
+		return err
+	}
+	if httpAddr != "" {
+		stop, err := endpoint(httpAddr, nc, durables, log)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		defer stop()
+	}
+	runErr := run(ctx, nc, log)
+	drain()
+	return runErr
+}
+
+// Creds names a credentials file (Path, "" for none) and, for errors, the
+// flag and environment variable that set it.
+type Creds struct {
+	Path, Flag, Env string
+}
+
+// Dial connects to url as the identity of the credentials file creds with
+// the options every service's connection has, named rath-name. drain
+// drains the connection and waits until it is closed: call it once what
+// uses the connection has returned, so that its last replies and acks are
+// flushed. A process running a second service (the agent worker with
+// --with-selector) dials that service's connection here.
+func Dial(name, url string, cr Creds, log *slog.Logger) (nc *nats.Conn, drain func(), err error) {
+	creds := cr.Path
 	closed := make(chan struct{})
 	opts := []nats.Option{nats.Name("rath-" + name), nats.MaxReconnects(-1),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
@@ -83,34 +114,25 @@ func serve(ctx context.Context, name, url, creds, httpAddr string, durables []st
 	if creds != "" {
 		copts, _, err := auth.Options(creds)
 		if err != nil {
-			return fmt.Errorf("--creds: %w", err)
+			return nil, nil, fmt.Errorf("%s: %w", cr.Flag, err)
 		}
 		opts = append(opts, copts...)
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err = nats.Connect(url, opts...)
 	if errors.Is(err, nats.ErrAuthorization) {
 		if creds == "" {
-			return fmt.Errorf("connect to %s: the server requires credentials: pass --creds FILE (or RATH_CREDS): %w", url, err)
+			return nil, nil, fmt.Errorf("connect to %s: the server requires credentials: pass %s FILE (or %s): %w", url, cr.Flag, cr.Env, err)
 		}
-		return fmt.Errorf("connect to %s: the server refused the credentials %s: %w", url, creds, err)
+		return nil, nil, fmt.Errorf("connect to %s: the server refused the credentials %s: %w", url, creds, err)
 	}
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)
 	}
-	if httpAddr != "" {
-		stop, err := endpoint(httpAddr, nc, durables, log)
-		if err != nil {
-			nc.Close()
-			return err
+	return nc, func() {
+		if err := nc.Drain(); err == nil {
+			<-closed
 		}
-		defer stop()
-	}
-	runErr := run(ctx, nc, log)
-	// Drain flushes the last replies and acks; wait for it before exiting.
-	if err := nc.Drain(); err == nil {
-		<-closed
-	}
-	return runErr
+	}, nil
 }
 
 // EnvOr returns the environment variable key, or def when it is unset. Only

@@ -6,14 +6,17 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/daemon"
 	"github.com/openrath/rath/services/agent-worker/service"
+	selector "github.com/openrath/rath/services/selector/service"
 )
 
 func main() {
@@ -26,8 +29,21 @@ func main() {
 		return nil
 	})
 	flag.BoolVar(&cfg.AllowLoopback, "allow-loopback-endpoints", false, "let agents name any endpoint on a loopback address (localhost, 127.0.0.0/8, ::1): local model servers, which then get the keys")
+	withSelector := flag.Bool("with-selector", false, "also run the selector in this process, handing its turn requests to this worker (docs/operations.md); it connects as --selector-creds")
+	selectorCreds := daemon.Creds{Flag: "--selector-creds", Env: "RATH_SELECTOR_CREDS"}
+	flag.StringVar(&selectorCreds.Path, "selector-creds", daemon.EnvOr(selectorCreds.Env, ""), "with --with-selector: the selector's credentials file, e.g. <data>/creds/selector.creds (env RATH_SELECTOR_CREDS)")
 	daemon.Main("agent-worker", auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)
-		return service.Run(ctx, nc, cfg, log)
+		if !*withSelector {
+			return service.Run(ctx, nc, cfg, log)
+		}
+		snc, drain, err := daemon.Dial("selector", strings.Join(nc.Servers(), ","), selectorCreds, log)
+		if err != nil {
+			return fmt.Errorf("selector: %w", err)
+		}
+		defer drain()
+		scfg := selector.DefaultConfig()
+		scfg.States.MaxBytes = cfg.States.MaxBytes
+		return service.WithSelector(ctx, nc, snc, cfg, scfg, log)
 	}, func() error { return cfg.Validate() }) // after the flags are parsed
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/services/agent-worker/internal/provider"
 	"github.com/openrath/rath/services/agent-worker/internal/worker"
+	selector "github.com/openrath/rath/services/selector/service"
 )
 
 // Config is the agent worker's configuration.
@@ -130,6 +131,20 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	h := w.Handler()
 	h.Local = cfg.Local
 	g.Go(func() error { return consume.Run(gctx, nc, h, w.GaveUp(consume.RecordInSession(c)), log) })
+	return g.Wait()
+}
+
+// WithSelector runs the agent worker on nc and the selector on snc, a
+// connection of the selector's identity, in one process, the selector
+// handing each turn request it appends to the worker's consumer (ADR 0038
+// item 5): the agent-worker binary's --with-selector. Each keeps its
+// durable consumer, so the process stands in for both services.
+func WithSelector(ctx context.Context, nc, snc *nats.Conn, cfg Config, scfg selector.Config, log *slog.Logger) error {
+	local := consume.NewLocal()
+	cfg.Local, scfg.HandOff = local, local.Hand
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return Run(gctx, nc, cfg, log) })
+	g.Go(func() error { return selector.Run(gctx, snc, scfg, log) })
 	return g.Wait()
 }
 
