@@ -134,7 +134,7 @@ func (s *shard) run(ctx context.Context, r *runner) {
 		case d.handed:
 			r.deliverHanded(ctx, s, d)
 			continue
-		case s.handedAlready(d.seq):
+		case s.handoffs != nil && s.handedAlready(d.seq):
 			// Handled by its hand-off (and shown to Observe as it came).
 			s.mu.Lock()
 			s.running = nil
