@@ -270,8 +270,6 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runDurability(ctx)
 	case sectionCluster:
 		err = h.runCluster(ctx)
-	case sectionConsole:
-		err = h.runConsole(ctx)
 	case sectionGoAPI:
 		err = h.runGoAPI(ctx)
 	case sectionRecheck:
