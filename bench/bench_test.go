@@ -18,7 +18,7 @@ func TestHarness(t *testing.T) {
 	if os.Getenv("RATH_BENCH") != "1" {
 		t.Skip("set RATH_BENCH=1 to run the benchmark harness at scale 0.01")
 	}
-	cfg, err := parseFlags([]string{"--quick", "--scale", "0.01", "--samples", "3", "--replays", "1", "--timeout", "5m"})
+	cfg, err := parseFlags([]string{"--quick", "--scale", "0.01", "--timeout", "5m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestHarness(t *testing.T) {
 	}
 	table := out.String()
 	t.Log("\n" + table)
-	for _, id := range []string{"1a", "1b", "1b′", "1c", "2", "2′", "2″", "2‴", "3a@10", "3a@1000", "3b@10", "3b@1000", "4", "4′"} {
+	for _, id := range []string{"1a", "1b", "1b′", "1c", "4", "4′"} {
 		if !strings.Contains(table, "| "+id+" |") {
 			t.Errorf("table has no row %s", id)
 		}
@@ -94,13 +94,6 @@ func TestDurabilityIsOptional(t *testing.T) {
 
 func TestSizes(t *testing.T) {
 	full, _ := parseFlags(nil)
-	if got, want := full.histories(), []int{10, 1_000, 10_000, 100_000}; !slices.Equal(got, want) {
-		t.Errorf("full-scale histories %v, want %v", got, want)
-	}
-	tiny, _ := parseFlags([]string{"--scale", "0.001"})
-	if got, want := tiny.histories(), []int{10, 100}; !slices.Equal(got, want) {
-		t.Errorf("scale 0.001 histories %v, want %v", got, want)
-	}
 	if full.pipeAppends() != 100_000 || full.memSessions() != 100_000 {
 		t.Errorf("full scale: %d pipelined appends, %d sessions", full.pipeAppends(), full.memSessions())
 	}

@@ -16,8 +16,6 @@ import (
 // Sections of the benchmark, in the order they run.
 const (
 	sectionAppend = "append"
-	sectionReplay = "replay"
-	sectionFork   = "fork"
 	sectionMemory = "memory"
 	sectionAgents = "agents"
 	sectionRecall = "recall"
@@ -28,7 +26,7 @@ const (
 // beginning of the sessions stream, which the other sections fill with
 // millions of events (100k sessions in the memory section alone) that a
 // fresh selector would first have to route past.
-var allSections = []string{sectionAgents, sectionLong, sectionAppend, sectionReplay, sectionFork, sectionMemory, sectionRecall}
+var allSections = []string{sectionAgents, sectionLong, sectionAppend, sectionMemory, sectionRecall}
 
 // optionalSections run only when --sections names them (after the others).
 var optionalSections = []string{sectionDurability, sectionCluster, sectionGoAPI, sectionRecheck, sectionEval, sectionEngine}
@@ -48,14 +46,8 @@ type config struct {
 	batch, batchInflight int
 	// figures, if set, limits the run to these figures of the sections (for
 	// profiling one of them).
-	figures []string
-	// historyWorkers is how many appends to one session are in flight while
-	// the long histories are written through the ledger.
-	historyWorkers int
-	// samples is how many forks and state reads each latency figure takes the
-	// median of; replays is how many replays each replay figure does.
-	samples, replays int
-	sections         []string
+	figures  []string
+	sections []string
 	// ledgerProcess runs the ledger as its own process for every section,
 	// not only for the memory section.
 	ledgerProcess bool
@@ -95,9 +87,6 @@ func parseFlags(args []string) (config, error) {
 	figures := fs.String("figures", "", "comma-separated figures to measure within the sections, e.g. 1d (default: all)")
 	fs.IntVar(&c.batch, "batch", 256, "events per batch request in the batched appends")
 	fs.IntVar(&c.batchInflight, "batch-inflight", 4, "batch requests in flight at once, each for its own share of the sessions")
-	fs.IntVar(&c.historyWorkers, "history-workers", 64, "appends in flight to one session while writing the long histories")
-	fs.IntVar(&c.samples, "samples", 5, "forks and state reads per latency figure (median)")
-	fs.IntVar(&c.replays, "replays", 3, "replays per replay figure (median)")
 	fs.IntVar(&c.trustPairs, "trust-pairs", 4, "runs of each trust figure with and without authentication and signing (alternating ABBA)")
 	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ",")+"; also "+strings.Join(optionalSections, ",")+" (durability: R1 default sync, R1 sync always, R3, servers of its own; cluster: the process-cluster test at full scale, a leader killed and one stopped; goapi: one agent turn forwarded through the Go Session API against the raw client, and a Go agent's turn against a YAML-declared scripted one; recheck: E2, rath recheck of 50 recorded 30-turn sessions whose change affects only the last agent, against running them from the start; eval: E1, rath eval of 20 scripted tasks × 5 runs at concurrency 8 against the same sessions started directly, and its report rendered; engine: ADR 0038's O3, O5, O6 against `rath up` built from this tree as its own process: its VmRSS fresh and with 1,000 active sessions, client.State of a 500- and a 5,000-event session, CPU per 16 KB tool result appended and the runtime's CPU to read that log back)")
 	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
@@ -170,12 +159,6 @@ func (c config) validate() error {
 	if c.sessions < 1 || c.sessions > 4096 {
 		errs = append(errs, fmt.Errorf("sessions must be 1..4096, got %d", c.sessions))
 	}
-	if c.historyWorkers < 1 || c.historyWorkers > 256 {
-		errs = append(errs, fmt.Errorf("history-workers must be 1..256, got %d", c.historyWorkers))
-	}
-	if c.samples < 1 || c.samples > 100 || c.replays < 1 || c.replays > 100 {
-		errs = append(errs, errors.New("samples and replays must be 1..100"))
-	}
 	if len(c.sections) == 0 {
 		errs = append(errs, errors.New("no section selected"))
 	}
@@ -215,16 +198,3 @@ func (c config) memSessions() int  { return c.n(100_000, 500) }
 func (c config) agentSessions() int { return c.n(50, 10) }
 func (c config) rawRoundTrips() int { return c.n(500, 100) }
 func (c config) agentRate() int     { return c.n(200, 40) }
-
-// histories are the session lengths (in events, start included) that the
-// replay, fork and state-at-N figures read; the last is the longest.
-func (c config) histories() []int {
-	var out []int
-	for _, full := range []int{10, 1_000, 10_000, 100_000} {
-		n := c.n(full, 10)
-		if len(out) == 0 || out[len(out)-1] != n {
-			out = append(out, n)
-		}
-	}
-	return out
-}

@@ -143,49 +143,6 @@ func rawCondConcurrent(ctx context.Context, js jetstream.JetStream, perSession [
 	return r, nil
 }
 
-// rawOrderedRead reads the first n messages matching filter with an ordered
-// consumer, only counting them.
-func rawOrderedRead(ctx context.Context, js jetstream.JetStream, stream, filter string, n int) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	start := time.Now()
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return 0, fmt.Errorf("ordered consumer on %s: %w", filter, err)
-	}
-	var got atomic.Int64
-	done := make(chan struct{})
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if got.Add(1) == int64(n) {
-			close(done)
-		}
-	})
-	if err != nil {
-		return 0, fmt.Errorf("ordered consumer on %s: %w", filter, err)
-	}
-	defer cc.Stop()
-	select {
-	case <-done:
-		return time.Since(start), nil
-	case <-ctx.Done():
-		return 0, fmt.Errorf("ordered read of %s: %d of %d after %s: %w", filter, got.Load(), n, time.Since(start), ctx.Err())
-	}
-}
-
-// rawFork does the JetStream work a fork needs at the least: read the parent's
-// event at the fork point (for its hash) and write one conditional event on a
-// new session's subject.
-func rawFork(ctx context.Context, js jetstream.JetStream, parent jetstream.Stream, parentStreamSeq uint64, m rawMsg) (time.Duration, error) {
-	start := time.Now()
-	if _, err := parent.GetMsg(ctx, parentStreamSeq); err != nil {
-		return 0, fmt.Errorf("raw fork: get %d: %w", parentStreamSeq, err)
-	}
-	if _, err := condPublish(ctx, js, m, m.subject, 0); err != nil {
-		return 0, fmt.Errorf("raw fork: publish: %w", err)
-	}
-	return time.Since(start), nil
-}
-
 // rawCondRounds publishes each session's messages conditionally, with
 // message IDs, in rounds: one async publish per session, then all acks,
 // then the next round. It is what the ledger's batch path asks of

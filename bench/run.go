@@ -54,8 +54,6 @@ type harness struct {
 	ledgerPID atomic.Int64 // of ledger, for the CPU sampler
 	nledgers  int
 
-	hist []*history // written once, read by the replay and fork sections
-
 	// workers are the worker processes the agents section runs now; their
 	// CPU is measured, not counted as noise.
 	workerMu sync.Mutex
@@ -240,24 +238,11 @@ func (h *harness) tearDown() error {
 // when asked to.
 func (h *harness) section(ctx context.Context, name string) error {
 	h.logf("section %s", name)
-	if (name == sectionReplay || name == sectionFork) && h.hist == nil {
-		// Written first, under a profile of its own: writing the histories is
-		// not what the section measures.
-		stop := h.profile("history")
-		_, err := h.histories(ctx)
-		if err := errors.Join(err, stop()); err != nil {
-			return err
-		}
-	}
 	stop := h.profile(name)
 	var err error
 	switch name {
 	case sectionAppend:
 		err = h.runAppend(ctx)
-	case sectionReplay:
-		err = h.runReplay(ctx)
-	case sectionFork:
-		err = h.runFork(ctx)
 	case sectionMemory:
 		err = h.runMemory(ctx)
 	case sectionAgents:
