@@ -77,17 +77,17 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// The durability section runs only when named, after the default sections.
-func TestDurabilityIsOptional(t *testing.T) {
+// An optional section runs only when named, after the default sections.
+func TestGoAPIIsOptional(t *testing.T) {
 	def, err := parseFlags(nil)
-	if err != nil || def.has(sectionDurability) {
-		t.Fatalf("default sections %v (%v) include %s", def.sections, err, sectionDurability)
+	if err != nil || def.has(sectionGoAPI) {
+		t.Fatalf("default sections %v (%v) include %s", def.sections, err, sectionGoAPI)
 	}
-	cfg, err := parseFlags([]string{"--sections", "durability,append"})
+	cfg, err := parseFlags([]string{"--sections", "goapi,append"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{sectionAppend, sectionDurability}; !slices.Equal(cfg.sections, want) {
+	if want := []string{sectionAppend, sectionGoAPI}; !slices.Equal(cfg.sections, want) {
 		t.Fatalf("sections %v, want %v", cfg.sections, want)
 	}
 }

@@ -11,10 +11,7 @@
 // built into a temporary directory, as its own process so that its resident
 // memory can be read. Section 5 (agents) runs the selector, agent worker and
 // tool runner on top: in this process for per-hop latencies, then as 1, 2
-// and 4 OS processes of each for completed sessions per second. The
-// durability section (only with --sections durability) starts servers of
-// its own: R1 with the default sync interval, R1 with sync always, and a
-// 3-node cluster with R3, the same appends through a ledger on each.
+// and 4 OS processes of each for completed sessions per second.
 // docs/benchmarks.md has the results and what they mean.
 package main
 

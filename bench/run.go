@@ -251,10 +251,6 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runRecall(ctx)
 	case sectionLong:
 		err = h.runLong(ctx)
-	case sectionDurability:
-		err = h.runDurability(ctx)
-	case sectionCluster:
-		err = h.runCluster(ctx)
 	case sectionGoAPI:
 		err = h.runGoAPI(ctx)
 	case sectionRecheck:
