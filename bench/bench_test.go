@@ -30,7 +30,7 @@ func TestHarness(t *testing.T) {
 	}
 	table := out.String()
 	t.Log("\n" + table)
-	for _, id := range []string{"1a", "1b", "1b′", "1c", "4", "4′"} {
+	for _, id := range []string{"1d", "4", "4′"} {
 		if !strings.Contains(table, "| "+id+" |") {
 			t.Errorf("table has no row %s", id)
 		}

@@ -39,7 +39,7 @@ type config struct {
 	syncAlways bool
 	// chunkBytes is the content length of each chunk event.
 	chunkBytes int
-	// sessions is how many sessions the pipelined and inbox appends spread over.
+	// sessions is how many sessions the batched appends (1d) spread over.
 	sessions int
 	// batch is the events per AppendBatch request, batchInflight the requests
 	// in flight at once (each from its own share of the sessions).
@@ -64,12 +64,6 @@ type config struct {
 	// tries bounds how often a figure disturbed by other processes is
 	// measured again (see quiet.go).
 	tries int
-	// trustPairs is how many times each trust figure runs with and without
-	// authentication and signing, alternating (ABBA), so that a machine that
-	// warms up or drifts during the run does not favour one side. One run
-	// of 1d differs from the next by up to ±15 % on this machine: two pairs
-	// cannot tell 0.85× from 0.80×.
-	trustPairs int
 	// waitQuiet is how long to wait, at most, for other processes to leave
 	// the CPUs alone before measuring.
 	waitQuiet time.Duration
@@ -83,11 +77,10 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.scale, "scale", 0, "multiply every count by this factor (0 < scale <= 1; overrides --quick)")
 	fs.BoolVar(&c.syncAlways, "sync-always", false, "run the embedded server with SyncAlways (fsync every write before the ack)")
 	fs.IntVar(&c.chunkBytes, "chunk-bytes", 64, "content length of each chunk event")
-	fs.IntVar(&c.sessions, "sessions", 256, "sessions the pipelined and inbox appends spread over")
+	fs.IntVar(&c.sessions, "sessions", 256, "sessions the batched appends (1d) spread over")
 	figures := fs.String("figures", "", "comma-separated figures to measure within the sections, e.g. 1d (default: all)")
 	fs.IntVar(&c.batch, "batch", 256, "events per batch request in the batched appends")
 	fs.IntVar(&c.batchInflight, "batch-inflight", 4, "batch requests in flight at once, each for its own share of the sessions")
-	fs.IntVar(&c.trustPairs, "trust-pairs", 4, "runs of each trust figure with and without authentication and signing (alternating ABBA)")
 	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ",")+"; also "+strings.Join(optionalSections, ",")+" (goapi: one agent turn forwarded through the Go Session API against the raw client, and a Go agent's turn against a YAML-declared scripted one; recheck: E2, rath recheck of 50 recorded 30-turn sessions whose change affects only the last agent, against running them from the start; eval: E1, rath eval of 20 scripted tasks × 5 runs at concurrency 8 against the same sessions started directly, and its report rendered; engine: ADR 0038's O3, O5, O6 against `rath up` built from this tree as its own process: its VmRSS fresh and with 1,000 active sessions, client.State of a 500- and a 5,000-event session, CPU per 16 KB tool result appended and the runtime's CPU to read that log back)")
 	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
 	fs.StringVar(&c.ledgerBin, "ledger-bin", "", "prebuilt session-ledger binary (default: go build ./services/session-ledger)")
@@ -147,9 +140,6 @@ func (c config) validate() error {
 	if c.chunkBytes < 1 || c.chunkBytes > 64<<10 {
 		errs = append(errs, fmt.Errorf("chunk-bytes must be 1..65536, got %d", c.chunkBytes))
 	}
-	if c.trustPairs < 1 || c.trustPairs > 20 {
-		errs = append(errs, fmt.Errorf("trust-pairs must be 1..20, got %d", c.trustPairs))
-	}
 	if c.batch < 1 || c.batch > api.MaxBatch {
 		errs = append(errs, fmt.Errorf("batch must be 1..%d, got %d", api.MaxBatch, c.batch))
 	}
@@ -187,10 +177,8 @@ func (c config) n(full, floor int) int {
 }
 
 // Sizes of each measurement at the configured scale.
-func (c config) seqAppends() int   { return c.n(5_000, 100) }
-func (c config) pipeAppends() int  { return c.n(100_000, 1_000) }
-func (c config) inboxAppends() int { return c.n(50_000, 1_000) }
-func (c config) memSessions() int  { return c.n(100_000, 500) }
+func (c config) pipeAppends() int { return c.n(100_000, 1_000) }
+func (c config) memSessions() int { return c.n(100_000, 500) }
 
 // Sizes of the agents section: sessions run one at a time for the hop
 // latencies, raw round trips beside them, and sessions per process count

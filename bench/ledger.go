@@ -146,7 +146,6 @@ func (h *harness) startInProcess(name, logPath string) (*ledgerRun, error) {
 	}
 	cfg := service.ConfigIn(filepath.Dir(logPath))
 	cfg.Ledger.Name = name
-	cfg.Ledger.Unsigned = h.open
 	cfg.Ledger.Quotas.StartsPerMinute = noStartsQuota
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &ledgerRun{name: name, logPath: logPath, exited: make(chan struct{}), cancel: cancel, nc: nc}

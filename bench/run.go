@@ -35,11 +35,8 @@ type harness struct {
 	pay     payloads
 	dir     string
 
-	ns    *server.Server
-	creds *auth.Set // every role's identity: the server authenticates each connection
-	// open is the trust section's baseline: a server with no
-	// authentication and a ledger that signs nothing (creds is nil).
-	open   bool
+	ns     *server.Server
+	creds  *auth.Set           // every role's identity: the server authenticates each connection
 	ncRaw  *nats.Conn          // raw JetStream runs and direct reads
 	ncCli  *nats.Conn          // the Rath client's connection
 	js     jetstream.JetStream // on ncRaw
@@ -123,16 +120,12 @@ func (h *harness) setUp(ctx context.Context) error {
 	// Authenticated and least-privileged as `rath up` is: the raw runs
 	// connect as admin (they need a stream of their own), the Rath client
 	// as a client, each service as its role.
-	var users []auth.Identity
-	if !h.open {
-		if h.creds, err = auth.Ensure(filepath.Join(h.dir, "creds")); err != nil {
-			return err
-		}
-		users = h.creds.Identities()
+	if h.creds, err = auth.Ensure(filepath.Join(h.dir, "creds")); err != nil {
+		return err
 	}
 	h.ns, err = embedded.Start(embedded.Config{
 		Listen: "127.0.0.1:0", StoreDir: filepath.Join(h.dir, "jetstream"),
-		SyncAlways: h.cfg.syncAlways, ServerName: "rath-bench", Users: users,
+		SyncAlways: h.cfg.syncAlways, ServerName: "rath-bench", Users: h.creds.Identities(),
 	})
 	if err != nil {
 		return err
@@ -324,26 +317,14 @@ feed:
 	return first
 }
 
-// streamMsgs is the number of messages in Rath's sessions stream.
-func (h *harness) streamMsgs(ctx context.Context) (uint64, error) {
-	info, err := h.stream.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.Msgs, nil
-}
-
 // connect opens a connection to the bench's server as role, over loopback TCP
 // or in-process (as `rath up` connects its services).
 func (h *harness) connect(role auth.Role, name string, inProcess bool) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name)}
-	if !h.open {
-		creds, _, err := auth.Options(h.creds.Path(role))
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, creds...)
+	creds, _, err := auth.Options(h.creds.Path(role))
+	if err != nil {
+		return nil, err
 	}
+	opts := append([]nats.Option{nats.Name(name)}, creds...)
 	if inProcess {
 		opts = append(opts, nats.InProcessServer(h.ns))
 	}
