@@ -58,11 +58,6 @@ func (h *harness) runLong(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	if h.wants("L2") {
-		if err := h.runL2(ctx); err != nil {
-			return err
-		}
-	}
 	if !h.wants("L1") {
 		return nil
 	}

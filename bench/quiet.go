@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -83,4 +84,9 @@ func joinCell(a, b string) string {
 		return a
 	}
 	return a + "; " + b
+}
+
+// wants reports whether the run measures a figure.
+func (h *harness) wants(figure string) bool {
+	return len(h.cfg.figures) == 0 || slices.Contains(h.cfg.figures, figure)
 }
