@@ -18,14 +18,11 @@ import (
 	memory "github.com/openrath/rath/services/memory-svc/service"
 )
 
-// Full-scale sizes of the recall section: items in the store for the two
-// recall figures, adds through the service for the write figure, recalls
-// timed per size.
+// Full-scale sizes of the recall section: items in the store for the
+// rebuild (R3), adds through the service for the write figure (R1).
 const (
-	recallSmall   = 10_000
-	recallLarge   = 100_000
+	recallItems   = 100_000
 	recallWrites  = 5_000
-	recallSamples = 2_000
 	recallWorkers = 32
 )
 
@@ -51,10 +48,10 @@ func (h *harness) startMemoryService(ctx context.Context) (*memoryRun, error) {
 }
 
 // runRecall is the recall section: memory writes through the memory
-// service (a version stored, recorded in a session through the ledger),
-// and recall latency (BM25 over the current versions, the recall recorded
-// in the session) with the store holding 10k and 100k items, each against
-// the JetStream work it cannot do without.
+// service (a version stored, recorded in a session through the ledger)
+// against the JetStream work they cannot do without (R1), and the service's
+// start with 100k items in the store (R3). The search itself is
+// BenchmarkSearch in services/memory-svc/internal/memory.
 func (h *harness) runRecall(ctx context.Context) error {
 	svc, err := h.startMemoryService(ctx)
 	if err != nil {
@@ -66,8 +63,8 @@ func (h *harness) runRecall(ctx context.Context) error {
 		}
 	}()
 	mem := h.cli.Memory()
-	const sid = "bench-recall"
-	if _, err := h.cli.Start(ctx, sid, events.SessionStarted{Task: "bench recall"}); err != nil {
+	// The session the seeded items name as their provenance.
+	if _, err := h.cli.Start(ctx, "bench-recall", events.SessionStarted{Task: "bench recall"}); err != nil {
 		return err
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -106,52 +103,15 @@ func (h *harness) runRecall(ctx context.Context) error {
 		raw: raw.String(), ratio: fmtRatio(speedRatio(writes, raw)),
 	})
 
-	total := n
+	// Seeded straight into the store: R3 rebuilds the index from it.
+	total := max(n, 1000, int(float64(recallItems)*h.cfg.scale))
 	js, err := jetstream.New(h.ncRaw)
 	if err != nil {
 		return err
 	}
-	for _, size := range []int{recallSmall, recallLarge} {
-		want := max(1000, int(float64(size)*h.cfg.scale))
-		if want > total {
-			h.logf("recall: seeding the store to %d items", want)
-			if err := seedMemory(ctx, js, rng, total, want); err != nil {
-				return err
-			}
-			total = want
-		}
-		samples := max(200, int(float64(recallSamples)*h.cfg.scale))
-		// The first search waits until the service has indexed every record.
-		t0 := time.Now()
-		if _, err := mem.Search(ctx, memoryapi.SearchRequest{Query: "warm up"}); err != nil {
-			return err
-		}
-		h.logf("recall: %d items indexed (caught up in %s); %d recalls", total, fmtDur(time.Since(t0)), samples)
-		var lats latencies
-		hitsTotal := 0
-		for i := range samples {
-			q := memoryQuery(rng)
-			s := time.Now()
-			rep, err := mem.Recall(ctx, memoryapi.RecallRequest{Session: sid, Query: q, K: 5, Agent: "bench"})
-			if err != nil {
-				return fmt.Errorf("recall %d: %w", i, err)
-			}
-			lats = append(lats, time.Since(s))
-			hitsTotal += len(rep.Hits)
-		}
-		rawLats, err := rawDirectGets(ctx, js, samples, n, total, rng)
-		if err != nil {
-			return err
-		}
-		h.rep.add(row{
-			id:      fmt.Sprintf("R2@%d", total),
-			what:    fmt.Sprintf("recall k=5 among %d items (BM25, recorded in the session), %d sequential", total, samples),
-			rath:    fmt.Sprintf("p50 %s, p99 %s", fmtDur(lats.pct(50)), fmtDur(lats.pct(99))),
-			rawWhat: "direct get of one item's last record",
-			raw:     fmt.Sprintf("p50 %s, p99 %s", fmtDur(rawLats.pct(50)), fmtDur(rawLats.pct(99))),
-			ratio:   fmtRatio(latencyRatio(lats.pct(50), rawLats.pct(50))),
-		})
-		h.rep.note("recall with %d items: %.1f hits per recall on average (queries of 3 words from a 2000-word vocabulary)", total, float64(hitsTotal)/float64(samples))
+	h.logf("recall: seeding the store to %d items", total)
+	if err := seedMemory(ctx, js, rng, n, total); err != nil {
+		return err
 	}
 
 	// Rebuild: a fresh memory service reads the whole stream at start.
@@ -196,10 +156,6 @@ func memoryText(rng *rand.Rand, i int) string {
 	return fmt.Sprintf("item %d: %s", i, strings.Join(words, " "))
 }
 
-func memoryQuery(rng *rand.Rand) string {
-	return zipfWord(rng) + " " + zipfWord(rng) + " " + zipfWord(rng)
-}
-
 // seedMemory publishes version-1 records of items from..to-1 straight into
 // RATH_MEMORY, asynchronously.
 func seedMemory(ctx context.Context, js jetstream.JetStream, rng *rand.Rand, from, to int) error {
@@ -236,23 +192,4 @@ func rawMemoryWrites(ctx context.Context, js jetstream.JetStream, n int) (rate, 
 		return err
 	})
 	return rate{n: n, d: time.Since(start)}, err
-}
-
-// rawDirectGets reads the last record of random seeded items (from..to-1),
-// one at a time.
-func rawDirectGets(ctx context.Context, js jetstream.JetStream, n, from, to int, rng *rand.Rand) (latencies, error) {
-	st, err := js.Stream(ctx, memoryapi.Stream)
-	if err != nil {
-		return nil, err
-	}
-	var lats latencies
-	for range n {
-		id := fmt.Sprintf("mem-seed-%07d", from+rng.IntN(to-from))
-		s := time.Now()
-		if _, err := st.GetLastMsgForSubject(ctx, memoryapi.ItemSubject(id)); err != nil {
-			return nil, err
-		}
-		lats = append(lats, time.Since(s))
-	}
-	return lats, nil
 }
