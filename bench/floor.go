@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,13 +22,10 @@ import (
 // R1, atomic publish and direct gets allowed, the raw stream's dedupe
 // window), on subjects benchfloor.<session>.<kind>.
 const (
-	floorStream    = "BENCH_FLOOR"
-	floorPrefix    = "benchfloor"
-	floorHopSubj   = "benchfloorhop.append" // outside the stream's subjects
-	floorWait      = 10 * time.Second
-	headerBatchID  = "Nats-Batch-Id"
-	floorHopLast   = "Floor-Last"
-	floorHopFilter = "Floor-Filter"
+	floorStream   = "BENCH_FLOOR"
+	floorPrefix   = "benchfloor"
+	floorWait     = 10 * time.Second
+	headerBatchID = "Nats-Batch-Id"
 	// internal/consume's pull expiry and heartbeat.
 	floorPullExpiry    = 10 * time.Second
 	floorPullHeartbeat = 2 * time.Second
@@ -186,12 +182,6 @@ type floorRun struct {
 	pub  *nats.Conn
 	js   jetstream.JetStream
 	cons []*floorConsumer
-	// hop, when set, is the responder's connection of the ledger-hop
-	// variant: appends go to it by core NATS request/reply.
-	hop *nats.Conn
-	// split: the unbatched variant stores each message of an atomic batch
-	// as a single conditional publish of its own, acked before the next.
-	split bool
 }
 
 // startFloor (re)creates the floor's stream and starts copies of the given
@@ -277,80 +267,9 @@ func (r *floorRun) stop() {
 			c.nc.Close()
 		}
 	}
-	if r.hop != nil {
-		r.hop.Close()
-		r.hop = nil
-	}
 	if r.pub != nil {
 		r.pub.Close()
 	}
-}
-
-// startHop starts the ledger-hop variant's responder on a connection of its
-// own: it takes one append per request (the unit's messages framed as
-// subject, message ID and body, each length-prefixed), publishes it as the
-// direct variant does and replies with the stream sequence of its last
-// message, or "error: …".
-func (h *harness) startHop(ctx context.Context, r *floorRun) error {
-	nc, err := h.connect(auth.RoleAdmin, "rath-bench-floor-hop", true)
-	if err != nil {
-		return err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	_, err = nc.Subscribe(floorHopSubj, func(m *nats.Msg) {
-		last, _ := strconv.ParseUint(m.Header.Get(floorHopLast), 10, 64)
-		msgs, err := unframe(m.Data)
-		var seq uint64
-		if err == nil {
-			seq, err = floorPublish(ctx, nc, js, msgs, m.Header.Get(floorHopFilter), last)
-		}
-		if err != nil {
-			_ = m.Respond([]byte("error: " + err.Error()))
-			return
-		}
-		_ = m.Respond(strconv.AppendUint(nil, seq, 10))
-	})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	if err := nc.Flush(); err != nil {
-		nc.Close()
-		return err
-	}
-	r.hop = nc
-	return nil
-}
-
-func frame(msgs []*nats.Msg) []byte {
-	var b []byte
-	for _, m := range msgs {
-		for _, s := range [][]byte{[]byte(m.Subject), []byte(m.Header.Get(jetstream.MsgIDHeader)), m.Data} {
-			b = binary.AppendUvarint(b, uint64(len(s)))
-			b = append(b, s...)
-		}
-	}
-	return b
-}
-
-func unframe(b []byte) ([]*nats.Msg, error) {
-	var out []*nats.Msg
-	for len(b) > 0 {
-		var f [3][]byte
-		for i := range f {
-			n, k := binary.Uvarint(b)
-			if k <= 0 || uint64(len(b)-k) < n {
-				return nil, errors.New("bad frame")
-			}
-			f[i], b = b[k:k+int(n)], b[k+int(n):]
-		}
-		out = append(out, &nats.Msg{Subject: string(f[0]), Data: f[2], Header: nats.Header{jetstream.MsgIDHeader: []string{string(f[1])}}})
-	}
-	return out, nil
 }
 
 // floorPublish stores one append as the event store does: a single message
@@ -384,26 +303,7 @@ func (r *floorRun) floorSession(ctx context.Context, p floorPattern, session str
 				Header: nats.Header{jetstream.MsgIDHeader: []string{session + "/" + strconv.Itoa(n)}}}
 		}
 		var err error
-		if r.hop != nil {
-			req := &nats.Msg{Subject: floorHopSubj, Data: frame(msgs), Header: nats.Header{
-				floorHopLast: []string{strconv.FormatUint(last, 10)}, floorHopFilter: []string{filter}}}
-			var reply *nats.Msg
-			if reply, err = r.pub.RequestMsgWithContext(ctx, req); err == nil {
-				if s, bad := strings.CutPrefix(string(reply.Data), "error: "); bad {
-					err = errors.New(s)
-				} else {
-					last, err = strconv.ParseUint(string(reply.Data), 10, 64)
-				}
-			}
-		} else if r.split {
-			for _, m := range msgs {
-				if last, err = floorPublish(ctx, r.pub, r.js, []*nats.Msg{m}, filter, last); err != nil {
-					break
-				}
-			}
-		} else {
-			last, err = floorPublish(ctx, r.pub, r.js, msgs, filter, last)
-		}
+		last, err = floorPublish(ctx, r.pub, r.js, msgs, filter, last)
 		if err != nil {
 			return fmt.Errorf("floor append %d of session %s: %w", n, session, err)
 		}
@@ -466,7 +366,7 @@ func (h *harness) floorSessions(ctx context.Context, a *attempt, r *floorRun, p 
 }
 
 // agentFloor is 5a‴'s JetStream floor: session id's pattern replayed
-// directly, then through a request/reply hop. rathPerEvent is 5a‴'s CPU per
+// on JetStream alone. rathPerEvent is 5a‴'s CPU per
 // event.
 func (h *harness) agentFloor(ctx context.Context, a *attempt, id string, n, try int, rathPerEvent time.Duration) ([]row, error) {
 	p, err := h.readFloorPattern(ctx, id)
@@ -501,21 +401,6 @@ func (h *harness) agentFloor(ctx context.Context, a *attempt, id string, n, try 
 		plains += c.plain
 	}
 	deliveries, doubles, plains = deliveries/n, doubles/n, plains/n
-	r.split = true
-	h.logf("5a‴ raw: %d sessions of %s's pattern, its atomic batches stored as single publishes", n, id)
-	split, err := h.floorSessions(ctx, a, r, p, fmt.Sprintf("split%d", try), n)
-	if err != nil {
-		return nil, err
-	}
-	r.split = false
-	if err := h.startHop(ctx, r); err != nil {
-		return nil, err
-	}
-	h.logf("5a‴ raw: %d sessions of %s's pattern, each append through a request/reply hop", n, id)
-	hop, err := h.floorSessions(ctx, a, r, p, fmt.Sprintf("hop%d", try), n)
-	if err != nil {
-		return nil, err
-	}
 	sizes := make([]string, len(batches))
 	for i, b := range batches {
 		sizes[i] = strconv.Itoa(b)
@@ -537,11 +422,5 @@ func (h *harness) agentFloor(ctx context.Context, a *attempt, id string, n, try 
 	return []row{
 		{id: "5a‴ raw", what: "5a‴'s CPU per event (this process: server, ledger, services, harness) against JetStream's floor for the same messages",
 			rath: rath, rawWhat: what + "; CPU per event of this process", raw: cell(direct), ratio: ratio(direct)},
-		{id: "5a‴ raw, unbatched", what: "as 5a‴ raw",
-			rath: rath, rawWhat: "as 5a‴ raw, but each message of an atomic batch stored as a single conditional publish of its own (what JetStream's atomic batches cost is the difference: at R1 on file storage the server stages each batch in a file store of its own)",
-			raw: cell(split), ratio: ratio(split)},
-		{id: "5a‴ raw+hop", what: "as 5a‴ raw",
-			rath: rath, rawWhat: "as 5a‴ raw, each append sent by core NATS request/reply to a responder on a connection of its own that publishes it and replies (the ledger's hop without its checks, hashing and signing)",
-			raw: cell(hop), ratio: ratio(hop)},
 	}, nil
 }
