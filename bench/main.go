@@ -1,17 +1,20 @@
-// Command bench measures the Rath session ledger against raw JetStream in one
-// run: one embedded server, the same payloads, and one markdown table with
-// each Rath figure next to the raw JetStream figure and their ratio.
+// Command bench measures Rath against raw JetStream in one run: one
+// embedded server, the same payloads, and one markdown table with each Rath
+// figure next to the raw JetStream figure and their ratio. It keeps the rows
+// the targets cite (ADR 0038); narrower figures are `go test -bench`
+// benchmarks in the packages they measure.
 //
-//	go run ./bench            # full scale (several minutes on 2 cores)
-//	go run ./bench --quick    # everything at 1/10 scale, about a minute
-//	go run ./bench --sync-always --scale 0.1
+//	go run ./bench            # the default sections at full scale
+//	go run ./bench --quick    # the same at 1/10 scale
+//	go run ./bench --sections engine
 //
-// Sections 1-3 run the ledger in this process (service.Run on an in-process
-// connection, as `rath up` does); section 4 runs the session-ledger binary,
-// built into a temporary directory, as its own process so that its resident
-// memory can be read. Section 5 (agents) runs the selector, agent worker and
-// tool runner on top: in this process for per-hop latencies, then as 1, 2
-// and 4 OS processes of each for completed sessions per second.
+// The default sections run in this order: agents (5a‴, 5a‴ raw, 5b: the
+// selector, agent worker and tool runner in this process, then as 1, 2 and
+// 4 OS processes of each), long (L1), append (1d), memory (4: the
+// session-ledger binary as its own process, so that its resident memory can
+// be read) and recall (R1, R3). The others run only when --sections names
+// them: goapi (G1, G2), recheck (E2), eval (E1) and engine (O3, O5, O6,
+// O6r: `rath up` built from this tree as its own process).
 // docs/benchmarks.md has the results and what they mean.
 package main
 
