@@ -86,7 +86,7 @@ func services(cfg Config, st *states, logFor func(auth.Role) *slog.Logger, roles
 	}}
 	base = []runner{
 		{auth.RoleMemory, func(ctx context.Context, nc *nats.Conn) error {
-			return st.with(func(ctx context.Context, c *fold.Cache) error {
+			return st.with(auth.RoleMemory, func(ctx context.Context, c *fold.Cache) error {
 				mcfg := memoryCfg
 				mcfg.Cache = c
 				return memory.Run(ctx, nc, mcfg, logFor(auth.RoleMemory))
@@ -96,21 +96,21 @@ func services(cfg Config, st *states, logFor func(auth.Role) *slog.Logger, roles
 	selectorCfg, workerCfg := handOff(cfg, roles)
 	loop = []runner{
 		{auth.RoleSelector, func(ctx context.Context, nc *nats.Conn) error {
-			return st.with(func(ctx context.Context, c *fold.Cache) error {
+			return st.with(auth.RoleSelector, func(ctx context.Context, c *fold.Cache) error {
 				scfg := selectorCfg
 				scfg.Cache = c
 				return selector.Run(ctx, nc, scfg, logFor(auth.RoleSelector))
 			})(ctx)
 		}},
 		{auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn) error {
-			return st.with(func(ctx context.Context, c *fold.Cache) error {
+			return st.with(auth.RoleAgentWorker, func(ctx context.Context, c *fold.Cache) error {
 				wcfg := workerCfg
 				wcfg.Cache = c
 				return worker.Run(ctx, nc, wcfg, logFor(auth.RoleAgentWorker))
 			})(ctx)
 		}},
 		{auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn) error {
-			return st.with(func(ctx context.Context, c *fold.Cache) error {
+			return st.with(auth.RoleToolRunner, func(ctx context.Context, c *fold.Cache) error {
 				tcfg := cfg.ToolRunner
 				tcfg.Cache = c
 				return toolrunner.Run(ctx, nc, tcfg, logFor(auth.RoleToolRunner))

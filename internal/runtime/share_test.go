@@ -3,10 +3,12 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/fold"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
@@ -63,6 +65,11 @@ func TestServicesShareOneCache(t *testing.T) {
 	states := rt.States()
 	if states == nil {
 		t.Fatal("no shared cache made")
+	}
+	given := rt.states.given()
+	slices.Sort(given)
+	if want := []auth.Role{auth.RoleAgentWorker, auth.RoleMemory, auth.RoleSelector, auth.RoleToolRunner}; !slices.Equal(given, want) {
+		t.Errorf("the shared cache was given to %v, want %v", given, want)
 	}
 	st := states.Stats()
 	t.Logf("shared cache after %d sessions: %+v", sessions, st)

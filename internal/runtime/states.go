@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/openrath/rath/internal/auth"
@@ -28,7 +29,8 @@ type states struct {
 	// service stopped while waiting for the sessions stream stops waiting.
 	sem   chan struct{}
 	cache atomic.Pointer[fold.Cache]
-	done  func() // drains the cache's connection; nil until made
+	done  func()      // drains the cache's connection; nil until made
+	users []auth.Role // the services given the cache, in the order they asked
 }
 
 func newStates(d dial, cfg fold.CacheConfig, log *slog.Logger) *states {
@@ -36,9 +38,9 @@ func newStates(d dial, cfg fold.CacheConfig, log *slog.Logger) *states {
 	return &states{dial: d, cfg: cfg, log: log, sem: make(chan struct{}, 1)}
 }
 
-// get returns the cache, made on the first call; nil and no error when
-// ctx ended first (a service stopped while starting).
-func (s *states) get(ctx context.Context) (*fold.Cache, error) {
+// get returns the cache for the service of role, made on the first call;
+// nil and no error when ctx ended first (a service stopped while starting).
+func (s *states) get(ctx context.Context, role auth.Role) (*fold.Cache, error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -46,6 +48,7 @@ func (s *states) get(ctx context.Context) (*fold.Cache, error) {
 	}
 	defer func() { <-s.sem }()
 	if c := s.cache.Load(); c != nil {
+		s.users = append(s.users, role)
 		return c, nil
 	}
 	nc, done, err := s.dial(auth.RoleSelector)
@@ -60,7 +63,7 @@ func (s *states) get(ctx context.Context) (*fold.Cache, error) {
 		}
 		return nil, fmt.Errorf("state cache: %w", err)
 	}
-	s.done = done
+	s.done, s.users = done, append(s.users, role)
 	c := fold.NewCache(store, s.cfg)
 	s.cache.Store(c)
 	return c, nil
@@ -77,11 +80,18 @@ func (s *states) close() {
 	}
 }
 
-// with runs a service's body with the process's cache: a body given nil
-// (ctx ended while the cache was made) is not run.
-func (s *states) with(run func(ctx context.Context, c *fold.Cache) error) func(ctx context.Context) error {
+// given returns the services given the cache so far.
+func (s *states) given() []auth.Role {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	return slices.Clone(s.users)
+}
+
+// with runs the body of the service of role with the process's cache: a
+// body given nil (ctx ended while the cache was made) is not run.
+func (s *states) with(role auth.Role, run func(ctx context.Context, c *fold.Cache) error) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		c, err := s.get(ctx)
+		c, err := s.get(ctx, role)
 		if err != nil || c == nil {
 			return err
 		}
