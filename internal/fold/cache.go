@@ -37,11 +37,12 @@ type CacheConfig struct {
 	// sequence (StateAndHead, State at a sequence): a consumer ahead does
 	// not move it past one behind, which would then fold the session anew.
 	// That state is kept at most SharedTail events behind the head (a
-	// caller further behind is folded anew from a snapshot); a session no
-	// caller asked at a sequence is kept at its head alone, and the first
-	// such caller below it is folded anew once and kept. Without it the
-	// cache is positional: StateSince folds up to the sequence it is asked
-	// for, which suits one consumer whose triggers come in order.
+	// caller further behind is folded anew from a snapshot, and the state
+	// kept there when it is within SharedTail of the head). Until a caller
+	// asks for a session at a sequence, its entry is kept as a positional
+	// cache keeps it. Without Shared the cache is positional: StateSince
+	// folds up to the sequence it is asked for, which suits one consumer
+	// whose triggers come in order.
 	Shared bool
 }
 
@@ -171,7 +172,7 @@ func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State
 		if err := c.current(ctx, e); err != nil {
 			return nil, err
 		}
-		if c.shared {
+		if c.shared && e.atAsked {
 			return c.sharedHead(ctx, e)
 		}
 		if c.fed.Load() {
@@ -211,8 +212,9 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 	c.lock(ctx, e)
 	defer e.mu.Unlock()
 	defer c.account(slot)
+	shared := c.shared && e.atAsked
 	err := c.current(ctx, e)
-	if err == nil && !c.shared {
+	if err == nil && !shared {
 		err = c.foldTail(ctx, e, seq)
 	}
 	if api.CodeOf(err) == api.CodeNotFound {
@@ -222,7 +224,7 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 		return nil, err
 	}
 	var st *session.State
-	if c.shared {
+	if shared {
 		st, err = c.sharedHead(ctx, e)
 	} else {
 		st, err = c.headOf(ctx, e)
@@ -236,17 +238,11 @@ func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session
 	return st, nil
 }
 
-// sharedHead is a shared cache's answer from the head; the caller holds
-// e.mu and brought the entry up to date. A session no caller asked at a
-// sequence is folded up to its head (one state kept); otherwise the state
-// behind stays where it is, within SharedTail events of the head.
+// sharedHead is a shared cache's answer from the head of a session a
+// caller asked for at a sequence; the caller holds e.mu and brought the
+// entry up to date. The state behind stays where it is, within SharedTail
+// events of the head.
 func (c *Cache) sharedHead(ctx context.Context, e *entry) (*session.State, error) {
-	if !e.atAsked {
-		if err := c.foldTail(ctx, e, 0); err != nil {
-			return nil, err
-		}
-		return e.st.View(), nil
-	}
 	if err := c.trim(ctx, e, false); err != nil {
 		return nil, err
 	}

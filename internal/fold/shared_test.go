@@ -92,6 +92,28 @@ func TestSharedConsumersAtDifferentPositions(t *testing.T) {
 	}
 }
 
+// Until a caller asks for a session at a sequence, a shared cache keeps it
+// as a positional one does: StateSince folds up to its trigger, so the
+// selector's own StateSince of a trigger (arming its timers) and then its
+// state at that trigger fold nothing anew, however far the head ran ahead.
+func TestSharedStateSinceBeforeAnyAskAtASequence(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s1")
+	r.turn(t, "s1", 0)
+	c := r.shared(t)
+	r.feed(t, c, "s1")
+	st, err := c.StateSince(r.ctx, "s1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", 0)
+	r.sameAndHead(t, c, "s1", 1)
+	r.sameAndHead(t, c, "s1", 2)
+	if st := c.Stats(); st.Refolds != 0 || st.Loads != 0 || st.Scans != 0 {
+		t.Fatalf("StateSince, then the state at its trigger: %+v, want no refold, load or scan", st)
+	}
+}
+
 // Every consumer of a process feeds the shared cache, each at its own
 // pace: an event it holds already is ignored, so feeding a session twice,
 // interleaved, reads nothing and answers as fed once.
