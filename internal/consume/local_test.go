@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -272,5 +273,93 @@ func TestHandOffPendingAtAStopIsNotLost(t *testing.T) {
 	h.settled(seq)
 	if n, all := h.count("s/3"); n != 1 {
 		t.Fatalf("s/3 handled %d times (%s), want once", n, all)
+	}
+}
+
+// Hand-offs a consumer cannot take in order, or that name nothing it
+// handles, do nothing: a handler that does not receive every kind ignores
+// its Local (and says so), and a hand-off without a stream sequence or a
+// session, or of a type not handled, is dropped before it reaches a shard.
+// Either way each event is handled once, from its delivery.
+func TestHandOffsAConsumerCannotTakeAreIgnored(t *testing.T) {
+	nc, c := setup(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		tokens []string
+		hand   func(ev events.Stored, seq uint64) (events.Stored, uint64)
+	}{
+		{"not-every-kind", []string{events.TokenLifecycle, events.TokenControl, events.TokenConversation},
+			func(ev events.Stored, seq uint64) (events.Stored, uint64) { return ev, seq }},
+		{"no-stream-seq", events.Tokens(), func(ev events.Stored, _ uint64) (events.Stored, uint64) { return ev, 0 }},
+		{"no-session", events.Tokens(), func(ev events.Stored, seq uint64) (events.Stored, uint64) {
+			ev.Session = ""
+			return ev, seq
+		}},
+		{"not-handled", events.Tokens(), func(ev events.Stored, seq uint64) (events.Stored, uint64) {
+			ev.Type = events.TypeChunkAppended
+			return ev, seq
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := testrig.NewLogWatch("hand-off")
+			log := slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			local := consume.NewLocal()
+			var mu sync.Mutex
+			handled := map[string]int{}
+			name := "test-ignored-" + tc.name
+			testrig.Run(t, name, func(ctx context.Context) error {
+				return consume.Run(ctx, nc, consume.Handler{
+					Name: name, Tokens: tc.tokens, Types: []string{events.TypeWorkDone}, Workers: 1, Local: local,
+					Handle: func(_ context.Context, ev events.Stored) error {
+						mu.Lock()
+						defer mu.Unlock()
+						handled[ev.ID]++
+						return nil
+					},
+				}, consume.RecordInSession(c), log)
+			})
+			id := "i-" + tc.name
+			if _, err := c.Start(ctx, id, events.SessionStarted{}); err != nil {
+				t.Fatal(err)
+			}
+			a, err := c.Emit(ctx, id, &events.WorkDone{WorkID: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := c.Log(ctx, id, client.Range{From: a.Seq, To: a.Seq})
+			if err != nil || len(evs) != 1 {
+				t.Fatalf("read back: %v %v", evs, err)
+			}
+			local.Hand(tc.hand(evs[0], a.StreamSeq))
+			testrig.Eventually(t, 30*time.Second, "handled", func() (bool, string) {
+				mu.Lock()
+				defer mu.Unlock()
+				return handled[a.ID] > 0, fmt.Sprint(handled)
+			})
+			// The session's next event is handled after it, on the same
+			// shard: nothing of the ignored hand-off is still to come.
+			b, err := c.Emit(ctx, id, &events.WorkDone{WorkID: "b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			testrig.Eventually(t, 30*time.Second, "the next handled", func() (bool, string) {
+				mu.Lock()
+				defer mu.Unlock()
+				return handled[b.ID] > 0, fmt.Sprint(handled)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if handled[a.ID] != 1 {
+				t.Errorf("handled %d times, want once", handled[a.ID])
+			}
+			logged := sink.String()
+			if strings.Contains(logged, `"msg":"hand-off"`) || strings.Contains(logged, `"handed":true`) {
+				t.Errorf("a hand-off reached a shard:\n%s", logged)
+			}
+			if ignored := strings.Contains(logged, "hand-offs ignored"); ignored != (tc.name == "not-every-kind") {
+				t.Errorf("warned of ignored hand-offs: %v\n%s", ignored, logged)
+			}
+		})
 	}
 }
