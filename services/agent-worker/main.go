@@ -42,8 +42,6 @@ func main() {
 			return fmt.Errorf("selector: %w", err)
 		}
 		defer drain()
-		scfg := selector.DefaultConfig()
-		scfg.States.MaxBytes = cfg.States.MaxBytes
-		return service.WithSelector(ctx, nc, snc, cfg, scfg, log)
+		return service.WithSelector(ctx, nc, snc, cfg, selector.DefaultConfig(), log)
 	}, func() error { return cfg.Validate() }) // after the flags are parsed
 }

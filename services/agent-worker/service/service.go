@@ -138,10 +138,24 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 // connection of the selector's identity, in one process, the selector
 // handing each turn request it appends to the worker's consumer (ADR 0038
 // item 5): the agent-worker binary's --with-selector. Each keeps its
-// durable consumer, so the process stands in for both services.
+// durable consumer, so the process stands in for both services. They share
+// one cache of folded states, bounded by cfg.States (unless cfg.Cache is
+// given): one cache per process.
 func WithSelector(ctx context.Context, nc, snc *nats.Conn, cfg Config, scfg selector.Config, log *slog.Logger) error {
+	if cfg.Cache == nil {
+		store, err := eventstore.AttachWait(ctx, nc, eventstore.WithLogger(log))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
+			return fmt.Errorf("agent worker with selector: %w", err)
+		}
+		states := cfg.States
+		states.Shared = true
+		cfg.Cache = fold.NewCache(store, states)
+	}
 	local := consume.NewLocal()
-	cfg.Local, scfg.HandOff = local, local.Hand
+	cfg.Local, scfg.HandOff, scfg.Cache = local, local.Hand, cfg.Cache
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return Run(gctx, nc, cfg, log) })
 	g.Go(func() error { return selector.Run(gctx, snc, scfg, log) })
