@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,17 +237,24 @@ func TestFailedHandOffIsHandledByItsDelivery(t *testing.T) {
 	}
 }
 
-// A consumer that stops with a hand-off not yet handled loses nothing: the
-// event is handled once, by the hand-off, by the delivery before the
-// consumer stopped, or by the next consumer.
+// A consumer that stops with a hand-off taken and not handled (here: its
+// handling fails as the process goes down, as a crash would leave it) loses
+// nothing: the event's delivery is not acked, and the next consumer handles
+// it, once.
 func TestHandOffPendingAtAStopIsNotLost(t *testing.T) {
 	h := newHandoffRig(t, "test-handoff-stop")
 	gate := make(chan struct{})
+	var stopping atomic.Bool
 	hd := h.handler()
 	handle := hd.Handle
 	hd.Handle = func(ctx context.Context, ev events.Stored) error {
-		if key(ev) == "s/2" {
-			<-gate // the shard is busy while the hand-off of s/3 is queued
+		switch key(ev) {
+		case "s/2":
+			<-gate // the shard is busy while s/3 is handed
+		case "s/3":
+			if stopping.Load() {
+				return errors.New("the process is going down")
+			}
 		}
 		return handle(ctx, ev)
 	}
@@ -262,17 +270,21 @@ func TestHandOffPendingAtAStopIsNotLost(t *testing.T) {
 	})
 	ev, seq := h.emit("s", &events.WorkDone{WorkID: "b"})
 	h.local.Hand(ev, seq)
+	stopping.Store(true)
 	stopped := make(chan error, 1)
 	go func() { stopped <- first.Stop() }()
 	close(gate)
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
+	if n, all := h.count("s/3"); n != 0 {
+		t.Fatalf("s/3 handled %d times (%s) by the consumer that stopped", n, all)
+	}
 	h.local.Hand(ev, seq) // after the stop: dropped
 	h.run()               // the next consumer
 	h.settled(seq)
 	if n, all := h.count("s/3"); n != 1 {
-		t.Fatalf("s/3 handled %d times (%s), want once", n, all)
+		t.Fatalf("s/3 handled %d times (%s), want once, by the next consumer", n, all)
 	}
 }
 
