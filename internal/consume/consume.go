@@ -11,6 +11,9 @@
 // being handled, is kept alive automatically (InProgress); one that finds
 // its shard full is naked to come back shortly.
 //
+// An event the process itself appended can be handed to a running consumer
+// (Local) ahead of its delivery, which is then acked unhandled.
+//
 // Handlers must be idempotent: an event can be delivered again after a crash.
 // Emitting outputs with events.DerivedID makes the emitted events themselves
 // deduplicate; checking the session state before acting makes side effects
