@@ -77,4 +77,3 @@ func BenchmarkValidateToolResult(b *testing.B) {
 		}
 	}
 }
-
