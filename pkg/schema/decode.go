@@ -121,20 +121,29 @@ func (d *decoder) object(depth int) any {
 			return nil
 		}
 		m[k] = v // the last of a repeated name wins, as in encoding/json
-		d.skipSpace()
-		if d.i >= len(d.b) {
-			return d.fail()
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
+		if !d.more('}') {
+			if d.bad {
+				return nil
+			}
 			return m
-		default:
-			return d.fail()
 		}
 	}
+}
+
+// more takes what follows a member or an element: a comma (true: another
+// follows) or the closing bracket (false); anything else fails.
+func (d *decoder) more(closing byte) bool {
+	d.skipSpace()
+	switch {
+	case d.i < len(d.b) && d.b[d.i] == ',':
+		d.i++
+		return true
+	case d.i < len(d.b) && d.b[d.i] == closing:
+		d.i++
+		return false
+	}
+	d.bad = true
+	return false
 }
 
 func (d *decoder) array(depth int) any {
@@ -151,18 +160,11 @@ func (d *decoder) array(depth int) any {
 			return nil
 		}
 		a = append(a, v)
-		d.skipSpace()
-		if d.i >= len(d.b) {
-			return d.fail()
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
+		if !d.more(']') {
+			if d.bad {
+				return nil
+			}
 			return a
-		default:
-			return d.fail()
 		}
 	}
 }
