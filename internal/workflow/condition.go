@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/openrath/rath/internal/workflow/parse"
+
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 )
@@ -26,11 +28,11 @@ func CompileCondition(src string) (*Condition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{lines: map[string]int{}}
+	p := &parser{Decoder: parse.New()}
 	prg, _ := p.compileExpr(e, "", src, types.BoolType)
-	if len(p.problems) > 0 {
-		msgs := make([]string, len(p.problems))
-		for i, pr := range p.problems {
+	if len(p.Problems) > 0 {
+		msgs := make([]string, len(p.Problems))
+		for i, pr := range p.Problems {
 			msgs[i] = pr.Message
 		}
 		return nil, errors.New(strings.Join(msgs, "; "))

@@ -3,6 +3,8 @@ package workflow
 import (
 	"fmt"
 	"strings"
+
+	"github.com/openrath/rath/internal/workflow/parse"
 )
 
 // Problem is one thing wrong with a workflow file: where (Line, 1-based; 0
@@ -12,6 +14,14 @@ type Problem struct {
 	Line    int
 	Field   string
 	Message string
+}
+
+func problems(ps []parse.Problem) []Problem {
+	out := make([]Problem, len(ps))
+	for i, p := range ps {
+		out[i] = Problem(p)
+	}
+	return out
 }
 
 // SpecError is returned by Parse and Load for a workflow file that is not

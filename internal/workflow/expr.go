@@ -34,7 +34,7 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 func (p *parser) compile(w *Workflow) {
 	e, err := env()
 	if err != nil {
-		p.add(0, "", "CEL environment: %v", err)
+		p.Add(0, "", "CEL environment: %v", err)
 		return
 	}
 	for i := range w.Rules {
@@ -68,7 +68,7 @@ func (p *parser) compile(w *Workflow) {
 // given types (or be dynamic, which is checked when it runs). It returns
 // nil after reporting a problem.
 func (p *parser) compileExpr(e *cel.Env, field, src string, want ...*types.Type) (cel.Program, []inputPath) {
-	line := p.line(field)
+	line := p.Line(field)
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
 		var msgs []string
@@ -80,7 +80,7 @@ func (p *parser) compileExpr(e *cel.Env, field, src string, want ...*types.Type)
 			}
 			msgs = append(msgs, fmt.Sprintf("%s (%s)", ce.Message, loc))
 		}
-		p.add(line, field, "invalid CEL: %s", strings.Join(msgs, "; "))
+		p.Add(line, field, "invalid CEL: %s", strings.Join(msgs, "; "))
 		return nil, nil
 	}
 	out := ast.OutputType()
@@ -89,19 +89,19 @@ func (p *parser) compileExpr(e *cel.Env, field, src string, want ...*types.Type)
 		for _, t := range want {
 			names = append(names, t.String())
 		}
-		p.add(line, field, "must yield %s, not %s", strings.Join(names, " or "), out)
+		p.Add(line, field, "must yield %s, not %s", strings.Join(names, " or "), out)
 		return nil, nil
 	}
 	inputs := inputPaths(ast.NativeRep())
 	for _, in := range inputs {
 		if msg := in.unknownField(); msg != "" {
-			p.add(line, field, "%s", msg)
+			p.Add(line, field, "%s", msg)
 			return nil, nil
 		}
 	}
 	prg, err := e.Program(ast)
 	if err != nil {
-		p.add(line, field, "invalid CEL: %v", err)
+		p.Add(line, field, "invalid CEL: %v", err)
 		return nil, nil
 	}
 	return prg, inputs

@@ -112,13 +112,13 @@ var expiryFields = []string{"timeout", "on_timeout", "escalate_to", "escalate_ti
 func (p *parser) expiryField(e *Expiry, key string, v *yaml.Node, f string) {
 	switch key {
 	case "timeout":
-		e.Timeout = p.duration(v, f)
+		e.Timeout = p.Duration(v, f)
 	case "on_timeout":
-		e.OnTimeout = p.str(v, f)
+		e.OnTimeout = p.Str(v, f)
 	case "escalate_to":
-		e.EscalateTo = p.str(v, f)
+		e.EscalateTo = p.Str(v, f)
 	case "escalate_timeout":
-		e.EscalateTimeout = p.duration(v, f)
+		e.EscalateTimeout = p.Duration(v, f)
 	}
 }
 
@@ -215,20 +215,20 @@ var gateFields = append([]string{"name", "tools", "agents", "when", "action", "a
 
 func (p *parser) gate(n *yaml.Node, field string) Gate {
 	var g Gate
-	p.mapping(n, field, gateFields, func(key string, v *yaml.Node, f string) {
+	p.Mapping(n, field, gateFields, func(key string, v *yaml.Node, f string) {
 		switch key {
 		case "name":
-			g.Name = p.str(v, f)
+			g.Name = p.Str(v, f)
 		case "tools":
-			g.Tools = p.strs(v, f)
+			g.Tools = p.Strs(v, f)
 		case "agents":
-			g.Agents = p.strs(v, f)
+			g.Agents = p.Strs(v, f)
 		case "when":
-			g.When = p.str(v, f)
+			g.When = p.Str(v, f)
 		case "action":
-			g.Action = p.str(v, f)
+			g.Action = p.Str(v, f)
 		case "approver":
-			g.Approver = p.str(v, f)
+			g.Approver = p.Str(v, f)
 		default:
 			p.expiryField(&g.Expiry, key, v, f)
 		}
@@ -245,10 +245,10 @@ func (p *parser) validateGates(w *Workflow) {
 		f := fmt.Sprintf("gates[%d]", i)
 		p.checkName(f+".name", g.Name, plainName, "gate", names)
 		if len(g.Tools) == 0 && len(g.Agents) == 0 && g.When == "" {
-			p.add(p.line(f), f, "a gate needs tools, agents or when: it would hold every tool call")
+			p.Add(p.Line(f), f, "a gate needs tools, agents or when: it would hold every tool call")
 		}
 		if g.Approver == "" {
-			p.add(p.line(f), f+".approver", "required")
+			p.Add(p.Line(f), f+".approver", "required")
 		}
 		p.checkExpiry(f, g.Expiry)
 		for j, a := range g.Agents {
@@ -257,7 +257,7 @@ func (p *parser) validateGates(w *Workflow) {
 		for j, t := range g.Tools {
 			if !slices.ContainsFunc(w.Agents, func(a Agent) bool { return slices.Contains(a.Tools, t) }) {
 				tf := fmt.Sprintf("%s.tools[%d]", f, j)
-				p.add(p.line(tf), tf, "%q is no agent's tool: the gate would hold nothing", t)
+				p.Add(p.Line(tf), tf, "%q is no agent's tool: the gate would hold nothing", t)
 			}
 		}
 	}
@@ -271,16 +271,16 @@ func (p *parser) checkExpiry(f string, e Expiry) {
 	switch onTimeout {
 	case "", events.TimeoutReject, events.TimeoutClose, events.TimeoutEscalate:
 	default:
-		p.add(p.line(f), f+".on_timeout", "%q is not reject, close or escalate", onTimeout)
+		p.Add(p.Line(f), f+".on_timeout", "%q is not reject, close or escalate", onTimeout)
 	}
 	if onTimeout != "" && timeout == 0 {
-		p.add(p.line(f), f+".on_timeout", "needs a timeout")
+		p.Add(p.Line(f), f+".on_timeout", "needs a timeout")
 	}
 	if (onTimeout == events.TimeoutEscalate) != (escalateTo != "") {
-		p.add(p.line(f), f+".escalate_to", "on_timeout escalate and escalate_to go together")
+		p.Add(p.Line(f), f+".escalate_to", "on_timeout escalate and escalate_to go together")
 	}
 	if escalateTimeout > 0 && onTimeout != events.TimeoutEscalate {
-		p.add(p.line(f), f+".escalate_timeout", "only with on_timeout escalate")
+		p.Add(p.Line(f), f+".escalate_timeout", "only with on_timeout escalate")
 	}
 }
 

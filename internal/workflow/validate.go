@@ -34,7 +34,7 @@ var (
 // fields and allowed values. Expressions are checked by compile.
 func (p *parser) validate(w *Workflow) {
 	if w.Name == "" {
-		p.add(p.line("name"), "name", "required")
+		p.Add(p.Line("name"), "name", "required")
 	}
 	if w.Memory.Scope != "" {
 		p.checkScope("memory.scope", w.Memory.Scope)
@@ -45,15 +45,15 @@ func (p *parser) validate(w *Workflow) {
 	p.validateAgents(w)
 	p.validateRules(w)
 	p.validateGates(w)
-	if c := w.Compaction; c.KeepLast > 0 && c.MaxContextTokens == 0 && !p.reported("compaction.max_context_tokens") {
-		p.add(p.line("compaction"), "compaction.max_context_tokens", "required with keep_last: the estimated context tokens above which the transcript is compacted")
+	if c := w.Compaction; c.KeepLast > 0 && c.MaxContextTokens == 0 && !p.Reported("compaction.max_context_tokens") {
+		p.Add(p.Line("compaction"), "compaction.max_context_tokens", "required with keep_last: the estimated context tokens above which the transcript is compacted")
 	}
 	names := map[string]int{}
 	for i, s := range w.Stop {
 		f := fmt.Sprintf("stop[%d]", i)
 		p.checkName(f+".name", s.Name, plainName, "stop condition", names)
 		if s.When == "" {
-			p.add(p.line(f+".when"), f+".when", "required")
+			p.Add(p.Line(f+".when"), f+".when", "required")
 		}
 	}
 }
@@ -62,7 +62,7 @@ func (p *parser) validate(w *Workflow) {
 // would otherwise fail every tool call of the workflow's sessions.
 func (p *parser) checkSandbox(field, backend string) {
 	if backend != "" && !slices.Contains(events.Backends(), backend) {
-		p.add(p.line(field), field, "%q is not a sandbox backend (backends: %s)", backend, strings.Join(events.Backends(), ", "))
+		p.Add(p.Line(field), field, "%q is not a sandbox backend (backends: %s)", backend, strings.Join(events.Backends(), ", "))
 	}
 }
 
@@ -80,7 +80,7 @@ func (p *parser) checkNetwork(field string, hosts []string) {
 			err = e.Check(p.allowNet)
 		}
 		if err != nil {
-			p.add(p.line(f), f, "%v", err)
+			p.Add(p.Line(f), f, "%v", err)
 		}
 	}
 }
@@ -91,14 +91,14 @@ func (p *parser) validateMCPServers(w *Workflow) {
 		f := fmt.Sprintf("mcp_servers[%d]", i)
 		p.checkName(f+".name", s.Name, plainName, "MCP server", names)
 		if len(s.Command) == 0 || s.Command[0] == "" {
-			p.add(p.line(f+".command"), f+".command", "required: the program and its arguments")
+			p.Add(p.Line(f+".command"), f+".command", "required: the program and its arguments")
 		}
 	}
 }
 
 func (p *parser) validateAgents(w *Workflow) {
-	if len(w.Agents) == 0 && !p.reported("agents") {
-		p.add(p.line("agents"), "agents", "at least one agent is required")
+	if len(w.Agents) == 0 && !p.Reported("agents") {
+		p.Add(p.Line("agents"), "agents", "at least one agent is required")
 	}
 	names := map[string]int{}
 	for i := range w.Agents {
@@ -111,15 +111,15 @@ func (p *parser) validateAgents(w *Workflow) {
 		}
 		switch {
 		case a.Provider == "":
-			p.add(p.line(f+".provider"), f+".provider", "required (one of %s)", strings.Join(providers, ", "))
+			p.Add(p.Line(f+".provider"), f+".provider", "required (one of %s)", strings.Join(providers, ", "))
 		case !slices.Contains(providers, a.Provider):
-			p.add(p.line(f+".provider"), f+".provider", "%q is not one of %s", a.Provider, strings.Join(providers, ", "))
+			p.Add(p.Line(f+".provider"), f+".provider", "%q is not one of %s", a.Provider, strings.Join(providers, ", "))
 		}
 		switch {
 		case a.Provider == ProviderScripted && a.Script == "":
-			p.add(p.line(f+".script"), f+".script", "required for provider scripted")
+			p.Add(p.Line(f+".script"), f+".script", "required for provider scripted")
 		case a.Provider != ProviderScripted && a.Script != "" && slices.Contains(providers, a.Provider):
-			p.add(p.line(f+".script"), f+".script", "only provider scripted reads a script (provider is %s)", a.Provider)
+			p.Add(p.Line(f+".script"), f+".script", "only provider scripted reads a script (provider is %s)", a.Provider)
 		case a.Script != "":
 			a.ScriptPath = a.Script
 			if !filepath.IsAbs(a.Script) {
@@ -130,7 +130,7 @@ func (p *parser) validateAgents(w *Workflow) {
 		p.checkNetwork(f+".network", a.Network)
 		if a.BaseURL != "" {
 			if u, err := url.Parse(a.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				p.add(p.line(f+".base_url"), f+".base_url", "%q is not an http or https URL", a.BaseURL)
+				p.Add(p.Line(f+".base_url"), f+".base_url", "%q is not an http or https URL", a.BaseURL)
 			}
 		}
 		p.checkTools(w, f, a)
@@ -151,11 +151,11 @@ func (p *parser) validateServed(w *Workflow, f string, a *Agent) {
 	}{{"provider", a.Provider != ""}, {"model", a.Model != ""}, {"base_url", a.BaseURL != ""},
 		{"script", a.Script != ""}, {"max_tokens", a.MaxTokens != 0}, {"recall", a.Recall != nil}} {
 		if c.set {
-			p.add(p.line(f+"."+c.field), f+"."+c.field, "a served agent has no %s: the program serving it answers its turns", c.field)
+			p.Add(p.Line(f+"."+c.field), f+"."+c.field, "a served agent has no %s: the program serving it answers its turns", c.field)
 		}
 	}
 	if a.Name == ReservedServedName {
-		p.add(p.line(f+".name"), f+".name", "%q cannot be served: its durable consumer would be the agent worker's", a.Name)
+		p.Add(p.Line(f+".name"), f+".name", "%q cannot be served: its durable consumer would be the agent worker's", a.Name)
 	}
 	p.checkSandbox(f+".sandbox", a.Sandbox)
 	p.checkNetwork(f+".network", a.Network)
@@ -170,12 +170,12 @@ func (p *parser) checkTools(w *Workflow, f string, a *Agent) {
 		tf := fmt.Sprintf("%s.tools[%d]", f, j)
 		switch server, _, scoped := strings.Cut(t, "."); {
 		case t == "":
-			p.add(p.line(tf), tf, "empty tool name")
+			p.Add(p.Line(tf), tf, "empty tool name")
 		case seen[t]:
-			p.add(p.line(tf), tf, "tool %q is listed twice", t)
+			p.Add(p.Line(tf), tf, "tool %q is listed twice", t)
 		case scoped:
 			if _, ok := w.MCPServer(server); !ok {
-				p.add(p.line(tf), tf, "%q names MCP server %q, which is not defined (mcp_servers: %s)", t, server, serverNames(w))
+				p.Add(p.Line(tf), tf, "%q names MCP server %q, which is not defined (mcp_servers: %s)", t, server, serverNames(w))
 			}
 		}
 		seen[t] = true
@@ -183,49 +183,49 @@ func (p *parser) checkTools(w *Workflow, f string, a *Agent) {
 }
 
 func (p *parser) validateRecall(f string, r *Recall) {
-	if r.Query == "" && !p.reported(f+".query") {
-		p.add(p.line(f+".query"), f+".query", "required: a CEL expression yielding the query, such as state.task")
+	if r.Query == "" && !p.Reported(f+".query") {
+		p.Add(p.Line(f+".query"), f+".query", "required: a CEL expression yielding the query, such as state.task")
 	}
 	for j, s := range r.Scopes {
 		p.checkScope(fmt.Sprintf("%s.scopes[%d]", f, j), s)
 	}
 	p.checkTags(f+".tags", r.Tags)
 	if r.K > memoryapi.MaxK {
-		p.add(p.line(f+".k"), f+".k", "at most %d, got %d", memoryapi.MaxK, r.K)
+		p.Add(p.Line(f+".k"), f+".k", "at most %d, got %d", memoryapi.MaxK, r.K)
 	}
 }
 
 // checkScope reports a memory scope that is not "<kind>:<name>".
 func (p *parser) checkScope(field, scope string) {
-	if p.reported(field) {
+	if p.Reported(field) {
 		return
 	}
 	if _, _, err := memoryapi.ParseScope(scope); err != nil {
-		p.add(p.line(field), field, "%v", err)
+		p.Add(p.Line(field), field, "%v", err)
 	}
 }
 
 func (p *parser) checkTags(field string, tags []string) {
-	if p.reported(field) || len(tags) == 0 {
+	if p.Reported(field) || len(tags) == 0 {
 		return
 	}
 	if err := memoryapi.ValidateTags(tags); err != nil {
-		p.add(p.line(field), field, "%v", err)
+		p.Add(p.Line(field), field, "%v", err)
 	}
 }
 
 // validateMemoryWrite checks a memory route and fills in its default scope.
 func (p *parser) validateMemoryWrite(w *Workflow, f string, m *MemoryWrite) {
-	if m.Content == "" && !p.reported(f+".content") {
-		p.add(p.line(f+".content"), f+".content", "required: a CEL expression yielding the item's text")
+	if m.Content == "" && !p.Reported(f+".content") {
+		p.Add(p.Line(f+".content"), f+".content", "required: a CEL expression yielding the item's text")
 	}
 	p.checkTags(f+".tags", m.Tags)
 	switch {
-	case p.reported(f + ".evidence"):
+	case p.Reported(f + ".evidence"):
 	case m.Evidence == "":
-		p.add(p.line(f+".evidence"), f+".evidence", "required (one of %s)", strings.Join(memoryapi.Evidences, ", "))
+		p.Add(p.Line(f+".evidence"), f+".evidence", "required (one of %s)", strings.Join(memoryapi.Evidences, ", "))
 	case !memoryapi.ValidEvidence(m.Evidence):
-		p.add(p.line(f+".evidence"), f+".evidence", "%q is not one of %s", m.Evidence, strings.Join(memoryapi.Evidences, ", "))
+		p.Add(p.Line(f+".evidence"), f+".evidence", "%q is not one of %s", m.Evidence, strings.Join(memoryapi.Evidences, ", "))
 	}
 	if m.Scope != "" {
 		p.checkScope(f+".scope", m.Scope)
@@ -237,38 +237,38 @@ func (p *parser) validateMemoryWrite(w *Workflow, f string, m *MemoryWrite) {
 	}
 	m.Scope = w.DefaultScope("")
 	if _, _, err := memoryapi.ParseScope(m.Scope); err != nil && w.Name != "" {
-		p.add(p.line(f+".scope"), f+".scope", "required: the workflow has no memory scope and its default, %q, is not a scope (%v)", m.Scope, err)
+		p.Add(p.Line(f+".scope"), f+".scope", "required: the workflow has no memory scope and its default, %q, is not a scope (%v)", m.Scope, err)
 	}
 }
 
 func (p *parser) validateRules(w *Workflow) {
-	if len(w.Rules) == 0 && !p.reported("rules") {
-		p.add(p.line("rules"), "rules", "at least one rule is required")
+	if len(w.Rules) == 0 && !p.Reported("rules") {
+		p.Add(p.Line("rules"), "rules", "at least one rule is required")
 	}
 	names := map[string]int{}
 	for i, r := range w.Rules {
 		f := fmt.Sprintf("rules[%d]", i)
 		p.checkName(f+".name", r.Name, plainName, "rule", names)
 		if r.When == "" {
-			p.add(p.line(f+".when"), f+".when", "required")
+			p.Add(p.Line(f+".when"), f+".when", "required")
 		}
 		rf := f + ".route"
 		var kinds []string
 		for _, k := range routeKinds {
-			if _, given := p.lines[rf+"."+k]; given {
+			if _, given := p.Lines()[rf+"."+k]; given {
 				kinds = append(kinds, k)
 			}
 		}
 		switch {
 		case len(kinds) == 0:
-			p.add(p.line(rf), rf, "required: one of %s", strings.Join(routeKinds, ", "))
+			p.Add(p.Line(rf), rf, "required: one of %s", strings.Join(routeKinds, ", "))
 			continue
 		case len(kinds) > 1:
-			p.add(p.line(rf), rf, "has %s; a route is exactly one of %s", andList(kinds), strings.Join(routeKinds, ", "))
+			p.Add(p.Line(rf), rf, "has %s; a route is exactly one of %s", andList(kinds), strings.Join(routeKinds, ", "))
 			continue
 		}
 		rt := r.Route
-		if p.reported(rf + "." + kinds[0]) {
+		if p.Reported(rf + "." + kinds[0]) {
 			continue
 		}
 		switch RouteKind(kinds[0]) {
@@ -276,20 +276,20 @@ func (p *parser) validateRules(w *Workflow) {
 			p.checkAgent(w, rf+".agent", rt.Agent, true)
 		case RouteClose:
 			if rt.Close.Outcome == "" {
-				p.add(p.line(rf+".close.outcome"), rf+".close.outcome", "required")
+				p.Add(p.Line(rf+".close.outcome"), rf+".close.outcome", "required")
 			}
 		case RouteFork:
 			p.checkAgent(w, rf+".fork.agent", rt.Fork.Agent, false)
 		case RouteApproval:
 			if rt.Approval.Action == "" {
-				p.add(p.line(rf+".approval.action"), rf+".approval.action", "required")
+				p.Add(p.Line(rf+".approval.action"), rf+".approval.action", "required")
 			}
 			p.checkExpiry(rf+".approval", rt.Approval.Expiry)
 		case RouteMemory:
 			p.validateMemoryWrite(w, rf+".memory", rt.Memory)
 		case RouteRouter:
-			if err := routerapi.ValidateName(rt.Router); err != nil && !p.reported(rf+".router") {
-				p.add(p.line(rf+".router"), rf+".router", "%q is not a valid router name (letters, digits and _, not starting with a digit, at most 64)", rt.Router)
+			if err := routerapi.ValidateName(rt.Router); err != nil && !p.Reported(rf+".router") {
+				p.Add(p.Line(rf+".router"), rf+".router", "%q is not a valid router name (letters, digits and _, not starting with a digit, at most 64)", rt.Router)
 			}
 		}
 		p.validateFallback(w, f, r)
@@ -300,27 +300,27 @@ func (p *parser) validateRules(w *Workflow) {
 // (no other route can fail to answer), and an agent or close route.
 func (p *parser) validateFallback(w *Workflow, f string, r Rule) {
 	ff := f + ".fallback"
-	if r.Fallback == nil || p.reported(ff) {
+	if r.Fallback == nil || p.Reported(ff) {
 		return
 	}
 	if r.Route.Kind() != RouteRouter {
-		p.add(p.line(ff), ff, "only a rule whose route asks a router has a fallback")
+		p.Add(p.Line(ff), ff, "only a rule whose route asks a router has a fallback")
 		return
 	}
 	var kinds []string
 	for _, k := range routeKinds {
-		if _, given := p.lines[ff+"."+k]; given {
+		if _, given := p.Lines()[ff+"."+k]; given {
 			kinds = append(kinds, k)
 		}
 	}
 	switch {
 	case len(kinds) != 1:
-		p.add(p.line(ff), ff, "required: exactly one of %s", strings.Join(fallbackKinds, ", "))
+		p.Add(p.Line(ff), ff, "required: exactly one of %s", strings.Join(fallbackKinds, ", "))
 		return
 	case !slices.Contains(fallbackKinds, kinds[0]):
-		p.add(p.line(ff+"."+kinds[0]), ff+"."+kinds[0], "a fallback is one of %s, not %s", strings.Join(fallbackKinds, ", "), kinds[0])
+		p.Add(p.Line(ff+"."+kinds[0]), ff+"."+kinds[0], "a fallback is one of %s, not %s", strings.Join(fallbackKinds, ", "), kinds[0])
 		return
-	case p.reported(ff + "." + kinds[0]):
+	case p.Reported(ff + "." + kinds[0]):
 		return
 	}
 	switch RouteKind(kinds[0]) {
@@ -328,7 +328,7 @@ func (p *parser) validateFallback(w *Workflow, f string, r Rule) {
 		p.checkAgent(w, ff+".agent", r.Fallback.Agent, true)
 	case RouteClose:
 		if r.Fallback.Close.Outcome == "" {
-			p.add(p.line(ff+".close.outcome"), ff+".close.outcome", "required")
+			p.Add(p.Line(ff+".close.outcome"), ff+".close.outcome", "required")
 		}
 	}
 }
@@ -336,14 +336,14 @@ func (p *parser) validateFallback(w *Workflow, f string, r Rule) {
 // checkName reports an empty, malformed or repeated name; names maps the
 // names seen so far to their lines.
 func (p *parser) checkName(field, n string, form nameForm, what string, names map[string]int) {
-	line := p.line(field)
+	line := p.Line(field)
 	switch first, dup := names[n]; {
 	case n == "":
-		p.add(line, field, "required")
+		p.Add(line, field, "required")
 	case !form.re.MatchString(n):
-		p.add(line, field, "%q is not a valid %s name (%s)", n, what, form.desc)
+		p.Add(line, field, "%q is not a valid %s name (%s)", n, what, form.desc)
 	case dup:
-		p.add(line, field, "duplicate %s %q (first at line %d)", what, n, first)
+		p.Add(line, field, "duplicate %s %q (first at line %d)", what, n, first)
 	default:
 		names[n] = line
 	}
@@ -352,12 +352,12 @@ func (p *parser) checkName(field, n string, form nameForm, what string, names ma
 func (p *parser) checkAgent(w *Workflow, field, n string, required bool) {
 	if n == "" {
 		if required {
-			p.add(p.line(field), field, "required")
+			p.Add(p.Line(field), field, "required")
 		}
 		return
 	}
 	if _, ok := w.Agent(n); !ok {
-		p.add(p.line(field), field, "%q is not an agent (agents: %s)", n, agentNames(w))
+		p.Add(p.Line(field), field, "%q is not an agent (agents: %s)", n, agentNames(w))
 	}
 }
 
