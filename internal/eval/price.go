@@ -1,18 +1,15 @@
 package eval
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"os"
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/openrath/rath/internal/workflow/parse"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -82,13 +79,10 @@ func ParsePrices(data []byte) (*Prices, error) {
 			Output   *float64 `yaml:"output"`
 		} `yaml:"prices"`
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&raw); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty: it needs a currency and prices")
-		}
-		return nil, fmt.Errorf("invalid: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	if err := parse.Strict(data, &raw); errors.Is(err, parse.ErrEmpty) {
+		return nil, errors.New("empty: it needs a currency and prices")
+	} else if err != nil {
+		return nil, fmt.Errorf("invalid: %w", err)
 	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }

@@ -10,10 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/internal/workflow/parse"
 	"github.com/openrath/rath/pkg/client"
 )
 
@@ -109,7 +109,7 @@ func LoadSWEBench(ctx context.Context, path string, o SWEBenchOptions) (*Set, er
 	if err != nil {
 		return nil, fmt.Errorf("load instance file: %w", err)
 	}
-	p := &parser{dir: filepath.Dir(path)}
+	p := &parser{Decoder: parse.New(), dir: filepath.Dir(path)}
 	type located struct {
 		line int
 		in   Instance
@@ -117,17 +117,17 @@ func LoadSWEBench(ctx context.Context, path string, o SWEBenchOptions) (*Set, er
 	var found []located
 	decode := func(line int, raw []byte) {
 		if len(raw) > MaxInstanceBytes {
-			p.add(line, "", "an instance of %d bytes: at most %d", len(raw), MaxInstanceBytes)
+			p.Add(line, "", "an instance of %d bytes: at most %d", len(raw), MaxInstanceBytes)
 			return
 		}
 		var in Instance
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		if err := dec.Decode(&in); err != nil {
-			p.add(line, "", "not a JSON instance: %v", err)
+			p.Add(line, "", "not a JSON instance: %v", err)
 			return
 		}
 		if dec.More() {
-			p.add(line, "", "more than one JSON value on the line")
+			p.Add(line, "", "more than one JSON value on the line")
 			return
 		}
 		found = append(found, located{line, in})
@@ -137,7 +137,7 @@ func LoadSWEBench(ctx context.Context, path string, o SWEBenchOptions) (*Set, er
 		start := len(data) - len(trimmed)
 		var list []json.RawMessage
 		if err := json.Unmarshal(trimmed, &list); err != nil {
-			p.add(lineAt(data, start+offsetOf(err)), "", "not a JSON list of instances: %v", err)
+			p.Add(lineAt(data, start+offsetOf(err)), "", "not a JSON list of instances: %v", err)
 		}
 		at := start
 		for _, raw := range list {
@@ -158,11 +158,11 @@ func LoadSWEBench(ctx context.Context, path string, o SWEBenchOptions) (*Set, er
 			}
 		}
 		if err := sc.Err(); err != nil {
-			p.add(n+1, "", "a line over %d bytes: %v", MaxInstanceBytes, err)
+			p.Add(n+1, "", "a line over %d bytes: %v", MaxInstanceBytes, err)
 		}
 	}
-	if len(found) == 0 && len(p.problems) == 0 {
-		p.add(0, "", "no instances: the file needs one JSON instance per line, or a JSON list of them")
+	if len(found) == 0 && len(p.Problems) == 0 {
+		p.Add(0, "", "no instances: the file needs one JSON instance per line, or a JSON list of them")
 	}
 
 	set := &Set{Path: path}
@@ -175,22 +175,21 @@ func LoadSWEBench(ctx context.Context, path string, o SWEBenchOptions) (*Set, er
 			sources = append(sources, src)
 		}
 	}
-	if len(p.problems) == 0 && o.Dir == "" {
-		p.add(0, "", "no directory for the instances' workspaces")
+	if len(p.Problems) == 0 && o.Dir == "" {
+		p.Add(0, "", "no directory for the instances' workspaces")
 	}
-	if len(p.problems) > 0 {
-		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
-		return nil, &FileError{Path: path, Problems: p.problems}
+	if len(p.Problems) > 0 {
+		return nil, &FileError{Path: path, Problems: p.Sorted()}
 	}
 	// Only a file without problems writes workspaces.
 	for i, t := range set.Tasks {
 		t.WorkspacePath = filepath.Join(o.Dir, t.ID)
 		if err := checkout(ctx, sources[i].repo, sources[i].commit, t.WorkspacePath); err != nil {
-			p.add(sources[i].line, "base_commit", "check out %s at %s: %v", sources[i].repo, sources[i].commit, err)
+			p.Add(sources[i].line, "base_commit", "check out %s at %s: %v", sources[i].repo, sources[i].commit, err)
 		}
 	}
-	if len(p.problems) > 0 {
-		return nil, &FileError{Path: path, Problems: p.problems}
+	if len(p.Problems) > 0 {
+		return nil, &FileError{Path: path, Problems: p.Problems}
 	}
 	return set, nil
 }
@@ -204,28 +203,28 @@ type source struct {
 // instance checks one instance and makes its task, but for its workspace,
 // which comes from the source (nil when it has a problem).
 func (p *parser) instance(ctx context.Context, line int, in Instance, o SWEBenchOptions, first map[string]int, workflows map[string]*workflow.Workflow) (*Task, source) {
-	before := len(p.problems)
+	before := len(p.Problems)
 	switch {
 	case in.InstanceID == "":
-		p.add(line, "instance_id", "required")
+		p.Add(line, "instance_id", "required")
 	case !taskID.MatchString(in.InstanceID):
-		p.add(line, "instance_id", "%q is not a task ID: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64", in.InstanceID)
+		p.Add(line, "instance_id", "%q is not a task ID: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64", in.InstanceID)
 	default:
 		if at, dup := first[in.InstanceID]; dup {
-			p.add(line, "instance_id", "%q is used twice (first at line %d)", in.InstanceID, at)
+			p.Add(line, "instance_id", "%q is used twice (first at line %d)", in.InstanceID, at)
 		} else {
 			first[in.InstanceID] = line
 		}
 	}
 	if strings.TrimSpace(in.ProblemStatement) == "" {
-		p.add(line, "problem_statement", "required")
+		p.Add(line, "problem_statement", "required")
 	}
 	if len(in.TestCommands) == 0 {
-		p.add(line, "test_commands", "required: the shell commands that must pass for the instance to be resolved (SWE-bench keeps them in its harness; a local instance names them)")
+		p.Add(line, "test_commands", "required: the shell commands that must pass for the instance to be resolved (SWE-bench keeps them in its harness; a local instance names them)")
 	}
 	for i, c := range in.TestCommands {
 		if strings.TrimSpace(c) == "" {
-			p.add(line, fmt.Sprintf("test_commands[%d]", i), "an empty command")
+			p.Add(line, fmt.Sprintf("test_commands[%d]", i), "an empty command")
 		}
 	}
 	wfPath := o.Workflow
@@ -234,14 +233,14 @@ func (p *parser) instance(ctx context.Context, line int, in Instance, o SWEBench
 	}
 	var wf *workflow.Workflow
 	if wfPath == "" {
-		p.add(line, "workflow", "no workflow: name one for every instance (rath eval --workflow FILE) or in the instance")
+		p.Add(line, "workflow", "no workflow: name one for every instance (rath eval --workflow FILE) or in the instance")
 	} else if wf = workflows[wfPath]; wf == nil {
 		var err error
 		if wf, err = workflow.Load(wfPath); err == nil {
 			err = wf.CheckScripts()
 		}
 		if err != nil {
-			p.add(line, "workflow", "%v", err)
+			p.Add(line, "workflow", "%v", err)
 			wf = nil
 		} else {
 			workflows[wfPath] = wf
@@ -249,29 +248,29 @@ func (p *parser) instance(ctx context.Context, line int, in Instance, o SWEBench
 	}
 	repo := ""
 	if in.Repo == "" {
-		p.add(line, "repo", "required: a local git repository")
+		p.Add(line, "repo", "required: a local git repository")
 	} else {
 		repo = p.path(in.Repo)
 		if err := isGitRepo(ctx, repo); err != nil {
-			p.add(line, "repo", "%v", err)
+			p.Add(line, "repo", "%v", err)
 			repo = ""
 		}
 	}
 	if in.BaseCommit == "" {
-		p.add(line, "base_commit", "required")
+		p.Add(line, "base_commit", "required")
 	} else if repo != "" {
 		if err := gitRun(ctx, repo, nil, "rev-parse", "--verify", "--quiet", "--end-of-options", in.BaseCommit+"^{commit}"); err != nil {
-			p.add(line, "base_commit", "%q is not a commit of %s", in.BaseCommit, repo)
+			p.Add(line, "base_commit", "%q is not a commit of %s", in.BaseCommit, repo)
 			repo = ""
 		}
 	}
-	if len(p.problems) > before {
+	if len(p.Problems) > before {
 		return nil, source{}
 	}
 	t := &Task{ID: in.InstanceID, Text: in.ProblemStatement, WorkflowPath: wfPath, wf: wf}
 	t.Grader.Command = []string{"sh", "-c", strings.Join(in.TestCommands, " && ")}
 	if err := t.Grader.pickAgent(wf, ""); err != nil {
-		p.add(line, "workflow", "%v", err)
+		p.Add(line, "workflow", "%v", err)
 		return nil, source{}
 	}
 	return t, source{line: line, repo: repo, commit: in.BaseCommit}

@@ -5,21 +5,16 @@
 package eval
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"sort"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/openrath/rath/internal/workflow"
+	"github.com/openrath/rath/internal/workflow/parse"
 )
 
 // Set is a task file, loaded and checked: every workflow parses, every
@@ -62,11 +57,7 @@ var taskID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // Problem is one thing wrong with a task file, at a line (0: unknown) and a
 // field path such as tasks[1].grader.cel.
-type Problem struct {
-	Line    int
-	Field   string
-	Message string
-}
+type Problem = parse.Problem
 
 // FileError is Load's error for a task file that is not valid: every
 // problem found, ordered by line, each as "path:line: field: message".
@@ -108,106 +99,48 @@ func Load(path string) (*Set, error) {
 // Parse is Load on the file's contents; path names the file in problems
 // and anchors the relative paths, which Parse opens.
 func Parse(data []byte, path string) (*Set, error) {
-	p := &parser{dir: filepath.Dir(path)}
+	p := &parser{Decoder: parse.New(), dir: filepath.Dir(path)}
 	set := &Set{Path: path}
-	if root := p.document(data); root != nil {
+	if root := p.Document(data, "task file"); root != nil {
 		p.mapping(root, "", fileFields, func(key string, v *yaml.Node, f string) {
-			p.list(v, f, func(v *yaml.Node, f string) {
+			p.List(v, f, func(v *yaml.Node, f string) {
 				if t := p.task(v, f); t != nil {
 					set.Tasks = append(set.Tasks, t)
 				}
 			})
 		})
-		if len(set.Tasks) == 0 && len(p.problems) == 0 {
-			p.add(root.Line, "tasks", "no tasks: the file needs a tasks list with at least one task")
+		if len(set.Tasks) == 0 && len(p.Problems) == 0 {
+			p.Add(root.Line, "tasks", "no tasks: the file needs a tasks list with at least one task")
 		}
 		p.unique(set.Tasks)
 	}
-	if len(p.problems) > 0 {
-		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
-		return nil, &FileError{Path: path, Problems: p.problems}
+	if len(p.Problems) > 0 {
+		return nil, &FileError{Path: path, Problems: p.Sorted()}
 	}
 	return set, nil
 }
 
 type parser struct {
-	dir      string
-	problems []Problem
+	*parse.Decoder
+	dir string
 	// idLines are the lines of the task IDs, for the duplicate check.
 	idLines map[*Task]int
 }
 
-func (p *parser) add(line int, field, format string, args ...any) {
-	p.problems = append(p.problems, Problem{Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func (p *parser) document(data []byte) *yaml.Node {
-	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.add(0, "", "empty task file")
-			return nil
-		}
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			p.add(n, "", "invalid YAML: %s", m[2])
-		} else {
-			p.add(0, "", "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-		}
-		return nil
-	}
-	root := &doc
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		root = doc.Content[0]
-	}
-	return root
-}
-
-// mapping calls fn for each key of a mapping node, refusing keys not in
-// fields.
+// mapping is the Decoder's, with a message naming the fields for a node
+// that is not a mapping.
 func (p *parser) mapping(n *yaml.Node, field string, fields []string, fn func(key string, v *yaml.Node, f string)) {
 	if n.Kind != yaml.MappingNode {
-		p.add(n.Line, field, "expected a mapping with %s", strings.Join(fields, ", "))
+		p.Add(n.Line, field, "expected a mapping with %s", strings.Join(fields, ", "))
 		return
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		f := k.Value
-		if field != "" {
-			f = field + "." + k.Value
-		}
-		if !slices.Contains(fields, k.Value) {
-			p.add(k.Line, f, "unknown field (fields: %s)", strings.Join(fields, ", "))
-			continue
-		}
-		fn(k.Value, v, f)
-	}
-}
-
-func (p *parser) list(n *yaml.Node, field string, fn func(v *yaml.Node, f string)) {
-	if n.Kind != yaml.SequenceNode {
-		p.add(n.Line, field, "expected a list")
-		return
-	}
-	for i, v := range n.Content {
-		fn(v, fmt.Sprintf("%s[%d]", field, i))
-	}
-}
-
-func (p *parser) str(n *yaml.Node, field string) string {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.add(n.Line, field, "expected a string")
-		return ""
-	}
-	return n.Value
+	p.Mapping(n, field, fields, fn)
 }
 
 // task parses one task; it returns nil for an entry that is not a mapping.
 func (p *parser) task(n *yaml.Node, field string) *Task {
 	if n.Kind != yaml.MappingNode {
-		p.add(n.Line, field, "expected a task: a mapping with %s", strings.Join(taskFields, ", "))
+		p.Add(n.Line, field, "expected a task: a mapping with %s", strings.Join(taskFields, ", "))
 		return nil
 	}
 	t := &Task{}
@@ -217,34 +150,34 @@ func (p *parser) task(n *yaml.Node, field string) *Task {
 	p.mapping(n, field, taskFields, func(key string, v *yaml.Node, f string) {
 		switch key {
 		case "id":
-			if t.ID = p.str(v, f); t.ID != "" && !taskID.MatchString(t.ID) {
-				p.add(v.Line, f, "%q is not a task ID: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64", t.ID)
+			if t.ID = p.Str(v, f); t.ID != "" && !taskID.MatchString(t.ID) {
+				p.Add(v.Line, f, "%q is not a task ID: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64", t.ID)
 			}
 			if p.idLines == nil {
 				p.idLines = map[*Task]int{}
 			}
 			p.idLines[t] = v.Line
 		case "task":
-			t.Text = p.str(v, f)
+			t.Text = p.Str(v, f)
 		case "workflow":
-			if rel := p.str(v, f); rel != "" {
+			if rel := p.Str(v, f); rel != "" {
 				t.WorkflowPath = p.path(rel)
 				wf, err := workflow.Load(t.WorkflowPath)
 				if err == nil {
 					err = wf.CheckScripts()
 				}
 				if err != nil {
-					p.add(v.Line, f, "%v", err)
+					p.Add(v.Line, f, "%v", err)
 				}
 				t.wf = wf
 			}
 		case "workspace":
-			if rel := p.str(v, f); rel != "" {
+			if rel := p.Str(v, f); rel != "" {
 				t.WorkspacePath = p.path(rel)
 				if info, err := os.Stat(t.WorkspacePath); err != nil {
-					p.add(v.Line, f, "%v", err)
+					p.Add(v.Line, f, "%v", err)
 				} else if !info.IsDir() {
-					p.add(v.Line, f, "%s is not a directory", t.WorkspacePath)
+					p.Add(v.Line, f, "%s is not a directory", t.WorkspacePath)
 				}
 			}
 		case "grader":
@@ -253,15 +186,15 @@ func (p *parser) task(n *yaml.Node, field string) *Task {
 			graderNode, graderField = v, f
 		}
 	})
-	if graderNode != nil && !p.reportedUnder(graderField) {
+	if graderNode != nil && !p.ReportedUnder(graderField) {
 		p.agent(t, graderNode, graderField)
 	}
 	for _, req := range []struct {
 		name  string
 		empty bool
 	}{{"id", t.ID == ""}, {"task", t.Text == ""}, {"workflow", t.WorkflowPath == ""}, {"grader", !graderSeen}} {
-		if req.empty && !p.reported(field+"."+req.name) {
-			p.add(n.Line, field+"."+req.name, "required")
+		if req.empty && !p.Reported(field+"."+req.name) {
+			p.Add(n.Line, field+"."+req.name, "required")
 		}
 	}
 	return t
@@ -272,15 +205,15 @@ func (p *parser) grader(n *yaml.Node, field string) Grader {
 	p.mapping(n, field, graderFields, func(key string, v *yaml.Node, f string) {
 		switch key {
 		case "outcome":
-			g.Outcome = p.str(v, f)
+			g.Outcome = p.Str(v, f)
 		case "cel":
-			src := p.str(v, f)
+			src := p.Str(v, f)
 			if src == "" {
 				return
 			}
 			cond, err := workflow.CompileCondition(src)
 			if err != nil {
-				p.add(v.Line, f, "invalid grader: %v", err)
+				p.Add(v.Line, f, "invalid grader: %v", err)
 				return
 			}
 			g.CEL = cond
@@ -289,11 +222,11 @@ func (p *parser) grader(n *yaml.Node, field string) Grader {
 		case "state":
 			g.State = p.state(v, f)
 		case "as":
-			g.As = p.str(v, f)
+			g.As = p.Str(v, f)
 		}
 	})
-	if n.Kind == yaml.MappingNode && g.Outcome == "" && g.CEL == nil && !g.sandboxed() && !p.reportedUnder(field) {
-		p.add(n.Line, field, "a grader needs outcome, cel, command or state")
+	if n.Kind == yaml.MappingNode && g.Outcome == "" && g.CEL == nil && !g.sandboxed() && !p.ReportedUnder(field) {
+		p.Add(n.Line, field, "a grader needs outcome, cel, command or state")
 	}
 	return g
 }
@@ -303,19 +236,19 @@ func (p *parser) grader(n *yaml.Node, field string) Grader {
 func (p *parser) command(n *yaml.Node, field string) []string {
 	if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
 		if strings.TrimSpace(n.Value) == "" {
-			p.add(n.Line, field, "an empty command")
+			p.Add(n.Line, field, "an empty command")
 			return nil
 		}
 		return []string{"sh", "-c", n.Value}
 	}
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		p.add(n.Line, field, "expected a command: a list of strings (the program and its arguments) or one string (run with sh -c)")
+		p.Add(n.Line, field, "expected a command: a list of strings (the program and its arguments) or one string (run with sh -c)")
 		return nil
 	}
 	var argv []string
-	p.list(n, field, func(v *yaml.Node, f string) { argv = append(argv, p.str(v, f)) })
-	if len(argv) > 0 && argv[0] == "" && !p.reportedUnder(field) {
-		p.add(n.Line, field, "the command's first item must name a program")
+	p.List(n, field, func(v *yaml.Node, f string) { argv = append(argv, p.Str(v, f)) })
+	if len(argv) > 0 && argv[0] == "" && !p.ReportedUnder(field) {
+		p.Add(n.Line, field, "the command's first item must name a program")
 	}
 	return argv
 }
@@ -327,37 +260,37 @@ func (p *parser) state(n *yaml.Node, field string) *StateCheck {
 	p.mapping(n, field, stateFields, func(key string, v *yaml.Node, f string) {
 		switch key {
 		case "file":
-			sc.File = p.str(v, f)
+			sc.File = p.Str(v, f)
 			if sc.File != "" && (filepath.IsAbs(sc.File) || !filepath.IsLocal(sc.File)) {
-				p.add(v.Line, f, "%q is not a path inside the workspace: give it relative to the workspace's root, without ..", sc.File)
+				p.Add(v.Line, f, "%q is not a path inside the workspace: give it relative to the workspace's root, without ..", sc.File)
 			}
 		case "expected":
 			inline = true
 			var val any
 			if err := v.Decode(&val); err != nil {
-				p.add(v.Line, f, "%v", err)
+				p.Add(v.Line, f, "%v", err)
 				return
 			}
 			doc, err := canonicalJSON(val)
 			if err != nil {
-				p.add(v.Line, f, "not a JSON value: %v", err)
+				p.Add(v.Line, f, "not a JSON value: %v", err)
 				return
 			}
 			sc.Expected = doc
 		case "expected_file":
 			fromFile = true
-			rel := p.str(v, f)
+			rel := p.Str(v, f)
 			if rel == "" {
 				return
 			}
 			sc.ExpectedFile = p.path(rel)
 			data, err := os.ReadFile(sc.ExpectedFile)
 			if err != nil {
-				p.add(v.Line, f, "%v", err)
+				p.Add(v.Line, f, "%v", err)
 				return
 			}
 			if _, err := parseJSON(data); err != nil {
-				p.add(v.Line, f, "%s: %v", sc.ExpectedFile, err)
+				p.Add(v.Line, f, "%s: %v", sc.ExpectedFile, err)
 				return
 			}
 			sc.Expected = data
@@ -367,10 +300,10 @@ func (p *parser) state(n *yaml.Node, field string) *StateCheck {
 		return nil
 	}
 	switch {
-	case sc.File == "" && !p.reported(field+".file"):
-		p.add(n.Line, field+".file", "required: the JSON file of the final workspace to compare")
+	case sc.File == "" && !p.Reported(field+".file"):
+		p.Add(n.Line, field+".file", "required: the JSON file of the final workspace to compare")
 	case inline == fromFile:
-		p.add(n.Line, field, "give the expected state as expected (inline) or expected_file, one of them")
+		p.Add(n.Line, field, "give the expected state as expected (inline) or expected_file, one of them")
 	}
 	return sc
 }
@@ -386,7 +319,7 @@ func (p *parser) agent(t *Task, n *yaml.Node, field string) {
 		if g.As != "" {
 			field += ".as"
 		}
-		p.add(n.Line, field, "%v", err)
+		p.Add(n.Line, field, "%v", err)
 	}
 }
 
@@ -434,16 +367,6 @@ func (p *parser) path(rel string) string {
 	return filepath.Join(p.dir, rel)
 }
 
-func (p *parser) reported(field string) bool {
-	return slices.ContainsFunc(p.problems, func(pr Problem) bool { return pr.Field == field })
-}
-
-func (p *parser) reportedUnder(field string) bool {
-	return slices.ContainsFunc(p.problems, func(pr Problem) bool {
-		return pr.Field == field || strings.HasPrefix(pr.Field, field+".")
-	})
-}
-
 // unique reports a task ID used twice, at its second use.
 func (p *parser) unique(tasks []*Task) {
 	first := map[string]int{}
@@ -452,7 +375,7 @@ func (p *parser) unique(tasks []*Task) {
 			continue
 		}
 		if line, dup := first[t.ID]; dup {
-			p.add(p.idLines[t], "", "task ID %q is used twice (first at line %d)", t.ID, line)
+			p.Add(p.idLines[t], "", "task ID %q is used twice (first at line %d)", t.ID, line)
 			continue
 		}
 		first[t.ID] = p.idLines[t]

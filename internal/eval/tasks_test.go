@@ -40,6 +40,10 @@ func TestLoadRefuses(t *testing.T) {
 		{"empty", "", []string{"tasks.yaml: empty task file"}},
 		{"no tasks", "tasks: []\n", []string{"tasks.yaml:1: tasks: no tasks"}},
 		{"not YAML", "tasks: [\n", []string{"tasks.yaml:1: invalid YAML"}},
+		{"two documents", "tasks: []\n---\ntasks: []\n", []string{"tasks.yaml:2: more than one YAML document; a task file holds one"}},
+		{"a field given twice", "tasks:\n  - {id: a, id: b, task: t, workflow: close.yaml, grader: {outcome: succeeded}}\n",
+			[]string{"tasks.yaml:2: tasks[0].id: given twice (first at line 2)"}},
+		{"tasks that are not a list", "tasks: {a: 1}\n", []string{"tasks.yaml:1: tasks: expected a list, got a mapping"}},
 		{"unknown top-level field", "task:\n  - id: a\n", []string{"tasks.yaml:1: task: unknown field (fields: tasks)"}},
 		{"a task that is not a mapping", "tasks:\n  - just text\n", []string{"tasks.yaml:2: tasks[0]: expected a task"}},
 		{"missing fields", "tasks:\n  - id: a\n", []string{
