@@ -1,14 +1,6 @@
 package workflow
 
-import (
-	"errors"
-	"strings"
-
-	"github.com/openrath/rath/internal/workflow/parse"
-
-	"cel.dev/cel-go/cel"
-	"cel.dev/cel-go/common/types"
-)
+import "github.com/openrath/rath/internal/workflow/expr"
 
 // Condition is a boolean CEL expression compiled outside a workflow file, in
 // the environment of a rule's when: the variables event and state of
@@ -17,25 +9,16 @@ import (
 // like the rule that closes the session it grades.
 type Condition struct {
 	src string
-	prg cel.Program
+	prg *expr.Program
 }
 
 // CompileCondition compiles src, which must yield a bool. Its error says
 // what is wrong and at which column, without a file or line: the caller
 // knows where src came from.
 func CompileCondition(src string) (*Condition, error) {
-	e, err := env()
+	prg, err := expr.Compile(src, expr.Bool)
 	if err != nil {
 		return nil, err
-	}
-	p := &parser{Decoder: parse.New()}
-	prg, _ := p.compileExpr(e, "", src, types.BoolType)
-	if len(p.Problems) > 0 {
-		msgs := make([]string, len(p.Problems))
-		for i, pr := range p.Problems {
-			msgs[i] = pr.Message
-		}
-		return nil, errors.New(strings.Join(msgs, "; "))
 	}
 	return &Condition{src: src, prg: prg}, nil
 }
@@ -47,5 +30,5 @@ func (c *Condition) String() string { return c.src }
 // expression that fails at run time (a missing key, a dynamic value that is
 // not a bool) returns the error.
 func (c *Condition) Holds(act map[string]any) (bool, error) {
-	return holds(c.prg, act)
+	return c.prg.Bool(act)
 }

@@ -8,10 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"cel.dev/cel-go/cel"
-	"cel.dev/cel-go/common/types"
 	"gopkg.in/yaml.v3"
 
+	"github.com/openrath/rath/internal/workflow/expr"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 )
@@ -45,7 +44,7 @@ type Gate struct {
 	// Expiry is how long the approval may wait undecided, and what follows.
 	Expiry
 
-	when cel.Program
+	when *expr.Program
 }
 
 // Match is a gate that holds one tool call: the approval to ask for.
@@ -184,7 +183,7 @@ func (w *Workflow) gateFor(st *session.State, sessionID string, call *events.Too
 				}
 			}
 			if m.Err == nil {
-				held, err := holds(g.when, act)
+				held, err := g.when.Bool(act)
 				if err != nil {
 					m.Err = &RuleError{Rule: g.Name, Field: "when", Err: err}
 				} else if !held {
@@ -281,16 +280,6 @@ func (p *parser) checkExpiry(f string, e Expiry) {
 	}
 	if escalateTimeout > 0 && onTimeout != events.TimeoutEscalate {
 		p.Add(p.Line(f), f+".escalate_timeout", "only with on_timeout escalate")
-	}
-}
-
-// compileGates compiles the gates' conditions.
-func (p *parser) compileGates(e *cel.Env, w *Workflow) {
-	for i := range w.Gates {
-		g := &w.Gates[i]
-		if g.When != "" {
-			g.when, _ = p.compileExpr(e, fmt.Sprintf("gates[%d].when", i), g.When, types.BoolType)
-		}
 	}
 }
 

@@ -7,9 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cel.dev/cel-go/cel"
-	"cel.dev/cel-go/common/types"
-
+	"github.com/openrath/rath/internal/workflow/expr"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -65,12 +63,30 @@ func (d Decision) Event() (*events.SelectorDecided, error) {
 // false when no rule wins, and a *RuleError when an expression fails to
 // evaluate or yields something other than a bool.
 func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
+	return w.decide(act, false)
+}
+
+// DecideMemory is Decide restricted to the rules with a memory route: the
+// first of them, in file order, whose expression holds. The selector uses it
+// while tool calls are pending, when no other route may be taken: writing
+// memory moves the session nowhere, so it need not wait. Candidates lists
+// the memory rules that held.
+func (w *Workflow) DecideMemory(act map[string]any) (Decision, bool, error) {
+	return w.decide(act, true)
+}
+
+// decide is Decide, or DecideMemory when memoryOnly: the rules without a
+// memory route are then neither evaluated nor candidates.
+func (w *Workflow) decide(act map[string]any, memoryOnly bool) (Decision, bool, error) {
 	busy := turnInFlight(act)
 	var d Decision
 	won := -1
 	for i := range w.Rules {
 		r := &w.Rules[i]
-		held, err := holds(r.when, act)
+		if memoryOnly && r.Route.Memory == nil {
+			continue
+		}
+		held, err := r.when.Bool(act)
 		if err != nil {
 			return Decision{}, false, &RuleError{Rule: r.Name, Field: "when", Err: err}
 		}
@@ -90,9 +106,9 @@ func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
 	if d.Reason == "" {
 		d.Reason = r.Route.reason()
 	}
-	d.Inputs = make(map[string]any, len(r.inputs))
-	for _, in := range r.inputs {
-		d.Inputs[in.String()] = in.resolve(act)
+	d.Inputs = make(map[string]any, len(r.when.Inputs()))
+	for _, in := range r.when.Inputs() {
+		d.Inputs[in.String()] = in.Resolve(act)
 	}
 	if r.Route.Fork != nil {
 		at, err := forkAt(r.at, act)
@@ -111,47 +127,6 @@ func (w *Workflow) Decide(act map[string]any) (Decision, bool, error) {
 	return d, true, nil
 }
 
-// DecideMemory is Decide restricted to the rules with a memory route: the
-// first of them, in file order, whose expression holds. The selector uses it
-// while tool calls are pending, when no other route may be taken: writing
-// memory moves the session nowhere, so it need not wait. Candidates lists
-// the memory rules that held.
-func (w *Workflow) DecideMemory(act map[string]any) (Decision, bool, error) {
-	var d Decision
-	won := -1
-	for i := range w.Rules {
-		r := &w.Rules[i]
-		if r.Route.Memory == nil {
-			continue
-		}
-		held, err := holds(r.when, act)
-		if err != nil {
-			return Decision{}, false, &RuleError{Rule: r.Name, Field: "when", Err: err}
-		}
-		if !held {
-			continue
-		}
-		d.Candidates = append(d.Candidates, r.Name)
-		if won < 0 && !feedsItself(r, act) {
-			won = i
-		}
-	}
-	if won < 0 {
-		return Decision{}, false, nil
-	}
-	r := &w.Rules[won]
-	d.Rule, d.Route, d.Reason = r.Name, r.Route.clone(), r.Reason
-	d.Inputs = make(map[string]any, len(r.inputs))
-	for _, in := range r.inputs {
-		d.Inputs[in.String()] = in.resolve(act)
-	}
-	var err error
-	if d.Content, err = memoryContent(r, act); err != nil {
-		return Decision{}, false, err
-	}
-	return d, true, nil
-}
-
 // MemoryContent evaluates the content of the named rule's memory route over
 // an activation: what a decision of that rule writes. A redelivered trigger
 // whose decision is stored evaluates it again over the state the decision
@@ -166,7 +141,7 @@ func (w *Workflow) MemoryContent(rule string, act map[string]any) (string, error
 }
 
 func memoryContent(r *Rule, act map[string]any) (string, error) {
-	s, err := evalString(r.content, act)
+	s, err := r.content.String(act)
 	if err == nil && strings.TrimSpace(s) == "" {
 		err = errors.New("yields an empty text")
 	}
@@ -176,28 +151,12 @@ func memoryContent(r *Rule, act map[string]any) (string, error) {
 	return s, nil
 }
 
-// evalString evaluates an expression that must yield a string.
-func evalString(prg cel.Program, act map[string]any) (string, error) {
-	if prg == nil {
-		return "", errNotCompiled
-	}
-	out, _, err := prg.Eval(act)
-	if err != nil {
-		return "", err
-	}
-	s, ok := out.(types.String)
-	if !ok {
-		return "", fmt.Errorf("yields %s, not string", out.Type().TypeName())
-	}
-	return string(s), nil
-}
-
 // Stopped reports the first stop condition, in file order, that holds for
 // the activation, with its reason (or a reason naming it when it has none).
 // The session is then closed with outcome OutcomeStopped.
 func (w *Workflow) Stopped(act map[string]any) (name, reason string, stopped bool, err error) {
 	for _, s := range w.Stop {
-		held, err := holds(s.when, act)
+		held, err := s.when.Bool(act)
 		if err != nil {
 			return "", "", false, &RuleError{Rule: s.Name, Field: "when", Err: err}
 		}
@@ -211,45 +170,17 @@ func (w *Workflow) Stopped(act map[string]any) (name, reason string, stopped boo
 	return "", "", false, nil
 }
 
-func holds(prg cel.Program, act map[string]any) (bool, error) {
-	if prg == nil {
-		return false, errNotCompiled
-	}
-	out, _, err := prg.Eval(act)
-	if err != nil {
-		return false, err
-	}
-	b, ok := out.(types.Bool)
-	if !ok {
-		return false, fmt.Errorf("yields %s, not bool", out.Type().TypeName())
-	}
-	return bool(b), nil
-}
-
-// errNotCompiled is the error of a Workflow built by hand rather than by
-// Parse, which compiles the expressions.
-var errNotCompiled = errors.New("expression not compiled: workflows come from Parse or Load")
-
 // forkAt evaluates a fork route's at, or returns state.seq when it has none
 // (prg nil), so the decision records the point the fork was decided at.
-func forkAt(prg cel.Program, act map[string]any) (uint64, error) {
+func forkAt(prg *expr.Program, act map[string]any) (uint64, error) {
 	st, _ := act["state"].(map[string]any)
 	head, known := st["seq"].(int64)
 	if prg == nil {
 		return uint64(max(head, 0)), nil
 	}
-	out, _, err := prg.Eval(act)
+	at, err := prg.Int(act)
 	if err != nil {
 		return 0, err
-	}
-	var at int64
-	switch v := out.(type) {
-	case types.Int:
-		at = int64(v)
-	case types.Uint:
-		at = int64(v)
-	default:
-		return 0, fmt.Errorf("yields %s, not int", out.Type().TypeName())
 	}
 	if known && at > head {
 		return 0, fmt.Errorf("sequence %d is past the head %d", at, head)

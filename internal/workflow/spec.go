@@ -7,8 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"cel.dev/cel-go/cel"
-
+	"github.com/openrath/rath/internal/workflow/expr"
 	"github.com/openrath/rath/pkg/agentapi"
 	"github.com/openrath/rath/pkg/events"
 )
@@ -154,13 +153,13 @@ type Recall struct {
 	// K is how many items to recall; 0 is the memory service's default.
 	K int
 
-	query cel.Program
+	query *expr.Program
 }
 
 // RecallQuery evaluates the recall's query over an activation (see
 // Activation) built from the turn request and the state.
 func (r *Recall) RecallQuery(act map[string]any) (string, error) {
-	return evalString(r.query, act)
+	return r.query.String(act)
 }
 
 // RecallScopes returns the scopes the agent's recall searches: its own, or
@@ -212,13 +211,12 @@ type Rule struct {
 	// the refusal. Only an agent or close route.
 	Fallback *Route
 
-	when cel.Program
+	// when's inputs are the activation paths recorded with a decision.
+	when *expr.Program
 	// at evaluates Route.Fork.At; nil when the fork is at the head.
-	at cel.Program
-	// inputs are the activation paths When reads, recorded with a decision.
-	inputs []inputPath
+	at *expr.Program
 	// content evaluates Route.Memory.Content.
-	content cel.Program
+	content *expr.Program
 }
 
 // RouteKind says what a route does.
@@ -424,7 +422,7 @@ type StopCondition struct {
 	When   string
 	Reason string
 
-	when cel.Program
+	when *expr.Program
 }
 
 // Path returns the file name the workflow was parsed with.

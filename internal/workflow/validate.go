@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/openrath/rath/internal/egress"
+	"github.com/openrath/rath/internal/workflow/expr"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/memoryapi"
 	"github.com/openrath/rath/pkg/routerapi"
@@ -24,7 +25,7 @@ type nameForm struct {
 var (
 	// identifier is the form of agent names: CEL can select them as fields
 	// (state.agent_turns.coder).
-	identifier = nameForm{regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`), "letters, digits and _, not starting with a digit"}
+	identifier = nameForm{expr.Identifier, "letters, digits and _, not starting with a digit"}
 	// plainName is the form of rule, stop condition and MCP server names. It
 	// has no dot, because "server.tool" names an MCP server's tool.
 	plainName = nameForm{regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`), "letters, digits, _ and -, starting with a letter or _"}

@@ -1,7 +1,15 @@
-package workflow
+// Package expr compiles and evaluates the CEL expressions of a workflow
+// (rules, gates, stop conditions, recall queries) and rath eval's graders,
+// over an activation of two variables, event and state (see
+// workflow.Activation). An expression is checked when it compiles: its
+// syntax, the type it yields and the fields it reads of event and state, so
+// a typo fails the file that holds it, not some later event.
+package expr
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +19,7 @@ import (
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
 )
 
@@ -29,46 +38,45 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
-// compile compiles every expression of w, reporting problems at the
-// expression's line. It runs after validate, on whatever decoded.
-func (p *parser) compile(w *Workflow) {
-	e, err := env()
-	if err != nil {
-		p.Add(0, "", "CEL environment: %v", err)
-		return
+// Kind is what an expression must yield.
+type Kind int
+
+// The kinds an expression may be compiled for.
+const (
+	Bool   Kind = iota
+	String      // a text
+	Int         // a whole number, int or uint
+)
+
+func (k Kind) types() []*types.Type {
+	switch k {
+	case String:
+		return []*types.Type{types.StringType}
+	case Int:
+		return []*types.Type{types.IntType, types.UintType}
 	}
-	for i := range w.Rules {
-		r := &w.Rules[i]
-		f := fmt.Sprintf("rules[%d]", i)
-		if r.When != "" {
-			r.when, r.inputs = p.compileExpr(e, f+".when", r.When, types.BoolType)
-		}
-		if r.Route.Fork != nil && r.Route.Fork.At != "" {
-			r.at, _ = p.compileExpr(e, f+".route.fork.at", r.Route.Fork.At, types.IntType, types.UintType)
-		}
-		if r.Route.Memory != nil && r.Route.Memory.Content != "" {
-			r.content, _ = p.compileExpr(e, f+".route.memory.content", r.Route.Memory.Content, types.StringType)
-		}
-	}
-	for i := range w.Agents {
-		if rc := w.Agents[i].Recall; rc != nil && rc.Query != "" {
-			rc.query, _ = p.compileExpr(e, fmt.Sprintf("agents[%d].recall.query", i), rc.Query, types.StringType)
-		}
-	}
-	p.compileGates(e, w)
-	for i := range w.Stop {
-		s := &w.Stop[i]
-		if s.When != "" {
-			s.when, _ = p.compileExpr(e, fmt.Sprintf("stop[%d].when", i), s.When, types.BoolType)
-		}
-	}
+	return []*types.Type{types.BoolType}
 }
 
-// compileExpr compiles one expression whose result must have one of the
-// given types (or be dynamic, which is checked when it runs). It returns
-// nil after reporting a problem.
-func (p *parser) compileExpr(e *cel.Env, field, src string, want ...*types.Type) (cel.Program, []inputPath) {
-	line := p.Line(field)
+// Program is a compiled expression, safe for concurrent use. Its methods on
+// a nil Program return ErrNotCompiled.
+type Program struct {
+	prg    cel.Program
+	inputs []Path
+}
+
+// ErrNotCompiled is the error of evaluating an expression that was never
+// compiled: a workflow built by hand rather than by Parse.
+var ErrNotCompiled = errors.New("expression not compiled: workflows come from Parse or Load")
+
+// Compile compiles src, which must yield want (or be dynamic, which is
+// checked when it runs). Its error says what is wrong and where in src,
+// without a file or line: the caller knows where src came from.
+func Compile(src string, want Kind) (*Program, error) {
+	e, err := env()
+	if err != nil {
+		return nil, fmt.Errorf("CEL environment: %w", err)
+	}
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
 		var msgs []string
@@ -80,32 +88,95 @@ func (p *parser) compileExpr(e *cel.Env, field, src string, want ...*types.Type)
 			}
 			msgs = append(msgs, fmt.Sprintf("%s (%s)", ce.Message, loc))
 		}
-		p.Add(line, field, "invalid CEL: %s", strings.Join(msgs, "; "))
-		return nil, nil
+		return nil, fmt.Errorf("invalid CEL: %s", strings.Join(msgs, "; "))
 	}
-	out := ast.OutputType()
-	if !out.IsExactType(types.DynType) && !slices.ContainsFunc(want, out.IsExactType) {
+	out, wants := ast.OutputType(), want.types()
+	if !out.IsExactType(types.DynType) && !slices.ContainsFunc(wants, out.IsExactType) {
 		var names []string
-		for _, t := range want {
+		for _, t := range wants {
 			names = append(names, t.String())
 		}
-		p.Add(line, field, "must yield %s, not %s", strings.Join(names, " or "), out)
-		return nil, nil
+		return nil, fmt.Errorf("must yield %s, not %s", strings.Join(names, " or "), out)
 	}
-	inputs := inputPaths(ast.NativeRep())
+	inputs := paths(ast.NativeRep())
 	for _, in := range inputs {
 		if msg := in.unknownField(); msg != "" {
-			p.Add(line, field, "%s", msg)
-			return nil, nil
+			return nil, errors.New(msg)
 		}
 	}
 	prg, err := e.Program(ast)
 	if err != nil {
-		p.Add(line, field, "invalid CEL: %v", err)
-		return nil, nil
+		return nil, fmt.Errorf("invalid CEL: %w", err)
 	}
-	return prg, inputs
+	return &Program{prg: prg, inputs: inputs}, nil
 }
+
+// Inputs lists, in source order and without repeats, the paths of event and
+// state the expression reads: what a decision records.
+func (p *Program) Inputs() []Path {
+	if p == nil {
+		return nil
+	}
+	return p.inputs
+}
+
+func (p *Program) eval(act map[string]any) (ref.Val, error) {
+	if p == nil {
+		return nil, ErrNotCompiled
+	}
+	out, _, err := p.prg.Eval(act)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Bool evaluates an expression that must yield a bool. An expression that
+// fails at run time (a missing key, a dynamic value of another type)
+// returns the error.
+func (p *Program) Bool(act map[string]any) (bool, error) {
+	out, err := p.eval(act)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("yields %s, not bool", out.Type().TypeName())
+	}
+	return bool(b), nil
+}
+
+// String evaluates an expression that must yield a string.
+func (p *Program) String(act map[string]any) (string, error) {
+	out, err := p.eval(act)
+	if err != nil {
+		return "", err
+	}
+	s, ok := out.(types.String)
+	if !ok {
+		return "", fmt.Errorf("yields %s, not string", out.Type().TypeName())
+	}
+	return string(s), nil
+}
+
+// Int evaluates an expression that must yield an int or a uint.
+func (p *Program) Int(act map[string]any) (int64, error) {
+	out, err := p.eval(act)
+	if err != nil {
+		return 0, err
+	}
+	switch v := out.(type) {
+	case types.Int:
+		return int64(v), nil
+	case types.Uint:
+		return int64(v), nil
+	}
+	return 0, fmt.Errorf("yields %s, not int", out.Type().TypeName())
+}
+
+// Identifier is the form of a name CEL can select as a field
+// (state.agent_turns.coder).
+var Identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // eventFields and stateFields are the keys Activation sets: an expression
 // naming another is a typo, caught when the file is parsed rather than as
@@ -120,20 +191,20 @@ var (
 	}
 )
 
-// inputPath is a chain of field selections and constant indexes from one
+// Path is a chain of field selections and constant indexes from one
 // of the activation's variables: event.type, state.agent_turns.coder,
 // event.data.files[0]. A decision records the value at each path its rule
 // reads.
-type inputPath []any // string keys and int64 indexes; [0] is "event" or "state"
+type Path []any // string keys and int64 indexes; [0] is "event" or "state"
 
-func (ip inputPath) String() string {
+func (ip Path) String() string {
 	var b strings.Builder
 	for i, step := range ip {
 		switch s := step.(type) {
 		case string:
 			if i == 0 {
 				b.WriteString(s)
-			} else if identifier.re.MatchString(s) {
+			} else if Identifier.MatchString(s) {
 				b.WriteString("." + s)
 			} else {
 				b.WriteString("[" + strconv.Quote(s) + "]")
@@ -145,7 +216,7 @@ func (ip inputPath) String() string {
 	return b.String()
 }
 
-func (ip inputPath) unknownField() string {
+func (ip Path) unknownField() string {
 	if len(ip) < 2 {
 		return ""
 	}
@@ -159,9 +230,9 @@ func (ip inputPath) unknownField() string {
 	return ""
 }
 
-// resolve returns the activation's value at the path, or nil if there is
+// Resolve returns the activation's value at the path, or nil if there is
 // none (has(event.data.x) reads a path that may be absent).
-func (ip inputPath) resolve(act map[string]any) any {
+func (ip Path) Resolve(act map[string]any) any {
 	var v any = act
 	for _, step := range ip {
 		switch s := step.(type) {
@@ -184,12 +255,12 @@ func (ip inputPath) resolve(act map[string]any) any {
 	return v
 }
 
-// inputPaths lists, in source order and without repeats, the longest paths
+// paths lists, in source order and without repeats, the longest paths
 // from event or state that an expression selects. A variable index
 // (state.agent_turns[state.last_agent]) ends its path, and the index's own
 // paths are listed too.
-func inputPaths(a *celast.AST) []inputPath {
-	var out []inputPath
+func paths(a *celast.AST) []Path {
+	var out []Path
 	seen := map[string]bool{}
 	var walk func(e celast.Expr)
 	walk = func(e celast.Expr) {
@@ -244,11 +315,11 @@ func inputPaths(a *celast.AST) []inputPath {
 // chain returns the path e selects from a variable and the subexpressions
 // that are not part of the path (variable indexes), or ok false when e does
 // not select from event or state.
-func chain(e celast.Expr) (path inputPath, rest []celast.Expr, ok bool) {
+func chain(e celast.Expr) (path Path, rest []celast.Expr, ok bool) {
 	switch e.Kind() {
 	case celast.IdentKind:
 		if n := e.AsIdent(); n == "event" || n == "state" {
-			return inputPath{n}, nil, true
+			return Path{n}, nil, true
 		}
 	case celast.SelectKind:
 		s := e.AsSelect()
