@@ -19,7 +19,6 @@ import (
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
-	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
 )
 
@@ -48,15 +47,8 @@ const (
 	Int         // a whole number, int or uint
 )
 
-func (k Kind) types() []*types.Type {
-	switch k {
-	case String:
-		return []*types.Type{types.StringType}
-	case Int:
-		return []*types.Type{types.IntType, types.UintType}
-	}
-	return []*types.Type{types.BoolType}
-}
+// yields are the types of each Kind, the first named in errors.
+var yields = [...][]*types.Type{Bool: {types.BoolType}, String: {types.StringType}, Int: {types.IntType, types.UintType}}
 
 // Program is a compiled expression, safe for concurrent use. Its methods on
 // a nil Program return ErrNotCompiled.
@@ -90,7 +82,7 @@ func Compile(src string, want Kind) (*Program, error) {
 		}
 		return nil, fmt.Errorf("invalid CEL: %s", strings.Join(msgs, "; "))
 	}
-	out, wants := ast.OutputType(), want.types()
+	out, wants := ast.OutputType(), yields[want]
 	if !out.IsExactType(types.DynType) && !slices.ContainsFunc(wants, out.IsExactType) {
 		var names []string
 		for _, t := range wants {
@@ -120,7 +112,8 @@ func (p *Program) Inputs() []Path {
 	return p.inputs
 }
 
-func (p *Program) eval(act map[string]any) (ref.Val, error) {
+// value evaluates the expression over act, which must yield want.
+func (p *Program) value(act map[string]any, want Kind) (any, error) {
 	if p == nil {
 		return nil, ErrNotCompiled
 	}
@@ -128,50 +121,38 @@ func (p *Program) eval(act map[string]any) (ref.Val, error) {
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	for _, t := range yields[want] {
+		if out.Type().TypeName() == t.TypeName() {
+			return out.Value(), nil
+		}
+	}
+	return nil, fmt.Errorf("yields %s, not %s", out.Type().TypeName(), yields[want][0])
 }
 
 // Bool evaluates an expression that must yield a bool. An expression that
 // fails at run time (a missing key, a dynamic value of another type)
 // returns the error.
 func (p *Program) Bool(act map[string]any) (bool, error) {
-	out, err := p.eval(act)
-	if err != nil {
-		return false, err
-	}
-	b, ok := out.(types.Bool)
-	if !ok {
-		return false, fmt.Errorf("yields %s, not bool", out.Type().TypeName())
-	}
-	return bool(b), nil
+	v, err := p.value(act, Bool)
+	b, _ := v.(bool)
+	return b, err
 }
 
 // String evaluates an expression that must yield a string.
 func (p *Program) String(act map[string]any) (string, error) {
-	out, err := p.eval(act)
-	if err != nil {
-		return "", err
-	}
-	s, ok := out.(types.String)
-	if !ok {
-		return "", fmt.Errorf("yields %s, not string", out.Type().TypeName())
-	}
-	return string(s), nil
+	v, err := p.value(act, String)
+	s, _ := v.(string)
+	return s, err
 }
 
 // Int evaluates an expression that must yield an int or a uint.
 func (p *Program) Int(act map[string]any) (int64, error) {
-	out, err := p.eval(act)
-	if err != nil {
-		return 0, err
+	v, err := p.value(act, Int)
+	if u, ok := v.(uint64); ok {
+		return int64(u), err
 	}
-	switch v := out.(type) {
-	case types.Int:
-		return int64(v), nil
-	case types.Uint:
-		return int64(v), nil
-	}
-	return 0, fmt.Errorf("yields %s, not int", out.Type().TypeName())
+	n, _ := v.(int64)
+	return n, err
 }
 
 // Identifier is the form of a name CEL can select as a field
