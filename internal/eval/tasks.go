@@ -69,17 +69,7 @@ type FileError struct {
 func (e *FileError) Error() string {
 	lines := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
-		var b strings.Builder
-		b.WriteString(e.Path)
-		if p.Line > 0 {
-			fmt.Fprintf(&b, ":%d", p.Line)
-		}
-		b.WriteString(": ")
-		if p.Field != "" {
-			b.WriteString(p.Field + ": ")
-		}
-		b.WriteString(p.Message)
-		lines[i] = b.String()
+		lines[i] = p.In(e.Path)
 	}
 	return strings.Join(lines, "\n")
 }

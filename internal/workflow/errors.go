@@ -39,25 +39,8 @@ func (e *SpecError) Error() string {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(e.format(p))
+		b.WriteString(parse.Problem(p).In(e.Path))
 	}
-	return b.String()
-}
-
-// format renders one problem as "path:line: field: message", the form
-// editors and CI annotators recognise.
-func (e *SpecError) format(p Problem) string {
-	var b strings.Builder
-	b.WriteString(e.Path)
-	if p.Line > 0 {
-		fmt.Fprintf(&b, ":%d", p.Line)
-	}
-	b.WriteString(": ")
-	if p.Field != "" {
-		b.WriteString(p.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(p.Message)
 	return b.String()
 }
 

@@ -28,6 +28,22 @@ type Problem struct {
 	Message string
 }
 
+// In renders the problem in the file at path as "path:line: field:
+// message", the form editors and CI annotators recognise.
+func (p Problem) In(path string) string {
+	var b strings.Builder
+	b.WriteString(path)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d", p.Line)
+	}
+	b.WriteString(": ")
+	if p.Field != "" {
+		b.WriteString(p.Field + ": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
 // Decoder collects the problems of one file and the line of every field it
 // saw, keyed by field path ("rules[2].route.agent"; "" is the document).
 // Its methods decode nodes of yaml.v3's tree; each reports what is wrong
