@@ -111,3 +111,25 @@ func TestEvalAndInputs(t *testing.T) {
 		t.Errorf("Int of a uint = %d, %v", v, err)
 	}
 }
+
+// No source, however hostile, panics Compile, and whatever compiles
+// evaluates to a value or an error.
+func FuzzCompile(f *testing.F) {
+	for _, src := range []string{
+		"state.turns > 1", "event.data.?reason.orValue('') == 'x'", "state.agent_turns[state.last_agent]",
+		"[1,2,3].all(x, [1,2,3].exists(y, x == y))", "'a' * 3", "event.data.files[99]", "))(", "\x00", "state." + strings.Repeat("a.", 200) + "b",
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		for _, k := range []expr.Kind{expr.Bool, expr.String, expr.Int} {
+			prg, err := expr.Compile(src, k)
+			if err != nil {
+				continue
+			}
+			_, _ = prg.Bool(activation())
+			_, _ = prg.String(activation())
+			_, _ = prg.Int(activation())
+		}
+	})
+}
