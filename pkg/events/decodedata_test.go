@@ -73,3 +73,18 @@ func FuzzDecodeData(f *testing.F) {
 		}
 	})
 }
+
+func FuzzValidJSON(f *testing.F) {
+	for _, c := range decodeDataCases {
+		f.Add([]byte(c))
+	}
+	f.Add([]byte(" {} "))
+	f.Add([]byte("{} {}"))
+	f.Add([]byte("\"\xff\""))
+	f.Add([]byte(`{"a":1,"a":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := events.ValidJSON(b), json.Valid(b); got != want {
+			t.Fatalf("validJSON(%q) = %v, json.Valid: %v", b, got, want)
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 )
 
@@ -236,9 +237,10 @@ func Marshal(e event.Event) ([]byte, error) { return json.Marshal(e) }
 // Unmarshal parses a structured-mode JSON CloudEvent.
 func Unmarshal(b []byte) (event.Event, error) {
 	// json.Unmarshal would check the syntax and then scan the value again
-	// before handing it to the SDK's decoder: checking it once here and
-	// calling the decoder directly costs 4 µs where that costs 7.
-	if !json.Valid(b) {
+	// before handing it to the SDK's decoder: it is checked once here, by
+	// the JSON v2 prototype's scanner in json.Valid's terms (a quarter of
+	// its time on a 16 KB result), and the decoder called directly.
+	if !validJSON(b) {
 		var probe any
 		err := json.Unmarshal(b, &probe) // names the syntax error
 		return event.Event{}, fmt.Errorf("not JSON: %w", err)
@@ -248,4 +250,11 @@ func Unmarshal(b []byte) (event.Event, error) {
 		return event.Event{}, err
 	}
 	return e, nil
+}
+
+// validJSON is json.Valid: invalid UTF-8 and repeated names are left to
+// the checks after it (checkText, memberTwice). FuzzValidJSON holds the two
+// equal.
+func validJSON(b []byte) bool {
+	return jsontext.Value(b).IsValid(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
 }

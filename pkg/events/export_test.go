@@ -1,0 +1,4 @@
+package events
+
+// ValidJSON is validJSON, for FuzzValidJSON.
+var ValidJSON = validJSON
