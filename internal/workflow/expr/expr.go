@@ -50,6 +50,14 @@ const (
 // yields are the types of each Kind, the first named in errors.
 var yields = [...][]*types.Type{Bool: {types.BoolType}, String: {types.StringType}, Int: {types.IntType, types.UintType}}
 
+// MaxCost bounds the work of one evaluation, in CEL's cost units (about one
+// a comparison or a list element visited): a workflow's expressions are its
+// author's, the data they read is agents', and a comprehension nested over
+// a long list would otherwise hold the selector that every tenant shares.
+// A rule's expression costs tens of units; one past the bound fails with
+// an error that says so.
+const MaxCost = 100_000
+
 // Program is a compiled expression, safe for concurrent use. Its methods on
 // a nil Program return ErrNotCompiled.
 type Program struct {
@@ -96,7 +104,7 @@ func Compile(src string, want Kind) (*Program, error) {
 			return nil, errors.New(msg)
 		}
 	}
-	prg, err := e.Program(ast)
+	prg, err := e.Program(ast, cel.CostLimit(MaxCost))
 	if err != nil {
 		return nil, fmt.Errorf("invalid CEL: %w", err)
 	}
@@ -119,6 +127,9 @@ func (p *Program) value(act map[string]any, want Kind) (any, error) {
 	}
 	out, _, err := p.prg.Eval(act)
 	if err != nil {
+		if strings.Contains(err.Error(), "cost limit exceeded") {
+			return nil, fmt.Errorf("the expression did more work than one evaluation may (%d CEL cost units): %w", MaxCost, err)
+		}
 		return nil, err
 	}
 	for _, t := range yields[want] {

@@ -133,3 +133,27 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+// An expression nested over agents' data cannot run without end: past
+// MaxCost its evaluation fails, saying so, while the same expression over
+// a short list answers.
+func TestEvalBoundsItsWork(t *testing.T) {
+	prg, err := expr.Compile(`event.data.items.exists(a, event.data.items.exists(b, event.data.items.exists(c, a + b + c < 0)))`, expr.Bool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(n int) map[string]any {
+		items := make([]any, n)
+		for i := range items {
+			items[i] = int64(i)
+		}
+		return map[string]any{"event": map[string]any{"data": map[string]any{"items": items}}, "state": map[string]any{}}
+	}
+	if ok, err := prg.Bool(list(5)); err != nil || ok {
+		t.Fatalf("over 5 items: %v, %v; want false, nil", ok, err)
+	}
+	_, err = prg.Bool(list(500)) // 125 million steps unbounded
+	if err == nil || !strings.Contains(err.Error(), "more work than one evaluation may") {
+		t.Fatalf("over 500 items: %v, want the cost bound's error", err)
+	}
+}
