@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/openrath/rath/internal/jsondec"
 	"github.com/openrath/rath/internal/tracing"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
@@ -168,7 +169,7 @@ func (c *Client) StateAt(ctx context.Context, id string, seq uint64) (*session.S
 		return nil, fmt.Errorf("state of %s at %d: its parts do not join into the state the ledger summed", id, seq)
 	}
 	var st session.State
-	if err := json.Unmarshal(body, &st); err != nil {
+	if err := jsondec.Unmarshal(body, &st); err != nil {
 		return nil, fmt.Errorf("state of %s at %d: %w", id, seq, err)
 	}
 	return &st, nil
@@ -478,7 +479,7 @@ func (c *Client) once(ctx context.Context, msg *nats.Msg, out any, timeout time.
 		}
 		return er.Error
 	}
-	if err := json.Unmarshal(reply.Data, out); err != nil {
+	if err := jsondec.Unmarshal(reply.Data, out); err != nil {
 		return fmt.Errorf("reply on %s: %w", msg.Subject, err)
 	}
 	return nil

@@ -5,17 +5,8 @@ import (
 	"reflect"
 	"sort"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	jsonv1 "github.com/go-json-experiment/json/v1"
+	"github.com/openrath/rath/internal/jsondec"
 )
-
-// dataOptions decode event data as encoding/json does (names matched
-// without regard to case, the last of a repeated name kept, invalid UTF-8
-// replaced; FuzzDecodeData holds them equal) with the JSON v2 prototype's
-// decoder: on a 16 KB tool result with escapes it takes 0.7 of the time and
-// 0.45 of the memory of json-iterator's, which copied such a string a byte
-// at a time, and every worker folds each result.
-var dataOptions = jsonv1.DefaultOptionsV1()
 
 // Subject tokens group event kinds so that a worker can filter the sessions
 // stream by kind. They are few on purpose: every distinct subject a session
@@ -158,7 +149,7 @@ func DecodeData(typ string, data []byte) (any, error) {
 	if len(data) == 0 {
 		return v, nil
 	}
-	if err := jsonv2.Unmarshal(data, v, dataOptions); err != nil {
+	if err := jsondec.Unmarshal(data, v); err != nil {
 		return nil, fmt.Errorf("decode %s data: %w", typ, err)
 	}
 	return v, nil
