@@ -52,7 +52,9 @@ type upRun struct {
 
 func (h *harness) runEngine(ctx context.Context) error {
 	h.logf("building ./cmd/rath")
-	// With --profile, built with the hook: O6 and O6r profile it (rath-up-O6.pprof, rath-up-O6r.pprof).
+	// With --profile, built with the hook: a heap profile after O3
+	// (rath-up-O3-heap.pprof), CPU profiles of O6 and O6r (rath-up-O6.pprof,
+	// rath-up-O6r.pprof). --figures picks among O3, O5, O6 and O6r.
 	bin, err := buildMain(ctx, h.dir, "./cmd/rath", h.cfg.profileDir != "")
 	if err != nil {
 		return err
@@ -67,14 +69,20 @@ func (h *harness) runEngine(ctx context.Context) error {
 		h.setWorkers(nil)
 		up.stop(h)
 	}()
-	if err := h.engineMemory(ctx, up); err != nil {
-		return fmt.Errorf("O3: %w", err)
+	if h.wants("O3") {
+		if err := h.engineMemory(ctx, up); err != nil {
+			return fmt.Errorf("O3: %w", err)
+		}
 	}
-	if err := h.engineState(ctx, up); err != nil {
-		return fmt.Errorf("O5: %w", err)
+	if h.wants("O5") {
+		if err := h.engineState(ctx, up); err != nil {
+			return fmt.Errorf("O5: %w", err)
+		}
 	}
-	if err := h.engineResults(ctx, up); err != nil {
-		return fmt.Errorf("O6: %w", err)
+	if h.wants("O6") || h.wants("O6r") {
+		if err := h.engineResults(ctx, up); err != nil {
+			return fmt.Errorf("O6: %w", err)
+		}
 	}
 	return nil
 }
@@ -251,6 +259,12 @@ func (h *harness) engineMemory(ctx context.Context, up *upRun) error {
 		return err
 	}
 	h.logf("O3: %d sessions waiting after %s; RSS %s → %s, peak %s", n, fmtDur(loaded), fmtBytes(rss0), fmtBytes(rss1), fmtBytes(hwm1))
+	if h.cfg.profileDir != "" {
+		// After the RSS figures: the profile's GC must not change them.
+		if err := up.p.heapProfile(filepath.Join(h.cfg.profileDir, "rath-up-O3-heap.pprof")); err != nil {
+			return err
+		}
+	}
 	scaled := ""
 	if n != 1000 {
 		scaled = " (scaled down from 1,000 by --quick/--scale: not comparable with the target's 1,000)"
@@ -422,7 +436,8 @@ func (h *harness) engineState(ctx context.Context, up *upRun) error {
 // CPU per step is the runtime's (the `rath up` process) and this
 // process's (the client's) over the appends and until the services have
 // taken every event. Then the session's whole log read back with
-// client.Log.
+// client.Log (O6r). --figures O6r alone still appends the results, without
+// O6's row.
 func (h *harness) engineResults(ctx context.Context, up *upRun) error {
 	steps := h.cfg.n(5_000, 100)
 	id := sessionID("results", 0)
@@ -464,14 +479,18 @@ func (h *harness) engineResults(ctx context.Context, up *upRun) error {
 	if steps != 5_000 {
 		scaled = " (scaled down from 5,000 by --quick/--scale)"
 	}
-	h.rep.add(row{id: "O6",
-		what: fmt.Sprintf("one session appending %d tool results of 16 KB%s (client.Emit of rath.tool.completed, one at a time, each waiting for its signed ack): CPU per step, runtime (`rath up`) + client, until the services took every event", steps, scaled),
-		rath: fmt.Sprintf("%s CPU/step (runtime %s, client %s); until the last ack %s CPU/step (runtime %s), the services done %s after it; per append p50 %s, p99 %s",
-			fmtDur(perStep), fmtDur(u.workers/time.Duration(steps)), fmtDur(u.self/time.Duration(steps)),
-			fmtDur((acked.workers+acked.self)/time.Duration(steps)), fmtDur(acked.workers/time.Duration(steps)), fmtDur(u.wall-acked.wall),
-			fmtDur(l.median()), fmtDur(l.pct(99))),
-		target: joinCell(fmt.Sprintf("≤ 1.9 ms/step: %s", verdict(perStep <= 1900*time.Microsecond)), disturbed(u))})
-
+	if h.wants("O6") {
+		h.rep.add(row{id: "O6",
+			what: fmt.Sprintf("one session appending %d tool results of 16 KB%s (client.Emit of rath.tool.completed, one at a time, each waiting for its signed ack): CPU per step, runtime (`rath up`) + client, until the services took every event", steps, scaled),
+			rath: fmt.Sprintf("%s CPU/step (runtime %s, client %s); until the last ack %s CPU/step (runtime %s), the services done %s after it; per append p50 %s, p99 %s",
+				fmtDur(perStep), fmtDur(u.workers/time.Duration(steps)), fmtDur(u.self/time.Duration(steps)),
+				fmtDur((acked.workers+acked.self)/time.Duration(steps)), fmtDur(acked.workers/time.Duration(steps)), fmtDur(u.wall-acked.wall),
+				fmtDur(l.median()), fmtDur(l.pct(99))),
+			target: joinCell(fmt.Sprintf("≤ 1.9 ms/step: %s", verdict(perStep <= 1900*time.Microsecond)), disturbed(u))})
+	}
+	if !h.wants("O6r") {
+		return nil
+	}
 	h.logf("O6: reading the %d-event log back", steps+1)
 	stopProfile = up.p.profile(filepath.Join(h.cfg.profileDir, "rath-up-O6r.pprof"))
 	cpu = h.cpuStart()
