@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/openrath/rath/pkg/events"
 )
@@ -38,11 +39,11 @@ func apply(s *State, e events.Stored, merged bool) bool {
 func applyData(s *State, e events.Stored, data any, merged bool) bool {
 	origin := ""
 	if merged {
-		origin = e.Session
+		origin = own(e.Session)
 		s.Counts.Merged++
-		s.cover(e.Session, e.Seq)
+		s.cover(own(e.Session), e.Seq)
 	} else {
-		s.Seq, s.Hash, s.LastID = e.Seq, e.Hash, e.ID
+		s.Seq, s.Hash, s.LastID = e.Seq, own(e.Hash), own(e.ID)
 		s.Counts.Events++
 	}
 	if s.Created.IsZero() {
@@ -57,25 +58,25 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		if merged {
 			return true
 		}
-		s.ID = e.Session
-		s.Status, s.StatusBy = StatusActive, e.Actor
-		s.Tenant = e.Tenant
+		s.ID = own(e.Session)
+		s.Status, s.StatusBy = StatusActive, own(e.Actor)
+		s.Tenant = own(e.Tenant)
 		if s.Tenant == "" {
 			s.Tenant = events.DefaultTenant // stored before tenants
 		}
 		s.Workflow, s.WorkflowHash, s.WorkflowRef, s.Task = d.Workflow, d.WorkflowHash, d.WorkflowRef, d.Task
 		s.Labels = mergeLabels(s.Labels, d.Labels)
-		s.Lineage.Path = []events.Segment{{Session: e.Session, From: e.Seq}}
+		s.Lineage.Path = []events.Segment{{Session: own(e.Session), From: e.Seq}}
 	case *events.SessionForked:
 		if merged {
 			return true
 		}
 		// The fork inherits everything folded from the parent's prefix and
 		// becomes a session of its own from here.
-		s.ID = e.Session
-		s.Status, s.StatusBy = StatusActive, e.Actor
+		s.ID = own(e.Session)
+		s.Status, s.StatusBy = StatusActive, own(e.Actor)
 		if e.Tenant != "" {
-			s.Tenant = e.Tenant
+			s.Tenant = own(e.Tenant)
 		}
 		s.CloseReason, s.Outcome, s.Archive = "", "", nil
 		s.Created = e.Time
@@ -89,7 +90,7 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		if n := len(path); n > 0 {
 			path[n-1].To = d.AtSeq
 		}
-		path = append(path, events.Segment{Session: e.Session, From: e.Seq})
+		path = append(path, events.Segment{Session: own(e.Session), From: e.Seq})
 		s.Lineage = Lineage{Parent: d.Parent, ForkSeq: d.AtSeq, ForkHash: d.ParentHash, ForkReason: d.Reason,
 			Path: path, Merged: s.Lineage.Merged}
 	case *events.SessionMerged:
@@ -107,20 +108,20 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		s.Lineage.Merges = append(s.Lineage.Merges, m)
 	case *events.SessionPaused:
 		if !merged {
-			s.Status, s.StatusBy = StatusPaused, e.Actor
+			s.Status, s.StatusBy = StatusPaused, own(e.Actor)
 		}
 	case *events.SessionResumed:
 		if !merged {
-			s.Status, s.StatusBy = StatusActive, e.Actor
+			s.Status, s.StatusBy = StatusActive, own(e.Actor)
 		}
 	case *events.SessionClosed:
 		if !merged {
-			s.Status, s.StatusBy = StatusClosed, e.Actor
+			s.Status, s.StatusBy = StatusClosed, own(e.Actor)
 			s.CloseReason, s.Outcome = d.Reason, d.Outcome
 		}
 	case *events.SessionArchived:
 		if !merged {
-			s.Status, s.StatusBy = StatusArchived, e.Actor
+			s.Status, s.StatusBy = StatusArchived, own(e.Actor)
 			s.Archive = &Archive{Seq: e.Seq, BundleRef: d.BundleRef, FromSeq: d.FromSeq, HeadSeq: d.HeadSeq, HeadHash: d.HeadHash,
 				HeadStreamSeq: d.HeadStreamSeq, Events: d.Events}
 		}
@@ -141,12 +142,12 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 	case *events.ToolRequested:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
 		t.Agent, t.Arguments, t.Origin, t.Approval = d.Agent, d.Arguments, origin, d.ApprovalID
-		t.ProposedBy, t.Screened = e.Actor, ""
+		t.ProposedBy, t.Screened = own(e.Actor), ""
 		s.Counts.ToolCalls++
 	case *events.ToolCleared:
 		if t := s.Tools[d.CallID]; t != nil {
 			s.tool(d.CallID, t.Tool, e.Seq)
-			s.screen(d.CallID, e.Actor, ScreenedClear)
+			s.screen(d.CallID, own(e.Actor), ScreenedClear)
 		}
 	case *events.ToolStarted:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
@@ -163,7 +164,7 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		t.Attempts = max(t.Attempts, d.Attempt)
 	case *events.SandboxPlaced:
 		if !merged {
-			s.Sandbox = &Placement{Seq: e.Seq, Session: e.Session, Commit: d.Commit, Backend: d.Backend, SandboxID: d.SandboxID, Host: d.Host, Workspace: d.Workspace,
+			s.Sandbox = &Placement{Seq: e.Seq, Session: own(e.Session), Commit: d.Commit, Backend: d.Backend, SandboxID: d.SandboxID, Host: d.Host, Workspace: d.Workspace,
 				Isolation: d.IsolationOf()}
 		}
 	case *events.MemoryRecalled:
@@ -171,14 +172,14 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		for i, it := range d.Items {
 			ids[i] = it.ItemID
 		}
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: e.ID,
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "recalled", ItemIDs: ids, Query: d.Query, EventID: own(e.ID),
 			Agent: d.Agent, TurnID: d.TurnID, Items: d.Items, Actor: memoryActor(e)})
 	case *events.MemoryWritten:
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: memoryActor(e)})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "written", ItemIDs: []string{d.ItemID}, EventID: own(e.ID), Actor: memoryActor(e)})
 	case *events.MemoryRetracted:
-		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: e.ID, Actor: memoryActor(e)})
+		s.Memory = append(s.Memory, MemoryEvent{Seq: e.Seq, Kind: "retracted", ItemIDs: []string{d.ItemID}, EventID: own(e.ID), Actor: memoryActor(e)})
 	case *events.SelectorDecided:
-		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, ID: e.ID, Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: e.Causation, TurnID: d.TurnID})
+		s.Decisions = append(s.Decisions, Decision{Seq: e.Seq, ID: own(e.ID), Rule: d.Rule, Route: d.Route, Reason: d.Reason, Cause: own(e.Causation), TurnID: d.TurnID})
 		if d.TurnID != "" && !merged && d.TurnID != s.LastTurn {
 			s.Turn = &Turn{ID: d.TurnID, Agent: d.Agent, Seq: e.Seq, At: e.Time}
 		}
@@ -198,15 +199,15 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 			s.Counts.ValidationsFailed++
 		}
 	case *events.ExperimentRecorded:
-		s.Experiments = append(s.Experiments, Experiment{Seq: e.Seq, EventID: e.ID, ExperimentRecorded: *d})
+		s.Experiments = append(s.Experiments, Experiment{Seq: e.Seq, EventID: own(e.ID), ExperimentRecorded: *d})
 	case *events.ApprovalRequested:
 		if s.Approvals == nil {
 			s.Approvals = map[string]Approval{}
 		}
 		s.Approvals[d.ApprovalID] = Approval{Seq: e.Seq, Action: d.Action, Approver: d.Approver, CallID: d.CallID, Tool: d.Tool, Gate: d.Gate,
-			Requested: e.Time, RequestedBy: e.Actor, Deadline: d.Deadline, OnTimeout: d.OnTimeout, EscalateTo: d.EscalateTo, EscalateDeadline: d.EscalateDeadline}
+			Requested: e.Time, RequestedBy: own(e.Actor), Deadline: d.Deadline, OnTimeout: d.OnTimeout, EscalateTo: d.EscalateTo, EscalateDeadline: d.EscalateDeadline}
 		if d.CallID != "" {
-			s.screen(d.CallID, e.Actor, d.ApprovalID)
+			s.screen(d.CallID, own(e.Actor), d.ApprovalID)
 		}
 	case *events.TurnRequested:
 		// A second request of the turn that just ended (the ledger does not
@@ -236,11 +237,11 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 	case *events.HandlerFailed:
 		s.Counts.HandlerFailures++
 	case *events.ApprovalGranted:
-		s.settleApproval(d.ApprovalID, ApprovalGranted, d.By, e.Actor, d.Comment, e.Seq)
+		s.settleApproval(d.ApprovalID, ApprovalGranted, d.By, own(e.Actor), d.Comment, e.Seq)
 	case *events.ApprovalRejected:
-		s.settleApproval(d.ApprovalID, ApprovalRejected, d.By, e.Actor, d.Reason, e.Seq)
+		s.settleApproval(d.ApprovalID, ApprovalRejected, d.By, own(e.Actor), d.Reason, e.Seq)
 	case *events.ApprovalExpired:
-		s.expireApproval(d, e.Actor, e.Seq)
+		s.expireApproval(d, own(e.Actor), e.Seq)
 	case *events.SandboxRequested, *events.SandboxRefused:
 		// The placement changes with the runner's answer (SandboxPlaced).
 	default:
@@ -325,12 +326,20 @@ func mergeLabels(into, from map[string]string) map[string]string {
 	return into
 }
 
+// own copies an attribute of an event the state keeps. An event parsed from
+// a stored body (events.ParseStored) has its attributes as substrings of
+// the body: a state keeping one would keep the whole body (a message a
+// consumer received) alive for as long as the state lives in a cache,
+// which with many idle sessions was most of what their events left in
+// memory. Data decodes into copies already.
+func own(s string) string { return strings.Clone(s) }
+
 // memoryActor is who a memory event was for: the memory service proposes
 // it as itself, on behalf of the principal that asked (events.ExtOnBehalf,
 // which the ledger keeps only from a service); without one, the proposer.
 func memoryActor(e events.Stored) string {
 	if e.OnBehalf != "" {
-		return e.OnBehalf
+		return own(e.OnBehalf)
 	}
-	return e.Actor
+	return own(e.Actor)
 }
