@@ -205,7 +205,7 @@ func (l *Ledger) seal(ctx context.Context, one []event.Event, x expectation) (in
 		e.mu.Unlock()
 		return inflight{}, false, nil // commit refuses
 	}
-	if _, ok := e.recent[one[0].ID()]; ok {
+	if _, ok := e.lately(one[0].ID()); ok {
 		e.mu.Unlock()
 		return inflight{}, false, nil // commit answers with the same ack
 	}

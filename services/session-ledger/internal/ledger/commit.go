@@ -292,7 +292,7 @@ func (l *Ledger) stored(ctx context.Context, e *entry, st *session.State, evs []
 // reason to think the events were stored.
 func (l *Ledger) storedAlready(ctx context.Context, e *entry, evs []event.Event, search bool) ([]api.Ack, bool, error) {
 	find := func(eventID string) (api.Ack, bool, error) {
-		if a, ok := e.recent[eventID]; ok {
+		if a, ok := e.lately(eventID); ok {
 			a.Duplicate = true
 			a, err := l.receipt(ctx, a) // a batch's event refers to its record
 			return a, err == nil, err

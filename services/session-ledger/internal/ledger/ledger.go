@@ -133,8 +133,9 @@ type entry struct {
 	state     *session.State
 	loaded    bool
 	streamSeq uint64 // stream sequence of the session's own last event
-	recent    map[string]api.Ack
-	recentIDs []string
+	// recent are the acks this ledger gave lately for the session, oldest
+	// first, at most recentKeep: a retry of one of them is answered with it.
+	recent []recentAck
 	// bigState is set once the state outgrew the snapshot size limit.
 	bigState bool
 }
@@ -142,15 +143,30 @@ type entry struct {
 const recentKeep = 64
 
 func (e *entry) remember(a api.Ack) {
-	if e.recent == nil {
-		e.recent = make(map[string]api.Ack, 4)
+	if len(e.recent) == recentKeep {
+		e.recent = append(e.recent[:0], e.recent[1:]...)
 	}
-	e.recent[a.ID] = a
-	e.recentIDs = append(e.recentIDs, a.ID)
-	if len(e.recentIDs) > recentKeep {
-		delete(e.recent, e.recentIDs[0])
-		e.recentIDs = e.recentIDs[1:]
+	e.recent = append(e.recent, recentAck{id: a.ID, hash: a.Hash, sig: a.Sig, seq: a.Seq, streamSeq: a.StreamSeq})
+}
+
+// recentAck is an ack kept in an entry's recent, without what every ack of
+// the session shares (the session) or none of them sets (Duplicate,
+// Record): a map of whole acks per session took a few KiB of each cached
+// session.
+type recentAck struct {
+	id, hash, sig  string
+	seq, streamSeq uint64
+}
+
+// lately returns the ack this ledger gave lately for event id of the
+// session, the latest if it gave several.
+func (e *entry) lately(id string) (api.Ack, bool) {
+	for i := len(e.recent) - 1; i >= 0; i-- {
+		if r := e.recent[i]; r.id == id {
+			return api.Ack{ID: r.id, Session: e.id, Seq: r.seq, Hash: r.hash, Sig: r.sig, StreamSeq: r.streamSeq}, true
+		}
 	}
+	return api.Ack{}, false
 }
 
 // New returns a ledger over an opened store.
