@@ -2,10 +2,14 @@ package events_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/openrath/rath/pkg/events"
 )
@@ -87,4 +91,69 @@ func FuzzValidJSON(f *testing.F) {
 			t.Fatalf("validJSON(%q) = %v, json.Valid: %v", b, got, want)
 		}
 	})
+}
+
+// sdkUnmarshal is what events.Unmarshal must agree with: the SDK's decoder
+// of valid JSON.
+func sdkUnmarshal(b []byte) (event.Event, error) {
+	var e event.Event
+	err := e.UnmarshalJSON(b)
+	return e, err
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	big := strings.Repeat("a line of a result\n\"quoted\" \\ é\t", 80)
+	result, _ := json.Marshal(big)
+	for _, head := range []string{
+		`{"specversion":"1.0","id":"a","source":"rath","type":"rath.tool.call.completed","subject":"s","data":{"result":%s}}`,
+		`{"data":{"result":%s},"specversion":"1.0","id":"a","source":"rath","type":"t","datacontenttype":"application/json"}`,
+		`{"specversion":"1.0","id":"a","source":"rath","type":"t","datacontenttype":"text/plain","data":%s}`,
+		`{"specversion":"0.3","id":"a","source":"rath","type":"t","data":{"r":%s}}`,
+		`{"specversion":"1.0","id":"a","source":"rath","type":"t","data":{"r":%s},"data":1}`,
+		`{"specversion":"1.0","id":"a","source":"rath","type":"t","d\u0061ta":{"r":%s}}`,
+		`{"specversion":"1.0","id":"a","source":"rath","type":"t","data_base64":"eyJ4IjoxfQ==","data":{"r":%s}}`,
+		`{"specversion":"1.0","id":"a","source":"rath","type":"t","rathseq":"x","data":[%s]}`,
+		`{"specversion":"1.0","id":"a","source":"rath","type":"t","data":%s}`,
+	} {
+		f.Add([]byte(fmt.Sprintf(head, result)))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return // Unmarshal refuses it before any decoder sees it
+		}
+		got, err := events.Unmarshal(b)
+		want, wantErr := sdkUnmarshal(b)
+		if (err == nil) != (wantErr == nil) || (err == nil && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("%q: Unmarshal = %v, %v; the SDK: %v, %v", b, got, err, want, wantErr)
+		}
+	})
+}
+
+// The envelope is decoded around large JSON data of a 1.0 event, and the
+// SDK is asked whenever it would treat the data otherwise.
+func TestUnmarshalAroundData(t *testing.T) {
+	result, _ := json.Marshal(strings.Repeat("a line of a result\n", 100))
+	for _, c := range []struct {
+		body  string
+		taken bool
+	}{
+		{`{"specversion":"1.0","id":"a","source":"rath","type":"t","subject":"s","data":{"result":%s}}`, true},
+		{`{"data":{"result":%s},"specversion":"1.0","id":"a","source":"rath","type":"t","datacontenttype":"application/json"}`, true},
+		{`{"specversion":"1.0","id":"a","source":"rath","type":"t","data":{"result":"short"},"x":%s}`, false},
+		{`{"specversion":"1.0","id":"a","source":"rath","type":"t","datacontenttype":"text/plain","data":%s}`, false},
+		{`{"specversion":"0.3","id":"a","source":"rath","type":"t","data":{"r":%s}}`, false},
+		{`{"specversion":"1.0","id":"a","source":"rath","type":"t","data":{"r":%s},"data":1}`, false},
+		{`{"specversion":"1.0","id":"a","source":"rath","type":"t","d\u0061ta":{"r":%s}}`, false},
+		{`{"specversion":"1.0","id":"a","source":"rath","type":"t","data_base64":"eyJ4IjoxfQ==","data":{"r":%s}}`, false},
+	} {
+		b := []byte(fmt.Sprintf(c.body, result))
+		got, ok := events.UnmarshalAroundData(b)
+		if ok != c.taken {
+			t.Errorf("%.80s…: taken %v, want %v", b, ok, c.taken)
+			continue
+		}
+		if want, err := sdkUnmarshal(b); ok && (err != nil || !reflect.DeepEqual(got, want)) {
+			t.Errorf("%.80s…: %v; the SDK: %v, %v", b, got, want, err)
+		}
+	}
 }
