@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -163,7 +164,7 @@ func (c *Cache) Stats() Stats {
 // the head without folding the events after the state its handlers use: a
 // trigger of the session still waiting to be handled would be below it.
 func (c *Cache) State(ctx context.Context, id string, at uint64) (*session.State, error) {
-	slot := c.entries.Get(id, newEntry)
+	slot := c.slot(id)
 	e := slot.Value
 	c.lock(ctx, e)
 	defer e.mu.Unlock()
@@ -207,7 +208,7 @@ var ErrBehind = errors.New("a replica of the sessions stream is behind an event 
 // anew from the log). A shared one answers from the head and leaves the
 // state of callers at a sequence where it is (CacheConfig.Shared).
 func (c *Cache) StateSince(ctx context.Context, id string, seq uint64) (*session.State, error) {
-	slot := c.entries.Get(id, newEntry)
+	slot := c.slot(id)
 	e := slot.Value
 	c.lock(ctx, e)
 	defer e.mu.Unlock()
@@ -298,7 +299,7 @@ func (c *Cache) headOf(ctx context.Context, e *entry) (*session.State, error) {
 // but not folded: the next call for at+1 costs one event, not a refold. When
 // nothing was stored after at, both are the same state.
 func (c *Cache) StateAndHead(ctx context.Context, id string, at uint64) (atState, head *session.State, err error) {
-	slot := c.entries.Get(id, newEntry)
+	slot := c.slot(id)
 	e := slot.Value
 	c.lock(ctx, e)
 	defer e.mu.Unlock()
@@ -479,7 +480,7 @@ func (c *Cache) Observe(ctx context.Context, ev events.Stored, streamSeq uint64)
 		if !startsSession(ev) {
 			return
 		}
-		slot = c.entries.Get(ev.Session, newEntry)
+		slot = c.slot(ev.Session)
 	}
 	e := slot.Value
 	if !e.mu.TryLock() {
@@ -703,6 +704,17 @@ func (c *Cache) fail(e *entry, err error) error {
 }
 
 func newEntry(id string) *entry { return &entry{id: id} }
+
+// slot returns session id's slot, made if the cache holds none. A new slot
+// keys on a copy of id: a session ID taken from a parsed event is a
+// substring of the message it came in (events.ParseStored), which the
+// entry would keep alive for as long as the session is cached.
+func (c *Cache) slot(id string) *lru.Slot[string, *entry] {
+	if slot, ok := c.entries.Lookup(id); ok {
+		return slot
+	}
+	return c.entries.Get(strings.Clone(id), newEntry)
+}
 
 // account records an entry's new size; the least recently used entries
 // beyond the bound are evicted, never the one just used. An entry evicted

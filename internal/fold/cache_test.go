@@ -712,3 +712,25 @@ func TestFarBehindStateAt(t *testing.T) {
 		t.Fatalf("far behind a trigger: %+v, want the head loaded and the trigger refolded", st)
 	}
 }
+
+// A session's entry keys on a copy of its ID, not on the message the first
+// event came in (whose attributes are substrings of it): overwritten after
+// it was observed, the entry is still found under the session's ID.
+func TestEntryKeepsNoMessage(t *testing.T) {
+	r := newRig(t)
+	c := r.cache(t, 0)
+	r.start(t, "s1")
+	first := r.stored(t, "s1")[0]
+	c.Observe(r.ctx, first.ev, first.seq)
+	for i := range first.ev.Raw {
+		first.ev.Raw[i] = 'x'
+	}
+	st, err := c.StateSince(r.ctx, "s1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", 0)
+	if s := c.Stats(); s.Sessions != 1 || s.Loads != 0 {
+		t.Errorf("after the first event's message was overwritten: %+v, want the observed session found, not loaded", s)
+	}
+}
