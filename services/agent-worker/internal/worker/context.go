@@ -75,7 +75,13 @@ func (c *Contexts) Stats() ContextStats {
 // them either. st is only read; the entry keeps a reference to its
 // compactions, which Apply never changes in place (ADR 0016).
 func (c *Contexts) Messages(id string, st *session.State, agent string) []provider.Message {
-	slot := c.entries.Get(contextKey{session: id, agent: agent}, newAgentContext)
+	slot, ok := c.entries.Lookup(contextKey{session: id, agent: agent})
+	if !ok {
+		// A new entry keys on copies: a session ID taken from a parsed
+		// event is a substring of the message it came in
+		// (events.ParseStored), which the entry would keep alive.
+		slot = c.entries.Get(contextKey{session: strings.Clone(id), agent: strings.Clone(agent)}, newAgentContext)
+	}
 	e := slot.Value
 	e.mu.Lock()
 	defer e.mu.Unlock()

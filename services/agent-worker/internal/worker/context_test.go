@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
@@ -434,4 +435,21 @@ func randomStep(r *rand.Rand, f *follower, tame bool) {
 
 func pick3(r *rand.Rand, a, b, c any) any {
 	return []any{a, b, c}[r.IntN(3)]
+}
+
+// An entry keys on a copy of the session ID it was asked for, not on the
+// caller's memory (an ID parsed from a message is a substring of it):
+// overwritten afterwards, the entry is still found under the ID.
+func TestContextsKeepNoCallersID(t *testing.T) {
+	c := worker.NewContexts(0)
+	st := &session.State{}
+	session.Apply(st, stored(t, "s-key", 1, &events.SessionStarted{Task: "t"}))
+	session.Apply(st, stored(t, "s-key", 2, chunk(events.RoleUser, "", "hello")))
+	id := []byte("s-key")
+	c.Messages(unsafe.String(&id[0], len(id)), st, "coder")
+	copy(id, "xxxxx")
+	c.Messages("s-key", st, "coder")
+	if s := c.Stats(); s.Builds != 1 || s.Entries != 1 {
+		t.Errorf("stats %+v after the caller's ID was overwritten: want the entry found, one build", s)
+	}
 }
