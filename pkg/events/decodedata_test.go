@@ -157,3 +157,37 @@ func TestUnmarshalAroundData(t *testing.T) {
 		}
 	}
 }
+
+// Marshal is the SDK's encoding compacted: the same event as json.Marshal's
+// once read back, with data given with whitespace compacted and <, >, & and
+// U+2028 left as they are.
+func TestMarshalIsCompactAndReadsBack(t *testing.T) {
+	e, err := events.NewRaw("s-1", events.TypeChunkAppended, []byte("{\n  \"turn_id\": \"t<1>&\u2028\",\n  \"content\": \"a b\"\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := events.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), `"data":{"turn_id":"t<1>&`+"\u2028"+`","content":"a b"}`) {
+		t.Errorf("Marshal = %s, want the data compacted with its strings as they are", got)
+	}
+	std, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := events.Unmarshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := events.Unmarshal(std)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var da, db any
+	if json.Unmarshal(a.Data(), &da) != nil || json.Unmarshal(b.Data(), &db) != nil || !reflect.DeepEqual(da, db) ||
+		a.ID() != b.ID() || a.Type() != b.Type() || a.Subject() != b.Subject() {
+		t.Errorf("read back differently:\n%s\n%s", got, std)
+	}
+}
