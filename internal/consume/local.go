@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,12 +140,18 @@ func (h *handoffs) forget(seq uint64) {
 
 // saw notes that session sid's event seq was received.
 func (h *handoffs) saw(sid string, seq uint64) {
-	if _, ok := h.seen[sid]; !ok && len(h.seen) >= seenKept {
-		// Forgetting only parks later hand-offs, which their deliveries
-		// then settle.
-		clear(h.seen)
+	last, ok := h.seen[sid]
+	if !ok {
+		if len(h.seen) >= seenKept {
+			// Forgetting only parks later hand-offs, which their
+			// deliveries then settle.
+			clear(h.seen)
+		}
+		// A copy: a session ID parsed from a message is a substring of
+		// it (events.ParseStored), which the key would keep alive.
+		sid = strings.Clone(sid)
 	}
-	h.seen[sid] = max(h.seen[sid], seq)
+	h.seen[sid] = max(last, seq)
 }
 
 // hand queues or parks a hand-off on its session's shard, or drops it.
