@@ -37,9 +37,10 @@ type CacheConfig struct {
 	// and leave where it is the state kept for callers that ask at a
 	// sequence (StateAndHead, State at a sequence): a consumer ahead does
 	// not move it past one behind, which would then fold the session anew.
-	// That state is kept at most SharedTail events behind the head (a
-	// caller further behind is folded anew from a snapshot, and the state
-	// kept there when it is within SharedTail of the head). Until a caller
+	// That state is kept behind the head for SharedTail events, or more
+	// while they fit in a sixteenth of MaxBytes (a caller further behind
+	// is folded anew from a snapshot, and the state kept there when it is
+	// within SharedTail of the head). Until a caller
 	// asks for a session at a sequence, its entry is kept as a positional
 	// cache keeps it. Without Shared the cache is positional: StateSince
 	// folds up to the sequence it is asked for, which suits one consumer
@@ -47,8 +48,13 @@ type CacheConfig struct {
 	Shared bool
 }
 
-// SharedTail bounds how many events a shared cache keeps read and not
-// folded behind a session's head, for callers asking at a sequence.
+// SharedTail is how many events a shared cache keeps read and not folded
+// behind a session's head, for callers asking at a sequence, at the least;
+// it keeps more while they fit in a sixteenth of its MaxBytes, so that a
+// caller that fell behind a burst (a batch of thousands of events appended
+// at once, which the consumers that only observe it take faster than the
+// selector decides on it) goes on from its state instead of being folded
+// anew from a snapshot at each of its events.
 const SharedTail = 256
 
 // CacheOr returns c, or when c is nil a new cache reading from store: a
@@ -91,8 +97,10 @@ type Cache struct {
 	loads, refolds, scans, lasts atomic.Int64
 	// fed: Observe was called; refresh reads the last event first.
 	fed atomic.Bool
-	// shared: CacheConfig.Shared.
-	shared bool
+	// shared: CacheConfig.Shared; tailBytes: what a shared entry's tail
+	// may hold beyond SharedTail events.
+	shared    bool
+	tailBytes int64
 }
 
 // entry is one session's folded state. st is folded up to some sequence;
@@ -129,7 +137,7 @@ func NewCache(store *eventstore.Store, cfg CacheConfig) *Cache {
 	if max == 0 {
 		max = DefaultMaxBytes
 	}
-	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), entries: lru.New[string, *entry](max), shared: cfg.Shared}
+	return &Cache{reader: NewReader(store, cfg.SnapshotEvery), entries: lru.New[string, *entry](max), shared: cfg.Shared, tailBytes: max / 16}
 }
 
 // Reader returns the reader the cache folds with.
@@ -255,12 +263,19 @@ func (c *Cache) sharedHead(ctx context.Context, e *entry) (*session.State, error
 // with noRead: it stops at a merge, whose fold reads the merged session,
 // for the next caller to fold.
 func (c *Cache) trim(ctx context.Context, e *entry, noRead bool) error {
-	if !c.shared || len(e.tail) <= SharedTail {
+	if !c.shared || len(e.tail) <= SharedTail || e.tailSize <= c.tailBytes {
 		return nil
 	}
-	upTo := e.tail[len(e.tail)-SharedTail-1].Seq
+	// Fold the oldest until the rest fits in tailBytes, keeping at least
+	// SharedTail.
+	n, size := 0, e.tailSize
+	for n < len(e.tail)-SharedTail && size > c.tailBytes {
+		size -= eventSize(e.tail[n])
+		n++
+	}
+	upTo := e.tail[n-1].Seq
 	if noRead {
-		for _, ev := range e.tail[:len(e.tail)-SharedTail] {
+		for _, ev := range e.tail[:n] {
 			if ev.Type == events.TypeSessionMerged {
 				if ev.Seq == e.st.Seq+1 {
 					return nil

@@ -16,7 +16,13 @@ import (
 // shared returns a fresh cache shared by several consumers of a process.
 func (r *rig) shared(t *testing.T) *fold.Cache {
 	t.Helper()
-	return fold.NewCache(r.store(t), fold.CacheConfig{SnapshotEvery: snapshotEvery, Shared: true})
+	return r.sharedOf(t, 0)
+}
+
+// sharedOf is a shared cache bounded by maxBytes (0: the default).
+func (r *rig) sharedOf(t *testing.T, maxBytes int64) *fold.Cache {
+	t.Helper()
+	return fold.NewCache(r.store(t), fold.CacheConfig{MaxBytes: maxBytes, SnapshotEvery: snapshotEvery, Shared: true})
 }
 
 func (r *rig) store(t *testing.T) *eventstore.Store {
@@ -147,7 +153,9 @@ func TestSharedTailBound(t *testing.T) {
 	r := newRig(t)
 	r.start(t, "s1")
 	r.start(t, "s2")
-	c := r.shared(t)
+	// 2 MiB: a tail of 128 KiB, less than SharedTail+10 chunks, so the
+	// bound is SharedTail.
+	c := r.sharedOf(t, 2<<20)
 	r.feed(t, c, "s1", "s2")
 	r.sameAndHead(t, c, "s1", 1) // a selector at the first event
 	for i := range fold.SharedTail + 10 {
@@ -243,4 +251,36 @@ func TestCacheOr(t *testing.T) {
 	}
 	r.start(t, "s1")
 	r.same(t, own, "s1", 0)
+}
+
+// A selector behind a burst of events that fits in a sixteenth of the
+// cache (here 600 chunks, appended while it decided nothing) goes on from
+// its state, one event at a time, folding nothing anew; the head is
+// answered all the while.
+func TestSharedBurstKeepsTheStateBehind(t *testing.T) {
+	r := newRig(t)
+	r.start(t, "s1")
+	c := r.shared(t)
+	r.feed(t, c, "s1")
+	r.sameAndHead(t, c, "s1", 1) // a selector at the first event
+	const burst = 600
+	for i := range burst {
+		r.emit(t, "s1", &events.ChunkAppended{Role: "user", Content: fmt.Sprintf("chunk %d", i)})
+	}
+	r.feed(t, c, "s1")
+	if n := c.Tail("s1"); n != burst {
+		t.Fatalf("after a burst of %d: %d kept unfolded behind the head, want all", burst, n)
+	}
+	head := r.head(t, "s1")
+	st, err := c.StateSince(r.ctx, "s1", head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.equal(t, st, "s1", 0)
+	for at := uint64(2); at <= head; at += 97 {
+		r.sameAndHead(t, c, "s1", at)
+	}
+	if st := c.Stats(); st.Refolds != 0 || st.Loads != 0 {
+		t.Fatalf("a selector behind a burst: %+v, want no refold, no load", st)
+	}
 }
