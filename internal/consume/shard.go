@@ -35,19 +35,30 @@ type shard struct {
 type held struct {
 	naks int
 	last time.Time
+	// due is when its redelivery should be back. Processes that share
+	// the consumer share its redeliveries: one not back by due plus
+	// heldGrace went to another, and holds this process's later
+	// deliveries of the session back no longer.
+	due time.Time
 }
+
+// heldGrace is how late a delivery naked for want of room may come back
+// and still be waited for.
+const heldGrace = 250 * time.Millisecond
 
 // offer queues d on its session's shard, or naks it to come back later
 // when the shard is full. A session with a delivery naked so takes none of
-// its events stored after that one until it has come back and been taken:
-// the session's events are still handled in the order they were stored.
+// its events stored after that one until it has come back and been taken
+// (or was due back a quarter of a second ago: processes sharing the consumer share its
+// redeliveries, and another took it): the session's events are still
+// handled in the order they were stored.
 // (A handler's own retry, a Nak after it failed, holds nothing back, as
 // before: later events of the session go on meanwhile.)
 func (r *runner) offer(d delivery) {
 	sid, _ := events.SessionFromSubject(d.m.Subject())
 	s := r.shardOf(sid)
 	s.mu.Lock()
-	naks, behind := s.put(d, sid)
+	naks, behind, delay := s.put(d, sid, r.h.AckWait, time.Now())
 	if s.handoffs != nil && d.parseErr == nil {
 		// Hand-offs waiting for this event go behind it, or are dropped
 		// if it was held back.
@@ -56,27 +67,32 @@ func (r *runner) offer(d delivery) {
 	}
 	s.mu.Unlock()
 	if naks > 0 {
-		delay := min(100*time.Millisecond<<min(naks-1, 5), 2*time.Second, r.h.AckWait/3)
 		r.log.Debug("shard busy; the event comes back later", "session", sid, "stream_seq", d.seq, "behind_held", behind, "retry_in", delay)
 		_ = d.m.NakWithDelay(delay)
 	}
 }
 
 // put queues d, or holds it back and returns how often it was (its naks so
-// far, at least 1) and whether it is behind another held delivery. The
-// caller holds s.mu, and naks a delivery held back.
-func (s *shard) put(d delivery, sid string) (naks int, behind bool) {
+// far, at least 1), whether it is behind another held delivery, and the
+// delay to nak it with. The caller holds s.mu, and naks a delivery held
+// back.
+func (s *shard) put(d delivery, sid string, ackWait time.Duration, now time.Time) (naks int, behind bool, delay time.Duration) {
 	h := s.held[sid]
-	for seq := range h {
+	for seq, e := range h {
 		if seq < d.seq {
+			if now.After(e.due.Add(heldGrace)) {
+				delete(h, seq) // redelivered to another process
+				continue
+			}
 			behind = true
-			break
 		}
 	}
 	if behind || len(s.queue) >= shardSize {
 		e := h[d.seq]
 		e.naks++
-		e.last = time.Now()
+		e.last = now
+		delay = min(100*time.Millisecond<<min(e.naks-1, 5), 2*time.Second, ackWait/3)
+		e.due = now.Add(delay)
 		if d.seq != 0 { // (no sequence: nothing to keep behind it)
 			if h == nil {
 				h = map[uint64]held{}
@@ -84,19 +100,19 @@ func (s *shard) put(d delivery, sid string) (naks int, behind bool) {
 			}
 			h[d.seq] = e
 		}
-		return e.naks, behind
+		return e.naks, behind, delay
 	}
 	if e, ok := h[d.seq]; ok {
 		// Its naks for want of room are no attempts of the handler's.
 		d.attempt = max(d.attempt-e.naks, 1)
 		delete(h, d.seq)
-		if len(h) == 0 {
-			delete(s.held, sid)
-		}
+	}
+	if len(h) == 0 {
+		delete(s.held, sid)
 	}
 	s.queue = append(s.queue, d)
 	s.cond.Signal()
-	return 0, false
+	return 0, false, 0
 }
 
 // shardOf is the shard of session sid.
