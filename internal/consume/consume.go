@@ -166,7 +166,7 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        h.AckWait,
-		MaxAckPending:  h.Workers * 64,
+		MaxAckPending:  h.Workers * pendingPerWorker,
 	}
 	var cons jetstream.Consumer
 	for wait := 50 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
@@ -211,7 +211,7 @@ func Run(ctx context.Context, nc *nats.Conn, h Handler, onFailure Failure, log *
 	r.shards = make([]*shard, h.Workers)
 	var wg sync.WaitGroup
 	for i := range r.shards {
-		s := &shard{held: map[string]map[uint64]held{}}
+		s := &shard{size: h.Workers * pendingPerWorker / 2, held: map[string]map[uint64]held{}}
 		if local {
 			s.handoffs = newHandoffs()
 		}

@@ -11,9 +11,9 @@ import (
 // back (plus heldGrace) the session's later deliveries wait behind it;
 // after that they are taken, instead of waiting out two ack waits.
 func TestHeldDeliveryRedeliveredElsewhereHoldsBackNoLonger(t *testing.T) {
-	s := &shard{held: map[string]map[uint64]held{}}
+	s := &shard{size: 32, held: map[string]map[uint64]held{}}
 	s.cond = sync.NewCond(&s.mu)
-	for i := range shardSize {
+	for i := range s.size {
 		s.queue = append(s.queue, delivery{seq: uint64(1000 + i)})
 	}
 	now := time.Unix(1000, 0)
@@ -33,7 +33,7 @@ func TestHeldDeliveryRedeliveredElsewhereHoldsBackNoLonger(t *testing.T) {
 	}
 	// Another session's delivery that comes back in time is taken, and so
 	// is what waited behind it.
-	s.queue = make([]delivery, shardSize)
+	s.queue = make([]delivery, s.size)
 	s.put(delivery{seq: 20}, "s2", ackWait, now)
 	s.queue = nil
 	if naks, _, _ := s.put(delivery{seq: 20, attempt: 2}, "s2", ackWait, now.Add(100*time.Millisecond)); naks != 0 {

@@ -193,7 +193,7 @@ func (s *shard) hand(ev events.Stored, streamSeq uint64) string {
 		h.nParked++
 		return "parked until its session's previous event comes"
 	}
-	if len(s.held[ev.Session]) > 0 || len(s.queue) >= shardSize {
+	if len(s.held[ev.Session]) > 0 || len(s.queue) >= s.size {
 		return "dropped: the shard is full"
 	}
 	h.remember(streamSeq)
@@ -218,7 +218,7 @@ func (s *shard) release(sid string) {
 		case seen+1 < d.ev.Seq:
 			kept = append(kept, d)
 			continue
-		case seen+1 == d.ev.Seq && len(s.held[sid]) == 0 && len(s.queue) < shardSize:
+		case seen+1 == d.ev.Seq && len(s.held[sid]) == 0 && len(s.queue) < s.size:
 			s.queue = append(s.queue, d)
 			s.cond.Signal()
 		default:

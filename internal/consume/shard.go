@@ -11,13 +11,20 @@ import (
 	"github.com/openrath/rath/pkg/events"
 )
 
-// shardSize bounds the deliveries a shard holds waiting for its handler.
-const shardSize = 32
+// pendingPerWorker is the consumer's MaxAckPending per worker: the server
+// delivers no more than Workers × pendingPerWorker unsettled events.
+const pendingPerWorker = 64
 
 // shard handles the deliveries of the sessions hashed to it one at a time,
-// in the order it took them. It holds at most shardSize waiting: the one
-// Consume callback, shared by every session, never waits for room (offer).
+// in the order it took them. It holds at most size waiting, half of what
+// the consumer may have unsettled (MaxAckPending): a burst of one session's
+// events (a batch of thousands appended at once) gets a long queue (with 32
+// slots, the deliveries naked for want of room and everything behind them
+// came back in trickles: 5,000 events took minutes), and the other half of
+// the server's window stays for the other sessions. The one Consume
+// callback, shared by every session, never waits for room (offer).
 type shard struct {
+	size    int
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []delivery
@@ -87,7 +94,7 @@ func (s *shard) put(d delivery, sid string, ackWait time.Duration, now time.Time
 			behind = true
 		}
 	}
-	if behind || len(s.queue) >= shardSize {
+	if behind || len(s.queue) >= s.size {
 		e := h[d.seq]
 		e.naks++
 		e.last = now

@@ -197,14 +197,15 @@ func TestFullShardStallsNoOtherSession(t *testing.T) {
 			}
 		}
 	}
-	emit(busy, 1+32+8) // one handled, a full shard, eight more
+	const shard = workers * 64 / 2 // what a shard holds: half the consumer's MaxAckPending
+	emit(busy, 1+shard+8)          // one handled, a full shard, eight more
 	<-started
 	<-naked.Seen()
 	emit(other, 1)
 	h.until(t, other, 2)
 	close(release)
 	emit(busy, 5) // likely while the naked ones are still out
-	h.until(t, busy, 47)
-	h.inOrder(t, busy, 2, 47)
+	h.until(t, busy, 1+shard+8+5+1)
+	h.inOrder(t, busy, 2, 1+shard+8+5+1)
 	h.inOrder(t, other, 2, 2)
 }
