@@ -1,46 +1,21 @@
 package runtime
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/workflowfile"
 )
-
-// lockedBuffer is a log sink several services write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() [][]byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out [][]byte
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		out = append(out, append([]byte(nil), sc.Bytes()...))
-	}
-	return out
-}
 
 // handledLine is consume's debug line for one handling of an event.
 type handledLine struct {
@@ -68,7 +43,7 @@ func runScripted(t *testing.T, noHandOff bool) (log []events.Stored, h handlings
 	ctx := context.Background()
 	cfg := testConfig(t)
 	cfg.NoHandOff = noHandOff
-	sink := &lockedBuffer{}
+	sink := &proctest.LogBuffer{}
 	workerLog := slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rt, err := Start(ctx, cfg, WithClient("handoff-test"), WithServiceLogger(func(r auth.Role) *slog.Logger {
 		if r == auth.RoleAgentWorker {
@@ -110,9 +85,9 @@ func runScripted(t *testing.T, noHandOff bool) (log []events.Stored, h handlings
 		t.Fatal(err)
 	}
 	h = handlings{handled: map[string]int{}, handed: map[string]int{}, handOffs: map[string][]string{}}
-	for _, line := range sink.lines() {
+	for line := range strings.Lines(sink.String()) {
 		var l handledLine
-		if err := json.Unmarshal(line, &l); err != nil || l.Type != events.TypeTurnRequested {
+		if err := json.Unmarshal([]byte(line), &l); err != nil || l.Type != events.TypeTurnRequested {
 			continue
 		}
 		switch l.Msg {

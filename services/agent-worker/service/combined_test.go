@@ -1,14 +1,14 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/proctest"
 	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/internal/workflow"
 	"github.com/openrath/rath/pkg/client"
@@ -18,18 +18,6 @@ import (
 	"github.com/openrath/rath/services/agent-worker/service"
 	selector "github.com/openrath/rath/services/selector/service"
 )
-
-// syncBuffer is a log sink the two services write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
 
 // The agent worker with the selector in its process (--with-selector), each
 // on a connection of its own identity, routes and answers a scripted
@@ -41,7 +29,7 @@ func TestWithSelectorRunsTheLoopInOneProcess(t *testing.T) {
 	testrig.Ledger(t, ns.ClientURL())
 	wnc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleAgentWorker)
 	snc := natstest.ConnectAs(t, ns.ClientURL(), auth.RoleSelector)
-	sink := &syncBuffer{}
+	sink := &proctest.LogBuffer{}
 	log := slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	svc := testrig.Run(t, "agent worker with selector", func(ctx context.Context) error {
 		return service.WithSelector(ctx, wnc, snc, service.DefaultConfig(), selector.DefaultConfig(), log)
@@ -71,9 +59,7 @@ func TestWithSelectorRunsTheLoopInOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	handled, handOffs := map[string]int{}, map[string]int{}
-	sink.mu.Lock()
-	dec := json.NewDecoder(bytes.NewReader(sink.b.Bytes()))
-	sink.mu.Unlock()
+	dec := json.NewDecoder(strings.NewReader(sink.String()))
 	for dec.More() {
 		var l struct{ Msg, Event, Type, Handler string }
 		if err := dec.Decode(&l); err != nil {
