@@ -125,6 +125,7 @@ var examples = map[string]any{
 		Arguments:  json.RawMessage(`{"cmd":["go","test","./internal/config","-run","TestParseConfig"],"timeout_s":120}`),
 		Agent:      "coder",
 		ApprovalID: "ap-3f9c0d2e4b1a7c55",
+		Runner:     events.RunnerCaller,
 	},
 	events.TypeToolStarted: events.ToolStarted{
 		CallID:  "call_01JDQ9B2",

@@ -200,7 +200,7 @@ func (d ModelCallFailed) Summarize() string {
 
 // Summarize is "agent calls tool CALL arguments".
 func (d ToolRequested) Summarize() string {
-	l := newLine("calls").add(" %s", d.Tool).add(" %s", d.CallID).add(" %s", Clip(string(d.Arguments), clipWidth)).add(", waits for approval %s", d.ApprovalID)
+	l := newLine("calls").add(" %s", d.Tool).add(" %s", d.CallID).add(" %s", Clip(string(d.Arguments), clipWidth)).add(", waits for approval %s", d.ApprovalID).add(", run by the %s", d.Runner)
 	if d.Agent == "" {
 		return l.String()
 	}

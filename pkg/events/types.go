@@ -246,7 +246,20 @@ type ToolRequested struct {
 	// ApprovalID names the approval the call waits for; absent: the call
 	// is not gated.
 	ApprovalID string `json:"approval_id,omitempty"`
+	// Runner says who runs the call: "" a Rath runner (the tool runner or
+	// the custom tool server of the tool), RunnerCaller the program that
+	// recorded the call.
+	Runner string `json:"runner,omitempty"`
 }
+
+// RunnerCaller is the ToolRequested.Runner of a call that the program which
+// recorded it runs, and whose rath.tool.call.completed or
+// rath.tool.call.failed it records itself (the model gateway's sessions, ADR
+// 0039). No tool runner, tool server or gate screening takes such a call,
+// and no gate of the session's workflow holds it: the session's log only
+// records it. Absent (""), a Rath runner takes the call, as before the
+// field existed.
+const RunnerCaller = "caller"
 
 // ToolCleared records that no gate of the session's workflow holds a tool
 // call that the agent worker did not propose: the tool runner decides the
