@@ -141,7 +141,7 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		s.Usage.AddEvent(d)
 	case *events.ToolRequested:
 		t := s.tool(d.CallID, d.Tool, e.Seq)
-		t.Agent, t.Arguments, t.Origin, t.Approval = d.Agent, d.Arguments, origin, d.ApprovalID
+		t.Agent, t.Arguments, t.Origin, t.Approval, t.Runner = d.Agent, d.Arguments, origin, d.ApprovalID, own(d.Runner)
 		t.ProposedBy, t.Screened = own(e.Actor), ""
 		s.Counts.ToolCalls++
 	case *events.ToolCleared:

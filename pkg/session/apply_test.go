@@ -99,6 +99,34 @@ func TestToolEvidenceIndex(t *testing.T) {
 	}
 }
 
+// A call its caller runs stays open until the caller records its outcome,
+// and the state and the overview say who runs it.
+func TestCallerRunCall(t *testing.T) {
+	log := []events.Stored{
+		stored(t, "s", 1, &events.SessionStarted{}),
+		stored(t, "s", 2, &events.ToolRequested{CallID: "c1", Tool: "lookup", Agent: "planner", Runner: events.RunnerCaller}),
+		stored(t, "s", 3, &events.ToolRequested{CallID: "c2", Tool: "run", Agent: "planner"}),
+	}
+	st := fold(log...)
+	if c := st.Tools["c1"]; c == nil || c.Runner != events.RunnerCaller || !c.Open() {
+		t.Fatalf("caller-run call before its result: %+v", c)
+	}
+	if c := st.Tools["c2"]; c == nil || c.Runner != "" {
+		t.Fatalf("a Rath runner's call: %+v", c)
+	}
+	if req := st.Call("c1"); req == nil || req.Runner != events.RunnerCaller {
+		t.Fatalf("rebuilt request %+v", req)
+	}
+	open := st.Overview(session.OverviewOptions{}).Tools.Open
+	if len(open) != 2 || open[0].CallID != "c1" || open[0].Runner != events.RunnerCaller || open[1].Runner != "" {
+		t.Fatalf("open calls in the overview: %+v", open)
+	}
+	st = fold(append(log, stored(t, "s", 4, &events.ToolCompleted{CallID: "c1", Tool: "lookup", Result: "42"}))...)
+	if c := st.Tools["c1"]; c.Status != session.ToolCompleted || c.Runner != events.RunnerCaller {
+		t.Fatalf("caller-run call after its result: %+v", c)
+	}
+}
+
 // A move request and its refusal leave the placement as it is; the answer
 // that moves the session is a placement like any other.
 func TestSandboxMoves(t *testing.T) {

@@ -85,10 +85,12 @@ func (g Gate) Runnable() bool {
 // (Unscreened until then). A session without a workflow has no gates
 // (only the approval its call names, whoever asked for it, holds it). An
 // approval counts only as its gate keeper asked for it: one asked again by
-// another principal holds the call for ever.
+// another principal holds the call for ever. A call its caller runs
+// (events.RunnerCaller) has no gate: no Rath runner runs it, so none
+// screens it or waits for an approval of it.
 func (s *State) GateOf(callID string) Gate {
 	t := s.Tools[callID]
-	if t == nil {
+	if t == nil || t.Runner == events.RunnerCaller {
 		return Gate{}
 	}
 	id, keeper := "", GateKeeper
@@ -135,7 +137,7 @@ func (s *State) Call(callID string) *events.ToolRequested {
 	if t == nil {
 		return nil
 	}
-	return &events.ToolRequested{CallID: t.CallID, Tool: t.Tool, Arguments: t.Arguments, Agent: t.Agent, ApprovalID: s.GateOf(callID).ApprovalID}
+	return &events.ToolRequested{CallID: t.CallID, Tool: t.Tool, Arguments: t.Arguments, Agent: t.Agent, ApprovalID: s.GateOf(callID).ApprovalID, Runner: t.Runner}
 }
 
 // screen folds the tool runner's decision about the gate of a call that

@@ -28,6 +28,9 @@ func TestGateOfWhoeverProposes(t *testing.T) {
 	call := func(who string, seq uint64, approval string) events.Stored {
 		return by(who, seq, &events.ToolRequested{CallID: "c1", Tool: "run", Agent: "coder", ApprovalID: approval})
 	}
+	callerRuns := func(who string, seq uint64, approval string) events.Stored {
+		return by(who, seq, &events.ToolRequested{CallID: "c1", Tool: "run", Agent: "coder", ApprovalID: approval, Runner: events.RunnerCaller})
+	}
 	cleared := func(who string, seq uint64) events.Stored {
 		return by(who, seq, &events.ToolCleared{CallID: "c1", Tool: "run"})
 	}
@@ -58,6 +61,9 @@ func TestGateOfWhoeverProposes(t *testing.T) {
 		{"the worker's call requested again by a user", []events.Stored{start, call(worker, 2, ""), call(user, 3, "")}, true, "", false},
 		{"the runner's approval asked again by a user", []events.Stored{start, call(user, 2, ""), ask(runner, 3, "ap-r"), ask(user, 4, "ap-r"), grant(5, "ap-r")}, false, "ap-r", false},
 		{"the worker's approval asked again by a user", []events.Stored{start, ask(worker, 2, "ap-w"), call(worker, 3, "ap-w"), ask(user, 4, "ap-w"), grant(5, "ap-w")}, false, "ap-w", false},
+		{"a call its caller runs", []events.Stored{start, callerRuns(user, 2, "")}, false, "", true},
+		{"a call its caller runs, naming an approval", []events.Stored{start, ask(user, 2, "ap-u"), callerRuns(user, 3, "ap-u"), grant(4, "ap-u")}, false, "", true},
+		{"the worker's gated call, requested again for its caller", []events.Stored{start, ask(worker, 2, "ap-w"), call(worker, 3, "ap-w"), callerRuns(user, 4, "")}, false, "", true},
 		{"no workflow: a user's call", []events.Stored{by("acme/ana", 1, &events.SessionStarted{}), call(user, 2, "")}, false, "", true},
 		{"no workflow: a user's call naming an approval", []events.Stored{by("acme/ana", 1, &events.SessionStarted{}), ask(user, 2, "ap-u"), call(user, 3, "ap-u")}, false, "ap-u", false},
 	}

@@ -271,6 +271,9 @@ type ToolEntry struct {
 	Origin        string          `json:"origin,omitempty"`
 	// Approval is the approval the call waits for, if a gate holds it.
 	Approval string `json:"approval,omitempty"`
+	// Runner is events.RunnerCaller for a call the program that recorded
+	// it runs (open until it records the outcome), "" for a Rath runner.
+	Runner string `json:"runner,omitempty"`
 }
 
 // Open reports whether the call is requested or running.
@@ -433,7 +436,7 @@ func (s *State) toolEntry(t *Tool) ToolEntry {
 	gate := s.GateOf(t.CallID).ApprovalID
 	e := ToolEntry{CallID: name(t.CallID), Tool: name(t.Tool), Agent: name(t.Agent), Status: name(t.Status), Attempts: t.Attempts,
 		ExitCode: t.ExitCode, CommitBefore: name(t.CommitBefore), CommitAfter: name(t.CommitAfter), Error: text(t.Error, maxText),
-		Events: len(t.Seqs), Origin: name(t.Origin), Approval: name(gate)}
+		Events: len(t.Seqs), Origin: name(t.Origin), Approval: name(gate), Runner: name(t.Runner)}
 	if rawCost(t.Arguments) <= maxArguments && json.Valid(t.Arguments) {
 		e.Arguments = t.Arguments
 	} else {

@@ -366,6 +366,11 @@ type Tool struct {
 	// agent worker did not propose: ScreenedClear, or the ID of the
 	// approval it asked for; "" until it decides (ADR 0025, amendment).
 	Screened string `json:"screened,omitempty"`
+	// Runner is who runs the call, as its latest request says:
+	// events.RunnerCaller for a call the program that recorded it runs
+	// (no Rath runner takes it, and it stays open until that program
+	// records its completion or failure); "" for a Rath runner.
+	Runner string `json:"runner,omitempty"`
 }
 
 // Tool call statuses.
