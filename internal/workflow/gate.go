@@ -139,7 +139,9 @@ func ApprovalID(callID, approver, action string, args json.RawMessage) string {
 // the approval it asks for; false when no gate does. session is the call's
 // session and st its state before the answer that makes the call. A gate
 // whose When fails to evaluate holds the call (Match.Err says why): a
-// defect of the workflow must not let a call through unapproved.
+// defect of the workflow must not let a call through unapproved. No gate
+// holds a call its caller runs (events.RunnerCaller): no Rath runner runs
+// it, so none would wait for the approval (session.State.GateOf).
 func (w *Workflow) GateFor(st *session.State, sessionID string, call *events.ToolRequested) (Match, bool) {
 	return w.gateFor(st, sessionID, call, false)
 }
@@ -161,6 +163,9 @@ func (w *Workflow) ScreenFor(st *session.State, sessionID, requestID string, cal
 }
 
 func (w *Workflow) gateFor(st *session.State, sessionID string, call *events.ToolRequested, anyAgent bool) (Match, bool) {
+	if call.Runner == events.RunnerCaller {
+		return Match{}, false
+	}
 	var act map[string]any
 	for i := range w.Gates {
 		g := &w.Gates[i]

@@ -124,6 +124,24 @@ func TestScreenFor(t *testing.T) {
 	}
 }
 
+// No gate holds a call its caller runs, however a gate would hold the same
+// call run by Rath: no Rath runner would wait for the approval.
+func TestNoGateHoldsACallersCall(t *testing.T) {
+	w := mustParse(t, gated)
+	st := &session.State{ID: "s"}
+	push := &events.ToolRequested{CallID: "c1", Tool: "run", Agent: "reviewer", Arguments: json.RawMessage(`{"command":["git","push"]}`), Runner: events.RunnerCaller}
+	if m, ok := w.GateFor(st, "s", push); ok {
+		t.Errorf("GateFor holds a caller-run call: %+v", m)
+	}
+	if m, ok := w.ScreenFor(st, "s", "ev-1", push); ok {
+		t.Errorf("ScreenFor holds a caller-run call: %+v", m)
+	}
+	push.Runner = ""
+	if _, ok := w.GateFor(st, "s", push); !ok {
+		t.Error("the same call, run by Rath, is not held")
+	}
+}
+
 // The approval ID is a function of the call ID, approver, action and
 // arguments, and of each of them.
 func TestApprovalID(t *testing.T) {

@@ -36,7 +36,9 @@ type server struct {
 // has decided yet (one the agent worker did not propose) waits for the
 // tool runner's decision, which is delivered here too: its clearance runs
 // the call, its approval request holds it (ADR 0025, amendment). The
-// server never evaluates a workflow's gates itself.
+// server never evaluates a workflow's gates itself. A call its caller runs
+// (events.RunnerCaller) is left alone: the program that recorded it
+// records its outcome.
 func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	d, err := ev.Decode()
 	if err != nil {
@@ -44,8 +46,8 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	}
 	switch d := d.(type) {
 	case *events.ToolRequested:
-		if d.Tool != s.t.Name {
-			return nil // another tool's: no state read
+		if d.Tool != s.t.Name || d.Runner == events.RunnerCaller {
+			return nil // another tool's, or one its caller runs: no state read
 		}
 	case *events.ToolCleared:
 		if d.Tool != s.t.Name {
@@ -75,6 +77,9 @@ func (s *server) handle(ctx context.Context, ev events.Stored) error {
 	call := st.Tools[req.CallID]
 	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
+	}
+	if call.Runner == events.RunnerCaller {
+		return nil // requested again for its caller to run
 	}
 	// The events answer the request (or the approval's decision) with the
 	// server's durable name and its client's source, rath/tool/<name>.

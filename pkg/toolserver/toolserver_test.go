@@ -24,6 +24,7 @@ import (
 	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/eventstore"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/pkg/session"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -216,6 +217,38 @@ func TestServeRunsRequestedCalls(t *testing.T) {
 	want := []string{events.TypeToolStarted, events.TypeChunkAppended, events.TypeToolCompleted}
 	if strings.Join(types, " ") != strings.Join(want, " ") {
 		t.Fatalf("tool server appended %v, want %v", types, want)
+	}
+}
+
+// A call of the tool that its caller runs (events.RunnerCaller) is not the
+// server's: it stays as requested, with nothing recorded about it, while a
+// call of the tool after it runs.
+func TestServeLeavesCallerRunCalls(t *testing.T) {
+	r := setup(t)
+	var calls atomic.Int32
+	r.serve(t, wordCount(&calls))
+	waitRegistered(t, r.store, "word_count")
+	ctx := context.Background()
+	if _, err := r.c.Start(ctx, "s1", events.SessionStarted{Task: "count"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Emit(ctx, "s1", &events.ToolRequested{CallID: "mine", Tool: "word_count", Agent: "a",
+		Arguments: json.RawMessage(`{"text":"one two"}`), Runner: events.RunnerCaller}); err != nil {
+		t.Fatal(err)
+	}
+	r.request(t, "s1", "c1", "word_count", `{"text":"one two  three"}`)
+	if _, last := r.finish(t, "s1", "c1"); last.(*events.ToolCompleted).Result != "3" {
+		t.Fatalf("completion %#v", last)
+	}
+	st, err := r.c.State(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if call := st.Tools["mine"]; call.Status != session.ToolRequested || len(call.Seqs) != 1 || call.Runner != events.RunnerCaller {
+		t.Fatalf("the caller's call was touched: %+v", call)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("Handle ran %d times, want once", n)
 	}
 }
 

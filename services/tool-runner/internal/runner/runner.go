@@ -175,11 +175,16 @@ func (r *Runner) gated(ctx context.Context, ev events.Stored) (*events.ToolReque
 // runCall runs the call req in answer to ev (its request, or the decision
 // of the approval that gates it), once: a call done already, or one whose
 // approval is pending, is left alone (the decision is delivered here too
-// and runs it); one whose approval was rejected fails with the reason.
+// and runs it); one whose approval was rejected fails with the reason. A
+// call its caller runs (events.RunnerCaller, as its request or its latest
+// request says) is not the runner's: nothing is screened, recorded or run.
 func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.ToolRequested, st *session.State, takeOver bool) error {
 	call := st.Tools[req.CallID]
 	if st.Status.Ended() || call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
 		return nil // done already (a redelivery), or nothing to do
+	}
+	if req.Runner == events.RunnerCaller || call.Runner == events.RunnerCaller {
+		return nil // its caller runs it and records the outcome
 	}
 	attempt := call.Attempts + 1
 	e := r.rec.Attempt(ev, req, attempt)
