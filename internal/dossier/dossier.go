@@ -279,9 +279,14 @@ type ToolCall struct {
 	Error        string          `json:"error,omitempty"`
 	Sandbox      *events.Sandbox `json:"sandbox,omitempty"`
 	// Placement is the sandbox placement in force in the branch's logical
-	// log when the call ended (or was last seen).
+	// log when the call ended (or was last seen); none for a call its
+	// caller ran, which no placement of Rath's ran.
 	Placement   *Ref `json:"placement,omitempty"`
 	RequestedIn *Ref `json:"requested_in,omitempty"`
+	// Runner is events.RunnerCaller for a call the program that recorded
+	// it ran, outside Rath's sandboxes (its Sandbox, if any, is that
+	// program's claim); "" for a call a Rath runner ran.
+	Runner string `json:"runner,omitempty"`
 }
 
 // Tool call statuses.

@@ -175,33 +175,7 @@ func TestDossierContents(t *testing.T) {
 	}
 
 	// The files.
-	raw, err := os.ReadFile(filepath.Join(dir, dossier.FileJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	schemaFile, err := os.ReadFile(filepath.Join(dir, dossier.FileSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := comp.AddResource("dossier.schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := comp.Compile("dossier.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sch.Validate(inst); err != nil {
-		t.Errorf("dossier.json does not match its schema: %v", err)
-	}
+	matchesSchema(t, dir)
 	// The placements say local isolated nothing (they were recorded before
 	// placements said their isolation).
 	if len(d.Sandboxes) != 2 {
@@ -249,6 +223,31 @@ func TestDossierContents(t *testing.T) {
 	rep, err := dossier.Verify(dir, nil)
 	if err != nil || !rep.OK || rep.Branches != 3 || rep.Events != 19+18+3 {
 		t.Errorf("verify: %+v, %v", rep, err)
+	}
+}
+
+// matchesSchema checks the dossier.json written to dir against the
+// dossier.schema.json written with it.
+func matchesSchema(t *testing.T, dir string) {
+	t.Helper()
+	comp := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(mustRead(t, filepath.Join(dir, dossier.FileSchema))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comp.AddResource("dossier.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := comp.Compile("dossier.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(mustRead(t, filepath.Join(dir, dossier.FileJSON))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		t.Errorf("dossier.json does not match its schema: %v", err)
 	}
 }
 
@@ -331,6 +330,61 @@ func TestMarkdownSandboxes(t *testing.T) {
 	if md := dossier.Markdown(d); strings.Contains(md, "Not isolated") {
 		t.Errorf("an isolated tree is said not to be:\n%s", md)
 	}
+}
+
+// A call its caller ran reads as such: no placement of Rath's, and in
+// dossier.md run by the caller, outside Rath's sandbox, even where a
+// placement is in force and the caller's result names a sandbox.
+func TestCallerRunCalls(t *testing.T) {
+	c := ledger(t)
+	ctx := context.Background()
+	if _, err := c.Start(ctx, "gw", events.SessionStarted{Task: "answer"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []any{
+		&events.SandboxPlaced{Backend: "bwrap", SandboxID: "bwrap-gw", Isolation: "bwrap: namespaces"},
+		&events.ToolRequested{CallID: "rath-1", Tool: "run", Agent: "planner", Arguments: json.RawMessage(`{"command":["ls"]}`)},
+		&events.ToolCompleted{CallID: "rath-1", Tool: "run", Attempt: 1, Result: "a.go", DurationMS: 5, Sandbox: &events.Sandbox{Backend: "bwrap", SandboxID: "bwrap-gw"}},
+		&events.ToolRequested{CallID: "mine-1", Tool: "lookup", Agent: "planner", Arguments: json.RawMessage(`{"q":"x"}`), Runner: events.RunnerCaller},
+		&events.ToolCompleted{CallID: "mine-1", Tool: "lookup", Result: "found", DurationMS: 30, Sandbox: &events.Sandbox{Backend: "docker", SandboxID: "theirs"}},
+		&events.ToolRequested{CallID: "mine-2", Tool: "lookup", Agent: "planner", Runner: events.RunnerCaller},
+	} {
+		if _, err := c.Emit(ctx, "gw", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := dossier.Build(ctx, c, "gw", dossier.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]dossier.ToolCall{}
+	for _, tc := range d.ToolCalls {
+		calls[tc.CallID] = tc
+	}
+	if tc := calls["rath-1"]; tc.Runner != "" || tc.Placement == nil {
+		t.Errorf("Rath's call: %+v", tc)
+	}
+	if tc := calls["mine-1"]; tc.Runner != events.RunnerCaller || tc.Placement != nil || tc.Status != dossier.ToolCompleted {
+		t.Errorf("the caller's completed call: %+v", tc)
+	}
+	if tc := calls["mine-2"]; tc.Runner != events.RunnerCaller || tc.Placement != nil || tc.Status != dossier.ToolRequested {
+		t.Errorf("the caller's pending call: %+v", tc)
+	}
+	md := dossier.Markdown(d)
+	for _, want := range []string{
+		"tool call `rath-1` run by planner, arguments `{\"command\":[\"ls\"]}` → exit 0: “a.go” [sandbox bwrap/bwrap-gw]",
+		"tool call `mine-1` lookup by planner, arguments `{\"q\":\"x\"}` → exit 0: “found” [run by the caller, outside Rath's sandbox; the caller reports sandbox docker/theirs]",
+		"tool call `mine-2` lookup by planner, arguments - → requested [run by the caller, outside Rath's sandbox]",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("dossier.md lacks %q:\n%s", want, md)
+		}
+	}
+	dir := t.TempDir()
+	if err := d.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	matchesSchema(t, dir)
 }
 
 func TestVerifyNamesTampering(t *testing.T) {

@@ -235,7 +235,10 @@ func (f *fold) record(e events.Stored, data any) bool {
 	case *events.ToolRequested:
 		c := f.call(e, own, d.CallID, d.Tool)
 		c.request = &e
-		c.rec.Agent, c.rec.Arguments, c.rec.TurnID = d.Agent, d.Arguments, f.inFlight
+		c.rec.Agent, c.rec.Arguments, c.rec.TurnID, c.rec.Runner = d.Agent, d.Arguments, f.inFlight, d.Runner
+		if c.rec.Runner == events.RunnerCaller {
+			c.rec.Placement = nil // its caller runs it, not the branch's sandbox
+		}
 		if own {
 			b.Counts.ToolCalls++
 		}
@@ -440,7 +443,7 @@ func (f *fold) call(e events.Stored, own bool, id, tool string) *callState {
 		c.touched = true
 		c.rec.Seqs = append(c.rec.Seqs, e.Seq)
 		c.rec.Placement = nil
-		if p := f.st.Sandbox; p != nil {
+		if p := f.st.Sandbox; p != nil && c.rec.Runner != events.RunnerCaller {
 			c.rec.Placement = &Ref{Branch: p.Session, Seq: p.Seq}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // Markdown tells the dossier for people: the outcome, the graph, each
@@ -383,7 +385,12 @@ func story(d *Dossier, b Branch, n namer) []storyLine {
 		default:
 			line += " → " + inline(t.Status, 40)
 		}
-		if t.Sandbox != nil {
+		switch {
+		case t.Runner == events.RunnerCaller && t.Sandbox != nil:
+			line += fmt.Sprintf(" [run by the caller, outside Rath's sandbox; the caller reports sandbox %s/%s]", inline(t.Sandbox.Backend, 40), inline(t.Sandbox.SandboxID, 200))
+		case t.Runner == events.RunnerCaller:
+			line += " [run by the caller, outside Rath's sandbox]"
+		case t.Sandbox != nil:
 			line += fmt.Sprintf(" [sandbox %s/%s]", inline(t.Sandbox.Backend, 40), inline(t.Sandbox.SandboxID, 200))
 		}
 		add(t.Seqs[len(t.Seqs)-1], "%s", line)
