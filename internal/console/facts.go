@@ -59,6 +59,7 @@ func eventFacts(ctx context.Context, c *client.Client, ev events.Stored, data an
 		add("Agent", d.Agent)
 		code("Arguments", d.Arguments)
 		add("Approval", d.ApprovalID)
+		add("Runner", d.Runner)
 	case *events.ToolStarted:
 		fs = append(fs, callFacts(ctx, c, ev, d.Tool, d.CallID)...)
 		add("Attempt", strconv.Itoa(d.Attempt))

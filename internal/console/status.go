@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openrath/rath/internal/dossier"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/session"
 )
 
@@ -119,6 +120,9 @@ func waitOf(v *session.Overview, now time.Time) *wait {
 		t := v.Tools.Open[0]
 		if t.Approval != "" {
 			return &wait{For: fmt.Sprintf("approval %s of tool call %s (%s)", t.Approval, t.CallID, t.Tool), Since: since}
+		}
+		if t.Runner == events.RunnerCaller {
+			return &wait{For: fmt.Sprintf("its caller to record the outcome of tool call %s (%s), requested at seq %d: the caller runs it, not Rath", t.CallID, t.Tool, t.Seq), Since: since}
 		}
 		if t.Status == session.ToolRequested {
 			return &wait{For: fmt.Sprintf("a tool runner to start tool call %s (%s), requested at seq %d", t.CallID, t.Tool, t.Seq), Since: since}

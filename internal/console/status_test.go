@@ -33,6 +33,8 @@ func TestOutcomesAndWaits(t *testing.T) {
 	}
 	r.session(t, "tool", 0)
 	emit("tool", &events.ToolRequested{CallID: "c1", Tool: "run_tests", Agent: "coder"})
+	r.session(t, "theirs", 0)
+	emit("theirs", &events.ToolRequested{CallID: "c2", Tool: "lookup", Agent: "planner", Runner: events.RunnerCaller})
 	r.session(t, "asks", 0)
 	emit("asks", &events.ApprovalRequested{ApprovalID: "ship-it", Action: "deploy to production", Approver: "maintainers"})
 	r.session(t, "owed", 0)
@@ -65,6 +67,7 @@ func TestOutcomesAndWaits(t *testing.T) {
 		"moved":  {"superseded", "superseded", ""},
 		"noted":  {"closed: recorded", "closed", ""},
 		"tool":   {"waiting", "waiting", "a tool runner to start tool call c1 (run_tests), requested at seq 2"},
+		"theirs": {"waiting", "waiting", "its caller to record the outcome of tool call c2 (lookup), requested at seq 2: the caller runs it, not Rath"},
 		"asks":   {"waiting", "waiting", "approval ship-it (asked of the maintainers role): deploy to production"},
 		"owed":   {"waiting", "waiting", "turn t1 of coder waits for tool run_tests, which no tool runner offers (pending since seq 2)"},
 		"md":     {"waiting", "waiting", "a next step"},
