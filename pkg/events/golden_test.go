@@ -31,7 +31,7 @@ var examples = map[string]any{
 	events.TypeTurnCompleted: events.TurnCompleted{TurnID: "turn-7", Agent: "coder", StopReason: "tool_use", ToolCalls: 2},
 	events.TypeTurnFailed:    events.TurnFailed{TurnID: "turn-7", Agent: "coder", Error: "anthropic: 529 overloaded after 5 attempts", Attempts: 5},
 	events.TypeModelCallFailed: events.ModelCallFailed{TurnID: "turn-7", Agent: "coder", Provider: "openai", Model: "gpt-4.1",
-		Attempt: 1, Status: 429, Error: "rate limited", RetryInMS: 500},
+		Attempt: 1, Status: 429, Error: "rate limited", RetryInMS: 500, RequestRef: "sha256:5d41402abc4b2a76b9719d911017c592ae1f2b6e5a4a1b1d9e2c3f4a5b6c7d8e"},
 	events.TypeHandlerFailed: events.HandlerFailed{Handler: "tool-runner", EventID: "01JDQ9B2-call", EventType: events.TypeToolRequested,
 		Attempts: 5, Error: "workspace unavailable", DeadLetter: "rath.dead.tool-runner"},
 	events.TypeSessionStarted: events.SessionStarted{

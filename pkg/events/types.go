@@ -629,6 +629,10 @@ type ModelCallFailed struct {
 	Status    int    `json:"status,omitempty"`
 	Error     string `json:"error"`
 	RetryInMS int64  `json:"retry_in_ms,omitempty"`
+	// RequestRef is the blob of the request body the call sent, when it
+	// is recorded (the model gateway, ADR 0039): what was asked, though
+	// nothing answered.
+	RequestRef string `json:"request_ref,omitempty"`
 }
 
 // HandlerFailed records that a service gave up on an event after a bounded
