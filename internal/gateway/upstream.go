@@ -1,0 +1,110 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// providerError is a provider's refusal, with its status.
+type providerError struct {
+	status int
+	msg    string
+}
+
+func (e *providerError) Error() string {
+	return fmt.Sprintf("the provider answered %d: %s", e.status, e.msg)
+}
+
+// ask sends the call to the provider and returns its answer and its raw
+// body (a response, or the event stream as read). A streamed answer is
+// written to w as it comes (at.streaming is then set). status is the
+// provider's HTTP status when it refused.
+func (g *Gateway) ask(ctx context.Context, w http.ResponseWriter, r *http.Request, req *chatRequest, body []byte) (ans *answer, raw []byte, at attempt, status int, err error) {
+	dropUsage := false
+	if req.Stream && !req.wantsUsage() {
+		// Ask for the usage, to record the tokens; the caller, who did not
+		// ask, is not sent it.
+		if body, err = withUsage(body); err != nil {
+			return nil, nil, at, 0, err
+		}
+		dropUsage = true
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, g.cfg.Upstream.BaseURL+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, at, 0, fmt.Errorf("the provider's request: %w", err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if g.cfg.Upstream.Key != "" {
+		hr.Header.Set("Authorization", "Bearer "+g.cfg.Upstream.Key)
+	}
+	if req.Stream {
+		hr.Header.Set("Accept", "text/event-stream")
+	}
+	start := time.Now()
+	resp, err := g.http.Do(hr)
+	if err != nil {
+		return nil, nil, at, 0, fmt.Errorf("call the provider: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		at.latency = time.Since(start)
+		return nil, nil, at, resp.StatusCode, &providerError{status: resp.StatusCode, msg: providerMessage(b)}
+	}
+	if !req.Stream {
+		raw, err = io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+		at.latency = time.Since(start)
+		if err != nil {
+			return nil, nil, at, 0, fmt.Errorf("read the provider's answer: %w", err)
+		}
+		if len(raw) > maxBody {
+			return nil, nil, at, 0, fmt.Errorf("the provider's answer is larger than %d bytes", maxBody)
+		}
+		ans, err = parseResponse(raw)
+		return ans, raw, at, 0, err
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	at.streaming = true
+	flush := func() {}
+	if f, ok := w.(http.Flusher); ok {
+		flush = f.Flush
+	}
+	ans, raw, err = copyStream(resp.Body, w, flush, dropUsage)
+	at.latency = time.Since(start)
+	return ans, raw, at, 0, err
+}
+
+// withUsage is a streaming request's body asking for the usage chunk.
+func withUsage(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("the request body: %w", err)
+	}
+	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	return json.Marshal(m)
+}
+
+// providerMessage is the message of a provider's error body, or its first
+// bytes.
+func providerMessage(b []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	const max = 512
+	if len(b) > max {
+		b = b[:max]
+	}
+	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
