@@ -16,7 +16,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,13 +63,15 @@ type Authenticator interface {
 // with p's credentials).
 type Clients func(ctx context.Context, p events.Principal) (*client.Client, error)
 
-// Upstream is the provider the gateway asks: its wire format, base URL and
+// Upstream is a provider the gateway asks: its wire format, base URL and
 // the operator's key.
 type Upstream struct {
-	// Kind is the provider's wire format: "openai".
+	// Kind is the provider's wire format: "openai" or "anthropic". Calls
+	// the gateway serves in that format go to this provider.
 	Kind string
-	// BaseURL is the provider's API base ("https://.../v1"); requests go to
-	// BaseURL + "/chat/completions".
+	// BaseURL is the provider's API base; requests go to BaseURL +
+	// "/chat/completions" (openai: "https://api.openai.com/v1") or BaseURL
+	// + "/v1/messages" (anthropic: "https://api.anthropic.com").
 	BaseURL string
 	// Key is the operator's API key, sent as a bearer token. Never logged,
 	// recorded or returned.
@@ -79,7 +80,9 @@ type Upstream struct {
 
 // Config configures a gateway.
 type Config struct {
-	Upstream Upstream
+	// Upstreams are the providers asked, one per kind; a wire format with
+	// none is not served.
+	Upstreams []Upstream
 	// Timeout bounds one provider call (default 10 minutes): a streamed
 	// answer is read whole even when the caller went away, so that it is
 	// recorded.
@@ -92,11 +95,21 @@ type Config struct {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Upstream.Kind != "openai" {
-		errs = append(errs, fmt.Errorf("gateway upstream: provider must be openai, got %q", c.Upstream.Kind))
+	if len(c.Upstreams) == 0 {
+		errs = append(errs, errors.New("gateway: no upstream provider"))
 	}
-	if !strings.HasPrefix(c.Upstream.BaseURL, "http://") && !strings.HasPrefix(c.Upstream.BaseURL, "https://") {
-		errs = append(errs, errors.New("gateway upstream: base URL must be an http or https URL"))
+	seen := map[string]bool{}
+	for _, u := range c.Upstreams {
+		if _, ok := wires[u.Kind]; !ok {
+			errs = append(errs, fmt.Errorf("gateway upstream: provider must be %s or %s, got %q", kindOpenAI, kindAnthropic, u.Kind))
+		}
+		if seen[u.Kind] {
+			errs = append(errs, fmt.Errorf("gateway upstream: provider %s is named twice", u.Kind))
+		}
+		seen[u.Kind] = true
+		if !strings.HasPrefix(u.BaseURL, "http://") && !strings.HasPrefix(u.BaseURL, "https://") {
+			errs = append(errs, fmt.Errorf("gateway upstream %s: base URL must be an http or https URL", u.Kind))
+		}
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("gateway timeout must not be negative, got %s", c.Timeout))
@@ -106,12 +119,13 @@ func (c Config) Validate() error {
 
 // Gateway records the model calls of agents built elsewhere.
 type Gateway struct {
-	cfg     Config
-	auth    Authenticator
-	clients Clients
-	log     *slog.Logger
-	http    *http.Client
-	convos  *convos
+	cfg       Config
+	upstreams map[string]Upstream // by kind
+	auth      Authenticator
+	clients   Clients
+	log       *slog.Logger
+	http      *http.Client
+	convos    *convos
 }
 
 // New returns a gateway.
@@ -128,18 +142,29 @@ func New(cfg Config, auth Authenticator, clients Clients, log *slog.Logger) (*Ga
 			return errors.New("the provider redirected: not followed, so the key goes nowhere else")
 		}}
 	}
-	cfg.Upstream.BaseURL = strings.TrimRight(cfg.Upstream.BaseURL, "/")
-	return &Gateway{cfg: cfg, auth: auth, clients: clients, log: log, http: hc, convos: newConvos(64 << 20)}, nil
+	ups := map[string]Upstream{}
+	for _, u := range cfg.Upstreams {
+		u.BaseURL = strings.TrimRight(u.BaseURL, "/")
+		ups[u.Kind] = u
+	}
+	return &Gateway{cfg: cfg, upstreams: ups, auth: auth, clients: clients, log: log, http: hc, convos: newConvos(64 << 20)}, nil
 }
 
 // Handler returns the gateway's HTTP handler.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /s/{session}/v1/chat/completions", g.chat)
-	mux.HandleFunc("POST /v1/chat/completions", g.chat)
-	mux.HandleFunc("POST /replay/{session}/v1/chat/completions", g.replay)
+	for _, w := range []wire{openAI{}, anthropic{}} {
+		endpoint := "/v1" + w.path()
+		if w.kind() == kindAnthropic {
+			endpoint = w.path()
+		}
+		live := func(rw http.ResponseWriter, r *http.Request) { g.chat(rw, r, w) }
+		mux.HandleFunc("POST /s/{session}"+endpoint, live)
+		mux.HandleFunc("POST "+endpoint, live)
+		mux.HandleFunc("POST /replay/{session}"+endpoint, func(rw http.ResponseWriter, r *http.Request) { g.replay(rw, r, w) })
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s (the gateway serves POST /s/<session>/v1/chat/completions)", r.Method, r.URL.Path))
+		openAI{}.fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s (the gateway serves POST /s/<session>/v1/chat/completions and /s/<session>/v1/messages; docs/gateway.md)", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -152,11 +177,19 @@ type call struct {
 	token   string // the token's name, for logs
 	c       *client.Client
 	body    []byte // the request's body, as the caller sent it
+	wire    wire
+	up      Upstream
 }
 
 // open authenticates the call and names its session and agent; on failure
 // it has answered the caller.
-func (g *Gateway) open(w http.ResponseWriter, r *http.Request) (*call, bool) {
+func (g *Gateway) open(w http.ResponseWriter, r *http.Request, wi wire) (*call, bool) {
+	fail := wi.fail
+	up, ok := g.upstreams[wi.kind()]
+	if !ok {
+		fail(w, http.StatusNotImplemented, "not_served", fmt.Sprintf("this gateway asks no %s provider: the operator names one with --gateway-upstream %s=URL", wi.kind(), wi.kind()))
+		return nil, false
+	}
 	tok := bearer(r)
 	if tok == "" {
 		fail(w, http.StatusUnauthorized, "invalid_api_key", "no Rath gateway token: send it as the API key (Authorization: Bearer <token>); mint one with rath creds token add")
@@ -168,7 +201,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request) (*call, bool) {
 		fail(w, http.StatusUnauthorized, "invalid_api_key", "the Rath gateway token is not valid (unknown or revoked)")
 		return nil, false
 	}
-	k := &call{who: who, token: name, session: r.PathValue("session"), agent: r.Header.Get(HeaderAgent)}
+	k := &call{who: who, token: name, session: r.PathValue("session"), agent: r.Header.Get(HeaderAgent), wire: wi, up: up}
 	if k.session == "" {
 		k.session = r.Header.Get(HeaderSession)
 	}
@@ -210,8 +243,8 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
 }
 
-// readBody reads a request's body, at most maxBody bytes.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+// readBody reads a call's body, at most maxBody bytes.
+func readBody(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, int, string, string)) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -225,27 +258,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// fail answers an error in the OpenAI error format, which every client of
-// that API reads.
-func fail(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	var body struct {
-		Error struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-			Code    string `json:"code"`
-		} `json:"error"`
-	}
-	body.Error.Message, body.Error.Code = msg, code
-	body.Error.Type = "invalid_request_error"
-	if status >= 500 {
-		body.Error.Type = "server_error"
-	}
-	_ = json.NewEncoder(w).Encode(body)
-}
-
-// ParseUpstream reads an upstream as --upstream names it:
+// ParseUpstream reads an upstream as --gateway-upstream names it:
 // "openai=https://api.openai.com/v1". The key is not part of it.
 func ParseUpstream(s string) (Upstream, error) {
 	kind, url, ok := strings.Cut(s, "=")
@@ -253,5 +266,16 @@ func ParseUpstream(s string) (Upstream, error) {
 		return Upstream{}, fmt.Errorf("upstream %q: want PROVIDER=URL, e.g. openai=https://api.openai.com/v1", s)
 	}
 	u := Upstream{Kind: kind, BaseURL: url}
-	return u, Config{Upstream: u}.Validate()
+	return u, Config{Upstreams: []Upstream{u}}.Validate()
+}
+
+// Set replaces the upstream of u's kind in ups, or adds it.
+func Set(ups []Upstream, u Upstream) []Upstream {
+	for i := range ups {
+		if ups[i].Kind == u.Kind {
+			ups[i] = u
+			return ups
+		}
+	}
+	return append(ups, u)
 }

@@ -50,6 +50,10 @@ type provider struct {
 }
 
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/messages" {
+		p.messages(w, r)
+		return
+	}
 	if r.URL.Path != "/v1/chat/completions" {
 		http.Error(w, "no such path "+r.URL.Path, http.StatusNotFound)
 		return
@@ -146,7 +150,7 @@ func start(t *testing.T) *rig {
 	var logs bytes.Buffer
 	r := &rig{t: t, prov: prov, log: &logs}
 	r.another = func() string {
-		g, err := gateway.New(gateway.Config{Upstream: gateway.Upstream{Kind: "openai", BaseURL: up.URL + "/v1", Key: "sk-operator-secret"}},
+		g, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{Kind: "openai", BaseURL: up.URL + "/v1", Key: "sk-operator-secret"}, {Kind: "anthropic", BaseURL: up.URL, Key: "sk-operator-secret"}}},
 			tokens{"rath_alice": alice, "rath_bob": bob}, clients, slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil)))
 		if err != nil {
 			t.Fatal(err)
@@ -378,4 +382,61 @@ func errorOf(body []byte) string {
 		return e.Error.Message
 	}
 	return string(body)
+}
+
+// messages answers in the Anthropic Messages wire format.
+func (p *provider) messages(w http.ResponseWriter, r *http.Request) {
+	var req map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	p.calls = append(p.calls, req)
+	p.auth = append(p.auth, r.Header.Get("X-Api-Key")+" "+r.Header.Get("Anthropic-Version")+" "+r.Header.Get("Authorization"))
+	n := len(p.calls)
+	status := p.status
+	p.mu.Unlock()
+	if status != 0 {
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"rate_limit_error","message":"rate limited for key sk-operator-secret"}}`)
+		return
+	}
+	say := "done"
+	if n <= len(p.answers) {
+		say = p.answers[n-1]
+	}
+	tool, isTool := strings.CutPrefix(say, "tool:")
+	if stream, _ := req["stream"].(bool); stream {
+		w.Header().Set("Content-Type", "text/event-stream")
+		ev := func(name, data string) { fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data) }
+		ev("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[],"usage":{"input_tokens":11,"output_tokens":1}}}`)
+		ev("ping", `{"type":"ping"}`)
+		stop := "end_turn"
+		if isTool {
+			stop = "tool_use"
+			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_`+fmt.Sprint(n)+`","name":"`+tool+`","input":{}}}`)
+			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\": "}}`)
+			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Oslo\"}"}}`)
+		} else {
+			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+			for _, word := range strings.SplitAfter(say, " ") {
+				b, _ := json.Marshal(word)
+				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`+string(b)+`}}`)
+			}
+		}
+		ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
+		ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+stop+`"},"usage":{"output_tokens":7}}`)
+		ev("message_stop", `{"type":"message_stop"}`)
+		return
+	}
+	content := []any{msg{"type": "text", "text": say}}
+	stop := "end_turn"
+	if isTool {
+		content = []any{msg{"type": "tool_use", "id": fmt.Sprintf("toolu_%d", n), "name": tool, "input": msg{"city": "Oslo"}}}
+		stop = "tool_use"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(msg{"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+		"content": content, "stop_reason": stop, "usage": msg{"input_tokens": 11, "output_tokens": 7}})
 }

@@ -43,6 +43,10 @@ func TestRefusals(t *testing.T) {
 		{"content of a wrong type", "/s/mine/v1/chat/completions", "rath_alice", chat(false, msg{"role": "user", "content": 42}), nil, 400, "content"},
 		{"too large", "/s/mine/v1/chat/completions", "rath_alice", chat(false, msg{"role": "user", "content": big}), nil, 413, "larger than"},
 		{"unknown endpoint", "/s/mine/v1/embeddings", "rath_alice", msg{}, nil, 404, "no such endpoint"},
+		{"messages: a system turn", "/s/mine/v1/messages", "rath_alice", msg{"model": "m", "messages": []any{msg{"role": "system", "content": "x"}}}, nil, 400, `unknown role "system"`},
+		{"messages: a tool result without its call", "/s/mine/v1/messages", "rath_alice", msg{"model": "m", "messages": []any{msg{"role": "user", "content": []any{msg{"type": "tool_result", "content": "x"}}}}}, nil, 400, "tool_use_id"},
+		{"messages: content of a wrong type", "/s/mine/v1/messages", "rath_alice", msg{"model": "m", "messages": []any{msg{"role": "user", "content": 7}}}, nil, 400, "content blocks"},
+		{"messages: unknown token", "/s/mine/v1/messages", "", msg{}, []string{"X-Api-Key", "rath_mallory"}, 401, "not valid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := r.post(tc.path, tc.token, tc.body, tc.headers...)

@@ -3,48 +3,41 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 )
 
-// The OpenAI Chat Completions wire format, as much of it as the gateway
-// reads. Everything else a request carries is passed upstream untouched:
-// the gateway forwards the caller's body, not a re-encoding of these types.
+// openAI is the OpenAI Chat Completions wire format, as much of it as the
+// gateway reads. Everything else a request carries is passed upstream
+// untouched: the gateway forwards the caller's body, not a re-encoding.
+type openAI struct{}
 
-// chatRequest is the part of a Chat Completions request the gateway reads.
+func (openAI) kind() string { return kindOpenAI }
+func (openAI) path() string { return "/chat/completions" }
+
 type chatRequest struct {
-	Model    string        `json:"model"`
-	Messages []chatMessage `json:"messages"`
-	Stream   bool          `json:"stream,omitempty"`
-	// StreamOptions.IncludeUsage asks for a last chunk with the usage.
+	Model         string        `json:"model"`
+	Messages      []chatMessage `json:"messages"`
+	Stream        bool          `json:"stream,omitempty"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options,omitempty"`
 }
 
-// wantsUsage reports whether a streaming request asked for the usage chunk.
-func (r *chatRequest) wantsUsage() bool {
-	return r.StreamOptions != nil && r.StreamOptions.IncludeUsage
-}
-
-// chatMessage is one message of a conversation, in a request or as a
-// response's choice.
 type chatMessage struct {
 	Role string `json:"role"`
 	// Content is a string, an array of parts, or null.
 	Content    json.RawMessage `json:"content,omitempty"`
-	Name       string          `json:"name,omitempty"`
 	ToolCalls  []toolCall      `json:"tool_calls,omitempty"`
 	ToolCallID string          `json:"tool_call_id,omitempty"`
 }
 
 type toolCall struct {
 	ID       string `json:"id"`
-	Type     string `json:"type,omitempty"`
 	Function struct {
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
@@ -52,17 +45,15 @@ type toolCall struct {
 }
 
 type chatResponse struct {
-	ID      string `json:"id"`
 	Model   string `json:"model"`
 	Choices []struct {
-		Index        int         `json:"index"`
 		Message      chatMessage `json:"message"`
 		FinishReason string      `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *usage `json:"usage,omitempty"`
+	Usage *chatUsage `json:"usage,omitempty"`
 }
 
-type usage struct {
+type chatUsage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 }
@@ -73,7 +64,6 @@ type chatChunk struct {
 	Choices []struct {
 		Index int `json:"index"`
 		Delta struct {
-			Role      string `json:"role,omitempty"`
 			Content   string `json:"content,omitempty"`
 			ToolCalls []struct {
 				Index    int    `json:"index"`
@@ -86,12 +76,10 @@ type chatChunk struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *usage `json:"usage,omitempty"`
+	Usage *chatUsage `json:"usage,omitempty"`
 }
 
-// parseRequest reads a Chat Completions request, refusing one the gateway
-// cannot record with a message naming the problem.
-func parseRequest(body []byte) (*chatRequest, error) {
+func (openAI) parseRequest(body []byte) (*request, error) {
 	var r chatRequest
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("the body is not a Chat Completions request: %w", err)
@@ -102,27 +90,38 @@ func parseRequest(body []byte) (*chatRequest, error) {
 	if len(r.Messages) == 0 {
 		return nil, errors.New("messages must hold at least one message")
 	}
+	out := &request{Model: r.Model, Stream: r.Stream, WantsUsage: r.StreamOptions != nil && r.StreamOptions.IncludeUsage}
 	for i, m := range r.Messages {
+		t, err := partsText(m.Content)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d].content: %w", i, err)
+		}
+		msg := message{Role: m.Role, Text: t}
 		switch m.Role {
-		case "system", "developer", "user", "assistant":
+		case "system", "user":
+		case "developer":
+			msg.Role = "system"
+		case "assistant":
+			for _, c := range m.ToolCalls {
+				msg.Calls = append(msg.Calls, toolUse{ID: c.ID, Name: c.Function.Name, Arguments: arguments(c.Function.Arguments)})
+			}
 		case "tool":
 			if m.ToolCallID == "" {
 				return nil, fmt.Errorf("messages[%d]: a tool message needs its tool_call_id", i)
 			}
+			msg.ToolCallID = m.ToolCallID
 		default:
 			return nil, fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
 		}
-		if _, err := text(m.Content); err != nil {
-			return nil, fmt.Errorf("messages[%d].content: %w", i, err)
-		}
+		out.Messages = append(out.Messages, msg)
 	}
-	return &r, nil
+	return out, nil
 }
 
-// text is a message's content as text: the string, or the text of its
-// text parts joined by newlines (an image or audio part is named, not
-// kept: the request's body, stored whole, holds it).
-func text(raw json.RawMessage) (string, error) {
+// partsText is a content as text: the string, or the text of its text parts
+// joined by newlines (another part is named, not kept: the request's body,
+// stored whole, holds it).
+func partsText(raw json.RawMessage) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
@@ -153,32 +152,7 @@ func text(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// digest is what identifies a message when the gateway compares a
-// request's conversation with what it recorded: its role, text, tool call
-// ID and the tool calls it makes. Two messages with the same digest record
-// the same events.
-func digest(m chatMessage) [32]byte {
-	t, _ := text(m.Content)
-	h := sha256.New()
-	fmt.Fprintf(h, "%q %q %q", m.Role, t, m.ToolCallID)
-	for _, c := range m.ToolCalls {
-		fmt.Fprintf(h, " %q %q %q", c.ID, c.Function.Name, c.Function.Arguments)
-	}
-	var d [32]byte
-	h.Sum(d[:0])
-	return d
-}
-
-// answer is a model's answer, from a response or accumulated from a stream.
-type answer struct {
-	Model        string
-	Message      chatMessage
-	FinishReason string
-	Usage        usage
-}
-
-// parseResponse reads a non-streamed answer.
-func parseResponse(body []byte) (*answer, error) {
+func (openAI) parseResponse(body []byte) (*answer, error) {
 	var r chatResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("the provider's answer is not a Chat Completions response: %w", err)
@@ -186,123 +160,184 @@ func parseResponse(body []byte) (*answer, error) {
 	if len(r.Choices) == 0 {
 		return nil, errors.New("the provider's answer has no choices")
 	}
-	a := &answer{Model: r.Model, Message: r.Choices[0].Message, FinishReason: r.Choices[0].FinishReason}
-	if a.Message.Role == "" {
-		a.Message.Role = "assistant"
+	c := r.Choices[0]
+	t, err := partsText(c.Message.Content)
+	if err != nil {
+		return nil, fmt.Errorf("the provider's answer: %w", err)
+	}
+	a := &answer{Model: r.Model, FinishReason: c.FinishReason, Message: message{Role: "assistant", Text: t}}
+	for _, tc := range c.Message.ToolCalls {
+		a.Message.Calls = append(a.Message.Calls, toolUse{ID: tc.ID, Name: tc.Function.Name, Arguments: arguments(tc.Function.Arguments)})
 	}
 	if r.Usage != nil {
-		a.Usage = *r.Usage
+		a.TokensIn, a.TokensOut = r.Usage.PromptTokens, r.Usage.CompletionTokens
 	}
 	return a, nil
 }
 
-// stream accumulates a streamed answer from the server-sent events it
-// reads, and forwards each event's bytes as they come.
-type stream struct {
-	a        answer
-	content  strings.Builder
-	calls    []toolCall
-	done     bool
-	dropNext bool
-}
-
-// copyStream reads server-sent events from r until [DONE] or the end,
-// writes each to w (and flushes), and returns the answer they make. A
-// usage chunk the caller did not ask for (dropUsage: the gateway asked for
-// it, to record the tokens) is read and not forwarded. Write errors (the
-// caller went away) do not stop the reading: the answer is recorded whole.
-func copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool) (*answer, []byte, error) {
-	var s stream
-	var raw bytes.Buffer
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxBody)
-	writeOK := true
-	write := func(b []byte) {
-		if !writeOK {
-			return
-		}
-		if _, err := w.Write(b); err != nil {
-			writeOK = false
-			return
-		}
-		if flush != nil {
-			flush()
-		}
-	}
-	for sc.Scan() {
-		line := sc.Bytes()
-		raw.Write(line)
-		raw.WriteByte('\n')
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			if len(line) == 0 {
-				continue
-			}
-			write(append(append([]byte(nil), line...), '\n', '\n'))
-			continue
-		}
-		data = bytes.TrimSpace(data)
+func (openAI) copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool) (*answer, []byte, error) {
+	a := &answer{Message: message{Role: "assistant"}}
+	var text strings.Builder
+	var calls []struct{ id, name, args strings.Builder }
+	done := false
+	raw, err := sse(r, w, flush, func(_ string, data []byte) (bool, bool, error) {
 		if string(data) == "[DONE]" {
-			s.done = true
-			write([]byte("data: [DONE]\n\n"))
-			break
+			done = true
+			return true, true, nil
 		}
 		var c chatChunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			return nil, raw.Bytes(), fmt.Errorf("the provider's stream has an event that is not a chunk: %w", err)
+			return false, false, fmt.Errorf("the provider's stream has an event that is not a chunk: %w", err)
 		}
-		s.add(&c)
-		if dropUsage && len(c.Choices) == 0 && c.Usage != nil {
-			continue
+		if c.Model != "" {
+			a.Model = c.Model
 		}
-		write(append(append([]byte("data: "), data...), '\n', '\n'))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, raw.Bytes(), fmt.Errorf("read the provider's stream: %w", err)
-	}
-	if !s.done {
-		return nil, raw.Bytes(), errors.New("the provider's stream ended before [DONE]")
-	}
-	return s.answer(), raw.Bytes(), nil
-}
-
-func (s *stream) add(c *chatChunk) {
-	if c.Model != "" {
-		s.a.Model = c.Model
-	}
-	if c.Usage != nil {
-		s.a.Usage = *c.Usage
-	}
-	for _, ch := range c.Choices {
-		if ch.Index != 0 {
-			continue
+		if c.Usage != nil {
+			a.TokensIn, a.TokensOut = c.Usage.PromptTokens, c.Usage.CompletionTokens
 		}
-		s.content.WriteString(ch.Delta.Content)
-		for _, d := range ch.Delta.ToolCalls {
-			if d.Index < 0 || d.Index > maxToolCalls {
+		for _, ch := range c.Choices {
+			if ch.Index != 0 {
 				continue
 			}
-			for len(s.calls) <= d.Index {
-				s.calls = append(s.calls, toolCall{Type: "function"})
+			text.WriteString(ch.Delta.Content)
+			for _, d := range ch.Delta.ToolCalls {
+				if d.Index < 0 || d.Index >= maxToolCalls {
+					return false, false, fmt.Errorf("the provider's stream names tool call %d", d.Index)
+				}
+				for len(calls) <= d.Index {
+					calls = append(calls, struct{ id, name, args strings.Builder }{})
+				}
+				tc := &calls[d.Index]
+				tc.id.WriteString(d.ID)
+				tc.name.WriteString(d.Function.Name)
+				tc.args.WriteString(d.Function.Arguments)
 			}
-			tc := &s.calls[d.Index]
-			if d.ID != "" {
-				tc.ID = d.ID
+			if ch.FinishReason != nil {
+				a.FinishReason = *ch.FinishReason
 			}
-			tc.Function.Name += d.Function.Name
-			tc.Function.Arguments += d.Function.Arguments
 		}
-		if ch.FinishReason != nil {
-			s.a.FinishReason = *ch.FinishReason
+		return !(dropUsage && len(c.Choices) == 0 && c.Usage != nil), false, nil
+	})
+	if err != nil {
+		return nil, raw, err
+	}
+	if !done {
+		return nil, raw, errors.New("the provider's stream ended before [DONE]")
+	}
+	a.Message.Text = text.String()
+	for i := range calls {
+		a.Message.Calls = append(a.Message.Calls, toolUse{ID: calls[i].id.String(), Name: calls[i].name.String(), Arguments: arguments(calls[i].args.String())})
+	}
+	return a, raw, nil
+}
+
+// sse reads server-sent events from r and calls on with each event's
+// name and data (its data lines joined); it writes the event to w as read
+// (then flushes) when on says to forward it, and stops after the event on
+// says is the last. It returns the bytes read. Write errors (the caller
+// went away) do not stop the reading: the answer is recorded whole.
+func sse(r io.Reader, w io.Writer, flush func(), on func(name string, data []byte) (forward, last bool, err error)) ([]byte, error) {
+	var raw, ev bytes.Buffer
+	var name string
+	var data []byte
+	writeOK := true
+	end := func() (bool, error) {
+		if ev.Len() == 0 {
+			return false, nil
 		}
+		forward, last := true, false
+		if len(data) > 0 {
+			var err error
+			if forward, last, err = on(name, data); err != nil {
+				return false, err
+			}
+		}
+		if forward && writeOK {
+			ev.WriteByte('\n')
+			if _, err := w.Write(ev.Bytes()); err != nil {
+				writeOK = false
+			} else if flush != nil {
+				flush()
+			}
+		}
+		ev.Reset()
+		name, data = "", data[:0]
+		return last, nil
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxBody)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if raw.Len()+len(line) > maxBody {
+			return raw.Bytes(), fmt.Errorf("the provider's stream is larger than %d bytes", maxBody)
+		}
+		raw.Write(line)
+		raw.WriteByte('\n')
+		if len(line) > 0 {
+			ev.Write(line)
+			ev.WriteByte('\n')
+			if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+				name = string(bytes.TrimSpace(v))
+			} else if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				if len(data) > 0 {
+					data = append(data, '\n')
+				}
+				data = append(data, bytes.TrimSpace(v)...)
+			}
+			continue
+		}
+		last, err := end()
+		if err != nil || last {
+			return raw.Bytes(), err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return raw.Bytes(), fmt.Errorf("read the provider's stream: %w", err)
+	}
+	_, err := end() // an event the stream did not end with a blank line
+	return raw.Bytes(), err
+}
+
+func (openAI) upstreamBody(req *request, body []byte) ([]byte, bool, error) {
+	if !req.Stream || req.WantsUsage {
+		return body, false, nil
+	}
+	// Ask for the usage, to record the tokens; the caller, who did not
+	// ask, is not sent it.
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, false, fmt.Errorf("the request body: %w", err)
+	}
+	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	b, err := json.Marshal(m)
+	return b, true, err
+}
+
+func (openAI) headers(_, up http.Header, key string) {
+	if key != "" {
+		up.Set("Authorization", "Bearer "+key)
 	}
 }
 
-func (s *stream) answer() *answer {
-	a := s.a
-	a.Message = chatMessage{Role: "assistant", ToolCalls: s.calls}
-	if s.content.Len() > 0 || len(s.calls) == 0 {
-		a.Message.Content, _ = json.Marshal(s.content.String())
+// fail answers an error in the OpenAI error format.
+func (openAI) fail(w http.ResponseWriter, status int, code, msg string) {
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    string `json:"code"`
+		} `json:"error"`
 	}
-	return &a
+	body.Error.Message, body.Error.Code = msg, code
+	body.Error.Type = "invalid_request_error"
+	if status >= 500 {
+		body.Error.Type = "server_error"
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +39,7 @@ type convo struct {
 type recorded struct {
 	request   [][32]byte // the digests of the request's messages
 	stream    bool
+	kind      string // the wire format (the provider kind)
 	ref       string // the provider's answer (body or event stream), a blob
 	reqRef    string // the request's body, a blob
 	inherited bool   // recorded in an ancestor of the session: a fork's
@@ -139,19 +139,20 @@ func (c *convos) put(id string, cv *convo) {
 	c.cache.Account(s, int64(len(id))+cv.size())
 }
 
-// chat serves POST .../chat/completions.
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
-	k, ok := g.open(w, r)
+// chat serves a call in wire format wi (POST .../chat/completions,
+// .../messages).
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, wi wire) {
+	k, ok := g.open(w, r, wi)
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r)
+	body, ok := readBody(w, r, wi.fail)
 	if !ok {
 		return
 	}
-	req, err := parseRequest(body)
+	req, err := wi.parseRequest(body)
 	if err != nil {
-		fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		wi.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	k.body = body
@@ -168,7 +169,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	asked := digests(req.Messages)
-	if c := cv.calls[key(asked)]; c != nil && c.stream == req.Stream && (c == cv.last || c.inherited) {
+	if c := cv.calls[key(asked)]; c != nil && c.kind == wi.kind() && c.stream == req.Stream && (c == cv.last || c.inherited) {
 		// Sent again (its response was lost), or a fork's call before
 		// its fork point: the record answers, as it answered then.
 		g.again(ctx, w, k, c, req)
@@ -186,14 +187,14 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	// recorded whole even if the caller goes away.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Timeout)
 	defer cancel()
-	ans, raw, at, status, err := g.ask(pctx, w, r, req, body)
+	ans, raw, at, status, err := g.ask(pctx, w, r, k, req)
 	if err != nil {
 		var ferr error
 		if cv.head, ferr = g.failed(pctx, k, seq, req.Model, status, err); ferr != nil {
 			cv = nil
 		}
 		if !at.streaming {
-			g.providerFailed(w, status, err)
+			g.providerFailed(w, k, status, err)
 		}
 		return
 	}
@@ -206,7 +207,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	c.request, c.stream = asked, req.Stream
+	c.request, c.stream, c.kind = asked, req.Stream, wi.kind()
 	cv.add(c)
 	cv.digests, cv.head = append(asked, digest(ans.Message)), c.seq
 	if !at.streaming {
@@ -216,7 +217,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 }
 
 // digests are the digests of a conversation's messages.
-func digests(msgs []chatMessage) [][32]byte {
+func digests(msgs []message) [][32]byte {
 	d := make([][32]byte, len(msgs))
 	for i, m := range msgs {
 		d[i] = digest(m)
@@ -261,7 +262,7 @@ func (g *Gateway) convo(ctx context.Context, k *call, st *session.State) (*convo
 		cv = &convo{}
 	}
 	var last events.Stored
-	var lastReq, lastResp string
+	var lastKind, lastReq, lastResp string
 	err := k.c.Events(ctx, k.session, client.Range{From: cv.head + 1, To: st.Seq}, func(ev events.Stored) error {
 		if ev.Source != Source || ev.Type != events.TypeModelCalled && ev.Type != events.TypeModelCallFailed {
 			return nil
@@ -275,16 +276,16 @@ func (g *Gateway) convo(ctx context.Context, k *call, st *session.State) (*convo
 			if d.RequestRef == "" || d.ResponseRef == "" {
 				return nil
 			}
-			req, err := g.recordedRequest(ctx, k, d.RequestRef)
+			req, err := g.recordedRequest(ctx, k, d.Provider, d.RequestRef)
 			if err != nil {
 				return err
 			}
-			cv.add(&recorded{request: digests(req.Messages), stream: req.Stream, ref: d.ResponseRef, reqRef: d.RequestRef,
+			cv.add(&recorded{request: digests(req.Messages), stream: req.Stream, kind: d.Provider, ref: d.ResponseRef, reqRef: d.RequestRef,
 				inherited: ev.Session != k.session, seq: ev.Seq})
-			last, lastReq, lastResp = ev, d.RequestRef, d.ResponseRef
+			last, lastKind, lastReq, lastResp = ev, d.Provider, d.RequestRef, d.ResponseRef
 		case *events.ModelCallFailed:
 			if d.RequestRef != "" {
-				last, lastReq, lastResp = ev, d.RequestRef, ""
+				last, lastKind, lastReq, lastResp = ev, d.Provider, d.RequestRef, ""
 			}
 		}
 		return nil
@@ -293,7 +294,7 @@ func (g *Gateway) convo(ctx context.Context, k *call, st *session.State) (*convo
 		return nil, fmt.Errorf("read session %s: %w", k.session, err)
 	}
 	if last.ID != "" {
-		if cv.digests, err = g.conversation(ctx, k, lastReq, lastResp); err != nil {
+		if cv.digests, err = g.conversation(ctx, k, lastKind, lastReq, lastResp); err != nil {
 			return nil, err
 		}
 	}
@@ -301,13 +302,18 @@ func (g *Gateway) convo(ctx context.Context, k *call, st *session.State) (*convo
 	return cv, nil
 }
 
-// recordedRequest reads a recorded request back from its blob.
-func (g *Gateway) recordedRequest(ctx context.Context, k *call, ref string) (*chatRequest, error) {
+// recordedRequest reads a recorded request back from its blob, in the wire
+// format of provider kind.
+func (g *Gateway) recordedRequest(ctx context.Context, k *call, kind, ref string) (*request, error) {
+	wi, ok := wires[kind]
+	if !ok {
+		return nil, fmt.Errorf("session %s recorded a call of provider %q, which the gateway does not read", k.session, kind)
+	}
 	body, err := k.c.GetBlob(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("read the recorded request %s of session %s: %w", ref, k.session, err)
 	}
-	req, err := parseRequest(body)
+	req, err := wi.parseRequest(body)
 	if err != nil {
 		return nil, fmt.Errorf("the recorded request %s of session %s: %w", ref, k.session, err)
 	}
@@ -316,8 +322,8 @@ func (g *Gateway) recordedRequest(ctx context.Context, k *call, ref string) (*ch
 
 // conversation is the digests of a recorded call's request and its answer
 // (a failed call has none: respRef "").
-func (g *Gateway) conversation(ctx context.Context, k *call, reqRef, respRef string) ([][32]byte, error) {
-	req, err := g.recordedRequest(ctx, k, reqRef)
+func (g *Gateway) conversation(ctx context.Context, k *call, kind, reqRef, respRef string) ([][32]byte, error) {
+	req, err := g.recordedRequest(ctx, k, kind, reqRef)
 	if err != nil {
 		return nil, err
 	}
@@ -325,33 +331,25 @@ func (g *Gateway) conversation(ctx context.Context, k *call, reqRef, respRef str
 	if respRef == "" {
 		return asked, nil
 	}
-	ans, err := g.recordedAnswer(ctx, k, respRef, req.Stream)
+	body, err := k.c.GetBlob(ctx, respRef)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the recorded answer %s of session %s: %w", respRef, k.session, err)
+	}
+	wi := wires[kind]
+	var ans *answer
+	if req.Stream {
+		ans, _, err = wi.copyStream(bytes.NewReader(body), io.Discard, nil, false)
+	} else {
+		ans, err = wi.parseResponse(body)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the recorded answer %s of session %s: %w", respRef, k.session, err)
 	}
 	return append(asked, digest(ans.Message)), nil
 }
 
-// recordedAnswer reads a recorded answer back from its blob.
-func (g *Gateway) recordedAnswer(ctx context.Context, k *call, ref string, stream bool) (*answer, error) {
-	body, err := k.c.GetBlob(ctx, ref)
-	if err != nil {
-		return nil, fmt.Errorf("read the recorded answer %s of session %s: %w", ref, k.session, err)
-	}
-	var ans *answer
-	if stream {
-		ans, _, err = copyStream(bytes.NewReader(body), io.Discard, nil, false)
-	} else {
-		ans, err = parseResponse(body)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the recorded answer %s of session %s: %w", ref, k.session, err)
-	}
-	return ans, nil
-}
-
 // again answers a call from the record.
-func (g *Gateway) again(ctx context.Context, w http.ResponseWriter, k *call, last *recorded, req *chatRequest) {
+func (g *Gateway) again(ctx context.Context, w http.ResponseWriter, k *call, last *recorded, req *request) {
 	body, err := k.c.GetBlob(ctx, last.ref)
 	if err != nil {
 		g.refuse(w, k, fmt.Errorf("read the recorded answer %s: %w", last.ref, err))
@@ -359,7 +357,7 @@ func (g *Gateway) again(ctx context.Context, w http.ResponseWriter, k *call, las
 	}
 	if last.stream {
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _, _ = copyStream(bytes.NewReader(body), w, nil, !req.wantsUsage())
+		_, _, _ = k.wire.copyStream(bytes.NewReader(body), w, nil, !req.WantsUsage)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -368,7 +366,7 @@ func (g *Gateway) again(ctx context.Context, w http.ResponseWriter, k *call, las
 
 // recordInputs records the messages a call adds to the conversation, in one
 // atomic append at the session's head, and returns the new head.
-func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, msgs []chatMessage) (uint64, error) {
+func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, msgs []message) (uint64, error) {
 	var evs []event.Event
 	add := func(data any) error {
 		ev, err := events.New(k.session, data, events.WithSource(Source))
@@ -378,7 +376,7 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 		return err
 	}
 	for _, m := range msgs {
-		t, _ := text(m.Content)
+		t := m.Text
 		switch m.Role {
 		case "tool":
 			call := st.Tools[m.ToolCallID]
@@ -406,11 +404,7 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 				return 0, err
 			}
 		default:
-			role := m.Role
-			if role == "developer" {
-				role = events.RoleSystem
-			}
-			if err := add(&events.ChunkAppended{Role: role, Content: t}); err != nil {
+			if err := add(&events.ChunkAppended{Role: m.Role, Content: t}); err != nil {
 				return 0, err
 			}
 		}
@@ -420,18 +414,14 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 
 // addAnswer adds an assistant message: its text as a chunk, its tool calls
 // as calls the caller runs.
-func (g *Gateway) addAnswer(add func(any) error, k *call, m chatMessage) error {
-	if t, _ := text(m.Content); t != "" {
-		if err := add(&events.ChunkAppended{Role: events.RoleAssistant, Agent: k.agent, Content: t}); err != nil {
+func (g *Gateway) addAnswer(add func(any) error, k *call, m message) error {
+	if m.Text != "" {
+		if err := add(&events.ChunkAppended{Role: events.RoleAssistant, Agent: k.agent, Content: m.Text}); err != nil {
 			return err
 		}
 	}
-	for _, c := range m.ToolCalls {
-		args := json.RawMessage(c.Function.Arguments)
-		if !json.Valid(args) {
-			args, _ = json.Marshal(c.Function.Arguments)
-		}
-		if err := add(&events.ToolRequested{CallID: c.ID, Tool: c.Function.Name, Arguments: args, Agent: k.agent,
+	for _, c := range m.Calls {
+		if err := add(&events.ToolRequested{CallID: c.ID, Tool: c.Name, Arguments: c.Arguments, Agent: k.agent,
 			Runner: events.RunnerCaller}); err != nil {
 			return err
 		}
@@ -480,8 +470,8 @@ func (g *Gateway) recordAnswer(ctx context.Context, k *call, seq uint64, model s
 	if err := g.addAnswer(add, k, ans.Message); err != nil {
 		return nil, err
 	}
-	if err := add(&events.ModelCalled{Agent: k.agent, Provider: g.cfg.Upstream.Kind, Model: cmpOr(ans.Model, model),
-		TokensIn: ans.Usage.PromptTokens, TokensOut: ans.Usage.CompletionTokens, LatencyMS: latency.Milliseconds(), Attempt: 1,
+	if err := add(&events.ModelCalled{Agent: k.agent, Provider: k.wire.kind(), Model: cmpOr(ans.Model, model),
+		TokensIn: ans.TokensIn, TokensOut: ans.TokensOut, LatencyMS: latency.Milliseconds(), Attempt: 1,
 		StopReason: ans.FinishReason, RequestRef: reqRef, ResponseRef: respRef}); err != nil {
 		return nil, err
 	}
@@ -500,8 +490,8 @@ func (g *Gateway) failed(ctx context.Context, k *call, seq uint64, model string,
 	if err != nil {
 		return 0, fmt.Errorf("store the request body: %w", err)
 	}
-	ev, err := events.New(k.session, &events.ModelCallFailed{Agent: k.agent, Provider: g.cfg.Upstream.Kind, Model: model,
-		Attempt: 1, Status: status, Error: g.redact(why.Error()), RequestRef: ref}, events.WithSource(Source))
+	ev, err := events.New(k.session, &events.ModelCallFailed{Agent: k.agent, Provider: k.wire.kind(), Model: model,
+		Attempt: 1, Status: status, Error: redact(k.up.Key, why.Error()), RequestRef: ref}, events.WithSource(Source))
 	if err != nil {
 		return 0, err
 	}
@@ -513,11 +503,11 @@ func (g *Gateway) failed(ctx context.Context, k *call, seq uint64, model string,
 }
 
 // redact removes the operator's key from a text a provider answered.
-func (g *Gateway) redact(s string) string {
-	if g.cfg.Upstream.Key == "" {
+func redact(key, s string) string {
+	if key == "" {
 		return s
 	}
-	return strings.ReplaceAll(s, g.cfg.Upstream.Key, "[key]")
+	return strings.ReplaceAll(s, key, "[key]")
 }
 
 // refuse answers a call Rath refused or could not record.
@@ -541,14 +531,14 @@ func (g *Gateway) refuse(w http.ResponseWriter, k *call, err error) {
 		status, code = http.StatusServiceUnavailable, "rath_unavailable"
 	}
 	g.log.Warn("gateway call refused", "session", k.session, "user", k.who.String(), "token", k.token, "err", err)
-	fail(w, status, code, err.Error())
+	k.wire.fail(w, status, code, err.Error())
 }
 
-func (g *Gateway) providerFailed(w http.ResponseWriter, status int, err error) {
+func (g *Gateway) providerFailed(w http.ResponseWriter, k *call, status int, err error) {
 	if status < 400 || status >= 600 {
 		status = http.StatusBadGateway
 	}
-	fail(w, status, "upstream_error", g.redact(err.Error()))
+	k.wire.fail(w, status, "upstream_error", redact(k.up.Key, err.Error()))
 }
 
 func common(a, b [][32]byte) int {

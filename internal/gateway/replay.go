@@ -16,20 +16,21 @@ import (
 // the session recorded is answered as it was; any other is refused, naming
 // the first message and field where it differs from the recorded request it
 // is closest to. Nothing is recorded and no provider is asked.
-func (g *Gateway) replay(w http.ResponseWriter, r *http.Request) {
-	k, ok := g.open(w, r)
+func (g *Gateway) replay(w http.ResponseWriter, r *http.Request, wi wire) {
+	k, ok := g.open(w, r, wi)
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r)
+	body, ok := readBody(w, r, wi.fail)
 	if !ok {
 		return
 	}
-	req, err := parseRequest(body)
+	req, err := wi.parseRequest(body)
 	if err != nil {
-		fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		wi.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
+	fail := wi.fail
 	defer g.convos.lock(k.session)()
 	ctx := r.Context()
 	st, err := k.c.State(ctx, k.session)
@@ -48,7 +49,7 @@ func (g *Gateway) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	g.convos.put(k.session, cv)
 	asked := digests(req.Messages)
-	if c := cv.calls[key(asked)]; c != nil && c.stream == req.Stream {
+	if c := cv.calls[key(asked)]; c != nil && c.kind == wi.kind() && c.stream == req.Stream {
 		g.again(ctx, w, k, c, req)
 		return
 	}
@@ -66,7 +67,7 @@ func (g *Gateway) replay(w http.ResponseWriter, r *http.Request) {
 			near, best = c, n
 		}
 	}
-	recordedReq, err := g.recordedRequest(ctx, k, near.reqRef)
+	recordedReq, err := g.recordedRequest(ctx, k, near.kind, near.reqRef)
 	if err != nil {
 		g.refuse(w, k, err)
 		return
@@ -77,15 +78,14 @@ func (g *Gateway) replay(w http.ResponseWriter, r *http.Request) {
 
 // difference names the first place where got differs from the recorded
 // request was: which message, which field, both values (cut short).
-func difference(was, got *chatRequest) string {
+func difference(was, got *request) string {
 	for i := range min(len(was.Messages), len(got.Messages)) {
 		a, b := was.Messages[i], got.Messages[i]
 		if digest(a) == digest(b) {
 			continue
 		}
 		at := "messages[" + strconv.Itoa(i) + "]"
-		ta, _ := text(a.Content)
-		tb, _ := text(b.Content)
+		ta, tb := a.Text, b.Text
 		switch {
 		case a.Role != b.Role:
 			return fmt.Sprintf("%s.role: recorded %q, got %q", at, a.Role, b.Role)
@@ -94,8 +94,8 @@ func difference(was, got *chatRequest) string {
 		case a.ToolCallID != b.ToolCallID:
 			return fmt.Sprintf("%s.tool_call_id: recorded %q, got %q", at, a.ToolCallID, b.ToolCallID)
 		default:
-			ca, _ := json.Marshal(a.ToolCalls)
-			cb, _ := json.Marshal(b.ToolCalls)
+			ca, _ := json.Marshal(a.Calls)
+			cb, _ := json.Marshal(b.Calls)
 			return fmt.Sprintf("%s.tool_calls: recorded %s, got %s", at, quote(string(ca)), quote(string(cb)))
 		}
 	}

@@ -24,24 +24,17 @@ func (e *providerError) Error() string {
 // body (a response, or the event stream as read). A streamed answer is
 // written to w as it comes (at.streaming is then set). status is the
 // provider's HTTP status when it refused.
-func (g *Gateway) ask(ctx context.Context, w http.ResponseWriter, r *http.Request, req *chatRequest, body []byte) (ans *answer, raw []byte, at attempt, status int, err error) {
-	dropUsage := false
-	if req.Stream && !req.wantsUsage() {
-		// Ask for the usage, to record the tokens; the caller, who did not
-		// ask, is not sent it.
-		if body, err = withUsage(body); err != nil {
-			return nil, nil, at, 0, err
-		}
-		dropUsage = true
+func (g *Gateway) ask(ctx context.Context, w http.ResponseWriter, r *http.Request, k *call, req *request) (ans *answer, raw []byte, at attempt, status int, err error) {
+	body, dropUsage, err := k.wire.upstreamBody(req, k.body)
+	if err != nil {
+		return nil, nil, at, 0, err
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, g.cfg.Upstream.BaseURL+"/chat/completions", bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, k.up.BaseURL+k.wire.path(), bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, at, 0, fmt.Errorf("the provider's request: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	if g.cfg.Upstream.Key != "" {
-		hr.Header.Set("Authorization", "Bearer "+g.cfg.Upstream.Key)
-	}
+	k.wire.headers(r.Header, hr.Header, k.up.Key)
 	if req.Stream {
 		hr.Header.Set("Accept", "text/event-stream")
 	}
@@ -65,7 +58,7 @@ func (g *Gateway) ask(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		if len(raw) > maxBody {
 			return nil, nil, at, 0, fmt.Errorf("the provider's answer is larger than %d bytes", maxBody)
 		}
-		ans, err = parseResponse(raw)
+		ans, err = k.wire.parseResponse(raw)
 		return ans, raw, at, 0, err
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -76,19 +69,9 @@ func (g *Gateway) ask(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if f, ok := w.(http.Flusher); ok {
 		flush = f.Flush
 	}
-	ans, raw, err = copyStream(resp.Body, w, flush, dropUsage)
+	ans, raw, err = k.wire.copyStream(resp.Body, w, flush, dropUsage)
 	at.latency = time.Since(start)
 	return ans, raw, at, 0, err
-}
-
-// withUsage is a streaming request's body asking for the usage chunk.
-func withUsage(body []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("the request body: %w", err)
-	}
-	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
-	return json.Marshal(m)
 }
 
 // providerMessage is the message of a provider's error body, or its first
