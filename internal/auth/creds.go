@@ -348,27 +348,7 @@ func create(path string, role Role, p events.Principal) (Identity, error) {
 	defer wipe(seed)
 	body := Encode(role, p, pub, seed)
 	defer wipe(body)
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+FileName(role)+".*")
-	if err != nil {
-		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
-	}
-	if _, err := tmp.Write(body); err != nil {
-		tmp.Close()
-		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := writePrivate(path, body); err != nil {
 		return Identity{}, fmt.Errorf("write credentials %s: %w", path, err)
 	}
 	return Identity{Role: role, Principal: p, PublicKey: pub, Path: path}, nil
@@ -388,6 +368,33 @@ func Encode(role Role, p events.Principal, publicKey string, seed []byte) []byte
 	b.Write(seed)
 	b.WriteString("\n------END USER NKEY SEED------\n")
 	return b.Bytes()
+}
+
+// writePrivate replaces the file at path with body, mode 0600: written whole
+// to a temporary file in the same directory, synced, then renamed over path,
+// so that a reader sees the old content or the new, never a part.
+func writePrivate(path string, body []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(body); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func wipe(b []byte) {
