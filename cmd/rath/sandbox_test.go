@@ -89,7 +89,7 @@ func TestDoctorWithoutBubblewrap(t *testing.T) {
 	cfg.ToolRunner.Sandbox.Root = t.TempDir()
 	cfg.ToolRunner.Backend = "bwrap"
 	var out bytes.Buffer
-	err := up(context.Background(), cfg, httpEndpoint{}, &out, slog.New(slog.DiscardHandler))
+	err := up(context.Background(), cfg, httpEndpoint{}, gatewayEndpoint{}, &out, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "default sandbox backend bwrap does not work") || strings.Contains(out.String(), "NATS") ||
 		!strings.Contains(out.String(), "rath: sandbox backend bwrap does not work here: ") {
 		t.Fatalf("up without bwrap: %v\n%s", err, out.String())

@@ -14,13 +14,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/bind"
+	"github.com/openrath/rath/internal/gateway"
 	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/internal/tracing"
 	worker "github.com/openrath/rath/services/agent-worker/service"
+	gwservice "github.com/openrath/rath/services/model-gateway/service"
 	"github.com/openrath/rath/services/session-ledger/service"
 )
 
@@ -31,6 +34,7 @@ func (a *app) upCmd() *cobra.Command {
 		logLevel  slog.Level
 		httpAddr  string
 		httpHosts []string
+		gw        = gwservice.DefaultConfig()
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -79,7 +83,9 @@ stay open.`,
 					log.Warn("spans not all exported", "err", err)
 				}
 			}()
-			return up(cmd.Context(), cfg, httpEndpoint{addr: httpAddr, required: cmd.Flags().Changed("http"), hosts: httpHosts}, a.Stdout, log)
+			gw.WithKeys(os.Getenv)
+			web := httpEndpoint{addr: httpAddr, required: cmd.Flags().Changed("http"), hosts: httpHosts}
+			return up(cmd.Context(), cfg, web, gatewayEndpoint{cfg: gw, required: cmd.Flags().Changed("gateway")}, a.Stdout, log)
 		},
 	}
 	f := cmd.Flags()
@@ -103,6 +109,12 @@ stay open.`,
 	f.StringVar(&httpAddr, "http", defaultHTTP, "host:port of the web console, Prometheus /metrics, /healthz and /readyz (empty: off)")
 	hostFlag(cmd, &httpHosts)
 	allowEndpointFlags(cmd, &cfg.Worker.AllowBaseURLs, &cfg.Worker.AllowLoopback)
+	f.StringVar(&gw.Listen, "gateway", gw.Listen, "host:port of the model gateway, which records agents built with any framework (docs/gateway.md; empty: off)")
+	f.Func("gateway-upstream", "PROVIDER=URL: the provider (openai, anthropic) the model gateway asks for calls in its format, with OPENAI_API_KEY or ANTHROPIC_API_KEY (defaults: the official APIs); repeatable", func(s string) error {
+		u, err := gateway.ParseUpstream(s)
+		gw.Gateway.Upstreams = gateway.Set(gw.Gateway.Upstreams, u)
+		return err
+	})
 	return cmd
 }
 
@@ -118,7 +130,7 @@ func allowEndpointFlags(cmd *cobra.Command, urls *[]string, loopback *bool) {
 // clients connect, runs until ctx ends or a service fails and shuts
 // everything down in order: services drain, then their connections, then
 // the server.
-func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer, log *slog.Logger) error {
+func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, gw gatewayEndpoint, out io.Writer, log *slog.Logger) error {
 	if cfg.NATSURL == "" {
 		if err := checkListen("NATS", "--listen", cfg.Listen); err != nil {
 			if errors.As(err, new(*bind.InUseError)) {
@@ -129,6 +141,11 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 	}
 	if web.required && web.addr != "" {
 		if err := checkListen("the console", "--http", web.addr); err != nil {
+			return err
+		}
+	}
+	if gw.required && gw.cfg.Listen != "" {
+		if err := checkListen("the model gateway", "--gateway", gw.cfg.Listen); err != nil {
 			return err
 		}
 	}
@@ -178,6 +195,14 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 			fmt.Fprintf(out, "rath: no console, metrics or health endpoint: %v (choose another with --http, or --http \"\" for none)\n", err)
 		}
 	}
+	if gw.cfg.Listen != "" {
+		stop, err := serveGateway(rt, gw, out, log)
+		if err != nil {
+			_ = rt.Stop()
+			return err
+		}
+		defer stop()
+	}
 	if rt.Server != nil || newLink != nil {
 		defer onHangup(ctx, rt, newLink, log)()
 	}
@@ -192,6 +217,51 @@ func up(ctx context.Context, cfg runtime.Config, web httpEndpoint, out io.Writer
 	}
 	log.Info("services stopped")
 	return nil
+}
+
+// gatewayEndpoint is where rath up serves the model gateway; required when
+// the flag named it (a port taken then stops rath up).
+type gatewayEndpoint struct {
+	cfg      gwservice.Config
+	required bool
+}
+
+// serveGateway serves the model gateway until the returned stop. A default
+// port that is taken, or a runtime without users' credentials, is said and
+// gone on without; a named port that fails stops rath up.
+func serveGateway(rt *runtime.Runtime, gw gatewayEndpoint, out io.Writer, log *slog.Logger) (stop func(), err error) {
+	none := func(why error) (func(), error) {
+		if gw.required {
+			return nil, why
+		}
+		fmt.Fprintf(out, "rath: no model gateway: %v (choose another with --gateway, or --gateway \"\" for none)\n", why)
+		return func() {}, nil
+	}
+	if rt.Identities == nil {
+		return none(errors.New("the gateway acts as each caller with the caller's credentials, and this runtime has none"))
+	}
+	gw.cfg.CredsDir = rt.Identities.Dir
+	ln, err := gwservice.Listen(gw.cfg)
+	if err != nil {
+		if inUse := new(bind.InUseError); errors.As(bind.Check(gw.cfg.Listen), &inUse) {
+			err = checkListen("the model gateway", "--gateway", gw.cfg.Listen)
+		}
+		return none(err)
+	}
+	var opts []nats.Option
+	if rt.Server != nil {
+		opts = append(opts, nats.InProcessServer(rt.Server))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gwservice.Serve(ctx, ln, rt.URL, gw.cfg, log, opts...) }()
+	fmt.Fprintf(out, "rath: model gateway at http://%s/s/<session>/v1 (OpenAI) and http://%s/s/<session> (Anthropic); API key: a token from rath creds token add\n", ln.Addr(), ln.Addr())
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			log.Error("model gateway stopped", "err", err)
+		}
+	}, nil
 }
 
 // checkListen reports at once that what (NATS, the console) cannot listen

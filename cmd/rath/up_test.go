@@ -33,7 +33,7 @@ func TestUp(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- up(ctx, cfg, httpEndpoint{addr: "127.0.0.1:0", required: true}, &out, slog.New(slog.DiscardHandler))
+		done <- up(ctx, cfg, httpEndpoint{addr: "127.0.0.1:0", required: true}, gatewayEndpoint{}, &out, slog.New(slog.DiscardHandler))
 	}()
 
 	waitFor(t, &out, "\n")
@@ -119,12 +119,12 @@ func TestUp(t *testing.T) {
 	}
 	defer taken.Close()
 	var named syncBuffer
-	if err := up(ctx, cfg, httpEndpoint{addr: taken.Addr().String(), required: true}, &named, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+	if err := up(ctx, cfg, httpEndpoint{addr: taken.Addr().String(), required: true}, gatewayEndpoint{}, &named, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
 		t.Errorf("up on a taken --http port returned %v, want an error naming it", err)
 	}
 	var again syncBuffer
 	go func() {
-		done <- up(ctx, cfg, httpEndpoint{addr: taken.Addr().String()}, &again, slog.New(slog.DiscardHandler))
+		done <- up(ctx, cfg, httpEndpoint{addr: taken.Addr().String()}, gatewayEndpoint{}, &again, slog.New(slog.DiscardHandler))
 	}()
 	waitFor(t, &again, "\n")
 	m = regexp.MustCompile(`^rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+)`).FindStringSubmatch(again.String())
