@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -121,8 +123,141 @@ existing user gets the roles added (docs/security.md#approver-roles).`,
 	add.Flags().StringVar(&user, "user", "", "the user's name in the tenant (a-z 0-9 _ -)")
 	add.Flags().StringArrayVar(&approver, "approver", nil, "an approver role the user holds (repeatable): it may decide the approvals that ask it")
 	add.Flags().StringVar(&addDir, "dir", defaultCredsDir, "credentials directory (default: rath up's <data>/creds, here or in a parent directory)")
-	cmd.AddCommand(mint, show, add)
+	cmd.AddCommand(mint, show, add, a.tokenCmd())
 	return cmd
+}
+
+// tokenCmd is rath creds token: the model gateway's bearer tokens.
+func (a *app) tokenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Mint, list and revoke the model gateway's bearer tokens, each acting as one tenant's user",
+		Long: `A gateway token is the API key a program hands Rath's model gateway
+(Authorization: Bearer <token>): it acts as exactly one tenant's user, never
+as the operator's provider key. Only its SHA-256 is kept, in
+<credentials directory>/gateway-tokens (mode 0600): the token is printed once,
+by add. The gateway rereads the file when it changes: a token added or removed
+counts at the next request, with no restart (docs/security.md#gateway-tokens).`,
+		Example: `  rath creds token add --user acme/alice --name alice-laptop   # the token alone on stdout: TOKEN=$(rath creds token add ...)
+  rath creds token ls
+  rath creds token rm alice-laptop`,
+	}
+	var dir, user, name string
+	add := &cobra.Command{
+		Use:   "add",
+		Short: "Mint a token for a tenant's user: printed once, on stdout alone",
+		Long: `add mints a token acting as --user (TENANT/USER, a user rath creds add
+created) and prints it on stdout, alone, so that TOKEN=$(rath creds token add
+...) takes it; a note goes to stderr. It is shown this once: Rath keeps its
+hash only. --name names it for ls and rm (default <tenant>-<user>-<8 hex
+digits>).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if user == "" {
+				return usageError{fmt.Errorf("--user TENANT/USER is required")}
+			}
+			p, err := events.ParseActor(user)
+			if err != nil {
+				return usageError{fmt.Errorf("--user: %w", err)}
+			}
+			if err := events.ValidateTenant(p.Tenant); err != nil {
+				return usageError{fmt.Errorf("--user: %w", err)}
+			}
+			if name != "" {
+				if err := auth.ValidateTokenName(name); err != nil {
+					return usageError{fmt.Errorf("--name: %w", err)}
+				}
+			}
+			set, err := loadCreds(cmd, dir)
+			if err != nil {
+				return err
+			}
+			token, err := auth.MintToken(set.Dir, p, name)
+			if err != nil {
+				return err
+			}
+			// Looked up as the gateway will: the name (when defaulted), and
+			// proof the file serves it.
+			_, minted, err := auth.OpenTokens(auth.TokensPath(set.Dir)).Lookup(token)
+			if err != nil {
+				return fmt.Errorf("the token minted for %s does not look up: %w", p, err)
+			}
+			if a.json {
+				return a.printJSON(struct {
+					Name  string `json:"name"`
+					User  string `json:"user"`
+					Token string `json:"token"`
+				}{minted, p.String(), token})
+			}
+			fmt.Fprintln(a.Stdout, token)
+			fmt.Fprintf(a.Stderr, "Gateway token %s acts as %s. It is shown this once: store it now. Use it as the API key of Rath's model gateway (Authorization: Bearer <token>); revoke it with: %s creds token rm %s\n", minted, p, a.self(), minted)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&user, "user", "", "the tenant's user the token acts as: TENANT/USER")
+	add.Flags().StringVar(&name, "name", "", "the token's name (a-z 0-9 . _ -; default <tenant>-<user>-<8 hex digits>)")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the gateway tokens: name, user, created (never the tokens)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := loadCreds(cmd, dir)
+			if err != nil {
+				return err
+			}
+			list, err := auth.ListTokens(set.Dir)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				rows := make([]tokenJSON, 0, len(list))
+				for _, t := range list {
+					rows = append(rows, tokenJSON{t.Name, t.Principal.String(), t.Created})
+				}
+				return a.printJSON(rows)
+			}
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tUSER\tCREATED")
+			for _, t := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Principal, stamp(t.Created))
+			}
+			return tw.Flush()
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Revoke a gateway token: refused from the gateway's next request on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := auth.ValidateTokenName(args[0]); err != nil {
+				return usageError{err}
+			}
+			set, err := loadCreds(cmd, dir)
+			if err != nil {
+				return err
+			}
+			if err := auth.RevokeToken(set.Dir, args[0]); err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]string{"revoked": args[0]})
+			}
+			fmt.Fprintf(a.Stdout, "revoked %s\n", args[0])
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{add, ls, rm} {
+		c.Flags().StringVar(&dir, "dir", defaultCredsDir, "credentials directory (default: rath up's <data>/creds, here or in a parent directory)")
+	}
+	cmd.AddCommand(add, ls, rm)
+	return cmd
+}
+
+// tokenJSON is a gateway token as rath creds token ls --json prints it.
+type tokenJSON struct {
+	Name    string    `json:"name"`
+	User    string    `json:"user"`
+	Created time.Time `json:"created"`
 }
 
 // loadCreds loads the credentials directory of --dir: when the flag was

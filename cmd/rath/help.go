@@ -62,6 +62,7 @@ var examples = map[string]string{
   rath doctor --sandbox bwrap --json`,
 	"creds": `  rath creds add --tenant acme --user alice   # then kill -HUP the rath up process
   rath creds show
+  rath creds token add --user acme/alice   # a model gateway API key acting as acme/alice, printed once
   rath creds mint --out ./rath-creds       # for a NATS server you run`,
 }
 
