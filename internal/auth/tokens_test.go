@@ -470,3 +470,31 @@ func TestTokensConcurrent(t *testing.T) {
 		t.Errorf("%d tokens after the mints and revokes, want %d: %+v", len(list), 1+4*2, list)
 	}
 }
+
+// Whatever a tokens file holds, reading it gives tokens of valid names
+// acting as tenants' users, or ErrBadTokens; never a panic, never a
+// service, never a token for a line that was refused.
+func FuzzTokensFile(f *testing.F) {
+	f.Add([]byte(`{"name":"ci","tenant":"acme","user":"alice","sha256":"` + strings.Repeat("ab", 32) + `","created":"2026-12-03T14:00:00Z"}` + "\n"))
+	f.Add([]byte(`{"name":"ci","tenant":"rath","user":"admin","sha256":"` + strings.Repeat("ab", 32) + `","created":"2026-12-03T14:00:00Z"}`))
+	f.Add([]byte("\n\n{}\n"))
+	f.Add([]byte(`{"name":"ci","expires":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(auth.TokensPath(dir), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		list, err := auth.ListTokens(dir)
+		if err != nil {
+			if !errors.Is(err, auth.ErrBadTokens) || !strings.Contains(err.Error(), auth.TokensPath(dir)+":") {
+				t.Fatalf("ListTokens: %v, want ErrBadTokens naming the file and line", err)
+			}
+			return
+		}
+		for _, tok := range list {
+			if auth.ValidateTokenName(tok.Name) != nil || tok.Principal.IsService() || tok.Principal.Validate() != nil || tok.Created.IsZero() {
+				t.Fatalf("ListTokens read %+v", tok)
+			}
+		}
+	})
+}
