@@ -248,13 +248,19 @@ func serveGateway(rt *runtime.Runtime, gw gatewayEndpoint, out io.Writer, log *s
 		}
 		return none(err)
 	}
-	var opts []nats.Option
+	bus := gwservice.Bus{URL: rt.URL}
 	if rt.Server != nil {
-		opts = append(opts, nats.InProcessServer(rt.Server))
+		// A user added with rath creds add since the start connects
+		// without a SIGHUP: the gateway reloads the users once.
+		bus.Options = []nats.Option{nats.InProcessServer(rt.Server)}
+		bus.Reload = func() error {
+			_, err := rt.ReloadUsers()
+			return err
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- gwservice.Serve(ctx, ln, rt.URL, gw.cfg, log, opts...) }()
+	go func() { done <- gwservice.Serve(ctx, ln, bus, gw.cfg, log) }()
 	fmt.Fprintf(out, "rath: model gateway at http://%s/s/<session>/v1 (OpenAI) and http://%s/s/<session> (Anthropic); API key: a token from rath creds token add\n", ln.Addr(), ln.Addr())
 	return func() {
 		cancel()

@@ -25,6 +25,10 @@ type Conns struct {
 	url  string
 	path func(events.Principal) string
 	opts []nats.Option
+	// reload, if set, makes the server learn users added since it
+	// started (rath up's embedded server): a user's first connection that
+	// fails is tried once more after it.
+	reload func() error
 
 	mu     sync.Mutex
 	conns  map[events.Principal]*client.Client
@@ -33,8 +37,10 @@ type Conns struct {
 
 // NewConns returns connections to url as the users whose credentials files
 // path names; opts are added to each connection's (an in-process server's).
-func NewConns(url string, path func(events.Principal) string, opts ...nats.Option) *Conns {
-	return &Conns{url: url, path: path, opts: opts, conns: map[events.Principal]*client.Client{}}
+// reload, if not nil, makes the server learn users added since it started;
+// a user's first connection that fails is tried once more after it.
+func NewConns(url string, path func(events.Principal) string, reload func() error, opts ...nats.Option) *Conns {
+	return &Conns{url: url, path: path, reload: reload, opts: opts, conns: map[events.Principal]*client.Client{}}
 }
 
 // UserCreds is where rath up keeps a user's credentials file in dir: the
@@ -67,7 +73,15 @@ func (c *Conns) Client(_ context.Context, p events.Principal) (*client.Client, e
 		return nil, fmt.Errorf("the credentials file of %s is %s's", p, who)
 	}
 	opts = append(append(opts, client.KeepAlive()...), nats.Name("rath model-gateway as "+p.String()))
-	nc, err := nats.Connect(c.url, append(opts, c.opts...)...)
+	opts = append(opts, c.opts...)
+	nc, err := nats.Connect(c.url, opts...)
+	if err != nil && c.reload != nil {
+		// A user added after the server started: it learns it now.
+		if rerr := c.reload(); rerr != nil {
+			return nil, fmt.Errorf("connect as %s: %w (and the server did not reload its users: %v)", p, err, rerr)
+		}
+		nc, err = nats.Connect(c.url, opts...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect as %s: %w", p, err)
 	}

@@ -43,7 +43,7 @@ func main() {
 	defer stop()
 	ln, err := service.Listen(cfg)
 	if err == nil {
-		err = service.Serve(ctx, ln, *url, cfg, log)
+		err = service.Serve(ctx, ln, service.Bus{URL: *url}, cfg, log)
 	}
 	if err != nil {
 		log.Error("model-gateway stopped", "err", err)

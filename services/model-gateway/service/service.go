@@ -85,16 +85,27 @@ func Listen(cfg Config) (net.Listener, error) {
 	return ln, nil
 }
 
+// Bus is how the gateway reaches the NATS server.
+type Bus struct {
+	URL string
+	// Options are added to each caller's connection (an in-process
+	// server's).
+	Options []nats.Option
+	// Reload, if set, makes the server learn the users added to the
+	// credentials directory since it started (rath up's embedded server).
+	Reload func() error
+}
+
 // Serve serves the gateway on ln until ctx ends, connecting to the NATS
-// server at url as each caller (opts are added to each connection), then
-// shuts the HTTP server down and drains the connections.
-func Serve(ctx context.Context, ln net.Listener, url string, cfg Config, log *slog.Logger, opts ...nats.Option) error {
+// server as each caller, then shuts the HTTP server down and drains the
+// connections.
+func Serve(ctx context.Context, ln net.Listener, bus Bus, cfg Config, log *slog.Logger) error {
 	log = log.With("service", "model-gateway")
 	if err := cfg.Validate(); err != nil {
 		ln.Close()
 		return fmt.Errorf("model gateway config: %w", err)
 	}
-	conns := gateway.NewConns(url, gateway.UserCreds(cfg.CredsDir), opts...)
+	conns := gateway.NewConns(bus.URL, gateway.UserCreds(cfg.CredsDir), bus.Reload, bus.Options...)
 	defer conns.Close()
 	g, err := gateway.New(cfg.Gateway, auth.OpenTokens(cfg.Tokens()), conns.Client, log)
 	if err != nil {
