@@ -86,7 +86,14 @@ func build() (map[string]*binary, error) {
 	}
 	pkgs := []string{"./cmd/rath"}
 	for _, m := range mains {
-		pkgs = append(pkgs, "./services/"+filepath.Base(filepath.Dir(m)))
+		name := filepath.Base(filepath.Dir(m))
+		if name == "model-gateway" {
+			// It holds no role of its own (it acts as each caller, with
+			// the callers' credentials files: ADR 0039), and deploy/
+			// does not run it yet.
+			continue
+		}
+		pkgs = append(pkgs, "./services/"+name)
 	}
 	if binDir, err = os.MkdirTemp("", "rath-deploy-bin-"); err != nil {
 		return nil, err

@@ -106,9 +106,12 @@ func ClientPermissions(p events.Principal) Permissions {
 	return Permissions{
 		Publish: Subjects{Allow: []string{
 			p.Ledger(">"), p.Memory(">"), p.Inbox(">"), UserInfo,
+			// Token deltas of its tenant's sessions (the model gateway
+			// publishes them as the caller): live hints, never stored.
+			events.TenantDeltaWildcard(p.Tenant),
 		}},
 		Subscribe: Subjects{Allow: []string{
-			p.ReplyPrefix() + ".>", events.TenantLiveWildcard(p.Tenant),
+			p.ReplyPrefix() + ".>", events.TenantLiveWildcard(p.Tenant), events.TenantDeltaWildcard(p.Tenant),
 		}},
 	}
 }
@@ -217,7 +220,8 @@ func worker(r Role) Permissions {
 		// may, so a router's questions all come from the selector.
 		pub = append(pub, events.RouteWildcard)
 	case RoleAgentWorker:
-		pub = append(pub, "$O."+events.BucketBlobs+".>")
+		// Token deltas of the answers it streams (live, never stored).
+		pub = append(pub, "$O."+events.BucketBlobs+".>", events.DeltaWildcard)
 		// Served routers run with the agent worker's identity, as served
 		// agents do: they take the selector's questions and answer them.
 		sub = append(sub, events.RouteWildcard)
