@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // anthropic is the Anthropic Messages wire format, as much of it as the
@@ -210,7 +212,10 @@ type streamEvent struct {
 	} `json:"error,omitempty"`
 }
 
-func (anthropic) copyStream(r io.Reader, w io.Writer, flush func(), _ bool) (*answer, []byte, error) {
+func (anthropic) copyStream(r io.Reader, w io.Writer, flush func(), _ bool, delta func(events.Delta)) (*answer, []byte, error) {
+	if delta == nil {
+		delta = func(events.Delta) {}
+	}
 	a := &answer{}
 	type building struct {
 		b    block
@@ -236,12 +241,23 @@ func (anthropic) copyStream(r io.Reader, w io.Writer, flush func(), _ bool) (*an
 			bl := &building{b: *e.ContentBlock}
 			bl.text.WriteString(e.ContentBlock.Text)
 			bs = append(bs, bl)
+			if bl.b.Type == "tool_use" {
+				delta(events.Delta{Tool: &events.DeltaTool{Index: e.Index, ID: bl.b.ID, Name: bl.b.Name}})
+			} else if bl.b.Type == "text" && bl.b.Text != "" {
+				delta(events.Delta{Text: bl.b.Text})
+			}
 		case "content_block_delta":
 			if e.Delta == nil || e.Index < 0 || e.Index >= len(bs) {
 				return false, false, fmt.Errorf("the provider's stream adds to block %d, which it did not start", e.Index)
 			}
 			bs[e.Index].text.WriteString(e.Delta.Text)
 			bs[e.Index].json.WriteString(e.Delta.PartialJSON)
+			switch {
+			case e.Delta.Text != "" && bs[e.Index].b.Type == "text":
+				delta(events.Delta{Text: e.Delta.Text})
+			case e.Delta.PartialJSON != "":
+				delta(events.Delta{Tool: &events.DeltaTool{Index: e.Index, Arguments: e.Delta.PartialJSON}})
+			}
 		case "message_delta":
 			if e.Delta != nil && e.Delta.StopReason != "" {
 				a.FinishReason = e.Delta.StopReason

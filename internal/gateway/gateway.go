@@ -179,6 +179,9 @@ type call struct {
 	body    []byte // the request's body, as the caller sent it
 	wire    wire
 	up      Upstream
+	// tenant is the session's, answer the ID of the answer being
+	// streamed: where its deltas go, and what they name.
+	tenant, answer string
 }
 
 // open authenticates the call and names its session and agent; on failure

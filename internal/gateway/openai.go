@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // openAI is the OpenAI Chat Completions wire format, as much of it as the
@@ -175,7 +177,10 @@ func (openAI) parseResponse(body []byte) (*answer, error) {
 	return a, nil
 }
 
-func (openAI) copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool) (*answer, []byte, error) {
+func (openAI) copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool, delta func(events.Delta)) (*answer, []byte, error) {
+	if delta == nil {
+		delta = func(events.Delta) {}
+	}
 	a := &answer{Message: message{Role: "assistant"}}
 	var text strings.Builder
 	var calls []struct{ id, name, args strings.Builder }
@@ -200,6 +205,9 @@ func (openAI) copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool)
 				continue
 			}
 			text.WriteString(ch.Delta.Content)
+			if ch.Delta.Content != "" {
+				delta(events.Delta{Text: ch.Delta.Content})
+			}
 			for _, d := range ch.Delta.ToolCalls {
 				if d.Index < 0 || d.Index >= maxToolCalls {
 					return false, false, fmt.Errorf("the provider's stream names tool call %d", d.Index)
@@ -211,6 +219,7 @@ func (openAI) copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool)
 				tc.id.WriteString(d.ID)
 				tc.name.WriteString(d.Function.Name)
 				tc.args.WriteString(d.Function.Arguments)
+				delta(events.Delta{Tool: &events.DeltaTool{Index: d.Index, ID: d.ID, Name: d.Function.Name, Arguments: d.Function.Arguments}})
 			}
 			if ch.FinishReason != nil {
 				a.FinishReason = *ch.FinishReason

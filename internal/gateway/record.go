@@ -187,6 +187,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, wi wire) {
 	// recorded whole even if the caller goes away.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Timeout)
 	defer cancel()
+	k.tenant, k.answer = events.TenantOrDefault(st.Tenant), fmt.Sprintf("gw-%d", seq)
 	ans, raw, at, status, err := g.ask(pctx, w, r, k, req)
 	if err != nil {
 		var ferr error
@@ -338,7 +339,7 @@ func (g *Gateway) conversation(ctx context.Context, k *call, kind, reqRef, respR
 	wi := wires[kind]
 	var ans *answer
 	if req.Stream {
-		ans, _, err = wi.copyStream(bytes.NewReader(body), io.Discard, nil, false)
+		ans, _, err = wi.copyStream(bytes.NewReader(body), io.Discard, nil, false, nil)
 	} else {
 		ans, err = wi.parseResponse(body)
 	}
@@ -357,7 +358,7 @@ func (g *Gateway) again(ctx context.Context, w http.ResponseWriter, k *call, las
 	}
 	if last.stream {
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _, _ = k.wire.copyStream(bytes.NewReader(body), w, nil, !req.WantsUsage)
+		_, _, _ = k.wire.copyStream(bytes.NewReader(body), w, nil, !req.WantsUsage, nil)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

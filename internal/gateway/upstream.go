@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // providerError is a provider's refusal, with its status.
@@ -69,7 +71,9 @@ func (g *Gateway) ask(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if f, ok := w.(http.Flusher); ok {
 		flush = f.Flush
 	}
-	ans, raw, err = k.wire.copyStream(resp.Body, w, flush, dropUsage)
+	deltas := g.deltas(k)
+	ans, raw, err = k.wire.copyStream(resp.Body, w, flush, dropUsage, deltas)
+	deltas(events.Delta{Done: true})
 	at.latency = time.Since(start)
 	return ans, raw, at, 0, err
 }
@@ -90,4 +94,24 @@ func providerMessage(b []byte) string {
 		b = b[:max]
 	}
 	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
+
+// deltas publishes what each event of a streamed answer adds on the
+// session's delta subject, as the caller: live hints for watchers, never
+// stored (events.Delta). A delta that cannot be published is dropped: the
+// stored answer is what counts.
+func (g *Gateway) deltas(k *call) func(events.Delta) {
+	n := 0
+	subject := events.DeltaSubject(k.tenant, k.session)
+	return func(d events.Delta) {
+		d.Session, d.Answer, d.Agent, d.N = k.session, k.answer, k.agent, n
+		n++
+		b, err := json.Marshal(d)
+		if err == nil {
+			err = k.c.Conn().Publish(subject, b)
+		}
+		if err != nil {
+			g.log.Debug("gateway: a delta is not published", "session", k.session, "err", err)
+		}
+	}
 }

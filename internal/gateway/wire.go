@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/openrath/rath/pkg/events"
 )
 
 // A wire is a provider's API as the gateway serves and asks it: how its
@@ -21,10 +23,11 @@ type wire interface {
 	parseRequest(body []byte) (*request, error)
 	parseResponse(body []byte) (*answer, error)
 	// copyStream reads an event stream from r until its end, writes each
-	// event to w as it comes (flushing), and returns the answer it makes
-	// and the bytes read. dropUsage leaves out a usage-only event the
-	// caller did not ask for. Write errors do not stop the reading.
-	copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool) (*answer, []byte, error)
+	// event to w as it comes (flushing), calls delta (if not nil) with what
+	// each adds to the answer, and returns the answer it makes and the
+	// bytes read. dropUsage leaves out a usage-only event the caller did
+	// not ask for. Write errors do not stop the reading.
+	copyStream(r io.Reader, w io.Writer, flush func(), dropUsage bool, delta func(events.Delta)) (*answer, []byte, error)
 	// upstreamBody is the body sent upstream for the caller's body (the
 	// OpenAI wire asks for the usage of a stream).
 	upstreamBody(req *request, body []byte) (b []byte, dropUsage bool, err error)
