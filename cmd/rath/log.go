@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -146,6 +150,7 @@ func (a *app) watchCmd() *cobra.Command {
 	var (
 		from     uint64
 		keyFiles []string
+		noDeltas bool
 	)
 	cmd := &cobra.Command{
 		Use:   "watch SESSION",
@@ -158,7 +163,13 @@ events.Stored (the envelope attributes Rath uses and the data).
 Live events are checked (the next sequence, the chain link, the hash, the
 ledger's signature, with the keys of --key or else the ones the ledger names);
 the ledger's log fills any gap and settles any doubt. A live message that is
-not the ledger's event is skipped with a warning on stderr.`,
+not the ledger's event is skipped with a warning on stderr.
+
+While a model's answer streams (the model gateway's streamed calls), watch
+shows it as it grows, on a line starting with "~" that the stored events
+then follow; these token deltas are live hints, never stored nor checked
+(docs/protocol.md#token-deltas). --no-deltas leaves them out; with --json
+they are not shown.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -178,12 +189,18 @@ not the ledger's event is skipped with a warning on stderr.`,
 			warn := client.WithWarnings(func(w client.Warning) {
 				fmt.Fprintf(a.Stderr, "rath: %s\n", w)
 			})
+			opts := []client.WatchOption{warn, client.WithSignatures(ring), client.From(from)}
+			growing := &growingAnswer{w: a.Stdout}
+			if !a.json && !noDeltas {
+				opts = append(opts, client.WithDeltas(growing.add))
+			}
 			err = c.Watch(ctx, args[0], func(ev events.Stored) error {
 				if a.json {
 					return a.printLine(ev)
 				}
+				growing.end()
 				return writeEvent(a.Stdout, ev)
-			}, warn, client.WithSignatures(ring), client.From(from))
+			}, opts...)
 			if ctx.Err() != nil {
 				return nil // interrupted: the normal way to stop watching
 			}
@@ -192,7 +209,42 @@ not the ledger's event is skipped with a warning on stderr.`,
 	}
 	cmd.Flags().Uint64Var(&from, "from", 1, "first sequence")
 	cmd.Flags().StringSliceVar(&keyFiles, "key", nil, "check signatures with these ledger public key files (PKIX PEM) instead of the keys the ledger names")
+	cmd.Flags().BoolVar(&noDeltas, "no-deltas", false, "do not show answers as they stream (token deltas)")
 	return cmd
+}
+
+// growingAnswer prints a streaming answer's token deltas on one line as
+// they come: "    ~  agent: text [tool name {arguments}]"; the line ends
+// with the answer's last delta, or when an event is printed.
+type growingAnswer struct {
+	w      io.Writer
+	answer string // the answer on the open line; "": none
+}
+
+func (g *growingAnswer) add(d events.Delta) {
+	if d.Answer != g.answer {
+		g.end()
+		fmt.Fprintf(g.w, "    ~  %s: ", cmp.Or(d.Agent, "model"))
+		g.answer = d.Answer
+	}
+	fmt.Fprint(g.w, inline(d.Text, 4096))
+	if t := d.Tool; t != nil {
+		if t.Name != "" {
+			fmt.Fprintf(g.w, " [tool %s ", inline(t.Name, 64))
+		}
+		fmt.Fprint(g.w, inline(t.Arguments, 4096))
+	}
+	if d.Done {
+		g.end()
+	}
+}
+
+// end ends the open line, if there is one.
+func (g *growingAnswer) end() {
+	if g.answer != "" {
+		fmt.Fprintln(g.w)
+		g.answer = ""
+	}
 }
 
 // writeEvent prints one event as a line: sequence, time, type, summary.
@@ -211,4 +263,25 @@ func plural[N int | int64 | uint64](n N, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprint(n) + " " + many
+}
+
+// inline is s as it may be printed within a line of a terminal: anyone of
+// the tenant may publish a delta, so a line break or tab is a space, any
+// other control character (an escape sequence's start) is dropped, and it
+// is cut to at most n bytes of whole runes.
+func inline(s string, n int) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			r = ' '
+		case unicode.IsControl(r) || r == utf8.RuneError:
+			continue
+		}
+		if b.Len()+utf8.RuneLen(r) > n {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -113,5 +114,46 @@ func TestWatchSkipsForgeries(t *testing.T) {
 	}
 	if n := strings.Count(errs.String(), "\n"); n != 3 {
 		t.Errorf("%d warnings, want 3:\n%s", n, errs.String())
+	}
+}
+
+// rath watch shows an answer as it streams, on a "~" line that the stored
+// events then follow; a delta's control characters (an escape sequence a
+// user of the tenant slipped in) are not printed, and a delta of another
+// session is not shown.
+func TestWatchShowsDeltas(t *testing.T) {
+	url := startLedger(t)
+	ok(t, url, "start", "--id", "s1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, errs := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- execute(ctx, env{Args: slices.Concat([]string{"--nats", url}, credsArgs(url), []string{"watch", "s1"}), Stdout: out, Stderr: errs})
+	}()
+	out.await(t, "session started")
+	nc := natstest.Connect(t, url)
+	send := func(session string, d events.Delta) {
+		t.Helper()
+		d.Session = session
+		b, _ := json.Marshal(d)
+		if err := nc.Publish(events.DeltaSubject(events.DefaultTenant, session), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("s2", events.Delta{Answer: "a0", Agent: "other", Text: "not this one", Done: true})
+	send("s1", events.Delta{Answer: "a1", Agent: "coder", N: 0, Text: "Hello "})
+	send("s1", events.Delta{Answer: "a1", Agent: "coder", N: 1, Text: "wor\x1b[31mld\n"})
+	send("s1", events.Delta{Answer: "a1", Agent: "coder", N: 2, Tool: &events.DeltaTool{ID: "c1", Name: "run", Arguments: `{"cmd":`}})
+	send("s1", events.Delta{Answer: "a1", Agent: "coder", N: 3, Tool: &events.DeltaTool{Arguments: `"ls"}`}, Done: true})
+	out.await(t, `    ~  coder: Hello wor[31mld  [tool run {"cmd":"ls"}`+"\n") // the escape character is gone
+	ok(t, url, "emit", "s1", events.TypeChunkAppended, "--data", `{"role":"assistant","content":"Hello world"}`)
+	out.await(t, "assistant: Hello world")
+	if got := out.String(); strings.Contains(got, "\x1b") || strings.Contains(got, "not this one") {
+		t.Fatalf("watch printed:\n%q", got)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("watch exited %d: %s", code, errs.String())
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,17 @@ type watchConfig struct {
 	verify func(events.Stored) error
 	// drop, in tests only, loses live messages as a slow subscription does.
 	drop func(*nats.Msg) bool
+	// deltas, if set, takes the session's token deltas.
+	deltas func(events.Delta)
+}
+
+// WithDeltas has Watch also call fn with each token delta of the session
+// (events.Delta: the pieces of a model's answer as it streams, published
+// live and never stored), on Watch's goroutine, as they come. A delta is a
+// hint, not an event: it is not checked, may be missed, and the stored
+// answer follows it; one that does not decode is skipped with a Warning.
+func WithDeltas(fn func(events.Delta)) WatchOption {
+	return func(c *watchConfig) { c.deltas = fn }
 }
 
 // From starts Watch at the session's event seq instead of its first.
@@ -123,6 +135,15 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(events.Stored) er
 		return fmt.Errorf("watch %s: %w", id, err)
 	}
 	defer sub.Unsubscribe()
+	var deltas chan *nats.Msg // nil: none asked for
+	if cfg.deltas != nil {
+		deltas = make(chan *nats.Msg, 4096)
+		dsub, err := c.nc.ChanSubscribe(events.DeltaFilter(tenant, id), deltas)
+		if err != nil {
+			return fmt.Errorf("watch %s: deltas: %w", id, err)
+		}
+		defer dsub.Unsubscribe()
+	}
 	// The subscription must be in place before the history is read, or an
 	// event stored in between would be missed.
 	if err := c.nc.FlushTimeout(c.timeout); err != nil {
@@ -146,6 +167,13 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(events.Stored) er
 			if err := w.live(ctx, m); err != nil {
 				return err
 			}
+		case m := <-deltas:
+			var d events.Delta
+			if err := json.Unmarshal(m.Data, &d); err != nil || d.Session != id {
+				w.warn(m.Subject, 0, fmt.Errorf("not a delta of session %s: %v", id, err))
+				continue
+			}
+			cfg.deltas(d)
 		}
 	}
 }
