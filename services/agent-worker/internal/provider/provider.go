@@ -66,6 +66,25 @@ type Request struct {
 	// seed label (events.LabelSeed), "" without one. Live providers
 	// ignore it.
 	Seed string
+	// Deltas, if not nil, takes the answer's pieces as they come, for
+	// watchers (token deltas, never stored): the scripted provider says its
+	// answer word by word, then each tool call. The Response is the whole
+	// answer all the same.
+	Deltas func(Delta)
+}
+
+// Delta is a piece of an answer: text, or a tool call (its index, and its
+// ID, name and arguments).
+type Delta struct {
+	Text string
+	// Call is the tool call the piece starts or adds to; nil for text.
+	Call *CallDelta
+}
+
+// CallDelta is the part of a tool call a Delta adds.
+type CallDelta struct {
+	Index               int
+	ID, Name, Arguments string
 }
 
 // Response is a model's answer to one Request.

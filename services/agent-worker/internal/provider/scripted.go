@@ -269,6 +269,21 @@ func (s *Scripted) Name() string { return string(KindScripted) }
 // Response's Choice says which it drew, so the draw is recorded with the
 // model call.
 func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) {
+	resp, err := s.complete(ctx, req)
+	if err == nil && req.Deltas != nil {
+		for _, w := range strings.SplitAfter(resp.Content, " ") {
+			if w != "" {
+				req.Deltas(Delta{Text: w})
+			}
+		}
+		for i, c := range resp.ToolCalls {
+			req.Deltas(Delta{Call: &CallDelta{Index: i, ID: c.ID, Name: c.Name, Arguments: string(c.Arguments)}})
+		}
+	}
+	return resp, err
+}
+
+func (s *Scripted) complete(ctx context.Context, req Request) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}

@@ -367,3 +367,32 @@ func TestScriptedChoose(t *testing.T) {
 		}
 	}
 }
+
+// A scripted answer asked with Deltas says itself word by word, then each
+// tool call, and answers the same as without.
+func TestScriptedSaysItsAnswerInPieces(t *testing.T) {
+	p := NewScripted(map[string]Script{"coder": {Turns: []Turn{{Content: "Running the tests now.",
+		ToolCalls: []ScriptCall{{Name: "run", Arguments: json.RawMessage(`{"cmd":"ls"}`)}}}}}})
+	plain, err := p.Complete(context.Background(), Request{Agent: "coder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pieces []string
+	streamed, err := p.Complete(context.Background(), Request{Agent: "coder", Deltas: func(d Delta) {
+		if d.Call != nil {
+			pieces = append(pieces, fmt.Sprintf("%d %s %s %s", d.Call.Index, d.Call.ID, d.Call.Name, d.Call.Arguments))
+			return
+		}
+		pieces = append(pieces, d.Text)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(plain, streamed) {
+		t.Fatalf("streamed answer %+v, plain %+v", streamed, plain)
+	}
+	want := []string{"Running ", "the ", "tests ", "now.", `0 ` + plain.ToolCalls[0].ID + ` run {"cmd":"ls"}`}
+	if !reflect.DeepEqual(pieces, want) {
+		t.Fatalf("pieces %q, want %q", pieces, want)
+	}
+}

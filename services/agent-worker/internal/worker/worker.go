@@ -147,8 +147,10 @@ func (w *Worker) answer(ctx context.Context, a *turn.Ask) (turn.Reply, error) {
 		return turn.Reply{}, &turn.Failed{Why: err.Error()}
 	}
 	attempts := 0
+	deltas := w.deltas(a)
 	p = provider.WithRetry(p, w.cfg.Retry, func(at provider.Attempt) {
 		attempts = at.N
+		deltas.attemptFailed(at.N)
 		t.attemptFailed(ctx, agent, at)
 	})
 	tools, names, err := w.tools(ctx, wf.Workflow, agent, t)
@@ -172,10 +174,11 @@ func (w *Worker) answer(ctx context.Context, a *turn.Ask) (turn.Reply, error) {
 	}
 	request := provider.Request{Agent: agent.Name, Model: agent.Model, System: agent.System,
 		Messages: w.cfg.Contexts.Messages(a.Stored.Session, st, agent.Name), Tools: tools, MaxTokens: agent.MaxTokens,
-		Seed: st.Labels[events.LabelSeed]}
+		Seed: st.Labels[events.LabelSeed], Deltas: deltas.add}
 	start := time.Now()
 	resp, err := complete(ctx, p, agent, a.Stored, request)
 	latency := time.Since(start)
+	deltas.done()
 	if err != nil {
 		return turn.Reply{}, &turn.Failed{Why: err.Error(), Attempts: attempts} // every attempt, the last included, was reported
 	}
