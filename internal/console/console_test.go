@@ -476,3 +476,60 @@ func TestLabelReferencesAreShortened(t *testing.T) {
 		t.Errorf("the whole reference is shown:\n%s", body)
 	}
 }
+
+// The live stream carries the session's token deltas as "delta" events
+// without an ID (a reconnecting browser resumes after the last stored
+// event), and the page shows them below the timeline.
+func TestLiveCarriesDeltas(t *testing.T) {
+	r := start(t)
+	r.session(t, "s1", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.web.URL+"/api/s/s1/live?after=0", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the live stream ended")
+			}
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("no line from the live stream")
+		}
+		return ""
+	}
+	for next() != "id: 1" { // the watch is subscribed once it sends the history
+	}
+	b, _ := json.Marshal(events.Delta{Session: "s1", Answer: "turn-9", Agent: "coder", Text: "Hello"})
+	if err := r.c.Conn().Publish(events.DeltaSubject(events.DefaultTenant, "s1"), b); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		l := next()
+		if strings.HasPrefix(l, "id: ") {
+			continue
+		}
+		if l == "event: delta" {
+			if data := next(); !strings.Contains(data, `"text":"Hello"`) || !strings.Contains(data, `"answer":"turn-9"`) {
+				t.Fatalf("delta data %q", data)
+			}
+			break
+		}
+	}
+	r.want(t, "/assets/app.js", 200, `addEventListener("delta"`)
+	r.want(t, "/s/s1", 200, `id="growing"`)
+}

@@ -53,6 +53,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 
 	ctx := r.Context()
 	evs := make(chan events.Stored, 64)
+	deltas := make(chan events.Delta, 256)
 	done := make(chan error, 1)
 	go func() {
 		done <- s.client(r).Watch(ctx, id, func(ev events.Stored) error {
@@ -64,6 +65,11 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 			}
 		}, client.From(from), client.WithWarnings(func(wn client.Warning) {
 			s.log.Warn("console: live message skipped", "warning", wn.String())
+		}), client.WithDeltas(func(d events.Delta) {
+			select {
+			case deltas <- d:
+			default: // a hint: dropped rather than holding the watch back
+			}
 		}))
 	}()
 	tick := time.NewTicker(heartbeat)
@@ -80,6 +86,17 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if _, err := fmt.Fprintf(w, "id: %d\nevent: event\ndata: %s\n\n", ev.Seq, b); err != nil {
+				return
+			}
+			flusher.Flush()
+		case d := <-deltas:
+			// A hint, with no ID: a reconnecting browser resumes after the
+			// last stored event, never after a delta.
+			b, err := json.Marshal(d)
+			if err != nil {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b); err != nil {
 				return
 			}
 			flusher.Flush()

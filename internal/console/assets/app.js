@@ -291,6 +291,25 @@ function timeline(table) {
       draw();
       if (end) { box.scrollTop = box.scrollHeight; draw(); } // following the newest
     });
+    // An answer as it streams (token deltas: live, never stored), shown
+    // below the timeline until its stored events arrive.
+    const growing = document.getElementById("growing");
+    let answer = "", said = "";
+    src.addEventListener("delta", (m) => {
+      const d = JSON.parse(m.data);
+      if (d.answer !== answer) { answer = d.answer; said = ""; }
+      said += d.text || "";
+      if (d.tool) said += d.tool.name ? ` [tool ${d.tool.name} ${d.tool.arguments || ""}` : (d.tool.arguments || "");
+      growing.textContent = `${d.agent || "model"} is answering: ${said}`;
+      growing.hidden = false;
+    });
+    src.addEventListener("event", (m) => {
+      const t = JSON.parse(m.data).type;
+      if (t === "rath.model.called" || t === "rath.model.call.failed" || t === "rath.agent.turn.failed") {
+        growing.hidden = true; // the stored answer (or its failure) is in the timeline now
+        answer = "";
+      }
+    });
     src.addEventListener("failure", (m) => { status.textContent = "live stream failed: " + JSON.parse(m.data); });
     src.addEventListener("error", () => { status.textContent = "reconnecting…"; });
   }
