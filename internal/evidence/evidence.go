@@ -69,10 +69,22 @@ func (r *Recorder) Attempt(ev events.Stored, req *events.ToolRequested, n int) A
 // event can hold only valid UTF-8 (a diff of a Latin-1 file keeps its
 // bytes).
 func (r *Recorder) Inline(ctx context.Context, text string) (inline, ref string, err error) {
+	return Keep(ctx, r.blobs, text)
+}
+
+// Blobs stores bytes by content and returns their reference:
+// *eventstore.Store and *client.Client are both.
+type Blobs interface {
+	PutBlob(ctx context.Context, data []byte) (string, error)
+}
+
+// Keep is Inline through any blob store, for a program that records a
+// call's evidence without a Recorder (the MCP proxy).
+func Keep(ctx context.Context, blobs Blobs, text string) (inline, ref string, err error) {
 	if len(text) <= InlineLimit && utf8.ValidString(text) {
 		return text, "", nil
 	}
-	ref, err = r.blobs.PutBlob(ctx, []byte(text))
+	ref, err = blobs.PutBlob(ctx, []byte(text))
 	if err != nil {
 		return "", "", fmt.Errorf("store a %d-byte text: %w", len(text), err)
 	}
@@ -177,17 +189,24 @@ func (a Attempt) Complete(ctx context.Context, done *events.ToolCompleted, resul
 // so (the failure's schema requires one): no error a tool returns can make
 // the failure unrecordable.
 func (a Attempt) Fail(ctx context.Context, why string, dur time.Duration, sb *events.Sandbox) error {
-	switch {
-	case why == "":
-		why = noReason
-	case len(why) > InlineLimit:
-		why = Prefix(why, InlineLimit) + fmt.Sprintf("\n… [%d bytes in all]", len(why))
-	default:
-		why = strings.ToValidUTF8(why, "\uFFFD")
-	}
+	why = Reason(why)
 	if err := a.Emit(ctx, "chunk", &events.ChunkAppended{Role: events.RoleTool, Agent: a.req.Agent, Content: "error: " + why, ToolCallID: a.req.CallID}); err != nil {
 		return err
 	}
 	return a.Emit(ctx, "failed", &events.ToolFailed{CallID: a.req.CallID, Tool: a.req.Tool, Attempt: a.n, Error: why,
 		DurationMS: dur.Milliseconds(), Sandbox: sb})
+}
+
+// Reason returns why a call failed as its rath.tool.call.failed keeps it:
+// valid UTF-8 of at most InlineLimit bytes and a note of its size (an
+// error is not evidence worth a blob), and an empty why said so (the
+// failure's schema requires one).
+func Reason(why string) string {
+	switch {
+	case why == "":
+		return noReason
+	case len(why) > InlineLimit:
+		return Prefix(why, InlineLimit) + fmt.Sprintf("\n… [%d bytes in all]", len(why))
+	}
+	return strings.ToValidUTF8(why, "\uFFFD")
 }
