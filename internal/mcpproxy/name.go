@@ -1,0 +1,75 @@
+package mcpproxy
+
+import (
+	"net/url"
+	"path"
+	"strings"
+)
+
+// launchers run the program their first argument names: a server launched
+// through one is named after that argument.
+var launchers = map[string]bool{
+	"npx": true, "node": true, "bunx": true, "bun": true, "deno": true, "pnpm": true, "yarn": true,
+	"uvx": true, "uv": true, "python": true, "python3": true, "pipx": true, "docker": true, "podman": true,
+}
+
+// NameOf derives a server's name from its command: the program's base name,
+// or, for a launcher (npx, uvx, node, python, docker, …), its first argument
+// that is not a flag or a subcommand such as "run", without scope, version,
+// extension and the "server-"/"mcp-server-" affixes:
+// npx -y @modelcontextprotocol/server-filesystem /tmp is "filesystem". The
+// result is made a valid name ("mcp" when nothing is left).
+func NameOf(command []string) string {
+	if len(command) == 0 {
+		return "mcp"
+	}
+	prog := path.Base(command[0])
+	if launchers[prog] {
+		for _, a := range command[1:] {
+			if strings.HasPrefix(a, "-") || a == "run" || a == "exec" || a == "dlx" || a == "tool" {
+				continue
+			}
+			prog = a
+			break
+		}
+	}
+	if i := strings.LastIndex(prog, "@"); i > 0 {
+		prog = prog[:i] // a version
+	}
+	prog = path.Base(prog)
+	prog = strings.TrimSuffix(prog, path.Ext(prog))
+	for _, p := range []string{"mcp-server-", "server-", "mcp-"} {
+		prog = strings.TrimPrefix(prog, p)
+	}
+	for _, s := range []string{"-mcp-server", "-server", "-mcp"} {
+		prog = strings.TrimSuffix(prog, s)
+	}
+	return clean(prog)
+}
+
+// NameOfURL derives a server's name from its URL: its host name.
+func NameOfURL(u *url.URL) string {
+	return clean(strings.ReplaceAll(u.Hostname(), ".", "-"))
+}
+
+// clean makes s a valid name: other characters become -, and one that
+// does not start with a letter or _ is prefixed "mcp-".
+func clean(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	s = strings.Trim(string(b), "-")
+	if s == "" {
+		return "mcp"
+	}
+	if c := s[0]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_') {
+		s = "mcp-" + s
+	}
+	if len(s) > 64 {
+		s = strings.TrimRight(s[:64], "-")
+	}
+	return s
+}
