@@ -20,7 +20,7 @@ var groupOf = map[string]string{
 	"pause": "sessions", "resume": "sessions", "close": "sessions", "archive": "sessions", "compact": "sessions",
 
 	"replay": "agents", "diff": "agents", "eval": "agents", "recheck": "agents", "to": "agents", "memory": "agents",
-	"approvals": "agents", "approve": "agents", "reject": "agents",
+	"approvals": "agents", "approve": "agents", "reject": "agents", "mcp-proxy": "agents",
 
 	"verify": "evidence", "export": "evidence", "audit": "evidence", "rejects": "evidence", "schema": "evidence",
 

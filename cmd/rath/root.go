@@ -168,7 +168,7 @@ thresholds).`,
 		a.schemaCmd(),
 		a.memoryCmd(),
 		a.demoCmd(),
-		a.toCmd(), a.doctorCmd(),
+		a.toCmd(), a.doctorCmd(), a.mcpProxyCmd(),
 	)
 	root.AddCommand(append(a.lifecycleCmds(), a.compactCmd())...)
 	root.AddCommand(a.approvalCmds()...)

@@ -13,12 +13,20 @@ var launchers = map[string]bool{
 	"uvx": true, "uv": true, "python": true, "python3": true, "pipx": true, "docker": true, "podman": true,
 }
 
+// generic are names of files and directories that say nothing of the
+// server they hold.
+var generic = map[string]bool{"index": true, "main": true, "server": true, "cli": true, "__main__": true,
+	"dist": true, "build": true, "src": true, "lib": true, "bin": true, "out": true}
+
 // NameOf derives a server's name from its command: the program's base name,
 // or, for a launcher (npx, uvx, node, python, docker, …), its first argument
-// that is not a flag or a subcommand such as "run", without scope, version,
-// extension and the "server-"/"mcp-server-" affixes:
-// npx -y @modelcontextprotocol/server-filesystem /tmp is "filesystem". The
-// result is made a valid name ("mcp" when nothing is left).
+// that is not a flag or a subcommand such as "run"; a file of an installed
+// package is named by the package, a generic file (dist/index.js) by its
+// directory; scope, version, extension and the "server-"/"mcp-server-"
+// affixes are left out: npx -y @modelcontextprotocol/server-filesystem /tmp
+// and node node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
+// are both "filesystem". The result is made a valid name ("mcp" when
+// nothing is left).
 func NameOf(command []string) string {
 	if len(command) == 0 {
 		return "mcp"
@@ -33,10 +41,22 @@ func NameOf(command []string) string {
 			break
 		}
 	}
-	if i := strings.LastIndex(prog, "@"); i > 0 {
+	if _, pkg, ok := strings.Cut(prog, "node_modules/"); ok {
+		// An installed package: its name, not the file's.
+		if strings.HasPrefix(pkg, "@") {
+			_, pkg, _ = strings.Cut(pkg, "/")
+		}
+		prog, _, _ = strings.Cut(pkg, "/")
+	}
+	if i := strings.LastIndex(prog, "@"); i > 0 && i > strings.LastIndex(prog, "/") {
 		prog = prog[:i] // a version
 	}
-	prog = path.Base(prog)
+	// A generic file (dist/index.js) is named by its directory.
+	parts := strings.Split(strings.Trim(prog, "/"), "/")
+	for len(parts) > 1 && generic[strings.TrimSuffix(parts[len(parts)-1], path.Ext(parts[len(parts)-1]))] {
+		parts = parts[:len(parts)-1]
+	}
+	prog = parts[len(parts)-1]
 	prog = strings.TrimSuffix(prog, path.Ext(prog))
 	for _, p := range []string{"mcp-server-", "server-", "mcp-"} {
 		prog = strings.TrimPrefix(prog, p)

@@ -307,7 +307,7 @@ func TestNameOf(t *testing.T) {
 		"npx -y @modelcontextprotocol/server-filesystem /tmp": "filesystem",
 		"uvx mcp-server-git --repository .":                   "git",
 		"./bin/weather-mcp":                                   "weather",
-		"node dist/index.js":                                  "index",
+		"node dist/index.js":                                  "dist",
 		"docker run -i --rm mcp/fetch":                        "fetch",
 		"python3 -m weather_server":                           "weather_server",
 		"/usr/bin/123":                                        "mcp-123",

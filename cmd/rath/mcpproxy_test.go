@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrath/rath/internal/mcpproxy"
+	"github.com/openrath/rath/pkg/events"
+)
+
+// A real MCP server from npm (@modelcontextprotocol/server-filesystem,
+// pinned by testdata/mcp-server/package-lock.json) behind rath mcp-proxy,
+// driven by a scripted host on the proxy's stdin and stdout: the host reads
+// the server's answers, and the session records each call as its caller's,
+// with the server's name and version, the result or the error, and the
+// duration. Node and npm are required: without them the test fails, naming
+// the tool (scripts/install-sandbox.sh installs them).
+func TestMCPProxyRealServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs npm ci and an MCP server from npm on node")
+	}
+	node, npm := needTool(t, "node"), needTool(t, "npm")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// npm ci installs exactly the lock file into a copy, so the source tree
+	// gets no node_modules; npm's cache makes a second run read nothing from
+	// the registry.
+	dir := t.TempDir()
+	for _, f := range []string{"package.json", "package-lock.json", ".npmrc"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "mcp-server", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ci := exec.CommandContext(ctx, npm, "ci", "--prefer-offline")
+	ci.Dir = dir
+	ci.Env = append(os.Environ(), "npm_config_update_notifier=false")
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in a copy of testdata/mcp-server: %v\n%s", err, out)
+	}
+	notes := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notes, "todo.txt"), []byte("buy milk\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	url := startLedger(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		c := execute(ctx, env{
+			Args: slices.Concat([]string{"--nats", url}, credsArgs(url), []string{"mcp-proxy", "--session", "notes", "--",
+				node, filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js"), notes}),
+			Stdin: inR, Stdout: outW, Stderr: &stderr,
+		})
+		outW.Close()
+		code <- c
+	}()
+	out := bufio.NewReader(outR)
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatalf("write %s: %v (stderr %s)", line, err, stderr.String())
+		}
+	}
+	read := func() map[string]any {
+		t.Helper()
+		line, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read: %v (stderr %s)", err, stderr.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("the host read %q: %v", line, err)
+		}
+		return m
+	}
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"scripted-host","version":"1"}}}`)
+	if m := read(); !strings.Contains(jsonString(m["result"]), `"secure-filesystem-server"`) {
+		t.Fatalf("initialize answered %v", m)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	if m := read(); !strings.Contains(jsonString(m["result"]), `"read_text_file"`) {
+		t.Fatalf("tools/list answered %v", m)
+	}
+	todo := filepath.Join(notes, "todo.txt")
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":` + jsonString(todo) + `}}}`)
+	if m := read(); !strings.Contains(jsonString(m["result"]), "buy milk") {
+		t.Fatalf("read_text_file answered %v", m)
+	}
+	send(`{"jsonrpc":"2.0","id":"three","method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"/etc/passwd"}}}`)
+	if m := read(); m["id"] != "three" {
+		t.Fatalf("the call outside the allowed directory answered %v", m)
+	}
+	inW.Close() // the host is done: the proxy stops the server and exits
+	if c := <-code; c != exitOK {
+		t.Fatalf("rath mcp-proxy exited %d: %s", c, stderr.String())
+	}
+
+	var evs []events.Stored
+	for _, line := range strings.Split(strings.TrimSpace(ok(t, url, "log", "notes", "--json")), "\n") {
+		ev, err := events.ParseStored([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	want := []string{events.TypeSessionStarted,
+		events.TypeToolRequested, events.TypeToolStarted, events.TypeToolCompleted,
+		events.TypeToolRequested, events.TypeToolStarted, events.TypeToolFailed}
+	if !slices.Equal(types, want) {
+		t.Fatalf("the session holds %v, want %v", types, want)
+	}
+	started, _ := evs[0].Decode()
+	if l := started.(*events.SessionStarted).Labels[mcpproxy.Label]; l != "filesystem" {
+		t.Errorf("the session's label %s is %q, want filesystem (derived from the command)", mcpproxy.Label, l)
+	}
+	req, _ := evs[1].Decode()
+	st, _ := evs[2].Decode()
+	done, _ := evs[3].Decode()
+	failed, _ := evs[6].Decode()
+	r := req.(*events.ToolRequested)
+	if r.Tool != "filesystem.read_text_file" || r.Runner != events.RunnerCaller || !strings.Contains(string(r.Arguments), "todo.txt") {
+		t.Errorf("requested %+v", r)
+	}
+	if sb := st.(*events.ToolStarted).Sandbox; sb == nil || sb.Backend != "mcp" || sb.SandboxID != "secure-filesystem-server@0.2.0" {
+		t.Errorf("started in %+v, want mcp/secure-filesystem-server@0.2.0", sb)
+	}
+	if d := done.(*events.ToolCompleted); d.CallID != r.CallID || d.Result != "buy milk\n" || d.DurationMS < 0 {
+		t.Errorf("completed %+v", d)
+	}
+	if f := failed.(*events.ToolFailed); !strings.Contains(f.Error, "outside allowed directories") && !strings.Contains(f.Error, "Access denied") {
+		t.Errorf("the call outside the allowed directory failed with %q", f.Error)
+	}
+	for _, ev := range evs[1:] {
+		if ev.Source != mcpproxy.Source || ev.Actor == "" {
+			t.Errorf("event %d from %q by %q", ev.Seq, ev.Source, ev.Actor)
+		}
+	}
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// needTool returns the path of a program a test cannot do without, or
+// fails the test naming it.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed (%v): this test runs an MCP server from npm on Node 20 or later; scripts/install-sandbox.sh installs node and npm with apt-get", name, err)
+	}
+	return p
+}
+
+// The command line is refused, naming the problem, before anything runs.
+func TestMCPProxyUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mcp-proxy", "--", "cat"}, "--session is required"},
+		{[]string{"mcp-proxy", "--session", "s"}, "name the server"},
+		{[]string{"mcp-proxy", "--session", "s", "cat"}, "put the server's command after --"},
+		{[]string{"mcp-proxy", "--session", "s", "--listen", "127.0.0.1:0", "--upstream", "http://x/mcp", "--", "cat"}, "not both"},
+		{[]string{"mcp-proxy", "--session", "s", "--listen", "127.0.0.1:0"}, "--listen and --upstream go together"},
+		{[]string{"mcp-proxy", "--session", "s", "--listen", "127.0.0.1:0", "--upstream", "file:///etc/passwd"}, "want an http:// or https:// URL"},
+		{[]string{"mcp-proxy", "--session", "s", "--name", "fs.read", "--", "cat"}, "invalid server name"},
+		{[]string{"mcp-proxy", "--session", "a/b", "--", "cat"}, "invalid session ID"},
+	} {
+		r := rath(t, "nats://127.0.0.1:1", tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("rath %s: exit %d, %q; want %d naming %q", strings.Join(tc.args, " "), r.code, r.stderr, exitUsage, tc.want)
+		}
+	}
+}
