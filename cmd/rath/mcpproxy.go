@@ -67,6 +67,9 @@ The server runs as this process's user, outside any sandbox.`,
 				if up, err = url.Parse(upstream); err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 					return usageError{fmt.Errorf("--upstream %q: want an http:// or https:// URL of an MCP endpoint", upstream)}
 				}
+				if err := loopback(listen); err != nil {
+					return usageError{err}
+				}
 			case cmd.ArgsLenAtDash() != 0:
 				return usageError{fmt.Errorf("put the server's command after --: rath mcp-proxy --session %s -- %s", session, args[0])}
 			}
@@ -130,6 +133,19 @@ func (a *app) serveMCPProxy(ctx context.Context, rec *mcpproxy.Recorder, listen 
 	defer cancel()
 	if srv.Shutdown(sctx) != nil {
 		_ = srv.Close() // the event streams of GET requests stay open until cut
+	}
+	return nil
+}
+
+// loopback checks that listen is a loopback address: whoever reaches the
+// proxy has calls recorded as the user of --creds.
+func loopback(listen string) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: want host:port: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--listen %s: the proxy records whatever reaches it as the user of --creds, so it listens on a loopback address only (127.0.0.1:PORT, [::1]:PORT)", listen)
 	}
 	return nil
 }

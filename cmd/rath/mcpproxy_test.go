@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -186,11 +190,67 @@ func TestMCPProxyUsage(t *testing.T) {
 		{[]string{"mcp-proxy", "--session", "s", "--listen", "127.0.0.1:0"}, "--listen and --upstream go together"},
 		{[]string{"mcp-proxy", "--session", "s", "--listen", "127.0.0.1:0", "--upstream", "file:///etc/passwd"}, "want an http:// or https:// URL"},
 		{[]string{"mcp-proxy", "--session", "s", "--name", "fs.read", "--", "cat"}, "invalid server name"},
+		{[]string{"mcp-proxy", "--session", "s", "--listen", "0.0.0.0:8931", "--upstream", "http://x/mcp"}, "loopback address only"},
+		{[]string{"mcp-proxy", "--session", "s", "--listen", "8931", "--upstream", "http://x/mcp"}, "want host:port"},
 		{[]string{"mcp-proxy", "--session", "a/b", "--", "cat"}, "invalid session ID"},
 	} {
 		r := rath(t, "nats://127.0.0.1:1", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("rath %s: exit %d, %q; want %d naming %q", strings.Join(tc.args, " "), r.code, r.stderr, exitUsage, tc.want)
+		}
+	}
+}
+
+// Over streamable HTTP, rath mcp-proxy serves the upstream's path on a
+// loopback port, relays a call's answer as the server sent it, records the
+// call, and stops cleanly when interrupted.
+func TestMCPProxyHTTP(t *testing.T) {
+	url := startLedger(t)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/mcp" {
+			http.NotFound(w, r)
+			return
+		}
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}]}}\n\n", m.ID)
+	}))
+	defer upstream.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- execute(ctx, env{
+			Args:  slices.Concat([]string{"--nats", url}, credsArgs(url), []string{"mcp-proxy", "--session", "weather", "--listen", "127.0.0.1:0", "--upstream", upstream.URL + "/api/mcp"}),
+			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr,
+		})
+	}()
+	waitFor(t, &stderr, "/api/mcp for ")
+	addr := regexp.MustCompile(`serving (http://\S+/api/mcp) `).FindStringSubmatch(stderr.String())
+	if addr == nil {
+		t.Fatalf("no address in %q", stderr.String())
+	}
+	resp, err := http.Post(addr[1], "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"forecast","arguments":{"city":"Oslo"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}]}}\n\n" {
+		t.Fatalf("the host read %q", body)
+	}
+	cancel()
+	if c := <-code; c != exitOK {
+		t.Fatalf("rath mcp-proxy exited %d: %s", c, stderr.String())
+	}
+	log := ok(t, url, "log", "weather")
+	for _, want := range []string{"mcp.forecast", "sunny", "in mcp/mcp"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("rath log weather lacks %q:\n%s", want, log)
 		}
 	}
 }

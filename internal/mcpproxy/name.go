@@ -1,6 +1,7 @@
 package mcpproxy
 
 import (
+	"net"
 	"net/url"
 	"path"
 	"strings"
@@ -67,9 +68,16 @@ func NameOf(command []string) string {
 	return clean(prog)
 }
 
-// NameOfURL derives a server's name from its URL: its host name.
+// NameOfURL derives a server's name from its URL: the first label of its
+// host name (weather for https://weather.example.com/mcp), or "mcp" for an
+// address or localhost.
 func NameOfURL(u *url.URL) string {
-	return clean(strings.ReplaceAll(u.Hostname(), ".", "-"))
+	host := u.Hostname()
+	if host == "localhost" || net.ParseIP(host) != nil {
+		return "mcp"
+	}
+	first, _, _ := strings.Cut(host, ".")
+	return clean(first)
 }
 
 // clean makes s a valid name: other characters become -, and one that

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -319,6 +320,25 @@ func TestNameOf(t *testing.T) {
 		}
 		if err := mcpproxy.ValidateName(got); err != nil {
 			t.Errorf("NameOf(%s): %v", cmd, err)
+		}
+	}
+}
+
+func TestNameOfURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://127.0.0.1:8930/mcp":         "mcp",
+		"http://localhost/mcp":              "mcp",
+		"https://[::1]:9/mcp":               "mcp",
+		"https://weather.example.com/mcp":   "weather",
+		"https://9lives.example.com/mcp":    "mcp-9lives",
+		"https://x_y.example.com:8443/a/b/": "x_y",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mcpproxy.NameOfURL(u); got != want {
+			t.Errorf("NameOfURL(%s) = %q, want %q", raw, got, want)
 		}
 	}
 }
