@@ -159,6 +159,16 @@ func TestMCPProxyRealServer(t *testing.T) {
 			t.Errorf("event %d from %q by %q", ev.Seq, ev.Source, ev.Actor)
 		}
 	}
+	// The dossier reads the calls as the caller's, on the server named.
+	dossier := filepath.Join(t.TempDir(), "dossier")
+	ok(t, url, "export", "notes", "--out", dossier)
+	md, err := os.ReadFile(filepath.Join(dossier, "dossier.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "run by the caller, outside Rath's sandbox; the caller reports sandbox mcp/secure-filesystem-server@0.2.0"; !strings.Contains(string(md), want) {
+		t.Errorf("the dossier lacks %q:\n%s", want, md)
+	}
 }
 
 func jsonString(v any) string {
