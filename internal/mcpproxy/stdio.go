@@ -22,6 +22,9 @@ const stopAfter = 2 * time.Second
 // relayed whole and not recorded.
 const maxObserved = 64 << 20
 
+// errGone is relay's error when the side it writes to has gone.
+var errGone = errors.New("the reader has gone")
+
 // stderrTail bounds what is kept of the server's stderr, to say why it
 // exited.
 const stderrTail = 2 << 10
@@ -73,20 +76,19 @@ func RunStdio(ctx context.Context, r *Recorder, cmd *exec.Cmd, in io.Reader, out
 		why = "the host closed the connection before the server answered"
 		// The server may still answer what it was asked: its answers
 		// are relayed and recorded until it exits.
-		select {
-		case <-serverDone:
-		case <-time.After(stopAfter):
-			stop(pid, serverDone)
-		case <-ctx.Done():
-			stop(pid, serverDone)
-		}
-	case <-serverDone:
+		end(ctx, pid, serverDone)
+	case err := <-serverDone:
 		why = "the MCP server closed its output before answering"
+		if errors.Is(err, errGone) {
+			why = "the host stopped reading before the server answered"
+		}
 	case <-ctx.Done():
 		why = "the proxy was stopped before the server answered"
-		stop(pid, serverDone)
+		end(ctx, pid, serverDone)
 	}
-	waitErr := cmd.Wait()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }() // after the last read of its output
+	waitErr := end(ctx, pid, waited)
 	if waitErr != nil && why == "the MCP server closed its output before answering" {
 		why = "the MCP server exited before answering: " + waitErr.Error()
 		if t := tail.String(); t != "" {
@@ -95,7 +97,7 @@ func RunStdio(ctx context.Context, r *Recorder, cmd *exec.Cmd, in io.Reader, out
 	}
 	r.FailOpen("", why)
 	switch {
-	case hostErr != nil:
+	case hostErr != nil && !errors.Is(hostErr, errGone):
 		return fmt.Errorf("read from the host: %w", hostErr)
 	case waitErr != nil && ctx.Err() == nil && !killed(waitErr):
 		return fmt.Errorf("the MCP server %s: %w", strings.Join(cmd.Args, " "), waitErr)
@@ -106,7 +108,7 @@ func RunStdio(ctx context.Context, r *Recorder, cmd *exec.Cmd, in io.Reader, out
 // relay copies lines from src to dst, noting each complete line (without
 // its newline) unless it is longer than maxObserved. A line is written
 // whole before the next is read; a last line without a newline is relayed
-// too. It returns nil at the end of src, or when dst is closed.
+// too. It returns nil at the end of src, errGone when dst is closed.
 func relay(src io.Reader, dst io.Writer, note func([]byte)) error {
 	br := bufio.NewReaderSize(src, 64<<10)
 	var long bool // the line under way is longer than maxObserved
@@ -127,15 +129,15 @@ func relay(src io.Reader, dst io.Writer, note func([]byte)) error {
 					// Written after noting: a request is open before its
 					// answer can come back.
 					if _, werr := dst.Write(line); werr != nil {
-						return nil
+						return errGone
 					}
 				} else if _, werr := dst.Write(chunk); werr != nil {
-					return nil
+					return errGone
 				}
 				long, line = false, line[:0]
 			} else if long {
 				if _, werr := dst.Write(chunk); werr != nil {
-					return nil
+					return errGone
 				}
 			}
 		}
@@ -149,16 +151,27 @@ func relay(src io.Reader, dst io.Writer, note func([]byte)) error {
 	}
 }
 
-// stop ends the server's process group: SIGTERM, then SIGKILL if it has
-// not closed its output within stopAfter.
-func stop(pid int, done <-chan error) {
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
+// end waits for done, the end of the server's output or of its process:
+// up to stopAfter (none once ctx is done), then it sends SIGTERM to the
+// server's process group, waits stopAfter again, then sends SIGKILL.
+func end(ctx context.Context, pid int, done <-chan error) error {
+	t := time.NewTimer(stopAfter)
+	defer t.Stop()
 	select {
-	case <-done:
-	case <-time.After(stopAfter):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-done
+	case err := <-done:
+		return err
+	case <-t.C:
+	case <-ctx.Done():
 	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	t.Reset(stopAfter)
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return <-done
 }
 
 // killed reports whether the server died of a signal the proxy sends.

@@ -365,3 +365,69 @@ func TestOpenRefusesAnEndedSession(t *testing.T) {
 }
 
 var _ = json.Valid
+
+// A record that fails (here: the session was closed meanwhile) is logged
+// and the relay goes on; Close says how many were lost. A call the server
+// has not answered when the host leaves is failed, saying so.
+func TestStdioRelayOutlivesRecording(t *testing.T) {
+	c := ledger(t)
+	var logs syncBuffer
+	rec := recorder(t, c, "closing", "fake", &logs)
+
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	server := exec.Command(os.Args[0], "-test.run=^$")
+	server.Env = append(os.Environ(), fakeEnv+"=1")
+	done := make(chan error, 1)
+	go func() {
+		err := mcpproxy.RunStdio(context.Background(), rec, server, inR, outW, io.Discard)
+		outW.Close()
+		done <- err
+	}()
+	h := &host{t: t, w: inW, out: bufio.NewReader(outR)}
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"recorded"}}}`)
+	h.expect(`{"jsonrpc":"2.0", "id":1, "result":{"content":[{"type":"text","text":"recorded"}]}}`)
+	h.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"hold"}}`)
+	inW.Close()
+	if line, err := h.out.ReadString('\n'); err != io.EOF {
+		t.Fatalf("after the host left it read %q, %v", line, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("RunStdio: %v", err)
+	}
+	if err := rec.Close("the proxy stopped"); err != nil {
+		t.Fatal(err)
+	}
+	order, byID, _ := calls(t, c, "closing")
+	if len(order) != 2 || byID[order[1]].failed == nil || byID[order[1]].failed.Error != "the host closed the connection before the server answered" {
+		t.Fatalf("recorded %d calls, the second %+v", len(order), byID[order[len(order)-1]])
+	}
+
+	// The session closes under a second proxy: its calls are relayed, not recorded.
+	rec = recorder(t, c, "closing", "fake", &logs)
+	if _, err := c.Emit(context.Background(), "closing", &events.SessionClosed{Reason: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	inR, inW = io.Pipe()
+	outR, outW = io.Pipe()
+	server = exec.Command(os.Args[0], "-test.run=^$")
+	server.Env = append(os.Environ(), fakeEnv+"=1")
+	go func() {
+		err := mcpproxy.RunStdio(context.Background(), rec, server, inR, outW, io.Discard)
+		outW.Close()
+		done <- err
+	}()
+	h = &host{t: t, w: inW, out: bufio.NewReader(outR)}
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"relayed"}}}`)
+	h.expect(`{"jsonrpc":"2.0", "id":1, "result":{"content":[{"type":"text","text":"relayed"}]}}`)
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("RunStdio: %v", err)
+	}
+	if err := rec.Close("the proxy stopped"); err == nil || !strings.Contains(err.Error(), "2 records of session closing are lost") {
+		t.Fatalf("Close: %v", err)
+	}
+	if !strings.Contains(logs.String(), "a record failed; the relay goes on") {
+		t.Errorf("the log does not say the records failed:\n%s", logs.String())
+	}
+}
