@@ -37,7 +37,9 @@ server's; everything after -- is the server's command line, which mcp-proxy
 starts and stops. Its stderr passes through.
 
 Over streamable HTTP, --listen ADDR --upstream URL serves the host at
-http://ADDR with URL's path, and relays each request to URL's server.
+http://ADDR with URL's path (a loopback address only: whoever reaches the proxy
+has calls recorded as the user of --creds), and relays each request, headers
+and all, to URL's server.
 
 Recording never holds the relay: a record that fails is logged on stderr and
 the messages go on. Calls the server never answers are recorded as failed,

@@ -31,7 +31,9 @@ const maxBody = 64 << 20
 // POST bodies are noted in r as the host's, those of the answers (JSON,
 // or each event of a text/event-stream, a GET's stream too) as the
 // server's, in the conversation of the request's Mcp-Session-Id. A POST
-// answered with an HTTP error or no body fails the calls it carried.
+// answered with an HTTP error or no body fails the calls it carried; a
+// DELETE (the host ends its MCP session) fails the session's calls still
+// open.
 func Handler(r *Recorder, upstream *url.URL, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -88,6 +90,9 @@ func Handler(r *Recorder, upstream *url.URL, log *slog.Logger) http.Handler {
 			}
 		}
 		rp.ServeHTTP(w, req)
+		if conv := req.Header.Get(HeaderSession); req.Method == http.MethodDelete && conv != "" {
+			r.FailOpen(conv, "the host ended the MCP session before the server answered")
+		}
 	})
 }
 

@@ -72,6 +72,8 @@ func (f *fakeHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 	case m.Params.Name == "accepted":
 		w.WriteHeader(http.StatusAccepted)
+	case m.Params.Name == "silent":
+		w.Header().Set("Content-Type", "text/event-stream")
 	}
 }
 
@@ -130,6 +132,16 @@ func TestHTTPRelaysAndRecords(t *testing.T) {
 	if resp, _ := post("sess-2", `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo"}}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("sess-2: %s", resp.Status)
 	}
+	// A call left open when the host ends its MCP session.
+	post("sess-3", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"silent"}}`)
+	del, _ := http.NewRequest(http.MethodDelete, proxy.URL+"/mcp", nil)
+	del.Header.Set(mcpproxy.HeaderSession, "sess-3")
+	del.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	if resp, err := http.DefaultClient.Do(del); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
 	get, err := http.Get(proxy.URL + "/mcp")
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +172,7 @@ func TestHTTPRelaysAndRecords(t *testing.T) {
 		{"remote.down", "", "the MCP server answered HTTP 503 Service Unavailable without a JSON-RPC answer"},
 		{"remote.accepted", "", "the MCP server answered HTTP 202 Accepted without a JSON-RPC answer"},
 		{"remote.echo", "streamed", ""},
+		{"remote.silent", "", "the host ended the MCP session before the server answered"},
 	}
 	if len(order) != len(wants) {
 		t.Fatalf("%d calls recorded, want %d", len(order), len(wants))

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
@@ -214,6 +215,11 @@ func TestStdioRelaysAndRecords(t *testing.T) {
 	// A batch (protocol 2025-03-26).
 	h.send(`[{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"text":"in a batch"}}},{"jsonrpc":"2.0","method":"notifications/progress"}]`)
 	h.expect(`[{"jsonrpc":"2.0", "id":9, "result":{"content":[{"type":"text","text":"in a batch"}]}}]`)
+	// Arguments over the inline limit are kept in a blob.
+	big := strings.Repeat("a", evidence.InlineLimit+1000)
+	bigArgs := `{"text":"` + big + `"}`
+	h.send(`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":` + bigArgs + `}}`)
+	h.expect(`{"jsonrpc":"2.0", "id":11, "result":{"content":[{"type":"text","text":"` + big + `"}]}}`)
 	// The server dies during a call.
 	h.send(`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"die"}}`)
 	if line, err := h.out.ReadString('\n'); err != io.EOF {
@@ -250,6 +256,7 @@ func TestStdioRelaysAndRecords(t *testing.T) {
 		{tool: "fake.hold", err: "the host sent another request with the same JSON-RPC id 8 before the server answered this one"},
 		{tool: "fake.echo", args: `{"text":"second"}`, result: "second"},
 		{tool: "fake.echo", args: `{"text":"in a batch"}`, result: "in a batch"},
+		{tool: "fake.echo", args: "big", result: "blob"},
 		{tool: "fake.die", err: "the MCP server exited before answering: exit status 3; its stderr ends: dying as asked"},
 	}
 	if len(order) != len(wants) {
@@ -259,6 +266,17 @@ func TestStdioRelaysAndRecords(t *testing.T) {
 		r := byID[order[i]]
 		if r.req == nil || r.started == nil || (r.done == nil) == (r.failed == nil) {
 			t.Fatalf("call %d (%s): recorded %+v", i, w.tool, r)
+		}
+		if w.args == "big" {
+			var note string
+			if err := json.Unmarshal(r.req.Arguments, &note); err != nil || !strings.HasPrefix(note, fmt.Sprintf("[arguments: %d bytes in all: ", len(bigArgs))) {
+				t.Errorf("call %d: big arguments kept as %.80s (%v)", i, r.req.Arguments, err)
+			}
+			ref := strings.TrimSuffix(note[strings.LastIndex(note, " ")+1:], "]")
+			if whole, err := c.GetBlob(context.Background(), ref); err != nil || string(whole) != bigArgs {
+				t.Errorf("call %d: the blob %s of the arguments holds %d bytes (%v)", i, ref, len(whole), err)
+			}
+			w.args = string(r.req.Arguments)
 		}
 		if r.req.Tool != w.tool || r.req.Runner != events.RunnerCaller || string(r.req.Arguments) != w.args || r.source != mcpproxy.Source {
 			t.Errorf("call %d: requested %s %s runner %q from %q, want %s %s by the caller from %s", i, r.req.Tool, r.req.Arguments, r.req.Runner, r.source, w.tool, w.args, mcpproxy.Source)
@@ -276,7 +294,7 @@ func TestStdioRelaysAndRecords(t *testing.T) {
 				t.Fatalf("call %d: the huge result is not in a blob: %+v", i, r.failed)
 			}
 			whole, err := c.GetBlob(context.Background(), r.done.ResultRef)
-			if err != nil || string(whole) != strings.Repeat("é", 50<<10) {
+			if want := map[bool]string{true: big, false: strings.Repeat("é", 50<<10)}[w.tool == "fake.echo"]; err != nil || string(whole) != want {
 				t.Errorf("call %d: the blob holds %d bytes (%v), want the whole result", i, len(whole), err)
 			}
 		default:
@@ -363,8 +381,6 @@ func TestOpenRefusesAnEndedSession(t *testing.T) {
 		t.Fatalf("Open of a closed session: %v", err)
 	}
 }
-
-var _ = json.Valid
 
 // A record that fails (here: the session was closed meanwhile) is logged
 // and the relay goes on; Close says how many were lost. A call the server
