@@ -388,15 +388,11 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 				}
 				continue
 			}
-			done := &events.ToolCompleted{CallID: m.ToolCallID, Tool: call.Tool, Result: t}
-			if len(t) > evidence.InlineLimit {
-				ref, err := k.c.PutBlob(ctx, []byte(t))
-				if err != nil {
-					return 0, fmt.Errorf("store the result of call %s: %w", m.ToolCallID, err)
-				}
-				done.Result = evidence.Prefix(t, evidence.InlineLimit) + fmt.Sprintf("\n… [%d bytes in all: %s]", len(t), ref)
-				done.ResultRef = ref
+			result, ref, err := evidence.Keep(ctx, k.c, t)
+			if err != nil {
+				return 0, fmt.Errorf("the result of call %s: %w", m.ToolCallID, err)
 			}
+			done := &events.ToolCompleted{CallID: m.ToolCallID, Tool: call.Tool, Result: result, ResultRef: ref}
 			if err := add(done); err != nil {
 				return 0, err
 			}
