@@ -12,111 +12,21 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
+
+	"github.com/openrath/rath/internal/fakeprovider"
 )
-
-type message struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
-}
-
-type request struct {
-	Model    string    `json:"model"`
-	Messages []message `json:"messages"`
-	Stream   bool      `json:"stream"`
-	Tools    []struct {
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	} `json:"tools"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8090", "host:port to serve on")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	http.HandleFunc("POST /v1/chat/completions", answer)
 	log.Info("fake provider", "base_url", "http://"+*listen+"/v1")
-	if err := http.ListenAndServe(*listen, nil); err != nil {
+	if err := http.ListenAndServe(*listen, fakeprovider.Handler()); err != nil {
 		log.Error("fake provider", "err", err)
 		os.Exit(1)
 	}
-}
-
-// text is a content's text: the string, or its text parts joined.
-func text(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var parts []struct{ Text string }
-	_ = json.Unmarshal(raw, &parts)
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(p.Text)
-	}
-	return b.String()
-}
-
-func answer(w http.ResponseWriter, r *http.Request) {
-	var req request
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"want a Chat Completions request with messages"}}`, http.StatusBadRequest)
-		return
-	}
-	last := req.Messages[len(req.Messages)-1]
-	said := text(last.Content)
-	msg := map[string]any{"role": "assistant"}
-	finish := "stop"
-	var call map[string]any
-	switch {
-	case last.Role == "tool":
-		msg["content"] = "The tool said: " + said
-	case len(req.Tools) > 0 && last.Role == "user":
-		args, _ := json.Marshal(map[string]string{"input": said})
-		call = map[string]any{"id": fmt.Sprintf("call_%d", len(req.Messages)), "type": "function",
-			"function": map[string]any{"name": req.Tools[0].Function.Name, "arguments": string(args)}}
-		msg["content"], msg["tool_calls"], finish = nil, []any{call}, "tool_calls"
-	default:
-		msg["content"] = "You said: " + said
-	}
-	usage := map[string]int{"prompt_tokens": len(req.Messages) * 10, "completion_tokens": 5, "total_tokens": len(req.Messages)*10 + 5}
-	if !req.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": req.Model,
-			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}}, "usage": usage})
-		return
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	chunk := func(v map[string]any) {
-		v["id"], v["object"], v["created"], v["model"] = "chatcmpl-fake", "chat.completion.chunk", 0, req.Model
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-	}
-	delta := map[string]any{"role": "assistant"}
-	if call != nil {
-		call["index"] = 0
-		delta["tool_calls"] = []any{call}
-	} else {
-		delta["content"] = msg["content"]
-	}
-	chunk(map[string]any{"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}})
-	chunk(map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}})
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		chunk(map[string]any{"choices": []any{}, "usage": usage})
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
 }
