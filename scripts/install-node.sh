@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs Node.js and npm, which the JavaScript example's test needs
-# (e2e TestJavaScriptClient runs `npm ci` and `node` on examples/js), from
+# Installs Node.js and npm, which the JavaScript examples' tests need
+# (e2e TestJavaScriptClient runs `npm ci` and `node` on examples/js,
+# cmd/rath TestAgentsSDKThroughTheGateway on examples/agents-js), from
 # Debian's (or Ubuntu's) packages when they are missing. Run as root, or with
 # sudo. Nothing is installed when both are on PATH already.
 set -euo pipefail
