@@ -107,10 +107,7 @@ func TestAgentsSDKThroughTheGateway(t *testing.T) {
 	// not; run fails the test unless it printed its answers.
 	try := func(base, model string, stream bool) (agentOutput, string, error) {
 		cmd := exec.CommandContext(ctx, node, agent)
-		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+base, "OPENAI_API_KEY="+token, "MODEL="+model, "STREAM=0")
-		if stream {
-			cmd.Env = append(cmd.Env, "STREAM=1")
-		}
+		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+base, "OPENAI_API_KEY="+token, "MODEL="+model, fmt.Sprintf("STREAM=%d", btoi(stream)))
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
@@ -243,6 +240,13 @@ func TestAgentsSDKThroughTheGateway(t *testing.T) {
 	if st, err := c.State(ctx, streamed); err != nil || st.Seq != streamedLog[len(streamedLog)-1].Seq {
 		t.Errorf("after its replays the streamed session's head is %v (%v), want %d", st.Seq, err, streamedLog[len(streamedLog)-1].Seq)
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // agentOutput is what examples/agents-js/agent.mjs prints.
