@@ -374,7 +374,7 @@ func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("%s is not installed (%v): this test runs examples/agents-js with Node 20 or later and npm; scripts/install-node.sh installs them with apt-get", name, err)
+		t.Fatalf("%s is not installed (%v): this test runs Node 20 or later and npm (examples/agents-js, an MCP server from npm); scripts/install-node.sh installs them with apt-get", name, err)
 	}
 	return p
 }

@@ -176,17 +176,6 @@ func jsonString(v any) string {
 	return string(b)
 }
 
-// needTool returns the path of a program a test cannot do without, or
-// fails the test naming it.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is not installed (%v): this test runs an MCP server from npm on Node 20 or later; scripts/install-sandbox.sh installs node and npm with apt-get", name, err)
-	}
-	return p
-}
-
 // The command line is refused, naming the problem, before anything runs.
 func TestMCPProxyUsage(t *testing.T) {
 	for _, tc := range []struct {
