@@ -142,20 +142,10 @@ func (c *convos) put(id string, cv *convo) {
 // chat serves a call in wire format wi (POST .../chat/completions,
 // .../messages).
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, wi wire) {
-	k, ok := g.open(w, r, wi)
+	k, req, ok := g.begin(w, r, wi)
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r, wi.fail)
-	if !ok {
-		return
-	}
-	req, err := wi.parseRequest(body)
-	if err != nil {
-		wi.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
-		return
-	}
-	k.body = body
 	defer g.convos.lock(k.session)()
 	ctx := r.Context()
 	st, err := g.session(ctx, k)
@@ -224,6 +214,26 @@ func digests(msgs []message) [][32]byte {
 		d[i] = digest(m)
 	}
 	return d
+}
+
+// begin authenticates a call, reads its body and parses it in wire format
+// wi; on failure it has answered the caller.
+func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, wi wire) (*call, *request, bool) {
+	k, ok := g.open(w, r, wi)
+	if !ok {
+		return nil, nil, false
+	}
+	body, ok := readBody(w, r, wi.fail)
+	if !ok {
+		return nil, nil, false
+	}
+	req, err := wi.parseRequest(body)
+	if err != nil {
+		wi.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return nil, nil, false
+	}
+	k.body = body
+	return k, req, true
 }
 
 // session reads the call's session, starting it on first use as the

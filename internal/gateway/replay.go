@@ -17,17 +17,8 @@ import (
 // the first message and field where it differs from the recorded request it
 // is closest to. Nothing is recorded and no provider is asked.
 func (g *Gateway) replay(w http.ResponseWriter, r *http.Request, wi wire) {
-	k, ok := g.open(w, r, wi)
+	k, req, ok := g.begin(w, r, wi)
 	if !ok {
-		return
-	}
-	body, ok := readBody(w, r, wi.fail)
-	if !ok {
-		return
-	}
-	req, err := wi.parseRequest(body)
-	if err != nil {
-		wi.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	fail := wi.fail
