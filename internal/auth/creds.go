@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -21,17 +22,22 @@ import (
 var ErrNoCredentials = errors.New("no credentials file")
 
 // ErrBadCredentials is returned (wrapped, with the path and the cause) when a
-// credentials file holds no usable user nkey seed.
+// credentials file holds no usable user nkey seed, or is a NATS user
+// credentials file whose JWT is garbled, expired, not its seed's, or names
+// no Rath principal.
 var ErrBadCredentials = errors.New("unusable credentials file")
 
 // Identity is one identity on the bus: its role, the principal it acts as
 // (a service, or a user of a tenant), the public user nkey the server knows,
-// and the file holding its seed.
+// and the file holding its seed. JWT marks a NATS user credentials file (a
+// user JWT of a server in operator mode, and its seed) rather than one of
+// Rath's nkey seed files.
 type Identity struct {
 	Role      Role
 	Principal events.Principal
 	PublicKey string
 	Path      string
+	JWT       bool
 }
 
 // Permissions is what the identity may do: its role's, or for a user of a
@@ -43,24 +49,47 @@ func (id Identity) Permissions() Permissions {
 	return id.Role.Permissions()
 }
 
+// SeedExt ends the name of Rath's nkey seed files: <role>.nk, as nsc names
+// the nkey files it keeps. Not .creds: NATS tools mean by that a user JWT
+// and its seed, and `nats --creds` refuses a seed alone (ADR 0013).
+const SeedExt = ".nk"
+
+// legacyExt ended the names of the seed files of earlier Rath versions.
+// Ensure renames them; ReadFile reads one when the new name is absent.
+const legacyExt = ".creds"
+
 // FileName is the base name of a role's credentials file in a directory.
-func FileName(r Role) string { return string(r) + ".creds" }
+// It and UserPath are the only places the names are made.
+func FileName(r Role) string { return string(r) + SeedExt }
 
 // TenantsDir is the directory, under a credentials directory, holding the
-// identities of tenants' users: tenants/<tenant>/<user>.creds.
+// identities of tenants' users: tenants/<tenant>/<user>.nk.
 const TenantsDir = "tenants"
 
 // UserPath is the credentials file of a tenant's user under dir.
 func UserPath(dir string, p events.Principal) string {
-	return filepath.Join(dir, TenantsDir, p.Tenant, p.User+".creds")
+	return filepath.Join(dir, TenantsDir, p.Tenant, p.User+SeedExt)
+}
+
+// legacyPath is the name an earlier Rath gave the seed file at path, or ""
+// if path is not a seed file's name.
+func legacyPath(path string) string {
+	base, ok := strings.CutSuffix(path, SeedExt)
+	if !ok {
+		return ""
+	}
+	return base + legacyExt
 }
 
 // Set is the identities of every role, one credentials file each in Dir,
 // and of the tenants' users under Dir/tenants.
 type Set struct {
-	Dir   string
-	ids   map[Role]Identity
-	users []Identity
+	Dir string
+	// Renamed lists the files of an earlier Rath that Ensure renamed from
+	// <name>.creds to <name>.nk, for the caller to log once.
+	Renamed []string
+	ids     map[Role]Identity
+	users   []Identity
 }
 
 // Identity returns the role's identity.
@@ -96,7 +125,7 @@ func (s *Set) AddUser(p events.Principal) (Identity, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return Identity{}, fmt.Errorf("add user %s: %w", p, err)
 	}
-	id, err := ReadFile(path)
+	id, err := readSeedFile(path)
 	if errors.Is(err, ErrNoCredentials) {
 		id, err = create(path, RoleClient, p)
 	}
@@ -114,20 +143,30 @@ func (s *Set) AddUser(p events.Principal) (Identity, error) {
 	return id, nil
 }
 
-// loadUsers reads every tenant user's identity under dir/tenants.
+// loadUsers reads every tenant user's identity under dir/tenants: the
+// <user>.nk files, and the <user>.creds of an earlier Rath that has no .nk.
 func loadUsers(dir string) ([]Identity, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, TenantsDir, "*", "*.creds"))
+	paths, err := filepath.Glob(filepath.Join(dir, TenantsDir, "*", "*"+SeedExt))
 	if err != nil {
 		return nil, fmt.Errorf("tenant credentials in %s: %w", dir, err)
+	}
+	legacy, err := filepath.Glob(filepath.Join(dir, TenantsDir, "*", "*"+legacyExt))
+	if err != nil {
+		return nil, fmt.Errorf("tenant credentials in %s: %w", dir, err)
+	}
+	for _, old := range legacy {
+		if p := strings.TrimSuffix(old, legacyExt) + SeedExt; !slices.Contains(paths, p) {
+			paths = append(paths, p) // readSeedFile reads old under it
+		}
 	}
 	slices.Sort(paths)
 	var out []Identity
 	for _, path := range paths {
-		id, err := ReadFile(path)
+		id, err := readSeedFile(path)
 		if err != nil {
 			return nil, err
 		}
-		want := events.Principal{Tenant: filepath.Base(filepath.Dir(path)), User: strings.TrimSuffix(filepath.Base(path), ".creds")}
+		want := events.Principal{Tenant: filepath.Base(filepath.Dir(path)), User: strings.TrimSuffix(filepath.Base(path), SeedExt)}
 		if id.Principal != want || id.Role != RoleClient {
 			return nil, fmt.Errorf("%w %s: it names %s (role %s), its place names user %s", ErrBadCredentials, path, id.Principal, id.Role, want)
 		}
@@ -151,8 +190,13 @@ func Ensure(dir string) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{Dir: dir, ids: make(map[Role]Identity, len(Roles()))}
+	renamed, err := migrate(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.Renamed = renamed
 	for _, r := range Roles() {
-		id, err := ReadFile(s.Path(r))
+		id, err := readSeedFile(s.Path(r))
 		if errors.Is(err, ErrNoCredentials) {
 			id, err = create(s.Path(r), r, r.Principal())
 		}
@@ -172,6 +216,50 @@ func Ensure(dir string) (*Set, error) {
 	return s, nil
 }
 
+// migrate renames the seed files of an earlier Rath in dir, <name>.creds,
+// to <name>.nk where no .nk exists, and returns the old paths. Renaming
+// (rather than reading the old names for ever) leaves one name per file, so
+// that no .creds file in a data directory is a seed `nats --creds` would
+// refuse; a rename within a directory is atomic, and a second run finds
+// nothing to do.
+func migrate(dir string) ([]string, error) {
+	var old []string
+	for _, r := range Roles() {
+		old = append(old, filepath.Join(dir, string(r)+legacyExt))
+	}
+	users, err := filepath.Glob(filepath.Join(dir, TenantsDir, "*", "*"+legacyExt))
+	if err != nil {
+		return nil, fmt.Errorf("tenant credentials in %s: %w", dir, err)
+	}
+	old = append(old, users...)
+	var renamed []string
+	for _, path := range old {
+		to := strings.TrimSuffix(path, legacyExt) + SeedExt
+		if _, err := os.Stat(path); err != nil {
+			continue // none to rename
+		}
+		if _, err := os.Stat(to); err == nil {
+			continue // both: the .nk is the one in use; the .creds is left alone
+		}
+		if err := os.Rename(path, to); err != nil {
+			return renamed, fmt.Errorf("rename credentials %s to %s: %w", path, to, err)
+		}
+		renamed = append(renamed, path)
+	}
+	return renamed, nil
+}
+
+// readSeedFile is ReadFile for the files of a Set, which are Rath's nkey
+// seed files only: the embedded server and the deploy configuration know
+// users by nkey, not by JWT.
+func readSeedFile(path string) (Identity, error) {
+	id, err := ReadFile(path)
+	if err == nil && id.JWT {
+		return Identity{}, fmt.Errorf("%w %s: a NATS user JWT credentials file in a Rath credentials directory, which holds nkey seeds (pass a JWT file with --creds instead)", ErrBadCredentials, path)
+	}
+	return id, err
+}
+
 // checkRole refuses a role's file that names another identity.
 func checkRole(id Identity, r Role) error {
 	if id.Role != r || id.Principal != r.Principal() {
@@ -189,7 +277,7 @@ func Load(dir string) (*Set, error) {
 	s := &Set{Dir: dir, ids: make(map[Role]Identity, len(Roles()))}
 	var errs []error
 	for _, r := range Roles() {
-		id, err := ReadFile(s.Path(r))
+		id, err := readSeedFile(s.Path(r))
 		if err == nil {
 			err = checkRole(id, r)
 		}
@@ -214,25 +302,37 @@ func Load(dir string) (*Set, error) {
 // credentials files yet (to rotate, mint into a new directory and replace).
 func Mint(dir string) (*Set, error) {
 	for _, r := range Roles() {
-		if _, err := os.Stat(filepath.Join(dir, FileName(r))); err == nil {
-			return nil, fmt.Errorf("mint into %s: %s exists already; mint into an empty directory", dir, FileName(r))
+		for _, name := range []string{FileName(r), string(r) + legacyExt} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				return nil, fmt.Errorf("mint into %s: %s exists already; mint into an empty directory", dir, name)
+			}
 		}
 	}
 	return Ensure(dir)
 }
 
-// ReadFile reads a credentials file: the seed, and the role and principal
-// its header names. A file of an earlier Rath without that line is read by
-// its name: <role>.creds.
+// ReadFile reads a credentials file: one of Rath's nkey seed files (the
+// seed, and the role and principal its header names; a file of an earlier
+// Rath without that line is read by its name, <role>.creds), or a NATS user
+// credentials file (the JWT's user, and the principal its
+// rath-principal tag names; see readUserJWT for what is checked). A
+// <name>.nk that does not exist is read from the <name>.creds an earlier
+// Rath wrote, if that exists; Path says which file was read.
 func ReadFile(path string) (Identity, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Identity{}, fmt.Errorf("%w %s", ErrNoCredentials, path)
-	}
+	b, path, err := readCreds(path)
 	if err != nil {
-		return Identity{}, fmt.Errorf("read credentials %s: %w", path, err)
+		return Identity{}, err
 	}
 	defer wipe(b)
+	if IsUserJWTFile(b) {
+		u, err := readUserJWT(b, path, time.Now())
+		if err != nil {
+			return Identity{}, err
+		}
+		wipe(u.seed)
+		u.id.Path = path
+		return u.id, nil
+	}
 	kp, err := nkeys.ParseDecoratedUserNKey(b)
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
@@ -247,6 +347,24 @@ func ReadFile(path string) (Identity, error) {
 		return Identity{}, err
 	}
 	return Identity{Role: role, Principal: p, PublicKey: pub, Path: path}, nil
+}
+
+// readCreds reads the credentials file at path, or the .creds an earlier
+// Rath named it, and returns its content and the path it was read from.
+func readCreds(path string) ([]byte, string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if old := legacyPath(path); old != "" {
+			if lb, lerr := os.ReadFile(old); lerr == nil {
+				return lb, old, nil
+			}
+		}
+		return nil, path, fmt.Errorf("%w %s", ErrNoCredentials, path)
+	}
+	if err != nil {
+		return nil, path, fmt.Errorf("read credentials %s: %w", path, err)
+	}
+	return b, path, nil
 }
 
 // principalLine starts the header line naming a file's role and principal.
@@ -276,7 +394,7 @@ func header(b []byte, path string) (Role, events.Principal, error) {
 		}
 		return role, p, nil
 	}
-	role, err := ParseRole(strings.TrimSuffix(filepath.Base(path), ".creds"))
+	role, err := ParseRole(strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), legacyExt), SeedExt))
 	if err != nil {
 		return "", events.Principal{}, fmt.Errorf("%w %s: no %q line, and the file name names no role", ErrBadCredentials, path, strings.TrimSpace(principalLine))
 	}
@@ -284,7 +402,8 @@ func header(b []byte, path string) (Role, events.Principal, error) {
 }
 
 // Options returns the nats.go options that authenticate a connection with
-// the credentials file at path, and the identity it names, after checking
+// the credentials file at path (ReadFile: one of Rath's nkey seed files or
+// a NATS user credentials file), and the identity it names, after checking
 // the file is usable, so that a missing or broken file is reported by name
 // before any connection. A tenant's user gets replies under its own prefix
 // (the only one it may subscribe to).
@@ -293,15 +412,25 @@ func Options(path string) ([]nats.Option, Identity, error) {
 	if err != nil {
 		return nil, Identity{}, err
 	}
-	opt, err := nats.NkeyOptionFromSeed(path)
-	if err != nil {
-		return nil, Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, path, err)
+	var opts []nats.Option
+	if id.JWT {
+		opts = jwtOptions(userJWT{}, id.Path)
+	} else {
+		opt, err := nats.NkeyOptionFromSeed(id.Path)
+		if err != nil {
+			return nil, Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, id.Path, err)
+		}
+		opts = []nats.Option{opt}
 	}
-	opts := []nats.Option{opt}
+	return withInbox(opts, id), id, nil
+}
+
+// withInbox adds a client's reply prefix to opts.
+func withInbox(opts []nats.Option, id Identity) []nats.Option {
 	if id.Role == RoleClient {
 		opts = append(opts, nats.CustomInboxPrefix(id.Principal.ReplyPrefix()))
 	}
-	return opts, id, nil
+	return opts
 }
 
 // OptionsFrom is Options for a credentials file's content, as a person
@@ -309,6 +438,14 @@ func Options(path string) ([]nats.Option, Identity, error) {
 // says where it came from in errors. The seed stays in memory, held by the
 // returned option, for as long as the connection may reconnect.
 func OptionsFrom(b []byte, name string) ([]nats.Option, Identity, error) {
+	if IsUserJWTFile(b) {
+		u, err := readUserJWT(b, name, time.Now())
+		if err != nil {
+			return nil, Identity{}, err
+		}
+		defer wipe(u.seed) // the option holds its own copy
+		return withInbox(jwtOptions(u, ""), u.id), u.id, nil
+	}
 	kp, err := nkeys.ParseDecoratedUserNKey(b)
 	if err != nil {
 		return nil, Identity{}, fmt.Errorf("%w %s: %v", ErrBadCredentials, name, err)
@@ -322,11 +459,7 @@ func OptionsFrom(b []byte, name string) ([]nats.Option, Identity, error) {
 		return nil, Identity{}, err
 	}
 	id := Identity{Role: role, Principal: p, PublicKey: pub}
-	opts := []nats.Option{nats.Nkey(pub, kp.Sign)}
-	if id.Role == RoleClient {
-		opts = append(opts, nats.CustomInboxPrefix(id.Principal.ReplyPrefix()))
-	}
-	return opts, id, nil
+	return withInbox([]nats.Option{nats.Nkey(pub, kp.Sign)}, id), id, nil
 }
 
 // create writes a new identity for role, acting as p, at path, atomically
@@ -357,7 +490,8 @@ func create(path string, role Role, p events.Principal) (Identity, error) {
 // Encode is the content of a credentials file: comment lines naming the role,
 // the principal and the public key, then the seed between the decoration nsc
 // uses for nkey seed files. nats.go's NkeyOptionFromSeed and the nats CLI's
-// --nkey read it.
+// --nkey read it; `nats --creds` does not (it wants a user JWT too), hence
+// the .nk name.
 func Encode(role Role, p events.Principal, publicKey string, seed []byte) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Rath NATS identity of role %s acting as %s, user nkey %s.\n", role, p, publicKey)

@@ -26,12 +26,12 @@ func TestEnsureCreatesThenReuses(t *testing.T) {
 		t.Errorf("%s has mode %v, want 0700", dir, fi.Mode().Perm())
 	}
 	for _, r := range auth.Roles() {
-		fi, err := os.Stat(filepath.Join(dir, string(r)+".creds"))
+		fi, err := os.Stat(filepath.Join(dir, auth.FileName(r)))
 		if err != nil {
 			t.Fatalf("role %s: %v", r, err)
 		}
 		if fi.Mode().Perm() != 0o600 {
-			t.Errorf("%s.creds has mode %v, want 0600", r, fi.Mode().Perm())
+			t.Errorf("%s has mode %v, want 0600", auth.FileName(r), fi.Mode().Perm())
 		}
 		if id := first.Identity(r); id.Role != r || !strings.HasPrefix(id.PublicKey, "U") {
 			t.Errorf("identity of %s: %+v", r, id)
@@ -65,7 +65,7 @@ func TestBadCredentials(t *testing.T) {
 	if _, err := auth.Ensure(dir); err != nil {
 		t.Fatal(err)
 	}
-	missing := filepath.Join(dir, "selector.creds")
+	missing := filepath.Join(dir, "selector.nk")
 	if err := os.Remove(missing); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestBadCredentials(t *testing.T) {
 	if _, _, err := auth.Options(missing); !errors.Is(err, auth.ErrNoCredentials) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Option(%s): %v", missing, err)
 	}
-	broken := filepath.Join(dir, "client.creds")
+	broken := filepath.Join(dir, "client.nk")
 	if err := os.WriteFile(broken, []byte("not a seed\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -142,6 +142,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (*Runtime, error) {
 		return nil, err
 	}
 	r.Identities, r.URL = creds, cfg.NATSURL
+	if creds != nil && len(creds.Renamed) > 0 {
+		o.log.Info("renamed the nkey seed files of an earlier Rath from .creds to .nk: NATS tools mean by .creds a user JWT and its seed (ADR 0013)",
+			"dir", creds.Dir, "files", len(creds.Renamed))
+	}
 	ns := o.server
 	stopServer := func() {}
 	if cfg.NATSURL == "" {
