@@ -235,8 +235,14 @@ func migrate(dir string) ([]string, error) {
 	var renamed []string
 	for _, path := range old {
 		to := strings.TrimSuffix(path, legacyExt) + SeedExt
-		if _, err := os.Stat(path); err != nil {
-			continue // none to rename
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // none to rename (or one ReadFile will report)
+		}
+		jwtFile := IsUserJWTFile(b)
+		wipe(b)
+		if jwtFile {
+			continue // a NATS user credentials file keeps its name
 		}
 		if _, err := os.Stat(to); err == nil {
 			continue // both: the .nk is the one in use; the .creds is left alone
@@ -249,13 +255,13 @@ func migrate(dir string) ([]string, error) {
 	return renamed, nil
 }
 
-// readSeedFile is ReadFile for the files of a Set, which are Rath's nkey
-// seed files only: the embedded server and the deploy configuration know
-// users by nkey, not by JWT.
+// readSeedFile is ReadFile for the files of a Set that Ensure makes and
+// the embedded server knows by nkey: Rath's nkey seed files only, never a
+// NATS user JWT.
 func readSeedFile(path string) (Identity, error) {
 	id, err := ReadFile(path)
 	if err == nil && id.JWT {
-		return Identity{}, fmt.Errorf("%w %s: a NATS user JWT credentials file in a Rath credentials directory, which holds nkey seeds (pass a JWT file with --creds instead)", ErrBadCredentials, path)
+		return Identity{}, fmt.Errorf("%w %s: a NATS user JWT credentials file where rath up keeps the nkey seeds of its embedded server (a JWT is for a server in operator mode: rath up --nats URL --creds-dir DIR)", ErrBadCredentials, id.Path)
 	}
 	return id, err
 }
@@ -268,8 +274,11 @@ func checkRole(id Identity, r Role) error {
 	return nil
 }
 
-// Load returns the identities in dir; every role's file must exist. A
-// directory that does not exist is one ErrNoCredentials, not one per role.
+// Load returns the identities in dir; every role's file must exist: its
+// <role>.nk, or a <role>.creds, either an earlier Rath's seed file or, for
+// a server in operator mode, the role's NATS user credentials file whose
+// JWT names rath/<role> (Identity.JWT). A directory that does not exist is
+// one ErrNoCredentials, not one per role.
 func Load(dir string) (*Set, error) {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w in %s: the directory does not exist", ErrNoCredentials, dir)
@@ -277,7 +286,9 @@ func Load(dir string) (*Set, error) {
 	s := &Set{Dir: dir, ids: make(map[Role]Identity, len(Roles()))}
 	var errs []error
 	for _, r := range Roles() {
-		id, err := readSeedFile(s.Path(r))
+		// A directory for an existing NATS deployment may hold each
+		// role's NATS user credentials file (<role>.creds) instead.
+		id, err := ReadFile(s.Path(r))
 		if err == nil {
 			err = checkRole(id, r)
 		}

@@ -25,6 +25,13 @@ import (
 // client), rath-principal:rath/<role> for a service or admin.
 const PrincipalTag = "rath-principal:"
 
+// MaxControlLine is the max_control_line a NATS server in operator mode
+// needs for Rath's users: a service's user JWT carries its role's whole
+// permission table (about 9 KB for a worker), and the client sends it in
+// its CONNECT line, which the server limits to 4 KB by default. A test
+// keeps every role's JWT within half of it.
+const MaxControlLine = 32 << 10
+
 // jwtBegin starts the user JWT block of a NATS credentials file.
 const jwtBegin = "-----BEGIN NATS USER JWT-----"
 

@@ -197,3 +197,18 @@ func TestLegacyCredsNames(t *testing.T) {
 		t.Error("Mint into a directory with credentials succeeded")
 	}
 }
+
+// Every role's user JWT, with its template's permissions, fits well within
+// the max_control_line deploy/nats-operator asks of the server.
+func TestUserJWTFitsControlLine(t *testing.T) {
+	op := natstest.StartOperator(t)
+	for _, r := range auth.Roles() {
+		token, err := jwt.ParseDecoratedJWT(op.Creds(t, r, r.Principal()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(token) > auth.MaxControlLine/2 {
+			t.Errorf("the user JWT of %s is %d bytes: raise auth.MaxControlLine (%d) and the README's max_control_line", r, len(token), auth.MaxControlLine)
+		}
+	}
+}

@@ -56,7 +56,11 @@ func StartOperator(t testing.TB) *Operator {
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(),
-		MaxPayload:       8 << 20,
+		MaxPayload: 8 << 20,
+		// A worker's user JWT carries its role's whole table (about 9 KB);
+		// the CONNECT line holding it exceeds the default 4 KB limit
+		// (deploy/nats-operator/README.md).
+		MaxControlLine:   auth.MaxControlLine,
 		TrustedOperators: []*jwt.OperatorClaims{oc},
 		SystemAccount:    sysPub,
 		AccountResolver:  resolver,
