@@ -3,12 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/session-ledger/service"
 )
 
 // rathWith runs the command line as given: no --creds is added.
@@ -72,4 +80,47 @@ func TestCredentialErrors(t *testing.T) {
 			t.Errorf("start --workflow as client: exit %d, stderr %q", r.code, r.stderr)
 		}
 	})
+}
+
+// On a NATS server in operator mode the CLI takes a standard NATS user
+// credentials file and acts as the principal its JWT's tag names; a file
+// without the tag, or an expired one, is exit code 8 naming the file and
+// saying what is wrong.
+func TestOperatorModeCredsCLI(t *testing.T) {
+	op := natstest.StartOperator(t)
+	lnc, err := nats.Connect(op.URL(), ledgerOpts(t, op)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lnc.Close)
+	testrig.Run(t, "ledger", func(ctx context.Context) error {
+		return service.Run(ctx, lnc, service.ConfigIn(t.TempDir()), slog.New(slog.DiscardHandler))
+	})
+	alice := events.Principal{Tenant: "acme", User: "alice"}
+	creds := op.CredsFile(t, "alice", auth.RoleClient, alice)
+	if r := rathWith(env{}, "--nats", op.URL(), "--creds", creds, "start", "--id", "jwt-1", "--task", "t"); r.code != exitOK {
+		t.Fatalf("start with %s: exit %d, stderr %q", creds, r.code, r.stderr)
+	}
+	if r := rathWith(env{}, "--nats", op.URL(), "--creds", creds, "ls"); r.code != exitOK || !strings.Contains(r.stdout, "jwt-1") {
+		t.Errorf("ls with %s: exit %d, stdout %q, stderr %q", creds, r.code, r.stdout, r.stderr)
+	}
+	untagged := op.CredsFile(t, "untagged", auth.RoleClient, alice, func(c *jwt.UserClaims) { c.Tags = nil })
+	expired := op.CredsFile(t, "expired", auth.RoleClient, alice, func(c *jwt.UserClaims) { c.Expires = time.Now().Add(-time.Minute).Unix() })
+	for path, want := range map[string]string{untagged: "--tag rath-principal:", expired: "expired at"} {
+		r := rathWith(env{}, "--nats", op.URL(), "--creds", path, "ls")
+		if r.code != exitDenied || !strings.Contains(r.stderr, path) || !strings.Contains(r.stderr, want) {
+			t.Errorf("ls with %s: exit %d, stderr %q; want %d naming the file and saying %q", path, r.code, r.stderr, exitDenied, want)
+		}
+	}
+}
+
+// ledgerOpts are the ledger's connection options from its NATS user
+// credentials file on op.
+func ledgerOpts(t *testing.T, op *natstest.Operator) []nats.Option {
+	t.Helper()
+	opts, _, err := auth.Options(op.CredsFile(t, "ledger", auth.RoleLedger, auth.RoleLedger.Principal()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts
 }
