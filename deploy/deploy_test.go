@@ -119,7 +119,7 @@ var (
 	// flagLine is a flag in the flag package's PrintDefaults: "  -name type".
 	flagLine = regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9-]*)(?: (\S+))?$`)
 	// credsRole is the file daemon.Main's --creds usage names for the role.
-	credsRole = regexp.MustCompile(`creds/([a-z0-9-]+)\.creds`)
+	credsRole = regexp.MustCompile(`creds/([a-z0-9-]+)\.nk`)
 )
 
 // readHelp runs the binary's --help and reads its flags and role.
@@ -144,7 +144,7 @@ func readHelp(name, path string) (*binary, error) {
 	}
 	m := credsRole.FindStringSubmatch(out.String())
 	if m == nil {
-		return nil, fmt.Errorf("%s --help names no credentials file (<role>.creds) in its --creds usage", name)
+		return nil, fmt.Errorf("%s --help names no credentials file (<role>.nk) in its --creds usage", name)
 	}
 	role, err := auth.ParseRole(m[1])
 	if err != nil {

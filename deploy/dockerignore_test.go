@@ -20,7 +20,7 @@ func TestDockerignore(t *testing.T) {
 
 // mustIgnore are paths that must never reach the build context: the
 // repository's history, the root's rath binary and a deployment's secrets.
-var mustIgnore = []string{".git/HEAD", "rath", "rath-creds/ledger.creds", "rath-creds/keys/ledger.key", "rath-creds/nkeys.env", ".rath/data/creds/admin.creds"}
+var mustIgnore = []string{".git/HEAD", "rath", "rath-creds/ledger.nk", "rath-creds/keys/ledger.key", "rath-creds/nkeys.env", ".rath/data/creds/admin.nk"}
 
 func checkDockerignore(t *testing.T, root string) []error {
 	t.Helper()

@@ -38,7 +38,7 @@ func TestBackupAndRestoreScripts(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "calls")
 	backup := filepath.Join(t.TempDir(), "backup")
 	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"FAKE_NATS_LOG="+logFile, "RATH_ADMIN_CREDS="+filepath.Join(m.dir, "admin.creds"), "NATS_URL=nats://n1:4222")
+		"FAKE_NATS_LOG="+logFile, "RATH_ADMIN_CREDS="+filepath.Join(m.dir, "admin.nk"), "NATS_URL=nats://n1:4222")
 	run := func(script string, env []string, args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(repoRoot, "scripts", script), args...)
 		cmd.Env = env
@@ -57,7 +57,7 @@ func TestBackupAndRestoreScripts(t *testing.T) {
 		t.Errorf("backup order %v, want %v (heads before the log, the log before its signatures and blobs)", got, want)
 	}
 	calls, _ := os.ReadFile(logFile)
-	if !strings.Contains(string(calls), "--server nats://n1:4222 --nkey "+filepath.Join(m.dir, "admin.creds")+" stream backup RATH_SESSIONS "+filepath.Join(backup, "RATH_SESSIONS")+" --check --no-progress") {
+	if !strings.Contains(string(calls), "--server nats://n1:4222 --nkey "+filepath.Join(m.dir, "admin.nk")+" stream backup RATH_SESSIONS "+filepath.Join(backup, "RATH_SESSIONS")+" --check --no-progress") {
 		t.Errorf("backup calls:\n%s", calls)
 	}
 	if out, err := run("backup-streams.sh", env, backup); err == nil || !strings.Contains(out, "is not empty") {
@@ -82,7 +82,7 @@ func TestBackupAndRestoreScripts(t *testing.T) {
 		t.Errorf("restore order %v, want %v", restored, want)
 	}
 
-	noNATS := append(os.Environ(), "PATH=/usr/bin:/bin", "RATH_ADMIN_CREDS="+filepath.Join(m.dir, "admin.creds"))
+	noNATS := append(os.Environ(), "PATH=/usr/bin:/bin", "RATH_ADMIN_CREDS="+filepath.Join(m.dir, "admin.nk"))
 	for _, script := range []string{"backup-streams.sh", "restore-streams.sh"} {
 		if out, err := run(script, noNATS, filepath.Join(t.TempDir(), "x")); err == nil || !strings.Contains(out, "the nats CLI is not installed") {
 			t.Errorf("%s without nats: %v\n%s", script, err, out)

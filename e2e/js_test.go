@@ -42,7 +42,7 @@ type jsSegment struct {
 }
 
 // The JavaScript example (examples/js: nats.js and the CloudEvents SDK from
-// npm) starts the fix-calc workflow on a real runtime with client.creds,
+// npm) starts the fix-calc workflow on a real runtime with client.nk,
 // follows it live to its close, forks it through the ledger, follows the
 // fork through its ancestry to its own close, and reads both states. Node
 // and npm are required: without them the test fails, naming the tool

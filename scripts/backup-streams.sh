@@ -5,7 +5,7 @@
 # "nats stream backup" directory per stream (backup.json + stream.tar.s2, with
 # the durable consumers' state), and DIR/streams.txt, the order to restore in.
 #
-#   NATS_URL=nats://localhost:4222 RATH_ADMIN_CREDS=./rath-creds/admin.creds \
+#   NATS_URL=nats://localhost:4222 RATH_ADMIN_CREDS=./rath-creds/admin.nk \
 #     scripts/backup-streams.sh ./backups/$(date -u +%Y%m%dT%H%M%SZ)
 #
 # Needs the nats CLI (github.com/nats-io/natscli) and the admin identity: no
@@ -20,14 +20,14 @@ set -euo pipefail
 
 dir=${1:?usage: scripts/backup-streams.sh DIR}
 url=${NATS_URL:-nats://127.0.0.1:4222}
-creds=${RATH_ADMIN_CREDS:-./rath-creds/admin.creds}
+creds=${RATH_ADMIN_CREDS:-./rath-creds/admin.nk}
 
 command -v nats >/dev/null 2>&1 || {
   echo "backup-streams: the nats CLI is not installed: get it from https://github.com/nats-io/natscli/releases (or: go install github.com/nats-io/natscli/nats@latest)" >&2
   exit 1
 }
 [ -r "$creds" ] || {
-  echo "backup-streams: cannot read the admin credentials $creds: set RATH_ADMIN_CREDS (scripts/deploy-creds.sh mints admin.creds)" >&2
+  echo "backup-streams: cannot read the admin credentials $creds: set RATH_ADMIN_CREDS (scripts/deploy-creds.sh mints admin.nk)" >&2
   exit 1
 }
 if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mint everything a Rath deployment on an external NATS cluster needs, into
 # DIR (which must not hold identities yet):
-#   DIR/<role>.creds    one nkey identity per role (rath creds mint; 0600)
+#   DIR/<role>.nk       one nkey identity per role (rath creds mint; 0600)
 #   DIR/nkeys.env       their public keys, read by deploy/nats-server.conf
 #   DIR/keys/ledger.key the ledgers' shared ed25519 signing key (PKCS #8 PEM, 0600)
 #   DIR/keys/ledger.pub its public key (PKIX PEM): give it to auditors
@@ -14,7 +14,7 @@
 #
 # --owner gives the files the containers read (the five services' .creds and
 # keys/) to UID:GID: docker-compose.yml's containers run as 65532 and the files
-# are 0600. admin.creds and client.creds stay the operator's.
+# are 0600. admin.nk and client.nk stay the operator's.
 #
 # RATH names a rath binary to use (default: go run ./cmd/rath). The signing key
 # is made here, not by the first ledger, so that two ledgers starting at once
@@ -70,9 +70,9 @@ if [ -n "$namespace" ]; then
   out="$dir/kubernetes-secrets.yaml"
   {
     kubectl create secret generic rath-creds --namespace "$namespace" --dry-run=client -o yaml \
-      --from-file="$dir/ledger.creds" --from-file="$dir/selector.creds" \
-      --from-file="$dir/agent-worker.creds" --from-file="$dir/tool-runner.creds" \
-      --from-file="$dir/memory-svc.creds" --from-file="$dir/approvers"
+      --from-file="$dir/ledger.nk" --from-file="$dir/selector.nk" \
+      --from-file="$dir/agent-worker.nk" --from-file="$dir/tool-runner.nk" \
+      --from-file="$dir/memory-svc.nk" --from-file="$dir/approvers"
     echo "---"
     kubectl create secret generic rath-nkeys --namespace "$namespace" --dry-run=client -o yaml \
       --from-env-file="$dir/nkeys.env"
@@ -84,9 +84,9 @@ if [ -n "$namespace" ]; then
 fi
 
 services=(ledger selector agent-worker tool-runner memory-svc)
-chown_cmd="chown ${owner:-65532:65532} $(printf "$dir/%s.creds " "${services[@]}")&& chown -R ${owner:-65532:65532} $dir/keys"
+chown_cmd="chown ${owner:-65532:65532} $(printf "$dir/%s.nk " "${services[@]}")&& chown -R ${owner:-65532:65532} $dir/keys"
 if [ -n "$owner" ]; then
-  for s in "${services[@]}"; do chown "$owner" "$dir/$s.creds"; done
+  for s in "${services[@]}"; do chown "$owner" "$dir/$s.nk"; done
   chown -R "$owner" "$dir/keys"
 fi
 
@@ -96,7 +96,7 @@ Minted into $dir. Next:
   docker compose:  $( [ -n "$owner" ] && echo "docker compose up -d --build" || echo "sudo sh -c '$chown_cmd' && docker compose up -d --build" )
                    (RATH_CREDS_DIR=$dir when it is not ./rath-creds)
   kubernetes:      $( [ -n "$namespace" ] && echo "kubectl apply -f $dir/kubernetes-secrets.yaml && kubectl apply -k deploy/kubernetes" || echo "run again into a new directory with --kubernetes NAMESPACE, or create the Secrets by hand (docs/operations.md)" )
-  clients:         rath --nats nats://HOST:4222 --creds $dir/client.creds ls
-  operators:       $dir/admin.creds (nats --nkey; scripts/backup-streams.sh)
+  clients:         rath --nats nats://HOST:4222 --creds $dir/client.nk ls
+  operators:       $dir/admin.nk (nats --nkey; scripts/backup-streams.sh)
 Keep $dir/keys/ledger.key with the backups; give auditors $dir/keys/ledger.pub.
 MSG

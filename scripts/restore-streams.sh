@@ -5,7 +5,7 @@
 # refused by the server: remove it first, deliberately, with nats stream rm).
 #
 #   docker compose stop selector agent-worker tool-runner memory-svc session-ledger-1 session-ledger-2
-#   NATS_URL=nats://localhost:4222 RATH_ADMIN_CREDS=./rath-creds/admin.creds \
+#   NATS_URL=nats://localhost:4222 RATH_ADMIN_CREDS=./rath-creds/admin.nk \
 #     scripts/restore-streams.sh ./backups/20261127T120000Z
 #   docker compose start session-ledger-1 session-ledger-2 memory-svc selector agent-worker tool-runner
 #
@@ -17,7 +17,7 @@ set -euo pipefail
 
 dir=${1:?usage: scripts/restore-streams.sh DIR}
 url=${NATS_URL:-nats://127.0.0.1:4222}
-creds=${RATH_ADMIN_CREDS:-./rath-creds/admin.creds}
+creds=${RATH_ADMIN_CREDS:-./rath-creds/admin.nk}
 
 command -v nats >/dev/null 2>&1 || {
   echo "restore-streams: the nats CLI is not installed: get it from https://github.com/nats-io/natscli/releases (or: go install github.com/nats-io/natscli/nats@latest)" >&2

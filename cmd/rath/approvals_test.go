@@ -97,7 +97,7 @@ func TestApprovalDeadlineAndRole(t *testing.T) {
 	if r := rath(t, url, "approve", "dl", "ap-late"); r.code != exitNotPending || !strings.Contains(r.stderr, "approval_expired") {
 		t.Errorf("approve after the deadline: exit %d, stderr %q", r.code, r.stderr)
 	}
-	// client.creds holds every role by default; here only maintainers.
+	// client.nk holds every role by default; here only maintainers.
 	if err := os.WriteFile(filepath.Join(natstest.CredsDir(t, url), auth.ApproversFile), []byte("default/client maintainers\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

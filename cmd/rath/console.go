@@ -32,14 +32,14 @@ func (a *app) consoleCmd() *cobra.Command {
 the identity of --creds: the sessions that identity may read, their live
 timelines, events and state at any sequence, the lineage graph, verification,
 the dossier, and the pending approvals it may decide. With --login each person
-signs in with their own user credentials instead (the .creds file rath creds
-add wrote for them) and the console reads and acts as them: a tenant's user
+signs in with their own user credentials instead (the .nk file rath creds add
+wrote for them, or a NATS user .creds of an operator-mode server) and the console reads and acts as them: a tenant's user
 sees the tenant's sessions, and an approval records who gave it. It answers
 only requests for its own address (on loopback also localhost, 127.0.0.1 and
 [::1]) and the names --http-host adds, such as a proxy's in front. rath up
 serves the same console on its own --http address, to whoever signed in.`,
 		Example: `  rath console                       # against rath up in this directory
-  rath console --nats nats://ops:4222 --creds ops.creds --http 127.0.0.1:8080
+  rath console --nats nats://ops:4222 --creds ops.nk --http 127.0.0.1:8080
   rath console --nats nats://ops:4222 --login --http 0.0.0.0:8080 --http-host console.example.com   # behind TLS`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,7 +87,7 @@ serves the same console on its own --http address, to whoever signed in.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "http", addr, "host:port to serve the console on")
-	cmd.Flags().BoolVar(&login, "login", false, "have each person sign in with their own user credentials (.creds) and act as them, instead of as --creds")
+	cmd.Flags().BoolVar(&login, "login", false, "have each person sign in with their own user credentials (.nk, or a NATS .creds) and act as them, instead of as --creds")
 	hostFlag(cmd, &hosts)
 	return cmd
 }

@@ -27,7 +27,7 @@ func (a *app) credsCmd() *cobra.Command {
 		Use:   "mint",
 		Short: "Write a new identity for every role into an empty directory, for an external NATS server",
 		Long: `mint writes one credentials file per role (ledger, selector, agent-worker,
-tool-runner, memory-svc, admin, client: <role>.creds, mode 0600) into --out
+tool-runner, memory-svc, admin, client: <role>.nk, mode 0600) into --out
 (created 0700), and nkeys.env with their public keys, which
 deploy/nats-server.conf reads from the environment:
 
@@ -73,14 +73,14 @@ run, and for rotation (mint into a new directory, reconfigure, restart).`,
 	add := &cobra.Command{
 		Use:   "add",
 		Short: "Create the identity of a tenant's user: it sees and works that tenant's sessions only",
-		Long: `add writes tenants/<tenant>/<user>.creds (mode 0600) under --dir, the
+		Long: `add writes tenants/<tenant>/<user>.nk (mode 0600) under --dir, the
 identity of one user of a tenant. A tenant's users may ask the ledger and the
 memory service, propose, and watch, for their own tenant's sessions only; a
 session of another tenant does not exist for them (docs/security.md).
 
   rath creds add --tenant acme --user alice
   kill -HUP <pid of rath up>       # or restart it: rath up loads the identities at start
-  rath --creds .rath/data/creds/tenants/acme/alice.creds start --task "acme's work"
+  rath --creds .rath/data/creds/tenants/acme/alice.nk start --task "acme's work"
 
 An existing identity is printed, not replaced. For an external server, add the
 printed user block to the users of deploy/nats-server.conf and reload it.

@@ -59,20 +59,20 @@ func TestDataDirectory(t *testing.T) {
 		t.Errorf("ls below rath up's directory: %+v, want exit 0", r)
 	}
 	r := runEnv(env{}, "--nats", url, "doctor")
-	if r.code != exitOK || !strings.Contains(r.stdout, "(as "+filepath.Join(creds, "admin.creds")+"):") || !strings.Contains(r.stdout, "the admin role's permissions exactly") {
+	if r.code != exitOK || !strings.Contains(r.stdout, "(as "+filepath.Join(creds, "admin.nk")+"):") || !strings.Contains(r.stdout, "the admin role's permissions exactly") {
 		t.Errorf("doctor below rath up's directory: %+v, want it checked as rath up's admin", r)
 	}
 	if r := runEnv(env{}, "creds", "add", "--tenant", "acme", "--user", "alice"); r.code != exitOK {
 		t.Errorf("creds add below rath up's directory: %+v", r)
 	}
-	if _, err := os.Stat(filepath.Join(creds, "tenants", "acme", "alice.creds")); err != nil {
+	if _, err := os.Stat(filepath.Join(creds, "tenants", "acme", "alice.nk")); err != nil {
 		t.Errorf("creds add below rath up's directory wrote no file in its creds: %v", err)
 	}
 
 	t.Chdir(t.TempDir()) // elsewhere
 	r = runEnv(env{}, "--nats", url, "doctor")
 	if r.code != exitDenied || !strings.Contains(r.stdout, "FAIL  refused the connection, nothing checked: NATS at "+url+" requires credentials") ||
-		!strings.Contains(r.stdout, "pass --creds DIR/.rath/data/creds/client.creds") ||
+		!strings.Contains(r.stdout, "pass --creds DIR/.rath/data/creds/client.nk") ||
 		r.stderr != "rath: doctor: NATS at "+url+" refused the connection (above)\n" {
 		t.Errorf("doctor outside rath up's directory: %+v, want exit %d saying how to point at its credentials", r, exitDenied)
 	}
@@ -113,7 +113,7 @@ func TestUpCredsDir(t *testing.T) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(d, "client.creds"), nil, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "client.nk"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

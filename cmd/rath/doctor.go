@@ -53,7 +53,7 @@ func (b busReport) failure() string {
 }
 
 // checkBus checks the NATS deployment at --nats, as admin when rath up's
-// data directory (here or in a parent, findCreds) holds admin.creds and no
+// data directory (here or in a parent, findCreds) holds admin.nk and no
 // identity was named.
 func (a *app) checkBus(cmd *cobra.Command) busReport {
 	r := busReport{URL: a.url}

@@ -58,7 +58,7 @@ var examples = map[string]string{
 	"export": `  rath export fix --out dossier            # dossier.md, dossier.json, graph.html of fix's tree
   rath verify --dossier dossier            # checked offline, no NATS`,
 	"doctor": `  rath doctor                              # this machine's sandboxes, then the rath up of this directory
-  rath doctor --nats nats://nats-1:4222 --creds ./rath-creds/admin.creds
+  rath doctor --nats nats://nats-1:4222 --creds ./rath-creds/admin.nk
   rath doctor --sandbox bwrap --json`,
 	"creds": `  rath creds add --tenant acme --user alice   # then kill -HUP the rath up process
   rath creds show

@@ -118,7 +118,7 @@ func (a *app) root() *cobra.Command {
 the tool runner); every other command is a client of the ledger at --nats.
 
 Commands connect as the identity of --creds (env RATH_CREDS; default the
-client.creds "rath up" writes in ./.rath/data/creds, here or in the nearest
+client.nk "rath up" writes in ./.rath/data/creds, here or in the nearest
 parent directory that has one).
 
 Exit codes: 0 ok, 1 other error, 2 usage error, 3 not found, 4 refused by the
@@ -155,7 +155,7 @@ thresholds).`,
 	if creds == "" {
 		creds = defaultCreds
 	}
-	pf.StringVar(&a.creds, "creds", creds, "credentials file of the identity to connect as (env RATH_CREDS; admin.creds beside it for operators; default: rath up's, here or in a parent directory)")
+	pf.StringVar(&a.creds, "creds", creds, "credentials file of the identity to connect as (env RATH_CREDS; admin.nk beside it for operators; default: rath up's, here or in a parent directory)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of text")
 	pf.DurationVar(&a.timeout, "timeout", 5*time.Second, "how long to wait for the ledger to answer")
 	root.AddCommand(
@@ -194,7 +194,7 @@ func (a *app) client() (*client.Client, error) {
 }
 
 // connect connects to --nats with the identity of --creds. When no file
-// was named (neither --creds nor RATH_CREDS), it is the client.creds of the
+// was named (neither --creds nor RATH_CREDS), it is the client.nk of the
 // nearest data directory of rath up (findCreds), and may be missing: the
 // server may not need any. One that was named must be usable.
 func (a *app) connect() (*nats.Conn, error) {

@@ -79,7 +79,7 @@ and the cluster), the services' durable consumers and their backlog, who the
 connection is and which role's permissions it has, this host's clock against
 the server's, and the active sessions whose turn waits for a tool nobody
 offers. Each problem is printed with how to fix it. It connects
-with --creds, or with the admin.creds of rath up's data directory (here or in
+with --creds, or with the admin.nk of rath up's data directory (here or in
 a parent directory) when nothing names one (a client may not read the
 streams).
 

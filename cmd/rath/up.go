@@ -59,7 +59,7 @@ Prometheus metrics of the whole suite, /healthz and /readyz on --http (default
 ` + defaultHTTP + `; empty: off; if the default port is taken it says so and
 goes on without). The console serves only a browser signed in: with the
 one-time link rath up prints at the start (it acts as the client identity;
-SIGHUP prints a new one), or with a tenant user's own .creds file. It answers
+SIGHUP prints a new one), or with a tenant user's own credentials file. It answers
 only requests for its own address (and --http-host names); metrics and health
 stay open.`,
 		Args: cobra.NoArgs,

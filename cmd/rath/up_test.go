@@ -41,7 +41,7 @@ func TestUp(t *testing.T) {
 	if m == nil {
 		t.Fatalf("up printed %q, want the client URL", out.String())
 	}
-	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.creds"))
+	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.nk"))
 	waitReady(t, m[1])
 	if got := ok(t, m[1], "start", "--id", "s1"); got != "s1\n" {
 		t.Errorf("start through rath up printed %q", got)
@@ -131,7 +131,7 @@ func TestUp(t *testing.T) {
 	if m == nil {
 		t.Fatalf("up printed %q, want the client URL", again.String())
 	}
-	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.creds"))
+	upCreds.Store(m[1], filepath.Join(cfg.Data, "creds", "client.nk"))
 	waitReady(t, m[1])
 	if got := ok(t, m[1], "ls"); !strings.Contains(got, "s1") {
 		t.Errorf("ls after the restart printed %q, want s1", got)

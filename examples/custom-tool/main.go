@@ -4,7 +4,7 @@
 // word_count in an agent's tools. It connects with the tool runner's identity,
 // which custom tool servers use (docs/security.md):
 //
-//	go run ./examples/custom-tool -nats nats://127.0.0.1:4222 -creds .rath/data/creds/tool-runner.creds
+//	go run ./examples/custom-tool -nats nats://127.0.0.1:4222 -creds .rath/data/creds/tool-runner.nk
 //
 // A tool server in another language follows the protocol in docs/tools.md.
 package main
@@ -28,7 +28,7 @@ import (
 
 func main() {
 	url := flag.String("nats", nats.DefaultURL, "NATS server of the Rath runtime")
-	creds := flag.String("creds", ".rath/data/creds/tool-runner.creds", "credentials file of the tool runner's identity (empty: none, for a server without authentication)")
+	creds := flag.String("creds", ".rath/data/creds/tool-runner.nk", "credentials file of the tool runner's identity (empty: none, for a server without authentication)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

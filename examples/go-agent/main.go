@@ -7,7 +7,7 @@
 //
 //	go run ./examples/go-agent
 //
-// It connects with client.creds for the session and with agent-worker.creds
+// It connects with client.nk for the session and with agent-worker.nk
 // (the identity served agents run with) for the planner; docs/security.md.
 package main
 
@@ -26,7 +26,7 @@ import (
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.URL, "nats", nats.DefaultURL, "NATS server of the Rath runtime")
-	flag.StringVar(&cfg.Creds, "creds", filepath.Join(".rath", "data", "creds"), "directory of the credentials files (client.creds, agent-worker.creds); empty: none")
+	flag.StringVar(&cfg.Creds, "creds", filepath.Join(".rath", "data", "creds"), "directory of the credentials files (client.nk, agent-worker.nk); empty: none")
 	flag.StringVar(&cfg.Workflow, "workflow", filepath.Join("examples", "go-agent", "workflow.yaml"), "the workflow file")
 	flag.StringVar(&cfg.ID, "id", "", "session ID (default: the ledger chooses one)")
 	flag.StringVar(&cfg.Task, "task", "add a --verbose flag to the CLI", "what the session is for")

@@ -19,7 +19,7 @@ import (
 // config is the program's configuration, read once from its flags.
 type config struct {
 	URL      string
-	Creds    string // directory of client.creds and agent-worker.creds; "": none
+	Creds    string // directory of client.nk and agent-worker.nk; "": none
 	Workflow string
 	ID       string
 	Task     string
@@ -29,12 +29,12 @@ type config struct {
 // the workflow and prints its turns; it returns once the session closed (or
 // ctx ended), with both servers stopped.
 func run(ctx context.Context, cfg config, out io.Writer, log *slog.Logger) error {
-	user, err := connect(cfg, "client.creds", "go-agent")
+	user, err := connect(cfg, "client.nk", "go-agent")
 	if err != nil {
 		return err
 	}
 	defer user.Drain()
-	agents, err := connect(cfg, "agent-worker.creds", "go-agent-planner")
+	agents, err := connect(cfg, "agent-worker.nk", "go-agent-planner")
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const { values: opt } = parseArgs({
   options: {
     nats: { type: "string", default: process.env.RATH_NATS_URL ?? "nats://127.0.0.1:4222" },
-    creds: { type: "string", default: process.env.RATH_CREDS ?? ".rath/data/creds/client.creds" },
+    creds: { type: "string", default: process.env.RATH_CREDS ?? ".rath/data/creds/client.nk" },
     workflow: { type: "string", default: join(here, "..", "fix-calc", "workflow.yaml") },
     workspace: { type: "string", default: join(here, "..", "fix-calc", "repo") },
     task: { type: "string", default: "make TestAdd pass" },

@@ -5,7 +5,7 @@
 // the session as rath.handler.failed. Start `rath up`, then, in the same
 // directory:
 //
-//	go run ./examples/watermill-worker -nats nats://127.0.0.1:4222 -creds .rath/data/creds/client.creds
+//	go run ./examples/watermill-worker -nats nats://127.0.0.1:4222 -creds .rath/data/creds/client.nk
 //
 // See README.md.
 package main
@@ -25,7 +25,7 @@ import (
 
 func main() {
 	url := flag.String("nats", nats.DefaultURL, "NATS server of the Rath runtime")
-	creds := flag.String("creds", ".rath/data/creds/client.creds", "credentials file of a tenant's user")
+	creds := flag.String("creds", ".rath/data/creds/client.nk", "credentials file of a tenant's user")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

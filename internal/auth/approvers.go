@@ -28,12 +28,12 @@ import (
 const ApproversFile = "approvers"
 
 // defaultApprovers is what Ensure writes when a directory has no approvers
-// file: the development identity client.creds may decide every approval,
+// file: the development identity client.nk may decide every approval,
 // so that rath up works out of the box; a deployment gives its approvers
 // roles (rath creds add --approver ROLE) and removes the "*" line.
 const defaultApprovers = `# Approver roles (docs/security.md#approver-roles): "<tenant>/<user> <role>...";
 # "*" is every role. The ledger reads this file at each approval decision.
-# The development identity client.creds decides every approval: remove this
+# The development identity client.nk decides every approval: remove this
 # line once your approvers have roles of their own.
 default/client *
 `

@@ -44,7 +44,7 @@ func ServerConfig() []byte {
 #   go run ./cmd/rath creds mint --out ./rath-creds
 #   set -a; . ./rath-creds/nkeys.env; set +a
 #   nats-server -c deploy/nats-server.conf
-# and give each service its own file: session-ledger --creds ./rath-creds/ledger.creds, ...
+# and give each service its own file: session-ledger --creds ./rath-creds/ledger.nk, ...
 
 port: 4222
 server_name: rath-1

@@ -17,7 +17,7 @@ import (
 )
 
 // Role names an identity on the bus. Its string is the credentials file's
-// base name (<role>.creds) and never changes: deployed identities use it.
+// base name (<role>.nk) and never changes: deployed identities use it.
 type Role string
 
 // The roles. Each Rath service has its own; operators use admin, users and

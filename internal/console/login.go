@@ -20,10 +20,10 @@ import (
 )
 
 // Login makes the console ask each person to sign in with their own Rath
-// credentials (a tenant user's .creds file, as `rath creds add` writes it):
-// the console then reads and acts as that user, on a NATS connection of
-// theirs, so a tenant's user sees only the tenant's sessions and an approval
-// records who gave it.
+// credentials (a tenant user's .nk file, as `rath creds add` writes it, or a
+// NATS user .creds file whose JWT names the principal): the console then
+// reads and acts as that user, on a NATS connection of theirs, so a tenant's
+// user sees only the tenant's sessions and an approval records who gave it.
 type Login struct {
 	// URL is the NATS the console connects users to.
 	URL string
@@ -233,7 +233,7 @@ func uploaded(r *http.Request) ([]byte, error) {
 			return nil, fmt.Errorf("read the credentials file: %w", err)
 		}
 		if len(b) > maxCreds {
-			return nil, fmt.Errorf("the credentials file is larger than %d bytes: is it a .creds file?", maxCreds)
+			return nil, fmt.Errorf("the credentials file is larger than %d bytes: is it a credentials file?", maxCreds)
 		}
 		if len(b) > 0 {
 			return b, nil
@@ -242,7 +242,7 @@ func uploaded(r *http.Request) ([]byte, error) {
 	if text := r.FormValue("text"); strings.TrimSpace(text) != "" {
 		return []byte(text), nil
 	}
-	return nil, errors.New("choose your .creds file (rath creds add writes one per user), or paste it")
+	return nil, errors.New("choose your credentials file (the .nk rath creds add writes, or a NATS .creds), or paste it")
 }
 
 // connect signs in as creds: only a tenant user's credentials (the client

@@ -157,7 +157,7 @@ func TestSignInIdlesOut(t *testing.T) {
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	fw, _ := mw.CreateFormFile("creds", "alice.creds")
+	fw, _ := mw.CreateFormFile("creds", "alice.nk")
 	fw.Write(read(t, auth.UserPath(natstest.CredsDir(t, url), alice)))
 	mw.Close()
 	resp, err := browser.Post(web.URL+"/login", mw.FormDataContentType(), &body)

@@ -65,9 +65,9 @@ func Main(name string, role auth.Role, run Run, checks ...func() error) {
 }
 
 // credsUsage is the --creds flag's usage, naming the file rath up writes for
-// role (the session ledger's is ledger.creds, not session-ledger.creds).
+// role (the session ledger's is ledger.nk, not session-ledger.nk).
 func credsUsage(role auth.Role) string {
-	return "credentials file of the service's identity, e.g. <data>/creds/" + auth.FileName(role) + " (env RATH_CREDS; empty: none, for a server without authentication)"
+	return "credentials file of the service's identity, e.g. <data>/creds/" + auth.FileName(role) + " (rath up's) or its NATS user .creds on a server in operator mode (env RATH_CREDS; empty: none, for a server without authentication)"
 }
 
 func serve(ctx context.Context, name, url, creds, httpAddr string, durables []string, run Run, log *slog.Logger) error {

@@ -113,7 +113,7 @@ func Run(ctx context.Context, nc *nats.Conn, opts Options) ([]Finding, error) {
 	checkServer(&r, nc, opts)
 	who, mayUseJS := checkIdentity(ctx, &r, nc)
 	if !mayUseJS {
-		r.add("jetstream", Warn, "run doctor with admin credentials (--creds <data>/creds/admin.creds)", "%s may not use the JetStream API (a client reads through the ledger): streams, buckets, consumers and the clock not checked", who)
+		r.add("jetstream", Warn, "run doctor with admin credentials (--creds <data>/creds/admin.nk)", "%s may not use the JetStream API (a client reads through the ledger): streams, buckets, consumers and the clock not checked", who)
 		return r, nil
 	}
 	js, err := jetstream.New(nc)
@@ -128,7 +128,7 @@ func Run(ctx context.Context, nc *nats.Conn, opts Options) ([]Finding, error) {
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("doctor: %w", ctx.Err())
 	case err != nil:
-		r.add("jetstream", Warn, "run doctor with admin credentials (admin.creds) to see the account's JetStream limits", "cannot read the account's JetStream information with %s: %v", who, err)
+		r.add("jetstream", Warn, "run doctor with admin credentials (admin.nk) to see the account's JetStream limits", "cannot read the account's JetStream information with %s: %v", who, err)
 	default:
 		r.add("jetstream", OK, "", "JetStream enabled: %d streams, %d consumers, %s stored (domain %q)", acct.Streams, acct.Consumers, bytes(acct.Store), acct.Domain)
 	}
@@ -335,7 +335,7 @@ func checkStreams(ctx context.Context, r *report, js jetstream.JetStream, who st
 			r.add("stream "+w.name, Fail, "start a ledger against this server (rath up, or session-ledger --nats URL): it creates the streams", "%s does not exist", w.name)
 			continue
 		case err != nil:
-			r.add("stream "+w.name, Warn, "run doctor with admin credentials (admin.creds)", "cannot read %s with %s: %v", w.name, who, err)
+			r.add("stream "+w.name, Warn, "run doctor with admin credentials (admin.nk)", "cannot read %s with %s: %v", w.name, who, err)
 			continue
 		}
 		info := st.CachedInfo()
@@ -438,7 +438,7 @@ func checkConsumers(ctx context.Context, r *report, js jetstream.JetStream, who 
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			return // reported with the streams
 		case err != nil:
-			r.add("consumer "+c.name, Warn, "run doctor with admin credentials (admin.creds)", "cannot read consumer %s with %s: %v", c.name, who, err)
+			r.add("consumer "+c.name, Warn, "run doctor with admin credentials (admin.nk)", "cannot read consumer %s with %s: %v", c.name, who, err)
 			continue
 		}
 		info := cons.CachedInfo()

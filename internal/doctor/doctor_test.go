@@ -66,7 +66,7 @@ func TestHealthyDeployment(t *testing.T) {
 	if f := find(t, fs, "identity"); f.Level != doctor.OK || !strings.Contains(f.Detail, "client role") {
 		t.Errorf("identity as a client: %+v", f)
 	}
-	if f := find(t, fs, "jetstream"); f.Level != doctor.Warn || !strings.Contains(f.Fix, "admin.creds") {
+	if f := find(t, fs, "jetstream"); f.Level != doctor.Warn || !strings.Contains(f.Fix, "admin.nk") {
 		t.Errorf("a client reading the streams: %+v", f)
 	}
 }

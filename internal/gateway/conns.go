@@ -44,7 +44,7 @@ func NewConns(url string, path func(events.Principal) string, reload func() erro
 }
 
 // UserCreds is where rath up keeps a user's credentials file in dir: the
-// client role's file for the default client, tenants/<tenant>/<user>.creds
+// client role's file for the default client, tenants/<tenant>/<user>.nk
 // for every other.
 func UserCreds(dir string) func(events.Principal) string {
 	return func(p events.Principal) string {

@@ -25,7 +25,7 @@ import (
 // and its test runs it against a whole Rath.
 func ExampleServe() {
 	ctx := context.Background()
-	opts, _, err := client.Credentials(".rath/data/creds/agent-worker.creds")
+	opts, _, err := client.Credentials(".rath/data/creds/agent-worker.nk")
 	if err != nil {
 		return
 	}

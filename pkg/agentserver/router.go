@@ -116,7 +116,7 @@ func ServeRouter(ctx context.Context, nc *nats.Conn, name string, r Router, opts
 	if err := nc.FlushWithContext(ctx); err == nil {
 		if last := nc.LastError(); last != before && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), routerapi.Filter(name)) {
 			_ = sub.Unsubscribe()
-			return fmt.Errorf("router %s: %w (a program that serves routers connects as the agent worker, agent-worker.creds)", name, last)
+			return fmt.Errorf("router %s: %w (a program that serves routers connects as the agent worker, agent-worker.nk)", name, last)
 		}
 	}
 	closed := sub.StatusChanged(nats.SubscriptionClosed)

@@ -49,7 +49,7 @@ func WithRetryFor(d time.Duration) Option {
 }
 
 // As sets the principal the client asks as (default events.DefaultClient,
-// the user of rath up's client.creds). It must be the principal of the
+// the user of rath up's client.nk). It must be the principal of the
 // connection's credentials: the server lets an identity publish under its
 // own name only (Credentials returns it with the connection's options).
 func As(p events.Principal) Option { return func(c *Client) { c.as = p } }

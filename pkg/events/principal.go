@@ -23,7 +23,7 @@ type Principal struct {
 // this name.
 const ServiceTenant = "rath"
 
-// DefaultTenant is the tenant of rath up's client.creds, and of sessions
+// DefaultTenant is the tenant of rath up's client.nk, and of sessions
 // stored before tenants existed.
 const DefaultTenant = "default"
 
@@ -36,7 +36,7 @@ func TenantOrDefault(tenant string) string {
 	return tenant
 }
 
-// DefaultClient is the principal of rath up's client.creds.
+// DefaultClient is the principal of rath up's client.nk.
 var DefaultClient = Principal{Tenant: DefaultTenant, User: "client"}
 
 // Service returns the principal of one of Rath's services (or admin).

@@ -303,7 +303,7 @@ func AttachWait(ctx context.Context, nc *nats.Conn, opts ...OpenOption) (*Store,
 			// Streams this identity may not read never appear: the server
 			// refused the request (reported apart from it, so the attempt
 			// itself only timed out).
-			return nil, fmt.Errorf("%w: %w (a program that serves agents or routers connects as the agent worker, agent-worker.creds; one that serves tools as the tool runner, tool-runner.creds; a user's program reads through the ledger)", ErrForbidden, last)
+			return nil, fmt.Errorf("%w: %w (a program that serves agents or routers connects as the agent worker, agent-worker.nk; one that serves tools as the tool runner, tool-runner.nk; a user's program reads through the ledger)", ErrForbidden, last)
 		}
 		// A first miss is the usual start (the ledger creates the streams
 		// meanwhile): said at Info only once the wait is longer.

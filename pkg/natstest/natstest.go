@@ -77,7 +77,7 @@ func StartServer(t testing.TB, storeDir string) *server.Server {
 }
 
 // CredsDir returns the credentials directory of the server at url, laid out
-// as rath up's: <role>.creds for each role, tenants/<tenant>/<user>.creds
+// as rath up's: <role>.nk for each role, tenants/<tenant>/<user>.nk
 // for tenants' users. Pass it (or CredsFile) to processes a test starts.
 func CredsDir(t testing.TB, url string) string {
 	t.Helper()

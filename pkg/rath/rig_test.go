@@ -15,8 +15,8 @@ import (
 )
 
 // rig is a whole Rath for the examples, as rath up runs it, in a temporary
-// directory: a program connects to rath up instead (client.creds for the
-// Session API, agent-worker.creds for the agents it serves).
+// directory: a program connects to rath up instead (client.nk for the
+// Session API, agent-worker.nk for the agents it serves).
 type rig struct {
 	rt     *runtime.Runtime
 	c      *client.Client

@@ -20,7 +20,7 @@ import (
 // restart; what it gives up on recorded in the session. Not run: it needs a
 // Rath runtime (examples/watermill-worker runs one in its test).
 func ExampleNewSubscriber() {
-	opts, me, err := client.Credentials(".rath/data/creds/client.creds")
+	opts, me, err := client.Credentials(".rath/data/creds/client.nk")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func main() {
 	flag.BoolVar(&cfg.AllowLoopback, "allow-loopback-endpoints", false, "let agents name any endpoint on a loopback address (localhost, 127.0.0.0/8, ::1): local model servers, which then get the keys")
 	withSelector := flag.Bool("with-selector", false, "also run the selector in this process, handing its turn requests to this worker (docs/operations.md); it connects as --selector-creds")
 	selectorCreds := daemon.Creds{Flag: "--selector-creds", Env: "RATH_SELECTOR_CREDS"}
-	flag.StringVar(&selectorCreds.Path, "selector-creds", daemon.EnvOr(selectorCreds.Env, ""), "with --with-selector: the selector's credentials file, e.g. <data>/creds/selector.creds (env RATH_SELECTOR_CREDS)")
+	flag.StringVar(&selectorCreds.Path, "selector-creds", daemon.EnvOr(selectorCreds.Env, ""), "with --with-selector: the selector's credentials file, e.g. <data>/creds/selector.nk (env RATH_SELECTOR_CREDS)")
 	daemon.Main("agent-worker", auth.RoleAgentWorker, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		cfg.Keys = service.KeysFromEnv(os.Getenv)
 		if !*withSelector {

@@ -61,7 +61,7 @@ func TestBadAllowedEndpointIsRefusedBeforeConnecting(t *testing.T) {
 func TestWithSelectorConnectsAsSelectorCreds(t *testing.T) {
 	if url := os.Getenv("AGENT_WORKER_NATS"); os.Getenv("AGENT_WORKER_RUN_MAIN") == "3" {
 		os.Args = []string{"agent-worker", "--nats", url, "--creds", os.Getenv("AGENT_WORKER_CREDS"),
-			"--with-selector", "--selector-creds", filepath.Join(os.TempDir(), "no-such-dir", "selector.creds")}
+			"--with-selector", "--selector-creds", filepath.Join(os.TempDir(), "no-such-dir", "selector.nk")}
 		flag.CommandLine = flag.NewFlagSet("agent-worker", flag.ExitOnError)
 		main()
 		return

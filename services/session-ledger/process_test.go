@@ -406,7 +406,7 @@ func firstN(s []string, n int) []string {
 }
 
 // TestHelpNamesTheLedgersCredsFile: --help's --creds example is the file
-// rath up writes for the ledger (ledger.creds; it said session-ledger.creds).
+// rath up writes for the ledger (ledger.nk; it once said session-ledger.creds).
 func TestHelpNamesTheLedgersCredsFile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the session-ledger binary")

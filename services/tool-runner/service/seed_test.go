@@ -108,8 +108,8 @@ func TestSandboxCannotReachRuntimeFiles(t *testing.T) {
 	needBwrap(t)
 	data := t.TempDir()
 	secrets := map[string]string{
-		filepath.Join(data, "keys", "ledger.key"):   "-----BEGIN PRIVATE KEY----- ledger 4242",
-		filepath.Join(data, "creds", "admin.creds"): "-----BEGIN USER NKEY SEED----- admin 4242",
+		filepath.Join(data, "keys", "ledger.key"): "-----BEGIN PRIVATE KEY----- ledger 4242",
+		filepath.Join(data, "creds", "admin.nk"):  "-----BEGIN USER NKEY SEED----- admin 4242",
 	}
 	for path, body := range secrets {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
