@@ -96,7 +96,9 @@ func readUserJWT(b []byte, name string, now time.Time) (userJWT, error) {
 	return userJWT{
 		id:    Identity{Role: role, Principal: p, PublicKey: pub, JWT: true},
 		token: token,
-		seed:  seed,
+		// A copy: Seed returns the key pair's own bytes, which the deferred
+		// Wipe overwrites.
+		seed: bytes.Clone(seed),
 	}, nil
 }
 

@@ -49,6 +49,12 @@ func TestUserJWTFile(t *testing.T) {
 	if o.InboxPrefix != alice.ReplyPrefix() || o.UserJWT == nil {
 		t.Errorf("options: inbox prefix %q (want %q), user JWT callback set %v", o.InboxPrefix, alice.ReplyPrefix(), o.UserJWT != nil)
 	}
+	// The options held in memory (the console's sign-in) authenticate.
+	nc, err := nats.Connect(op.URL(), opts...)
+	if err != nil {
+		t.Fatalf("connect with OptionsFrom's options: %v", err)
+	}
+	nc.Close()
 	_, led, err := auth.Options(op.CredsFile(t, "ledger", auth.RoleLedger, auth.RoleLedger.Principal()))
 	if err != nil || led.Role != auth.RoleLedger || led.Principal != events.Service("ledger") {
 		t.Errorf("ledger's JWT: %+v, %v", led, err)
