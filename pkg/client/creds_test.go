@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
@@ -96,5 +97,49 @@ func TestOperatorModeCreds(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Errorf("alice may publish to %s on the operator-mode server", subj)
 		}
+	}
+}
+
+// A JWT whose tag names another user than its permissions allow acts as
+// the tag's user to Rath, and the server refuses every request it makes
+// under that name: the permissions, not the tag, are what is enforced.
+func TestOperatorModeForgedTag(t *testing.T) {
+	op := natstest.StartOperator(t)
+	alice := events.Principal{Tenant: "acme", User: "alice"}
+	bob := events.Principal{Tenant: "globex", User: "bob"}
+	// alice's permissions, bob's tag.
+	path := op.CredsFile(t, "forged", auth.RoleClient, alice, func(c *jwt.UserClaims) {
+		c.Tags = jwt.TagList{auth.PrincipalTag + bob.String()}
+	})
+	opts, who, err := client.Credentials(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who != bob {
+		t.Fatalf("the forged file acts as %s, want the tag's %s", who, bob)
+	}
+	violations := make(chan error, 4)
+	nc, err := nats.Connect(op.URL(), append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			violations <- err
+		}
+	}))...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	if err := nc.Publish(bob.Ledger(events.OpState), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-violations:
+		if !strings.Contains(err.Error(), "globex") {
+			t.Errorf("violation %v does not name bob's subject", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a JWT with alice's permissions published as bob")
 	}
 }
