@@ -95,8 +95,15 @@ type Set struct {
 // Identity returns the role's identity.
 func (s *Set) Identity(r Role) Identity { return s.ids[r] }
 
-// Path returns the role's credentials file.
-func (s *Set) Path(r Role) string { return filepath.Join(s.Dir, FileName(r)) }
+// Path returns the role's credentials file: the file its identity was read
+// from (a <role>.creds Load read in place of a missing <role>.nk), or else
+// the <role>.nk it is to be.
+func (s *Set) Path(r Role) string {
+	if id, ok := s.ids[r]; ok && id.Path != "" {
+		return id.Path
+	}
+	return filepath.Join(s.Dir, FileName(r))
+}
 
 // Identities returns every role's identity, in Roles order, then the
 // tenants' users by tenant and name.

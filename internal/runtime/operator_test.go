@@ -39,6 +39,9 @@ func TestOperatorModeRuntime(t *testing.T) {
 	if id := rt.Identities.Identity(auth.RoleLedger); !id.JWT {
 		t.Errorf("the ledger's identity %+v: want its NATS user JWT", id)
 	}
+	if want := filepath.Join(dir, "client.creds"); rt.Creds != want {
+		t.Errorf("the client's credentials %s, want %s", rt.Creds, want)
+	}
 	c, err := client.New(rt.Conn, client.WithRetryFor(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
