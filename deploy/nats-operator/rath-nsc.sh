@@ -332,6 +332,7 @@ service)
 			--allow-pub '$JS.API.DIRECT.GET.RATH_INBOX.>' \
 			--allow-pub 'rath.dead.>' \
 			--allow-pub '$O.rath-blobs.>' \
+			--allow-pub 'rath.delta.>' \
 			--allow-pub 'rath.agent.rath.agent-worker.>' \
 			--deny-pub '$JS.API.CONSUMER.CREATE.RATH_SESSIONS.selector' \
 			--deny-pub '$JS.API.CONSUMER.CREATE.RATH_SESSIONS.selector.>' \
@@ -702,8 +703,10 @@ client)
 		--allow-pub 'rath.memory.'"$tenant"'.'"$user"'.>' \
 		--allow-pub 'rath.inbox.'"$tenant"'.'"$user"'.>' \
 		--allow-pub '$SYS.REQ.USER.INFO' \
+		--allow-pub 'rath.delta.'"$tenant"'.>' \
 		--allow-sub '_INBOX.'"$tenant"'.'"$user"'.>' \
-		--allow-sub 'rath.session.'"$tenant"'.>'
+		--allow-sub 'rath.session.'"$tenant"'.>' \
+		--allow-sub 'rath.delta.'"$tenant"'.>'
 	nsc edit user --account "$account" --name "$tenant-$user" --tag 'rath-principal:'"$tenant"'/'"$user"
 	;;
 *)
