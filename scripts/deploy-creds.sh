@@ -12,7 +12,7 @@
 #   scripts/deploy-creds.sh --kubernetes rath ./rath-creds   # and the Secrets
 #   scripts/deploy-creds.sh --owner 65532:65532 ./rath-creds # as root: the containers' uid
 #
-# --owner gives the files the containers read (the five services' .creds and
+# --owner gives the files the containers read (the five services' .nk and
 # keys/) to UID:GID: docker-compose.yml's containers run as 65532 and the files
 # are 0600. admin.nk and client.nk stay the operator's.
 #

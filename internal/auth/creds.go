@@ -385,6 +385,20 @@ func readCreds(path string) ([]byte, string, error) {
 	return b, path, nil
 }
 
+// statCreds is os.Stat of the credentials file at path, or of the .creds
+// an earlier Rath named it when path does not exist (as ReadFile reads it).
+func statCreds(path string) (fs.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if old := legacyPath(path); old != "" {
+			if lfi, lerr := os.Stat(old); lerr == nil {
+				return lfi, nil
+			}
+		}
+	}
+	return fi, err
+}
+
 // principalLine starts the header line naming a file's role and principal.
 const principalLine = "# rath-identity: "
 

@@ -400,7 +400,7 @@ func (t *Tokens) Lookup(token string) (events.Principal, string, error) {
 	}
 	e := entries[match]
 	// A user removed (its credentials file deleted) loses its tokens too.
-	switch _, err := os.Stat(UserPath(filepath.Dir(t.path), e.principal)); {
+	switch _, err := statCreds(UserPath(filepath.Dir(t.path), e.principal)); {
 	case errors.Is(err, fs.ErrNotExist):
 		return events.Principal{}, "", fmt.Errorf("%w: token %s acts as %s, who has no credentials file any more", ErrUnknownToken, e.line.Name, e.principal)
 	case err != nil:

@@ -238,7 +238,7 @@ func TestMintTokenRefusals(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, auth.TenantsDir, events.ServiceTenant), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, auth.TenantsDir, events.ServiceTenant, "admin.creds"), b, 0o600); err != nil {
+	if err := os.WriteFile(auth.UserPath(dir, events.Service("admin")), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
