@@ -29,7 +29,7 @@ const (
 var allSections = []string{sectionAgents, sectionLong, sectionAppend, sectionMemory, sectionRecall}
 
 // optionalSections run only when --sections names them (after the others).
-var optionalSections = []string{sectionGoAPI, sectionRecheck, sectionEval, sectionEngine}
+var optionalSections = []string{sectionGoAPI, sectionRecheck, sectionEval, sectionEngine, sectionGateway}
 
 // config is the whole configuration of one run.
 type config struct {
@@ -81,7 +81,7 @@ func parseFlags(args []string) (config, error) {
 	figures := fs.String("figures", "", "comma-separated figures to measure within the sections, e.g. 1d (default: all)")
 	fs.IntVar(&c.batch, "batch", 256, "events per batch request in the batched appends")
 	fs.IntVar(&c.batchInflight, "batch-inflight", 4, "batch requests in flight at once, each for its own share of the sessions")
-	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ",")+"; also "+strings.Join(optionalSections, ",")+" (goapi: one agent turn forwarded through the Go Session API against the raw client, and a Go agent's turn against a YAML-declared scripted one; recheck: E2, rath recheck of 50 recorded 30-turn sessions whose change affects only the last agent, against running them from the start; eval: E1, rath eval of 20 scripted tasks × 5 runs at concurrency 8 against the same sessions started directly, and its report rendered; engine: ADR 0038's O3, O5, O6 against `rath up` built from this tree as its own process: its VmRSS fresh and with 1,000 active sessions, client.State of a 500- and a 5,000-event session, CPU per 16 KB tool result appended and the runtime's CPU to read that log back)")
+	sectionsFlag := fs.String("sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ",")+"; also "+strings.Join(optionalSections, ",")+" (goapi: one agent turn forwarded through the Go Session API against the raw client, and a Go agent's turn against a YAML-declared scripted one; recheck: E2, rath recheck of 50 recorded 30-turn sessions whose change affects only the last agent, against running them from the start; eval: E1, rath eval of 20 scripted tasks × 5 runs at concurrency 8 against the same sessions started directly, and its report rendered; engine: ADR 0038's O3, O5, O6 against `rath up` built from this tree as its own process: its VmRSS fresh and with 1,000 active sessions, client.State of a 500- and a 5,000-event session, CPU per 16 KB tool result appended and the runtime's CPU to read that log back; gateway: issue 33's A1 and A2, the latency the model gateway adds to a call against a local provider, streamed and not, and a call answered from the record at sessions of 10 and 1,000 calls)")
 	fs.BoolVar(&c.ledgerProcess, "ledger-process", false, "run the ledger as its own process in every section (default: in this process, except for the memory section)")
 	fs.StringVar(&c.ledgerBin, "ledger-bin", "", "prebuilt session-ledger binary (default: go build ./services/session-ledger)")
 	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the harness and of the ledger per section, and of 5b's worker processes at 1 of each kind")

@@ -13,8 +13,9 @@
 // 4 OS processes of each), long (L1), append (1d), memory (4: the
 // session-ledger binary as its own process, so that its resident memory can
 // be read) and recall (R1, R3). The others run only when --sections names
-// them: goapi (G1, G2), recheck (E2), eval (E1) and engine (O3, O5, O6,
-// O6r: `rath up` built from this tree as its own process).
+// them: goapi (G1, G2), recheck (E2), eval (E1), engine (O3, O5, O6,
+// O6r: `rath up` built from this tree as its own process) and gateway (A1,
+// A2: the model gateway).
 // docs/benchmarks.md has the results and what they mean.
 package main
 

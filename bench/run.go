@@ -36,6 +36,7 @@ type harness struct {
 	dir     string
 
 	ns     *server.Server
+	ecfg   embedded.Config     // ns's configuration (users are added to it)
 	creds  *auth.Set           // every role's identity: the server authenticates each connection
 	ncRaw  *nats.Conn          // raw JetStream runs and direct reads
 	ncCli  *nats.Conn          // the Rath client's connection
@@ -123,10 +124,11 @@ func (h *harness) setUp(ctx context.Context) error {
 	if h.creds, err = auth.Ensure(filepath.Join(h.dir, "creds")); err != nil {
 		return err
 	}
-	h.ns, err = embedded.Start(embedded.Config{
+	h.ecfg = embedded.Config{
 		Listen: "127.0.0.1:0", StoreDir: filepath.Join(h.dir, "jetstream"),
 		SyncAlways: h.cfg.syncAlways, ServerName: "rath-bench", Users: h.creds.Identities(),
-	})
+	}
+	h.ns, err = embedded.Start(h.ecfg)
 	if err != nil {
 		return err
 	}
@@ -246,6 +248,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runLong(ctx)
 	case sectionGoAPI:
 		err = h.runGoAPI(ctx)
+	case sectionGateway:
+		err = h.runGateway(ctx)
 	case sectionRecheck:
 		err = h.runRecheck(ctx)
 	case sectionEval:

@@ -184,6 +184,11 @@ type call struct {
 	tenant, answer string
 }
 
+// key names the call's session in the gateway's memory: by the caller's
+// tenant too, so that what the gateway knows of a session (its calls, their
+// answers) is never a caller of another tenant's, whatever ID it names.
+func (k *call) key() string { return k.who.Tenant + "/" + k.session }
+
 // open authenticates the call and names its session and agent; on failure
 // it has answered the caller.
 func (g *Gateway) open(w http.ResponseWriter, r *http.Request, wi wire) (*call, bool) {

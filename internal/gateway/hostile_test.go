@@ -171,3 +171,26 @@ func TestAnotherGatewayGoesOn(t *testing.T) {
 		})
 	}
 }
+
+// TestSomeoneElseAppendsBetweenCalls: a gateway goes on from the session as
+// it left it; an event someone else appended since makes it read the
+// session again, and the call is recorded after that event, not refused.
+func TestSomeoneElseAppendsBetweenCalls(t *testing.T) {
+	r := start(t)
+	user := msg{"role": "user", "content": "hi"}
+	_, body := r.post("/s/shared/v1/chat/completions", "rath_alice", chat(false, user))
+	first := answerOf(t, false, body)
+	if _, err := r.c.Emit(context.Background(), "shared", &events.ChunkAppended{Role: events.RoleUser, Content: "a note from a person"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := r.post("/s/shared/v1/chat/completions", "rath_alice", chat(false, user, first, msg{"role": "user", "content": "more"})); code != http.StatusOK {
+		t.Fatalf("second call: %d %s", code, body)
+	}
+	got := r.kinds("shared")
+	want := []string{"session.started", "conversation.chunk.appended:user:hi", "conversation.chunk.appended:assistant:done",
+		"model.called:openai:m-1:11/7:stop", "conversation.chunk.appended:user:a note from a person",
+		"conversation.chunk.appended:user:more", "conversation.chunk.appended:assistant:done", "model.called:openai:m-1:11/7:stop"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("recorded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -33,6 +33,9 @@ type convo struct {
 	// last one recorded.
 	calls map[[32]byte]*recorded
 	last  *recorded
+	// view is the session as the gateway left it at head; nil: unknown
+	// (read the session's state).
+	view *view
 }
 
 // recorded is a call's answer as the session holds it.
@@ -146,42 +149,57 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, wi wire) {
 	if !ok {
 		return
 	}
-	defer g.convos.lock(k.session)()
+	defer g.convos.lock(k.key())()
 	ctx := r.Context()
-	st, err := g.session(ctx, k)
-	if err != nil {
-		g.refuse(w, k, err)
-		return
-	}
-	cv, err := g.convo(ctx, k, st)
-	if err != nil {
-		g.refuse(w, k, err)
-		return
-	}
 	asked := digests(req.Messages)
-	if c := cv.calls[key(asked)]; c != nil && c.kind == wi.kind() && c.stream == req.Stream && (c == cv.last || c.inherited) {
-		// Sent again (its response was lost), or a fork's call before
-		// its fork point: the record answers, as it answered then.
-		g.again(ctx, w, k, c, req)
-		return
-	}
-	seq, err := g.recordInputs(ctx, k, st, req.Messages[common(asked, cv.digests):])
-	if err != nil {
-		g.convos.put(k.session, nil)
-		g.refuse(w, k, err)
-		return
+	var cv *convo
+	var seq uint64
+	for fresh := false; ; fresh = true {
+		// The session as this gateway left it, when it did (one call after
+		// another needs no read), else as the ledger has it now.
+		if cv = g.convos.get(k.key()); cv == nil || cv.view == nil || fresh {
+			st, err := g.session(ctx, k)
+			if err != nil {
+				g.refuse(w, k, err)
+				return
+			}
+			if cv, err = g.convo(ctx, k, st); err != nil {
+				g.refuse(w, k, err)
+				return
+			}
+			cv.view = viewOf(st)
+		}
+		if c := cv.calls[key(asked)]; c != nil && c.kind == wi.kind() && c.stream == req.Stream && (c == cv.last || c.inherited) {
+			// Sent again (its response was lost), or a fork's call before
+			// its fork point: the record answers, as it answered then.
+			g.again(ctx, w, k, c, req)
+			return
+		}
+		var err error
+		seq, err = g.recordInputs(ctx, k, cv, req.Messages[common(asked, cv.digests):])
+		if err == nil {
+			break
+		}
+		g.convos.put(k.key(), nil)
+		if fresh || api.CodeOf(err) != api.CodeStale {
+			g.refuse(w, k, err)
+			return
+		}
+		// Someone else appended since this gateway did: read it, once.
 	}
 	cv.digests, cv.head = asked, seq
-	defer func() { g.convos.put(k.session, cv) }()
+	defer func() { g.convos.put(k.key(), cv) }()
 	// The provider's call is not the caller's to cut short: its answer is
-	// recorded whole even if the caller goes away.
+	// recorded whole even if the caller goes away. The request's body is
+	// stored while the provider answers.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Timeout)
 	defer cancel()
-	k.tenant, k.answer = events.TenantOrDefault(st.Tenant), fmt.Sprintf("gw-%d", seq)
+	reqRef := g.store(pctx, k, k.body)
+	k.tenant, k.answer = cv.view.tenant, fmt.Sprintf("gw-%d", seq)
 	ans, raw, at, status, err := g.ask(pctx, w, r, k, req)
 	if err != nil {
 		var ferr error
-		if cv.head, ferr = g.failed(pctx, k, seq, req.Model, status, err); ferr != nil {
+		if cv.head, ferr = g.failed(pctx, k, seq, req.Model, status, reqRef, err); ferr != nil {
 			cv = nil
 		}
 		if !at.streaming {
@@ -189,7 +207,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, wi wire) {
 		}
 		return
 	}
-	c, err := g.recordAnswer(pctx, k, seq, req.Model, ans, raw, at.latency)
+	c, err := g.recordAnswer(pctx, k, cv, seq, req.Model, ans, raw, reqRef, at.latency)
 	if err != nil {
 		cv = nil
 		g.log.Error("gateway: the answer is not recorded", "session", k.session, "user", k.who.String(), "err", err)
@@ -205,6 +223,50 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, wi wire) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(raw)
 	}
+}
+
+// view is what a call needs of its session's state, kept up to date by the
+// gateway's own appends: the session's tenant, and its open calls (ID to
+// tool), which a tool result completes.
+type view struct {
+	tenant string
+	open   map[string]string
+}
+
+func viewOf(st *session.State) *view {
+	v := &view{tenant: events.TenantOrDefault(st.Tenant), open: map[string]string{}}
+	for id, t := range st.Tools {
+		if t.Status != session.ToolCompleted && t.Status != session.ToolFailed {
+			v.open[id] = t.Tool
+		}
+	}
+	return v
+}
+
+// blob is a body being stored: its reference once stored.
+type blob chan struct {
+	ref string
+	err error
+}
+
+// store stores b in the background.
+func (g *Gateway) store(ctx context.Context, k *call, b []byte) blob {
+	c := make(blob, 1)
+	go func() {
+		ref, err := k.c.PutBlob(ctx, b)
+		c <- struct {
+			ref string
+			err error
+		}{ref, err}
+	}()
+	return c
+}
+
+// wait returns the stored body's reference.
+func (b blob) wait() (string, error) {
+	r := <-b
+	b <- r // for another waiter
+	return r.ref, r.err
 }
 
 // digests are the digests of a conversation's messages.
@@ -265,7 +327,7 @@ func (g *Gateway) session(ctx context.Context, k *call) (*session.State, error) 
 // gateway recorded is indexed by its request, read back from its blob, and
 // the conversation so far is the last call's request and answer.
 func (g *Gateway) convo(ctx context.Context, k *call, st *session.State) (*convo, error) {
-	cv := g.convos.get(k.session)
+	cv := g.convos.get(k.key())
 	if cv != nil && cv.head == st.Seq {
 		return cv, nil
 	}
@@ -376,8 +438,9 @@ func (g *Gateway) again(ctx context.Context, w http.ResponseWriter, k *call, las
 }
 
 // recordInputs records the messages a call adds to the conversation, in one
-// atomic append at the session's head, and returns the new head.
-func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, msgs []message) (uint64, error) {
+// atomic append at the session's head as cv knows it, and returns the new
+// head; cv's open calls lose those the messages complete.
+func (g *Gateway) recordInputs(ctx context.Context, k *call, cv *convo, msgs []message) (uint64, error) {
 	var evs []event.Event
 	add := func(data any) error {
 		ev, err := events.New(k.session, data, events.WithSource(Source))
@@ -386,13 +449,14 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 		}
 		return err
 	}
+	var done []string
 	for _, m := range msgs {
 		t := m.Text
 		switch m.Role {
 		case "tool":
-			call := st.Tools[m.ToolCallID]
-			if call == nil || call.Status == session.ToolCompleted || call.Status == session.ToolFailed {
-				// No pending call of that ID: kept as what the caller said.
+			tool, open := cv.view.open[m.ToolCallID]
+			if !open {
+				// No open call of that ID: kept as what the caller said.
 				if err := add(&events.ChunkAppended{Role: events.RoleTool, Content: t, ToolCallID: m.ToolCallID}); err != nil {
 					return 0, err
 				}
@@ -402,10 +466,10 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 			if err != nil {
 				return 0, fmt.Errorf("the result of call %s: %w", m.ToolCallID, err)
 			}
-			done := &events.ToolCompleted{CallID: m.ToolCallID, Tool: call.Tool, Result: result, ResultRef: ref}
-			if err := add(done); err != nil {
+			if err := add(&events.ToolCompleted{CallID: m.ToolCallID, Tool: tool, Result: result, ResultRef: ref}); err != nil {
 				return 0, err
 			}
+			done = append(done, m.ToolCallID)
 		case "assistant":
 			if err := g.addAnswer(add, k, m); err != nil {
 				return 0, err
@@ -416,7 +480,21 @@ func (g *Gateway) recordInputs(ctx context.Context, k *call, st *session.State, 
 			}
 		}
 	}
-	return g.append(ctx, k, st.Seq, evs)
+	head, err := g.append(ctx, k, cv.head, evs)
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range done {
+		delete(cv.view.open, id)
+	}
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			for _, c := range m.Calls {
+				cv.view.open[c.ID] = c.Name
+			}
+		}
+	}
+	return head, nil
 }
 
 // addAnswer adds an assistant message: its text as a chunk, its tool calls
@@ -456,13 +534,16 @@ type attempt struct {
 }
 
 // recordAnswer records the answer at head seq: its text, its tool calls and
-// the model call with both bodies, and returns what it recorded.
-func (g *Gateway) recordAnswer(ctx context.Context, k *call, seq uint64, model string, ans *answer, raw []byte, latency time.Duration) (*recorded, error) {
-	reqRef, err := k.c.PutBlob(ctx, k.body)
+// the model call with both bodies, and returns what it recorded. Someone
+// else's event since seq moves the answer after it (its events do not
+// depend on the session's state).
+func (g *Gateway) recordAnswer(ctx context.Context, k *call, cv *convo, seq uint64, model string, ans *answer, raw []byte, request blob, latency time.Duration) (*recorded, error) {
+	response := g.store(ctx, k, raw)
+	reqRef, err := request.wait()
 	if err != nil {
 		return nil, fmt.Errorf("store the request body: %w", err)
 	}
-	respRef, err := k.c.PutBlob(ctx, raw)
+	respRef, err := response.wait()
 	if err != nil {
 		return nil, fmt.Errorf("store the provider's answer: %w", err)
 	}
@@ -483,8 +564,20 @@ func (g *Gateway) recordAnswer(ctx context.Context, k *call, seq uint64, model s
 		return nil, err
 	}
 	head, err := g.append(ctx, k, seq, evs)
+	if api.CodeOf(err) == api.CodeStale {
+		var st *session.State
+		if st, err = k.c.State(ctx, k.session); err == nil {
+			for i := range evs {
+				evs[i].SetExtension(events.ExtExpectedSeq, nil)
+			}
+			head, err = g.append(ctx, k, st.Seq, evs)
+		}
+	}
 	if err != nil {
 		return nil, err
+	}
+	for _, c := range ans.Message.Calls {
+		cv.view.open[c.ID] = c.Name
 	}
 	return &recorded{ref: respRef, reqRef: reqRef, seq: head}, nil
 }
@@ -492,8 +585,8 @@ func (g *Gateway) recordAnswer(ctx context.Context, k *call, seq uint64, model s
 // failed records a provider call that failed, with the request it sent
 // (the conversation so far is then the request's messages, which a call
 // sent again does not record twice), and returns the new head.
-func (g *Gateway) failed(ctx context.Context, k *call, seq uint64, model string, status int, why error) (uint64, error) {
-	ref, err := k.c.PutBlob(ctx, k.body)
+func (g *Gateway) failed(ctx context.Context, k *call, seq uint64, model string, status int, request blob, why error) (uint64, error) {
+	ref, err := request.wait()
 	if err != nil {
 		return 0, fmt.Errorf("store the request body: %w", err)
 	}
@@ -529,7 +622,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, k *call, err error) {
 	case api.CodeStale, api.CodeConflict:
 		status, code = http.StatusConflict, "session_busy"
 		err = fmt.Errorf("session %s changed while this call was recorded (another call of it ran at once): send it again", k.session)
-		g.convos.put(k.session, nil)
+		g.convos.put(k.key(), nil)
 	case api.CodeQuotaExceeded:
 		status, code = http.StatusTooManyRequests, "rate_limit_exceeded"
 	case api.CodeTooLarge:

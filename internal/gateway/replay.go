@@ -22,7 +22,7 @@ func (g *Gateway) replay(w http.ResponseWriter, r *http.Request, wi wire) {
 		return
 	}
 	fail := wi.fail
-	defer g.convos.lock(k.session)()
+	defer g.convos.lock(k.key())()
 	ctx := r.Context()
 	st, err := k.c.State(ctx, k.session)
 	if errors.Is(err, api.ErrNotFound) {
@@ -38,7 +38,7 @@ func (g *Gateway) replay(w http.ResponseWriter, r *http.Request, wi wire) {
 		g.refuse(w, k, err)
 		return
 	}
-	g.convos.put(k.session, cv)
+	g.convos.put(k.key(), cv)
 	asked := digests(req.Messages)
 	if c := cv.calls[key(asked)]; c != nil && c.kind == wi.kind() && c.stream == req.Stream {
 		g.again(ctx, w, k, c, req)
