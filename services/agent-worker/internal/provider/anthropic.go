@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -61,16 +62,27 @@ func NewAnthropic(cfg Config) (*Anthropic, error) {
 // Name returns "anthropic".
 func (a *Anthropic) Name() string { return string(KindAnthropic) }
 
-// Complete sends req as one message.
+// Complete sends req as one message. With req.Deltas set the answer is
+// streamed, each piece said as it comes, and accumulated into the same
+// Response; its ResponseBody is then the event stream as received (see
+// OpenAI.Complete for why nothing breaks on that).
 func (a *Anthropic) Complete(ctx context.Context, req Request) (Response, error) {
 	params, err := a.params(req)
 	if err != nil {
 		return Response{}, &Error{Provider: a.Name(), Message: redact(err.Error(), a.key)}
 	}
-	x := exchange{check: a.check}
-	m, err := a.messages.New(ctx, params, option.WithMiddleware(x.middleware))
+	x := exchange{check: a.check, stream: req.Deltas != nil}
+	var m *anthropic.Message
+	if x.stream {
+		m, err = a.stream(ctx, params, req.Deltas, &x)
+	} else {
+		m, err = a.messages.New(ctx, params, option.WithMiddleware(x.middleware))
+		if err != nil {
+			err = x.failure(ctx, a.Name(), a.key, err)
+		}
+	}
 	if err != nil {
-		return Response{}, x.failure(ctx, a.Name(), a.key, err)
+		return Response{}, err
 	}
 	resp := Response{
 		StopReason: string(m.StopReason),
@@ -94,6 +106,59 @@ func (a *Anthropic) Complete(ctx context.Context, req Request) (Response, error)
 	}
 	resp.Content = strings.Join(text, "")
 	return resp.redact(a.key), nil
+}
+
+// stream sends params as a streamed message, says its text and tool-use
+// pieces to deltas (a tool call's Index counts tool_use blocks, as
+// Response.ToolCalls does), and returns the accumulated message. A stream
+// without message_stop was cut, even if it ended cleanly.
+func (a *Anthropic) stream(ctx context.Context, params anthropic.MessageNewParams, deltas func(Delta), x *exchange) (*anthropic.Message, error) {
+	s := a.messages.NewStreaming(ctx, params, option.WithMiddleware(x.middleware))
+	defer s.Close()
+	var m anthropic.Message
+	tools := map[int64]int{} // content block index → tool call index
+	stopped := false
+	for s.Next() {
+		ev := s.Current()
+		if err := m.Accumulate(ev); err != nil {
+			return nil, &Error{Provider: a.Name(), Status: x.status, Message: redact("stream: "+err.Error(), a.key)}
+		}
+		switch ev.Type {
+		case "content_block_start":
+			switch b := ev.ContentBlock; b.Type {
+			case "text":
+				if b.Text != "" {
+					say(deltas, a.key, Delta{Text: b.Text})
+				}
+			case "tool_use":
+				i := len(tools)
+				tools[ev.Index] = i
+				say(deltas, a.key, Delta{Call: &CallDelta{Index: i, ID: b.ID, Name: b.Name}})
+			}
+		case "content_block_delta":
+			switch ev.Delta.Type {
+			case "text_delta":
+				say(deltas, a.key, Delta{Text: ev.Delta.Text})
+			case "input_json_delta":
+				if i, ok := tools[ev.Index]; ok && ev.Delta.PartialJSON != "" {
+					say(deltas, a.key, Delta{Call: &CallDelta{Index: i, Arguments: ev.Delta.PartialJSON}})
+				}
+			}
+		case "message_stop":
+			stopped = true
+		}
+	}
+	if err := s.Err(); err != nil {
+		var aerr *anthropic.Error
+		if errors.As(err, &aerr) && x.status < 400 && ctx.Err() == nil {
+			return nil, x.streamFailure(a.Name(), a.key, []byte(aerr.RawJSON()))
+		}
+		return nil, x.failure(ctx, a.Name(), a.key, err)
+	}
+	if !stopped {
+		return nil, x.unfinished(a.Name())
+	}
+	return &m, nil
 }
 
 // params builds the Messages request. The API has no system or tool roles:

@@ -3,11 +3,13 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 )
 
@@ -54,16 +56,30 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 // Name returns "openai".
 func (o *OpenAI) Name() string { return string(KindOpenAI) }
 
-// Complete sends req as one chat completion.
+// Complete sends req as one chat completion. With req.Deltas set the
+// answer is streamed (stream_options.include_usage, so its tokens are
+// counted), each piece said as it comes, and accumulated into the same
+// Response; its ResponseBody is then the event stream as received. Nothing
+// reads a worker's ResponseBody back as JSON: re-execution rebuilds answers
+// from the session's events (worker.RecordedAnswers), and the gateway reads
+// only the calls it recorded itself.
 func (o *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
 	params, err := o.params(req)
 	if err != nil {
 		return Response{}, &Error{Provider: o.Name(), Message: redact(err.Error(), o.key)}
 	}
-	x := exchange{check: o.check}
-	c, err := o.chat.New(ctx, params, option.WithMiddleware(x.middleware))
+	x := exchange{check: o.check, stream: req.Deltas != nil}
+	var c *openai.ChatCompletion
+	if x.stream {
+		c, err = o.stream(ctx, params, req.Deltas, &x)
+	} else {
+		c, err = o.chat.New(ctx, params, option.WithMiddleware(x.middleware))
+		if err != nil {
+			err = x.failure(ctx, o.Name(), o.key, err)
+		}
+	}
 	if err != nil {
-		return Response{}, x.failure(ctx, o.Name(), o.key, err)
+		return Response{}, err
 	}
 	resp := Response{
 		TokensIn:  c.Usage.PromptTokens,
@@ -88,6 +104,45 @@ func (o *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
 		})
 	}
 	return resp.redact(o.key), nil
+}
+
+// stream sends params as a streamed completion, says the first choice's
+// text and tool-call pieces to deltas, and returns the accumulated answer.
+// An answer without a finish reason was cut, even if the stream ended
+// cleanly; the usage chunk comes after it.
+func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, deltas func(Delta), x *exchange) (*openai.ChatCompletion, error) {
+	params.StreamOptions.IncludeUsage = openai.Bool(true)
+	s := o.chat.NewStreaming(ctx, params, option.WithMiddleware(x.middleware))
+	defer s.Close()
+	var acc openai.ChatCompletionAccumulator
+	for s.Next() {
+		chunk := s.Current()
+		if !acc.AddChunk(chunk) {
+			return nil, &Error{Provider: o.Name(), Status: x.status, Message: fmt.Sprintf("stream: chunk %q does not continue the answer", chunk.ID)}
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue
+			}
+			if ch.Delta.Content != "" {
+				say(deltas, o.key, Delta{Text: ch.Delta.Content})
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				say(deltas, o.key, Delta{Call: &CallDelta{Index: int(tc.Index), ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		var se *ssestream.StreamError
+		if errors.As(err, &se) && ctx.Err() == nil {
+			return nil, x.streamFailure(o.Name(), o.key, se.Event.Data)
+		}
+		return nil, x.failure(ctx, o.Name(), o.key, err)
+	}
+	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+		return nil, x.unfinished(o.Name())
+	}
+	return &acc.ChatCompletion, nil
 }
 
 func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {

@@ -68,8 +68,9 @@ type Request struct {
 	Seed string
 	// Deltas, if not nil, takes the answer's pieces as they come, for
 	// watchers (token deltas, never stored): the scripted provider says its
-	// answer word by word, then each tool call. The Response is the whole
-	// answer all the same.
+	// answer word by word, then each tool call; OpenAI and Anthropic stream
+	// the answer and say its pieces as they arrive. The Response is the
+	// whole answer all the same.
 	Deltas func(Delta)
 }
 
@@ -96,7 +97,7 @@ type Response struct {
 	TokensOut  int64
 	Model      string
 	// RequestBody and ResponseBody are the HTTP bodies as sent and received,
-	// kept as evidence. Headers are not kept, so API keys are never inside;
+	// kept as evidence; a streamed answer's ResponseBody is its event stream. Headers are not kept, so API keys are never inside;
 	// a key that somehow appears in a body is replaced by "[REDACTED]".
 	// Scripted leaves both nil; Recorded returns what was recorded.
 	RequestBody  []byte

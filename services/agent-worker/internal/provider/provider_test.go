@@ -65,8 +65,9 @@ type wireServer struct {
 
 type reply struct {
 	status int
-	header map[string]string
+	header map[string]string // Content-Type is application/json unless set here
 	body   string
+	abort  bool // drop the connection after the body
 }
 
 func newWireServer(t *testing.T, replies ...reply) *wireServer {
@@ -78,12 +79,16 @@ func newWireServer(t *testing.T, replies ...reply) *wireServer {
 		s.calls = append(s.calls, call{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
 		rep := s.replies[min(len(s.calls), len(s.replies))-1]
 		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
 		for k, v := range rep.header {
 			w.Header().Set(k, v)
 		}
-		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(rep.status)
 		_, _ = io.WriteString(w, rep.body)
+		if rep.abort {
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
 	}))
 	t.Cleanup(s.Close)
 	return s

@@ -1,8 +1,11 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,19 +19,41 @@ import (
 )
 
 // openAIServer is an OpenAI-compatible endpoint that counts its requests
-// and answers each with a final answer.
+// and answers each with a final answer, streamed when asked to (the worker
+// streams, to say the answer's pieces as they come).
 func openAIServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		n.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-test",
-			"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"Done."}}],
-			"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)
+		openAIAnswer(w, req, `"content":"Done."`, "stop")
 	}))
 	t.Cleanup(srv.Close)
 	return srv, &n
+}
+
+// openAIAnswer writes a chat completion whose message has fields (JSON
+// members, e.g. `"content":"Done."`) and finish reason, as one chunk of an
+// event stream when the request asks for a stream, else as one JSON body.
+func openAIAnswer(w http.ResponseWriter, req *http.Request, fields, finish string) {
+	body, _ := io.ReadAll(req.Body)
+	const usage = `"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`
+	if !strings.Contains(string(body), `"stream":true`) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-test",
+			"choices":[{"index":0,"finish_reason":%q,"message":{"role":"assistant",%s}}],%s}`, finish, fields, usage)
+		return
+	}
+	// An event's data is one line.
+	var delta bytes.Buffer
+	if err := json.Compact(&delta, []byte(`{"role":"assistant",`+fields+`}`)); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	const head = `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-test",`
+	fmt.Fprintf(w, "%s\"choices\":[{\"index\":0,\"finish_reason\":%q,\"delta\":%s}]}\n\n", head, finish, delta.Bytes())
+	fmt.Fprintf(w, "%s\"choices\":[],%s}\n\ndata: [DONE]\n\n", head, usage)
 }
 
 // notAllowed is what a turn's failure says of an endpoint not allowed.

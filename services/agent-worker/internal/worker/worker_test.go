@@ -424,7 +424,7 @@ func TestWorkerRecordsRetriedModelAttempts(t *testing.T) {
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
 	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
-		t.Fatalf("turn ended with %s", end.Type)
+		t.Fatalf("turn ended with %s: %s", end.Type, end.Data)
 	}
 	got := caused(r.log(t, "s1"), req)
 	want := []string{events.TypeModelCallFailed, events.TypeModelCallFailed, events.TypeChunkAppended, events.TypeModelCalled, events.TypeTurnCompleted}
@@ -493,7 +493,7 @@ func TestWorkerFailsTheTurnWhenTheModelCannotAnswer(t *testing.T) {
 			req := r.request(t, "s1", "turn-1", "coder")
 			end := r.end(t, req)
 			if end.Type != events.TypeTurnFailed {
-				t.Fatalf("turn ended with %s", end.Type)
+				t.Fatalf("turn ended with %s: %s", end.Type, end.Data)
 			}
 			f := decode[events.TurnFailed](t, end)
 			if f.TurnID != "turn-1" || f.Agent != "coder" || !strings.Contains(f.Error, tt.message) {
@@ -582,10 +582,8 @@ func TestAPIKeyIsNeverStored(t *testing.T) {
 			return
 		}
 		args, _ := json.Marshal(`{"token":"` + key + `"}`)
-		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-test",
-			"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":"you sent %s",
-			"tool_calls":[{"id":"call_1","type":"function","function":{"name":"run","arguments":%s}}]}}],
-			"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`, echoed, args)
+		openAIAnswer(w, req, fmt.Sprintf(`"content":"you sent %s",
+			"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"run","arguments":%s}}]`, echoed, args), "tool_calls")
 	}))
 	t.Cleanup(srv.Close)
 
@@ -597,7 +595,7 @@ func TestAPIKeyIsNeverStored(t *testing.T) {
 	r.start(t, "s1")
 	req := r.request(t, "s1", "turn-1", "coder")
 	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
-		t.Fatalf("turn ended with %s", end.Type)
+		t.Fatalf("turn ended with %s: %s", end.Type, end.Data)
 	}
 	mu.Lock()
 	seen := slices.Clone(auth)
@@ -792,7 +790,7 @@ func TestWorkerIgnoresTurnsNotInFlight(t *testing.T) {
 	// One session's events are handled in order: once the newest request's
 	// turn has ended, the older ones have been handled.
 	if end := r.end(t, current); end.Type != events.TypeTurnCompleted {
-		t.Fatalf("turn ended with %s", end.Type)
+		t.Fatalf("turn ended with %s: %s", end.Type, end.Data)
 	}
 	log := r.log(t, "s1")
 	for _, req := range []events.Stored{done, old} {
@@ -954,7 +952,7 @@ func TestWorkerRenamesAReusedToolCallID(t *testing.T) {
 	req := r.request(t, "s1", "turn-1", "coder")
 	r.run(t, r.newWorker(t, worker.Config{Override: override(answering(toolUse)), Retry: fastRetry}, quiet), quiet)
 	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
-		t.Fatalf("turn ended with %s", end.Type)
+		t.Fatalf("turn ended with %s: %s", end.Type, end.Data)
 	}
 	var ids []string
 	for _, ev := range caused(r.log(t, "s1"), req) {
