@@ -74,3 +74,36 @@ func TestWorkerPublishesTheAnswersDeltas(t *testing.T) {
 		t.Fatalf("deltas:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A live provider streams too: the worker publishes the pieces an
+// OpenAI-compatible endpoint sends as they come, then the done delta.
+func TestWorkerPublishesALiveProvidersDeltas(t *testing.T) {
+	srv, _ := openAIServer(t)
+	r := setup(t, srv.URL+"/v1/")
+	sub, err := r.nc.SubscribeSync(events.DeltaFilter("", "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.run(t, r.newWorker(t, worker.Config{Keys: map[string]string{"openai": "sk-rath-deltas"}, Retry: fastRetry,
+		Endpoints: provider.Endpoints{Loopback: true}}, quiet), quiet)
+	r.start(t, "s1")
+	req := r.request(t, "s1", "turn-1", "coder")
+	if end := r.end(t, req); end.Type != events.TypeTurnCompleted {
+		t.Fatalf("turn ended with %s: %s", end.Type, end.Data)
+	}
+	var got []events.Delta
+	for len(got) == 0 || !got[len(got)-1].Done {
+		msg, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("after %+v: %v", got, err)
+		}
+		var d events.Delta
+		if err := json.Unmarshal(msg.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d)
+	}
+	if len(got) != 2 || got[0].Answer != "turn-1" || got[0].Text != "Done." || got[0].N != 0 || got[1].N != 1 {
+		t.Fatalf("deltas %+v, want Done. then done", got)
+	}
+}
