@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -139,5 +140,18 @@ func TestAnthropicToolLoop(t *testing.T) {
 				t.Fatalf("replay asked the provider")
 			}
 		})
+	}
+}
+
+// A session the Messages API starts is labelled with its wire format.
+func TestAnthropicSessionIsLabelled(t *testing.T) {
+	r := start(t)
+	code, body := r.post("/s/lab/v1/messages", "", msg{"model": "claude-test", "max_tokens": 10, "messages": []any{msg{"role": "user", "content": "hi"}}}, "X-Api-Key", "rath_alice")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	st, err := r.c.State(context.Background(), "lab")
+	if err != nil || st.Labels["rath.gateway"] != "anthropic" {
+		t.Fatalf("labels %v, %v", st.Labels, err)
 	}
 }

@@ -304,7 +304,7 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, wi wire) (*call,
 func (g *Gateway) session(ctx context.Context, k *call) (*session.State, error) {
 	st, err := k.c.State(ctx, k.session)
 	if errors.Is(err, api.ErrNotFound) {
-		_, err = k.c.Start(ctx, k.session, events.SessionStarted{Labels: map[string]string{LabelGateway: "openai"}},
+		_, err = k.c.Start(ctx, k.session, events.SessionStarted{Labels: map[string]string{LabelGateway: k.wire.kind()}},
 			events.WithSource(Source))
 		if err != nil && !errors.Is(err, api.ErrExists) {
 			return nil, fmt.Errorf("start session %s: %w", k.session, err)
