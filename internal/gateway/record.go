@@ -18,6 +18,7 @@ import (
 	"github.com/openrath/rath/internal/lru"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/eventstore"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )
@@ -538,14 +539,25 @@ type attempt struct {
 // else's event since seq moves the answer after it (its events do not
 // depend on the session's state).
 func (g *Gateway) recordAnswer(ctx context.Context, k *call, cv *convo, seq uint64, model string, ans *answer, raw []byte, request blob, latency time.Duration) (*recorded, error) {
+	// A blob's reference is its content's hash: the events name both
+	// bodies while they are stored, and the call is answered once all are.
 	response := g.store(ctx, k, raw)
-	reqRef, err := request.wait()
-	if err != nil {
-		return nil, fmt.Errorf("store the request body: %w", err)
-	}
-	respRef, err := response.wait()
-	if err != nil {
-		return nil, fmt.Errorf("store the provider's answer: %w", err)
+	reqRef, respRef := eventstore.BlobRef(k.body), eventstore.BlobRef(raw)
+	stored := func() error {
+		for _, b := range []struct {
+			blob blob
+			ref  string
+			what string
+		}{{request, reqRef, "the request body"}, {response, respRef, "the provider's answer"}} {
+			ref, err := b.blob.wait()
+			if err == nil && ref != b.ref {
+				err = fmt.Errorf("stored as %s, not %s", ref, b.ref)
+			}
+			if err != nil {
+				return fmt.Errorf("store %s: %w", b.what, err)
+			}
+		}
+		return nil
 	}
 	var evs []event.Event
 	add := func(data any) error {
@@ -572,6 +584,11 @@ func (g *Gateway) recordAnswer(ctx context.Context, k *call, cv *convo, seq uint
 			}
 			head, err = g.append(ctx, k, st.Seq, evs)
 		}
+	}
+	if serr := stored(); serr != nil {
+		// The answer's events name a body that is not stored: the record
+		// of this call is incomplete, and the caller is told so.
+		return nil, errors.Join(serr, err)
 	}
 	if err != nil {
 		return nil, err
