@@ -41,8 +41,8 @@ type jsSegment struct {
 	To      uint64 `json:"to"`
 }
 
-// The JavaScript example (examples/js: nats.js and the CloudEvents SDK from
-// npm) starts the fix-calc workflow on a real runtime with client.nk,
+// The JavaScript example (examples/js, on the TypeScript SDK sdk/typescript)
+// starts the fix-calc workflow on a real runtime with client.nk,
 // follows it live to its close, forks it through the ledger, follows the
 // fork through its ancestry to its own close, and reads both states. Node
 // and npm are required: without them the test fails, naming the tool
@@ -55,14 +55,20 @@ func TestJavaScriptClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	// npm ci installs exactly package-lock.json into a copy of the example,
-	// so the source tree gets no node_modules; npm's own cache makes a second
-	// run read nothing from the registry.
+	// The example depends on the SDK by path (file:../../sdk/typescript): the
+	// SDK is built in a copy of the tree (buildSDK) and the example copied
+	// beside it, where npm ci installs exactly package-lock.json, so the
+	// source tree gets no node_modules; npm's own cache makes a second run
+	// read nothing from the registry.
 	example, err := filepath.Abs(filepath.Join("..", "examples", "js"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	sdk := buildSDK(ctx, t, npm, node)
+	dir := filepath.Join(filepath.Dir(filepath.Dir(sdk)), "examples", "js")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"package.json", "package-lock.json", ".npmrc", "watch.mjs"} {
 		b, err := os.ReadFile(filepath.Join(example, f))
 		if err != nil {
@@ -116,7 +122,7 @@ func TestJavaScriptClient(t *testing.T) {
 		t.Errorf("continuous %v, skipped live messages %d: want continuous, none skipped", got.Continuous, got.Forged)
 	}
 	if got.Live == 0 {
-		t.Errorf("no live message made the example read the log: it did not follow live")
+		t.Errorf("no event was shown live: the example did not follow live")
 	}
 
 	// What the example saw is what the ledger holds: check it with the Go

@@ -456,6 +456,17 @@ export class Client {
     return Keyring.fromKeys(await this.keys());
   }
 
+  /**
+   * putBlob stores bytes by content through the ledger (a workflow bundle, a
+   * workspace seed) and returns their reference, sha256:<hex>. They must fit
+   * in one message.
+   */
+  async putBlob(data: Uint8Array): Promise<string> {
+    const r = (await this.call(this.ledgerSubject("putblob"), data, undefined, `put blob of ${data.length} bytes`)) as { ref?: string };
+    if (typeof r.ref !== "string" || !/^sha256:[0-9a-f]{64}$/.test(r.ref)) throw new Error(`put blob of ${data.length} bytes: the reply names no reference`);
+    return r.ref;
+  }
+
   /** watch follows a session; see watch.ts. */
   watch(session: string, onEvent: (ev: StoredEvent) => void | boolean | Promise<void | boolean>, opts: WatchOptions = {}): Promise<void> {
     return watch(this, session, onEvent, opts);

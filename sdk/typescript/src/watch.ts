@@ -36,6 +36,8 @@ export interface WatchOptions {
   verifySignatures?: Keyring | boolean;
   /** Called for each live message skipped (default: console.warn). */
   onWarning?: (w: Warning) => void;
+  /** Called once the log was read to its head, before the live events. */
+  onCaughtUp?: (head: number) => void;
   /** Stops the watch; the promise then resolves. */
   signal?: AbortSignal;
 }
@@ -85,6 +87,7 @@ export async function watch(
     await c.nc.flush();
     const w = new Watcher(c, session, onEvent, warn, ring, Math.max(opts.from ?? 1, 1));
     if (!(await w.fill())) return;
+    opts.onCaughtUp?.(w.next - 1);
     for (;;) {
       if (opts.signal?.aborted) return;
       const m = queue.shift();

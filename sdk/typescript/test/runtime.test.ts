@@ -3,6 +3,7 @@
 // chain-hash vectors Go computed, in the environment.
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 
@@ -76,6 +77,8 @@ test("start, emit, state and log", async () => {
   const r = await c.verify(id);
   assert.equal(r.ok, true);
   assert.equal(r.head, 2);
+  const blob = new TextEncoder().encode("a workspace seed");
+  assert.equal(await c.putBlob(blob), `sha256:${createHash("sha256").update(blob).digest("hex")}`);
 });
 
 test("a stale expected sequence is refused with stale_sequence; other refusals carry their codes", async () => {
@@ -149,24 +152,6 @@ test("fork and merge", async () => {
   assert.equal(st.lineage?.parent, id);
 });
 
-test("a proposal through the inbox is stored, and seen by a watch", async () => {
-  const id = sid("inbox");
-  await c.start(id, {});
-  const ev = c.event(id, "rath.conversation.chunk.appended", chunk("via the inbox"));
-  const seen: StoredEvent[] = [];
-  const watching = c.watch(id, (e) => {
-    seen.push(e);
-    return e.id !== ev.id;
-  });
-  const q = await c.propose(ev);
-  assert.equal(q.stream, "RATH_INBOX");
-  assert.ok(q.seq > 0);
-  await watching;
-  assert.deepEqual(seen.map((e) => e.rathseq), [1, 2]);
-  assert.equal(seen[1].id, ev.id);
-  assert.equal(seen[1].rathactor, "default/client");
-});
-
 /** Waiter resolves waits on a condition each time it is poked (no sleeps). */
 class Waiter {
   private waits: { cond: () => boolean; res: () => void }[] = [];
@@ -180,6 +165,34 @@ class Waiter {
     });
   }
 }
+
+test("a proposal through the inbox is stored, and seen by a watch", async () => {
+  const id = sid("inbox");
+  await c.start(id, {});
+  const ev = c.event(id, "rath.conversation.chunk.appended", chunk("via the inbox"));
+  const seen: StoredEvent[] = [];
+  let caughtUp = -1;
+  const w = new Waiter();
+  const stop = new AbortController();
+  const watching = c.watch(
+    id,
+    (e) => {
+      seen.push(e);
+      w.poke();
+    },
+    { onCaughtUp: (head) => (caughtUp = head), signal: stop.signal },
+  );
+  const q = await c.propose(ev);
+  assert.equal(q.stream, "RATH_INBOX");
+  assert.ok(q.seq > 0);
+  await w.until(() => seen.some((e) => e.id === ev.id));
+  stop.abort();
+  await watching;
+  assert.deepEqual(seen.map((e) => e.rathseq), [1, 2]);
+  assert.equal(seen[1].id, ev.id);
+  assert.equal(seen[1].rathactor, "default/client");
+  assert.ok(caughtUp === 1 || caughtUp === 2, `caught up at ${caughtUp}`);
+});
 
 test("watch follows live in order, skips garbage and forged live events, and checks signatures", async () => {
   const id = sid("watch");
