@@ -127,6 +127,16 @@ test("atomic and batch appends; compact batch receipts verify offline", async ()
   assert.throws(() => verifyReceipt(forged, ring));
   const moved = { ...res[0].ack!, seq: 3 };
   assert.throws(() => verifyReceipt(moved, ring));
+  // A compact receipt's record is checked: its leaves' root, its key, the leaf named.
+  const compact = res.find((r) => r.ack?.record)!.ack!;
+  const rec = compact.record!;
+  const otherLeaf = { ...rec, leaves: [rec.leaves[1], rec.leaves[0], ...rec.leaves.slice(2)] };
+  assert.throws(() => verifyReceipt({ ...compact, record: otherLeaf }, ring), /root/);
+  assert.throws(() => verifyReceipt({ ...compact, record: { ...rec, key: "0000000000000000" } }, ring), /by key/);
+  const [k, recID, , nonce] = compact.sig!.split(":");
+  assert.throws(() => verifyReceipt({ ...compact, sig: `${k}:${recID}:63:${nonce}` }, ring), /leaves/);
+  assert.throws(() => verifyReceipt({ ...compact, record: undefined }, ring), /does not carry/);
+  assert.throws(() => verifyReceipt({ ...compact, record: { ...rec, leaves: ["x"] } }, ring), /leaves/);
 });
 
 test("fork and merge", async () => {
@@ -230,14 +240,17 @@ test("watch follows live in order, skips garbage and forged live events, and che
   const farFuture = { ...forged, rathseq: 2147483646, rathprev: "0".repeat(64) };
   farFuture.rathhash = chainHash(farFuture);
   admin.nc.publish(live, enc.encode("garbage"));
+  admin.nc.publish(live, enc.encode(JSON.stringify({ ...real, subject: "someone-else" })));
   admin.nc.publish(live, enc.encode(JSON.stringify(forged)));
   admin.nc.publish(live, enc.encode(JSON.stringify(tampered)));
   admin.nc.publish(live, enc.encode(JSON.stringify(farFuture)));
   await admin.nc.flush();
-  await w.until(() => warnings.length >= 4);
-  assert.deepEqual(warnings.map((x) => x.reason), ["not_event", "forged", "forged", "forged"]);
-  assert.match(warnings[1].message, /did not sign/, "the forgery sealed correctly is caught by its signature");
-  assert.match(warnings[2].message, /hash mismatch/);
+  await w.until(() => warnings.length >= 5);
+  assert.deepEqual(warnings.map((x) => x.reason), ["not_event", "not_event", "forged", "forged", "forged"]);
+  assert.match(warnings[1].message, /someone-else/);
+  assert.match(warnings[2].message, /did not sign/, "the forgery sealed correctly is caught by its signature");
+  assert.match(warnings[3].message, /hash mismatch/);
+  assert.match(warnings[4].message, /did not sign/);
   assert.equal(seen.length, 2, "nothing forged was shown");
 
   // The real events 3 and 4 are shown, in order, with the ledger's hashes.
