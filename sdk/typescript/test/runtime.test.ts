@@ -72,6 +72,8 @@ test("start, emit, state and log", async () => {
   assert.equal((log[1].data as { content: string }).content, "hello");
   assert.equal(log[1].rathactor, "default/client");
   assert.deepEqual((await c.log(id, { from: 2, to: 2 })).map((e) => e.rathseq), [2]);
+  assert.deepEqual((await c.log(id, { limit: 1 })).map((e) => e.rathseq), [1]);
+  assert.deepEqual(await c.log(id, { from: 9 }), [], "asking from past the head is not an error");
   const ledgerStarted = await c.start(undefined, {});
   assert.match(ledgerStarted.session, /^[0-9a-f-]{36}$/, "a start without an ID gets one from the ledger");
   const r = await c.verify(id);
