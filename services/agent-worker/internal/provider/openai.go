@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -138,6 +139,20 @@ func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 			return nil, x.streamFailure(o.Name(), o.key, se.Event.Data)
 		}
 		return nil, x.failure(ctx, o.Name(), o.key, err)
+	}
+	if len(acc.Choices) == 0 && !strings.Contains(x.header.Get("Content-Type"), "event-stream") {
+		// An OpenAI-compatible server that does not stream answers the
+		// whole completion: read it as one, said in one piece.
+		var c openai.ChatCompletion
+		if err := json.Unmarshal(x.responseBody, &c); err == nil && len(c.Choices) > 0 {
+			if t := c.Choices[0].Message.Content; t != "" {
+				say(deltas, o.key, Delta{Text: t})
+			}
+			for i, tc := range c.Choices[0].Message.ToolCalls {
+				say(deltas, o.key, Delta{Call: &CallDelta{Index: i, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
+			}
+			return &c, nil
+		}
 	}
 	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
 		return nil, x.unfinished(o.Name())

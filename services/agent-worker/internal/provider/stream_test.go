@@ -289,3 +289,27 @@ func TestAPIKeyNeverLeaksFromAStream(t *testing.T) {
 		})
 	}
 }
+
+// An OpenAI-compatible server that does not stream answers a streamed
+// request with the whole completion as JSON: it is read as one answer, the
+// same as the plain one, said in one piece per part.
+func TestOpenAICompatibleServerThatDoesNotStream(t *testing.T) {
+	plain, err := newWireProvider(t, KindOpenAI, newWireServer(t, reply{status: 200, body: toolCallReplies[KindOpenAI]})).
+		Complete(context.Background(), conversation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas []Delta
+	resp, err := newWireProvider(t, KindOpenAI, newWireServer(t, reply{status: 200, body: toolCallReplies[KindOpenAI]})).
+		Complete(context.Background(), streamed(&deltas))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deltas) == 0 {
+		t.Error("no delta said the answer")
+	}
+	resp.RequestBody, resp.ResponseBody, plain.RequestBody, plain.ResponseBody = nil, nil, nil, nil
+	if !reflect.DeepEqual(resp, plain) {
+		t.Errorf("response\n got %+v\nwant %+v", resp, plain)
+	}
+}
