@@ -521,6 +521,12 @@ func (g *Gateway) append(ctx context.Context, k *call, seq uint64, evs []event.E
 		return seq, nil
 	}
 	events.WithExpectedSeq(seq)(&evs[0])
+	if len(evs) == 1 {
+		// One event is all or nothing by itself; an atomic batch costs the
+		// server a staging store of its own at R1 (docs/benchmarks.md).
+		ack, err := k.c.Append(ctx, evs[0])
+		return ack.Seq, err
+	}
 	acks, err := k.c.AppendAtomic(ctx, evs)
 	if err != nil {
 		return 0, err
