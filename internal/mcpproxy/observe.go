@@ -211,7 +211,7 @@ func (r *Recorder) FromServer(conv string, data []byte) {
 		case len(m.Result) == 0:
 			r.failLocked(c, "the server answered with neither a result nor an error", now)
 		default:
-			text, isError := render(m.Result)
+			text, isError := Render(m.Result)
 			if isError {
 				if text == "" {
 					text = "the MCP tool reported an error without a message"

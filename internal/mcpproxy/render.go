@@ -6,13 +6,14 @@ import (
 	"strings"
 )
 
-// render turns a tools/call result into the text its evidence keeps, as
-// the tool runner renders the result of a workflow's MCP server (docs/tools.md):
+// Render turns a tools/call result into the text its evidence keeps, the
+// one rendering of an MCP server's result (the tool runner's of a
+// workflow's servers too, docs/tools.md):
 // text as is, each other kind of content as a one-line summary in
 // brackets, one part a line; structured content alone is kept as its
 // JSON, and a result of no known shape as it was sent. isError is the
 // server's verdict that the call failed.
-func render(raw json.RawMessage) (text string, isError bool) {
+func Render(raw json.RawMessage) (text string, isError bool) {
 	var res struct {
 		Content []struct {
 			Type     string `json:"type"`
@@ -40,7 +41,7 @@ func render(raw json.RawMessage) (text string, isError bool) {
 		case "text":
 			parts = append(parts, c.Text)
 		case "image", "audio":
-			parts = append(parts, fmt.Sprintf("[%s: %s, %d bytes]", c.Type, c.MIMEType, len(c.Data)*3/4))
+			parts = append(parts, fmt.Sprintf("[%s: %s, %d bytes]", c.Type, c.MIMEType, decoded(c.Data)))
 		case "resource_link":
 			parts = append(parts, fmt.Sprintf("[resource link: %s%s]", c.URI, named(c.Name, c.MIMEType)))
 		case "resource":
@@ -51,7 +52,7 @@ func render(raw json.RawMessage) (text string, isError bool) {
 			case r.Text != "":
 				parts = append(parts, fmt.Sprintf("[resource: %s%s]\n%s", r.URI, named("", r.MIMEType), r.Text))
 			default:
-				parts = append(parts, fmt.Sprintf("[resource: %s%s, %d bytes]", r.URI, named("", r.MIMEType), len(r.Blob)*3/4))
+				parts = append(parts, fmt.Sprintf("[resource: %s%s, %d bytes]", r.URI, named("", r.MIMEType), decoded(r.Blob)))
 			}
 		default:
 			parts = append(parts, fmt.Sprintf("[%s content]", c.Type))
@@ -63,7 +64,12 @@ func render(raw json.RawMessage) (text string, isError bool) {
 	if len(parts) == 0 && res.Content == nil {
 		return string(raw), res.IsError
 	}
-	return strings.Join(parts, "\n"), res.IsError
+	return strings.ToValidUTF8(strings.Join(parts, "\n"), "\uFFFD"), res.IsError
+}
+
+// decoded is how many bytes base64 text b64 holds.
+func decoded(b64 string) int {
+	return len(b64)*3/4 - (len(b64) - len(strings.TrimRight(b64, "=")))
 }
 
 func named(name, mime string) string {
