@@ -46,20 +46,34 @@ func LoadOrCreateKey(path string) (key *events.SigningKey, created bool, err err
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, false, fmt.Errorf("signing key: %w", err)
 	}
-	// O_EXCL: two ledgers starting at once on one directory must not each
-	// write a key of their own; the loser reads the winner's.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return LoadOrCreateKey(path)
-	}
+	// The key is written whole to a file of its own, then linked to its
+	// name, which fails if the name exists: two ledgers starting at once on
+	// one directory never each write a key of their own, and the loser
+	// reads the winner's key whole (with O_EXCL on the name itself, it
+	// could read the file created and not yet written).
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".ledger-key-*")
 	if err != nil {
 		return nil, false, fmt.Errorf("signing key: %w", err)
 	}
-	if _, err := f.Write(priv); err != nil {
-		f.Close()
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
 		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
+	if _, err := tmp.Write(priv); err != nil {
+		tmp.Close()
+		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return LoadOrCreateKey(path)
+	} else if err != nil {
 		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
 	}
 	if err := os.WriteFile(PublicKeyPath(path), pub, 0o644); err != nil {

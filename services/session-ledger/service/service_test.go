@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openrath/rath/internal/auth"
@@ -118,6 +119,47 @@ func TestKeyReadableByOthersIsRefused(t *testing.T) {
 		}
 		if !ok && (err == nil || !strings.Contains(err.Error(), "chmod 600 "+path)) {
 			t.Errorf("mode %04o: %v, want a refusal naming chmod 600 %s", mode, err, path)
+		}
+	}
+}
+
+// Ledgers starting at once on one directory all read the one key one of
+// them wrote, whole: none writes its own, and none reads it half written.
+func TestLedgersStartingAtOnceShareOneKey(t *testing.T) {
+	for range 20 {
+		path := service.KeyFileIn(t.TempDir())
+		const n = 8
+		keys := make(chan string, n)
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k, _, err := service.LoadOrCreateKey(path)
+				if err != nil {
+					errs <- err
+					return
+				}
+				keys <- k.Public().ID
+			}()
+		}
+		wg.Wait()
+		close(keys)
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		first := ""
+		for id := range keys {
+			if first == "" {
+				first = id
+			} else if id != first {
+				t.Fatalf("two keys: %s and %s", first, id)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".ledger-key-*")); len(left) > 0 {
+			t.Fatalf("temporary files left: %v", left)
 		}
 	}
 }
