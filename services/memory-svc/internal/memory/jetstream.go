@@ -128,6 +128,30 @@ func decodeRecord(data []byte, seq uint64) (*memoryapi.Record, error) {
 	return &rec, nil
 }
 
+// consumerPatience bounds how long orderedConsumer tries again: a cluster
+// elects a new leader in seconds.
+const consumerPatience = time.Minute
+
+// orderedConsumer creates an ordered consumer, trying again while the
+// server does not answer in time (a cluster whose JetStream leader was
+// lost while the service starts answers once it has elected another),
+// for consumerPatience at the most.
+func orderedConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	deadline := time.Now().Add(consumerPatience)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		cons, err := st.OrderedConsumer(ctx, cfg)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) ||
+			!(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)) {
+			return cons, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
 // follower runs an ordered consumer's handler on one goroutine.
 type follower struct {
 	cons jetstream.Consumer
@@ -145,7 +169,7 @@ func (f *follower) wait() error {
 // follower that cannot apply a record stops rather than skip it).
 func follow(ctx context.Context, st jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) (*follower, error) {
 	cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-	cons, err := st.OrderedConsumer(ctx, cfg)
+	cons, err := orderedConsumer(ctx, st, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("follow %s: %w", st.CachedInfo().Config.Name, err)
 	}
