@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -21,13 +19,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/fakeprovider"
-	"github.com/openrath/rath/internal/gateway"
-	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
-	gwservice "github.com/openrath/rath/services/model-gateway/service"
 )
 
 // TestAgentsSDKThroughTheGateway (issue 33): an agent built with an agent
@@ -59,48 +53,11 @@ func TestAgentsSDKThroughTheGateway(t *testing.T) {
 	srv := httptest.NewServer(provider)
 	defer srv.Close()
 
-	cfg := runtime.DefaultConfig()
-	cfg.Data = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.ToolRunner.Sandbox.Root = t.TempDir()
-	gw := gwservice.DefaultConfig()
-	gw.Listen = "127.0.0.1:0"
-	gw.Gateway.Upstreams = []gateway.Upstream{{Kind: "openai", BaseURL: srv.URL + "/v1", Key: "sk-operator"}}
-	upCtx, stop := context.WithCancel(context.Background())
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- up(upCtx, cfg, httpEndpoint{}, gatewayEndpoint{cfg: gw, required: true}, &out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("up returned %v", err)
-		}
-	}()
-	waitFor(t, &out, "model gateway at")
-	m := regexp.MustCompile(`rath: model gateway at (http://127\.0\.0\.1:\d+)/s/<session>/v1 `).FindStringSubmatch(out.String())
-	nm := regexp.MustCompile(`rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) `).FindStringSubmatch(out.String())
-	if m == nil || nm == nil {
-		t.Fatalf("up printed %q, want the gateway's and NATS's addresses", out.String())
-	}
-	gwURL := m[1]
-
+	cfg := gatewayRuntime(t)
+	gwURL, natsURL := upWithGateway(t, cfg, srv.URL)
 	// The operator adds a tenant's user to the running rath up and mints
 	// it a token, as the docs say.
-	dir := filepath.Join(cfg.Data, "creds")
-	cli := func(args ...string) string {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		code := execute(ctx, env{Args: args, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
-		if code != exitOK {
-			t.Fatalf("rath %s: exit %d, %s", strings.Join(args, " "), code, stderr.String())
-		}
-		return stdout.String()
-	}
-	cli("creds", "add", "--dir", dir, "--tenant", "acme", "--user", "alice")
-	token := strings.TrimSpace(cli("creds", "token", "add", "--dir", dir, "--user", "acme/alice"))
-	alice := auth.UserPath(dir, events.Principal{Tenant: "acme", User: "alice"})
+	token, alice := gatewayUser(ctx, t, filepath.Join(cfg.Data, "creds"))
 
 	const id, fork = "glossary", "glossary-b"
 	// try runs the program against base, asking for model, streaming or
@@ -142,7 +99,7 @@ func TestAgentsSDKThroughTheGateway(t *testing.T) {
 	}
 	// The gateway's first call made the server load alice, added since
 	// rath up started: she connects now.
-	c := connectAs(t, nm[1], alice)
+	c := connectAs(t, natsURL, alice)
 	log, err := c.Log(ctx, id, client.Range{})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +143,7 @@ func TestAgentsSDKThroughTheGateway(t *testing.T) {
 	if log[4].Type != events.TypeModelCalled {
 		t.Fatalf("event %d is %s, want the first model call", at, log[4].Type)
 	}
-	cli("--nats", nm[1], "--creds", alice, "fork", id, "--at", fmt.Sprint(at), "--id", fork)
+	rathOK(ctx, t, "--nats", natsURL, "--creds", alice, "fork", id, "--at", fmt.Sprint(at), "--id", fork)
 	got = run(gwURL+"/s/"+fork+"/v1", "gpt-b", false)
 	if !slices.Equal(got.Answers, want) {
 		t.Errorf("the fork answered %q, want %q", got.Answers, want)

@@ -5,24 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/fakeprovider"
-	"github.com/openrath/rath/internal/gateway"
-	"github.com/openrath/rath/internal/runtime"
 	"github.com/openrath/rath/pkg/client"
 	"github.com/openrath/rath/pkg/events"
-	gwservice "github.com/openrath/rath/services/model-gateway/service"
 )
 
 // TestPythonAgentThroughTheGateway (issue 33): examples/python/agent.py, a
@@ -56,48 +50,11 @@ func TestPythonAgentThroughTheGateway(t *testing.T) {
 	srv := httptest.NewServer(provider)
 	defer srv.Close()
 
-	cfg := runtime.DefaultConfig()
-	cfg.Data = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.ToolRunner.Sandbox.Root = t.TempDir()
-	gw := gwservice.DefaultConfig()
-	gw.Listen = "127.0.0.1:0"
-	gw.Gateway.Upstreams = []gateway.Upstream{{Kind: "openai", BaseURL: srv.URL + "/v1", Key: "sk-operator"}}
-	upCtx, stop := context.WithCancel(context.Background())
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- up(upCtx, cfg, httpEndpoint{}, gatewayEndpoint{cfg: gw, required: true}, &out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("up returned %v", err)
-		}
-	}()
-	waitFor(t, &out, "model gateway at")
-	m := regexp.MustCompile(`rath: model gateway at (http://127\.0\.0\.1:\d+)/s/<session>/v1 `).FindStringSubmatch(out.String())
-	nm := regexp.MustCompile(`rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) `).FindStringSubmatch(out.String())
-	if m == nil || nm == nil {
-		t.Fatalf("up printed %q, want the gateway's and NATS's addresses", out.String())
-	}
-	gwURL := m[1]
-
+	cfg := gatewayRuntime(t)
+	gwURL, natsURL := upWithGateway(t, cfg, srv.URL)
 	// The operator adds a tenant's user to the running rath up and mints
-	// it a token, as examples/python/README.md says.
-	dir := filepath.Join(cfg.Data, "creds")
-	cli := func(args ...string) string {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		code := execute(ctx, env{Args: args, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
-		if code != exitOK {
-			t.Fatalf("rath %s: exit %d, %s", strings.Join(args, " "), code, stderr.String())
-		}
-		return stdout.String()
-	}
-	cli("creds", "add", "--dir", dir, "--tenant", "acme", "--user", "alice")
-	token := strings.TrimSpace(cli("creds", "token", "add", "--dir", dir, "--user", "acme/alice"))
-	alice := auth.UserPath(dir, events.Principal{Tenant: "acme", User: "alice"})
+	// it a token, as the docs say.
+	token, alice := gatewayUser(ctx, t, filepath.Join(cfg.Data, "creds"))
 
 	// try runs the program against base with key, streaming or not; run
 	// fails the test unless it printed its answers.
@@ -163,7 +120,7 @@ func TestPythonAgentThroughTheGateway(t *testing.T) {
 		if c == nil {
 			// The gateway's first call made the server load alice, added
 			// since rath up started: she connects now.
-			c = connectAs(t, nm[1], alice)
+			c = connectAs(t, natsURL, alice)
 		}
 		log, err := c.Log(ctx, id, client.Range{})
 		if err != nil {

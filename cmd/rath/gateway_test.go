@@ -35,10 +35,7 @@ func TestUpServesTheGateway(t *testing.T) {
 		io.WriteString(w, `{"model":"m-1","choices":[{"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
 	}))
 	defer provider.Close()
-	cfg := runtime.DefaultConfig()
-	cfg.Data = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.ToolRunner.Sandbox.Root = t.TempDir()
+	cfg := gatewayRuntime(t)
 	dir := filepath.Join(cfg.Data, "creds")
 	set, err := auth.Ensure(dir)
 	if err != nil {
@@ -52,29 +49,9 @@ func TestUpServesTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := gwservice.DefaultConfig()
-	gw.Listen = "127.0.0.1:0"
-	gw.Gateway.Upstreams = []gateway.Upstream{{Kind: "openai", BaseURL: provider.URL + "/v1", Key: "sk-operator"}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- up(ctx, cfg, httpEndpoint{}, gatewayEndpoint{cfg: gw, required: true}, &out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("up returned %v", err)
-		}
-	}()
-	waitFor(t, &out, "model gateway at")
-	m := regexp.MustCompile(`rath: model gateway at (http://127\.0\.0\.1:\d+)/s/<session>/v1 `).FindStringSubmatch(out.String())
-	nm := regexp.MustCompile(`rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) `).FindStringSubmatch(out.String())
-	if m == nil || nm == nil {
-		t.Fatalf("up printed %q, want the gateway's and NATS's addresses", out.String())
-	}
+	m, nm := upWithGateway(t, cfg, provider.URL)
 	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
-	req, _ := http.NewRequest(http.MethodPost, m[1]+"/s/greet/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, m+"/s/greet/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -89,7 +66,7 @@ func TestUpServesTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(nm[1], opts...)
+	nc, err := nats.Connect(nm, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +96,66 @@ func TestUpServesTheGateway(t *testing.T) {
 	if err != nil || st.Tenant != "acme" {
 		t.Errorf("the session's state: %v, tenant %q, want acme", err, st.Tenant)
 	}
+}
+
+// gatewayRuntime is rath up's configuration for a test: storing under a
+// directory of the test's, NATS on a free port.
+func gatewayRuntime(t *testing.T) runtime.Config {
+	cfg := runtime.DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.ToolRunner.Sandbox.Root = t.TempDir()
+	return cfg
+}
+
+// upWithGateway runs rath up with cfg until the test ends, its model
+// gateway on a free port asking the OpenAI-compatible provider at
+// providerURL (its /v1) with the key sk-operator, and returns the
+// gateway's URL and NATS's.
+func upWithGateway(t *testing.T, cfg runtime.Config, providerURL string) (gwURL, natsURL string) {
+	t.Helper()
+	gw := gwservice.DefaultConfig()
+	gw.Listen = "127.0.0.1:0"
+	gw.Gateway.Upstreams = []gateway.Upstream{{Kind: "openai", BaseURL: providerURL + "/v1", Key: "sk-operator"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- up(ctx, cfg, httpEndpoint{}, gatewayEndpoint{cfg: gw, required: true}, &out, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("up returned %v", err)
+		}
+	})
+	waitFor(t, &out, "model gateway at")
+	m := regexp.MustCompile(`rath: model gateway at (http://127\.0\.0\.1:\d+)/s/<session>/v1 `).FindStringSubmatch(out.String())
+	nm := regexp.MustCompile(`rath: NATS with JetStream at (nats://127\.0\.0\.1:\d+) `).FindStringSubmatch(out.String())
+	if m == nil || nm == nil {
+		t.Fatalf("up printed %q, want the gateway's and NATS's addresses", out.String())
+	}
+	return m[1], nm[1]
+}
+
+// gatewayUser adds the tenant user acme/alice to the credentials directory
+// of a running rath up and mints it a gateway token, with the CLI, as the
+// docs say; it returns the token and alice's credentials file.
+func gatewayUser(ctx context.Context, t *testing.T, dir string) (token, creds string) {
+	t.Helper()
+	rathOK(ctx, t, "creds", "add", "--dir", dir, "--tenant", "acme", "--user", "alice")
+	token = strings.TrimSpace(rathOK(ctx, t, "creds", "token", "add", "--dir", dir, "--user", "acme/alice"))
+	return token, auth.UserPath(dir, events.Principal{Tenant: "acme", User: "alice"})
+}
+
+// rathOK runs the CLI in this process and returns its output; an exit
+// other than 0 fails the test.
+func rathOK(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := execute(ctx, env{Args: args, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
+	if code != exitOK {
+		t.Fatalf("rath %s: exit %d, %s", strings.Join(args, " "), code, stderr.String())
+	}
+	return stdout.String()
 }
