@@ -243,8 +243,8 @@ func serveGateway(rt *runtime.Runtime, gw gatewayEndpoint, out io.Writer, log *s
 	gw.cfg.CredsDir = rt.Identities.Dir
 	ln, err := gwservice.Listen(gw.cfg)
 	if err != nil {
-		if inUse := new(bind.InUseError); errors.As(bind.Check(gw.cfg.Listen), &inUse) {
-			err = checkListen("the model gateway", "--gateway", gw.cfg.Listen)
+		if cerr := checkListen("the model gateway", "--gateway", gw.cfg.Listen); cerr != nil {
+			err = cerr // who holds the port, and the flag that chooses another
 		}
 		return none(err)
 	}

@@ -183,6 +183,7 @@ func TestUpPortTaken(t *testing.T) {
 	}{
 		{"nats", []string{"--listen", addr}, []string{"rath: NATS cannot listen on " + addr + ": address in use", "--listen " + next, "--nats nats://" + next}},
 		{"http", []string{"--listen", "127.0.0.1:0", "--http", addr}, []string{"rath: the console cannot listen on " + addr + ": address in use", "--http " + next}},
+		{"gateway", []string{"--listen", "127.0.0.1:0", "--http", "", "--gateway", addr}, []string{"rath: the model gateway cannot listen on " + addr + ": address in use", "--gateway " + next}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -215,6 +216,33 @@ func TestUpConfig(t *testing.T) {
 		"--allow-base-url", "openai=https://u@llm.example.com", "--data", t.TempDir()}, Stdout: &out, Stderr: &out})
 	if code != exitUsage || !strings.Contains(out.String(), "--allow-base-url: endpoint openai=https://u@llm.example.com: user information") {
 		t.Errorf("up --allow-base-url with user information exited %d (%s), want %d naming it", code, out.String(), exitUsage)
+	}
+}
+
+// The model gateway's flags are checked before anything starts: an
+// upstream that is not PROVIDER=URL of a known provider and an http(s) URL
+// is a usage error naming the flag and the problem, and a named address it
+// cannot listen on stops rath up, naming it.
+func TestUpGatewayFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--gateway-upstream", "nonsense"}, exitUsage, "want PROVIDER=URL"},
+		{[]string{"--gateway-upstream", "ftp=http://127.0.0.1:1/v1"}, exitUsage, `provider must be openai or anthropic, got "ftp"`},
+		{[]string{"--gateway-upstream", "openai=file:///etc/passwd"}, exitUsage, "base URL must be an http or https URL"},
+		{[]string{"--gateway-upstream", "openai="}, exitUsage, "base URL must be an http or https URL"},
+		{[]string{"--gateway", "not-an-address"}, exitError, "the model gateway cannot listen on not-an-address (--gateway)"},
+	} {
+		var out bytes.Buffer
+		code := execute(context.Background(), env{Args: append([]string{"up", "--listen", "127.0.0.1:0", "--http", "", "--data", t.TempDir(), "--workspaces", t.TempDir()}, tc.args...), Stdout: &out, Stderr: &out})
+		if code != tc.code || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("up %s exited %d (%s), want %d saying %q", strings.Join(tc.args, " "), code, out.String(), tc.code, tc.want)
+		}
+		if strings.Contains(out.String(), "NATS with JetStream at") {
+			t.Errorf("up %s started something: %s", strings.Join(tc.args, " "), out.String())
+		}
 	}
 }
 

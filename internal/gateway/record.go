@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -576,7 +577,7 @@ func (g *Gateway) recordAnswer(ctx context.Context, k *call, cv *convo, seq uint
 	if err := g.addAnswer(add, k, ans.Message); err != nil {
 		return nil, err
 	}
-	if err := add(&events.ModelCalled{Agent: k.agent, Provider: k.wire.kind(), Model: cmpOr(ans.Model, model),
+	if err := add(&events.ModelCalled{Agent: k.agent, Provider: k.wire.kind(), Model: cmp.Or(ans.Model, model),
 		TokensIn: ans.TokensIn, TokensOut: ans.TokensOut, LatencyMS: latency.Milliseconds(), Attempt: 1,
 		StopReason: ans.FinishReason, RequestRef: reqRef, ResponseRef: respRef}); err != nil {
 		return nil, err
@@ -670,11 +671,4 @@ func common(a, b [][32]byte) int {
 		n++
 	}
 	return n
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
