@@ -305,9 +305,18 @@ func summarize(t *testing.T, ev events.Stored) string {
 // nothing from the registry), and returns the path of the copy of main.
 func installExample(ctx context.Context, t *testing.T, npm, name, main string) string {
 	t.Helper()
-	src := filepath.Join("..", "..", "examples", name)
+	return filepath.Join(npmInstall(ctx, t, npm, filepath.Join("..", "..", "examples", name), main), main)
+}
+
+// npmInstall copies the npm package in src (its package.json,
+// package-lock.json, .npmrc and the files named) to a directory of the
+// test's and runs npm ci there: exactly the lock file, and no node_modules
+// in the source tree (npm's cache makes a second run read nothing from the
+// registry). It returns the directory.
+func npmInstall(ctx context.Context, t *testing.T, npm, src string, files ...string) string {
+	t.Helper()
 	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", ".npmrc", main} {
+	for _, f := range append([]string{"package.json", "package-lock.json", ".npmrc"}, files...) {
 		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			t.Fatal(err)
@@ -320,9 +329,9 @@ func installExample(ctx context.Context, t *testing.T, npm, name, main string) s
 	ci.Dir = dir
 	ci.Env = append(os.Environ(), "npm_config_update_notifier=false")
 	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in a copy of examples/%s: %v\n%s", name, err, out)
+		t.Fatalf("npm ci in a copy of %s: %v\n%s", src, err, out)
 	}
-	return filepath.Join(dir, main)
+	return dir
 }
 
 // needTool returns the path of a program the test needs, failing the test

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -35,25 +34,7 @@ func TestMCPProxyRealServer(t *testing.T) {
 	node, npm := needTool(t, "node"), needTool(t, "npm")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// npm ci installs exactly the lock file into a copy, so the source tree
-	// gets no node_modules; npm's cache makes a second run read nothing from
-	// the registry.
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", ".npmrc"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "mcp-server", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ci := exec.CommandContext(ctx, npm, "ci", "--prefer-offline")
-	ci.Dir = dir
-	ci.Env = append(os.Environ(), "npm_config_update_notifier=false")
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in a copy of testdata/mcp-server: %v\n%s", err, out)
-	}
+	dir := npmInstall(ctx, t, npm, filepath.Join("testdata", "mcp-server"))
 	notes := t.TempDir()
 	if err := os.WriteFile(filepath.Join(notes, "todo.txt"), []byte("buy milk\n"), 0o644); err != nil {
 		t.Fatal(err)
