@@ -61,7 +61,12 @@ goes on without). The console serves only a browser signed in: with the
 one-time link rath up prints at the start (it acts as the client identity;
 SIGHUP prints a new one), or with a tenant user's own credentials file. It answers
 only requests for its own address (and --http-host names); metrics and health
-stay open.`,
+stay open.
+
+It serves the model gateway on --gateway (default 127.0.0.1:4280; empty: off):
+agents built with other frameworks call it as OpenAI or Anthropic, with a token
+from rath creds token add as their key, and each call is recorded in the
+session their base URL names (docs/gateway.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("nats") || a.NATSURL != "" {
