@@ -232,6 +232,9 @@ type UsageRecorded struct {
 type Sandbox struct {
 	Backend   string `json:"backend"`
 	SandboxID string `json:"sandbox_id"`
+	// Pool is the pool of tool runners the sandbox is on; "" is the
+	// default pool (PoolDefault).
+	Pool string `json:"pool,omitempty"`
 }
 
 // ToolRequested asks for a tool call. A call with an ApprovalID is gated:
@@ -355,6 +358,23 @@ type SandboxPlaced struct {
 	// From is the placement the session moved from (a SandboxRequested
 	// answered); absent for a first placement, a fork's and a re-placement.
 	From *Sandbox `json:"from,omitempty"`
+	// Pool is the pool of the tool runner holding the workspace; "" is the
+	// default pool. Runner names that runner: its pool, host and
+	// workspaces root (absent in placements recorded before pools).
+	Pool   string `json:"pool,omitempty"`
+	Runner string `json:"runner,omitempty"`
+}
+
+// PoolDefault is the pool of a tool runner started without --pool, and of
+// a session whose placement names none.
+const PoolDefault = "default"
+
+// PoolOf is a recorded pool's name: "" is PoolDefault.
+func PoolOf(pool string) string {
+	if pool == "" {
+		return PoolDefault
+	}
+	return pool
 }
 
 // IsolationOf is the isolation a placement recorded, or, for a local
@@ -373,7 +393,11 @@ func (p *SandboxPlaced) IsolationOf() string {
 // SandboxRefused; either has the request as its causation.
 type SandboxRequested struct {
 	Backend string `json:"backend"`
-	Reason  string `json:"reason,omitempty"`
+	// Pool is the pool of tool runners to move to; "" is the pool the
+	// session is on. A move to another pool carries the workspace at its
+	// head commit through the object store (ADR 0042).
+	Pool   string `json:"pool,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // SandboxRefused answers a SandboxRequested the tool runner did not carry

@@ -283,6 +283,8 @@ export interface SandboxPlaced {
   from?: {
     /** Backend: Sandbox backend the session was on. */
     backend: string;
+    /** Pool: The pool it left; absent: the default pool. */
+    pool?: string;
     /** Sandbox ID: ID of the sandbox it left, within that backend. */
     sandbox_id: string;
   };
@@ -290,8 +292,12 @@ export interface SandboxPlaced {
   host?: string;
   /** Isolation: What the placement isolates: for bwrap the namespaces, the user, the network and the limits; for local "none (development)". Absent in placements recorded before it was added. */
   isolation?: string;
+  /** Pool: The pool of the tool runner that holds the workspace (its --pool); absent: the default pool. */
+  pool?: string;
   /** Reason: Why the session was placed there. */
   reason?: string;
+  /** Runner: The tool runner that holds the workspace: its pool, host and workspaces root. */
+  runner?: string;
   /** Sandbox ID: ID of the sandbox within its backend. */
   sandbox_id: string;
   /** Workspace: Workspace path or volume inside the sandbox. */
@@ -306,10 +312,12 @@ export interface SandboxRefused {
   reason: string;
 }
 
-/** SandboxRequested is the data of a rath.sandbox.requested event (urn:rath:schema:sandbox.requested.v1.json). Sandbox requested: Data of a rath.sandbox.requested event. Asks the tool runner to move the session to another sandbox backend between tool calls; it answers with a rath.sandbox.placed (with from) or a rath.sandbox.refused whose causation is this event. */
+/** SandboxRequested is the data of a rath.sandbox.requested event (urn:rath:schema:sandbox.requested.v1.json). Sandbox requested: Data of a rath.sandbox.requested event. Asks the tool runner to move the session to another sandbox backend, or to a tool runner of another pool, between tool calls; it answers with a rath.sandbox.placed (with from) or a rath.sandbox.refused whose causation is this event. */
 export interface SandboxRequested {
-  /** Backend: The backend to move to: bwrap or local. */
+  /** Backend: The backend to move to, as the target pool's runners name it: bwrap or local. */
   backend: string;
+  /** Pool: The pool of tool runners to move to (a runner's --pool); absent: the pool the session is on. A move to another pool carries the workspace at its head commit through the object store. */
+  pool?: string;
   /** Reason: Why the move is asked for. */
   reason?: string;
 }
@@ -495,6 +503,8 @@ export interface ToolCallCompleted {
   sandbox?: {
     /** Backend: Sandbox backend that ran the tool, for example docker or firecracker. */
     backend: string;
+    /** Pool: The pool of tool runners the sandbox is on; absent: the default pool. */
+    pool?: string;
     /** Sandbox ID: ID of the sandbox within its backend. */
     sandbox_id: string;
   };
@@ -518,6 +528,8 @@ export interface ToolCallFailed {
   sandbox?: {
     /** Backend: Sandbox backend that ran the tool, for example docker or firecracker. */
     backend: string;
+    /** Pool: The pool of tool runners the sandbox is on; absent: the default pool. */
+    pool?: string;
     /** Sandbox ID: ID of the sandbox within its backend. */
     sandbox_id: string;
   };
@@ -551,6 +563,8 @@ export interface ToolCallStarted {
   sandbox?: {
     /** Backend: Sandbox backend that ran the tool, for example docker or firecracker. */
     backend: string;
+    /** Pool: The pool of tool runners the sandbox is on; absent: the default pool. */
+    pool?: string;
     /** Sandbox ID: ID of the sandbox within its backend. */
     sandbox_id: string;
   };

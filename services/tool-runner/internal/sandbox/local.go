@@ -304,13 +304,15 @@ const branch = "session"
 // seed fills the empty directory dir as from says.
 func (l *Local) seed(ctx context.Context, dir string, from *Seed) error {
 	switch {
-	case (from.Dir != "" || from.Archive != nil) && (from.Parent != nil || from.Commit != ""),
-		from.Dir != "" && from.Archive != nil:
-		return errors.New("seed: a directory, an archive and a parent are exclusive")
+	case (from.Dir != "" || from.Archive != nil) && (from.Parent != nil || from.Commit != "" || from.Bundle != nil),
+		from.Dir != "" && from.Archive != nil, from.Parent != nil && from.Bundle != nil:
+		return errors.New("seed: a directory, an archive, a parent and a bundle are exclusive")
+	case from.Bundle != nil:
+		return l.fromBundle(ctx, dir, from.Bundle, from.Commit)
 	case from.Parent != nil:
 		return l.fork(ctx, dir, from.Parent, from.Commit)
 	case from.Commit != "":
-		return errors.New("seed: a commit needs a parent workspace")
+		return errors.New("seed: a commit needs a parent workspace or a bundle")
 	}
 	msg := "empty workspace"
 	if from.Dir != "" {

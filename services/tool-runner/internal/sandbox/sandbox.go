@@ -76,6 +76,9 @@ type Seed struct {
 	// side effects.
 	Parent Workspace
 	Commit string
+	// Bundle and Commit move a workspace from another host: the
+	// workspace holds the bundle's history (Local.Bundle) at Commit.
+	Bundle []byte
 	// Tenant is the tenant of the session: the isolating backend runs its
 	// commands as the tenant's user, with the tenant's caches. Empty is
 	// the default tenant.
