@@ -131,7 +131,7 @@ var examples = map[string]any{
 		CallID:  "call_01JDQ9B2",
 		Tool:    "shell",
 		Attempt: 1,
-		Sandbox: &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c"},
+		Sandbox: &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c", Pool: "gpu"},
 	},
 	events.TypeToolCompleted: events.ToolCompleted{
 		CallID:       "call_01JDQ9B2",
@@ -145,7 +145,7 @@ var examples = map[string]any{
 		DiffRef:      "blob:sha256:7d865e959b2466918c9863afca942d0fb89d7c9ac0c99bafc3749504ded97730",
 		CommitBefore: "4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
 		CommitAfter:  "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678",
-		Sandbox:      &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c"},
+		Sandbox:      &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c", Pool: "gpu"},
 		Correction:   true,
 	},
 	events.TypeToolFailed: events.ToolFailed{
@@ -155,7 +155,7 @@ var examples = map[string]any{
 		Error:      "command timed out after 120s",
 		ExitCode:   137,
 		DurationMS: 120004,
-		Sandbox:    &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c"},
+		Sandbox:    &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c", Pool: "gpu"},
 	},
 	events.TypeToolCleared: events.ToolCleared{
 		CallID: "call_01JDQ9D1",
@@ -167,12 +167,15 @@ var examples = map[string]any{
 		Host:      "runner-eu-3",
 		Workspace: "/var/lib/rath/workspaces/.bwrap/" + exampleSession,
 		Commit:    "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
-		Reason:    "moved from local (local-" + exampleSession + ") at commit 4b825dc642cb: isolate before running the tests",
+		Reason:    "moved from local (local-" + exampleSession + ") of pool edge at commit 4b825dc642cb: isolate before running the tests",
 		Isolation: "bwrap: new user, mount, pid, ipc, uts, cgroup and network namespaces (no network); read-only system; writable: the workspace (its .git read-only); uid 1000 inside, host uid 204711 (tenant acme); nproc 256, /tmp 256 MiB",
-		From:      &events.Sandbox{Backend: events.BackendLocal, SandboxID: "local-" + exampleSession},
+		From:      &events.Sandbox{Backend: events.BackendLocal, SandboxID: "local-" + exampleSession, Pool: "edge"},
+		Pool:      "gpu",
+		Runner:    "gpu/runner-eu-3:/var/lib/rath/workspaces/.bwrap",
 	},
 	events.TypeSandboxRequested: events.SandboxRequested{
 		Backend: events.BackendBwrap,
+		Pool:    "gpu",
 		Reason:  "isolate before running the tests",
 	},
 	events.TypeSandboxRefused: events.SandboxRefused{

@@ -165,7 +165,8 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 	case *events.SandboxPlaced:
 		if !merged {
 			s.Sandbox = &Placement{Seq: e.Seq, Session: own(e.Session), Commit: d.Commit, Backend: d.Backend, SandboxID: d.SandboxID, Host: d.Host, Workspace: d.Workspace,
-				Isolation: d.IsolationOf()}
+				Isolation: d.IsolationOf(), Pool: d.Pool, Runner: d.Runner}
+			s.answered(e)
 		}
 	case *events.MemoryRecalled:
 		ids := make([]string, len(d.Items))
@@ -242,8 +243,13 @@ func applyData(s *State, e events.Stored, data any, merged bool) bool {
 		s.settleApproval(d.ApprovalID, ApprovalRejected, d.By, own(e.Actor), d.Reason, e.Seq)
 	case *events.ApprovalExpired:
 		s.expireApproval(d, own(e.Actor), e.Seq)
-	case *events.SandboxRequested, *events.SandboxRefused:
+	case *events.SandboxRequested:
 		// The placement changes with the runner's answer (SandboxPlaced).
+		if !merged {
+			s.Moving = &Move{Seq: e.Seq, ID: own(e.ID), Session: own(e.Session), Backend: d.Backend, Pool: d.Pool}
+		}
+	case *events.SandboxRefused:
+		s.answered(e)
 	default:
 		return false
 	}
@@ -333,6 +339,13 @@ func mergeLabels(into, from map[string]string) map[string]string {
 // which with many idle sessions was most of what their events left in
 // memory. Data decodes into copies already.
 func own(s string) string { return strings.Clone(s) }
+
+// answered ends the move e answers, if it is the one the session waits for.
+func (s *State) answered(e events.Stored) {
+	if s.Moving != nil && e.Causation == s.Moving.ID {
+		s.Moving = nil
+	}
+}
 
 // memoryActor is who a memory event was for: the memory service proposes
 // it as itself, on behalf of the principal that asked (events.ExtOnBehalf,

@@ -151,6 +151,33 @@ func TestSandboxMoves(t *testing.T) {
 	}
 }
 
+// A move asked for is the session's state until its own answer: an answer
+// to another request does not end it.
+func TestMoveWaitsForItsAnswer(t *testing.T) {
+	req := stored(t, "s", 3, &events.SandboxRequested{Backend: "bwrap", Pool: "gpu"})
+	answer := func(seq uint64, data any, cause string) events.Stored {
+		e := stored(t, "s", seq, data)
+		e.Causation = cause
+		return e
+	}
+	st := fold(stored(t, "s", 1, &events.SessionStarted{}), req)
+	if m := st.Moving; m == nil || m.ID != req.ID || m.Seq != 3 || m.Pool != "gpu" || m.Backend != "bwrap" || m.Session != "s" {
+		t.Fatalf("moving %+v", m)
+	}
+	session.Apply(st, answer(4, &events.SandboxRefused{Backend: "bwrap", Reason: "another's"}, "someone-else"))
+	if st.Moving == nil {
+		t.Fatal("an answer to another request ended the move")
+	}
+	session.Apply(st, answer(5, &events.SandboxPlaced{Backend: "bwrap", SandboxID: "bwrap-s", Pool: "gpu", Runner: "gpu/b:/w"}, req.ID))
+	if st.Moving != nil || st.Sandbox.Pool != "gpu" || st.Sandbox.Runner != "gpu/b:/w" {
+		t.Fatalf("after its answer: moving %+v placement %+v", st.Moving, st.Sandbox)
+	}
+	st = fold(stored(t, "s", 1, &events.SessionStarted{}), req, answer(4, &events.SandboxRefused{Backend: "bwrap", Reason: "no"}, req.ID))
+	if st.Moving != nil {
+		t.Fatalf("after its refusal: moving %+v", st.Moving)
+	}
+}
+
 func TestPendingWorkAndApprovals(t *testing.T) {
 	st := fold(
 		stored(t, "s", 1, &events.SessionStarted{}),

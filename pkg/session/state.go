@@ -63,6 +63,9 @@ type State struct {
 	Tools     map[string]*Tool    `json:"tools,omitempty"`
 	Memory    []MemoryEvent       `json:"memory,omitempty"`
 	Sandbox   *Placement          `json:"sandbox,omitempty"`
+	// Moving is the move the session asked for (rath.sandbox.requested)
+	// that no runner has answered yet: its tool calls wait for it.
+	Moving *Move `json:"moving,omitempty"`
 
 	// Turn is the agent turn in flight, if any. LastAgent and LastTurn are
 	// the agent and ID of the last turn that ended: a request or end of that
@@ -414,6 +417,22 @@ type Placement struct {
 	// Isolation says what the placement isolates (events.SandboxPlaced
 	// IsolationOf): "none (development)" for the local backend.
 	Isolation string `json:"isolation,omitempty"`
+	// Pool is the pool of the runner holding the workspace ("" the
+	// default pool), Runner that runner.
+	Pool   string `json:"pool,omitempty"`
+	Runner string `json:"runner,omitempty"`
+}
+
+// Move is a move between sandboxes asked for and not answered yet.
+type Move struct {
+	Seq uint64 `json:"seq"`
+	// ID is the request's event ID, which its answer names as causation.
+	ID string `json:"id"`
+	// Session is the session that asked: a fork does not wait for its
+	// parent's move.
+	Session string `json:"session"`
+	Backend string `json:"backend"`
+	Pool    string `json:"pool,omitempty"`
 }
 
 // Decision is one routing decision (rath.selector.decided); Cause is the

@@ -97,7 +97,14 @@ func (r *rig) ok(t *testing.T, id, callID, agent, tool, args string) *events.Too
 // placement, or the refusal.
 func (r *rig) move(t *testing.T, id, backend string) (*events.SandboxPlaced, *events.SandboxRefused) {
 	t.Helper()
-	ack, err := r.c.Emit(context.Background(), id, &events.SandboxRequested{Backend: backend, Reason: "test"})
+	return r.moveReq(t, id, &events.SandboxRequested{Backend: backend, Reason: "test"})
+}
+
+// moveReq asks for a move as req says and waits for its answer.
+func (r *rig) moveReq(t *testing.T, id string, req *events.SandboxRequested) (*events.SandboxPlaced, *events.SandboxRefused) {
+	t.Helper()
+	backend := req.Backend
+	ack, err := r.c.Emit(context.Background(), id, req)
 	if err != nil {
 		t.Fatal(err)
 	}

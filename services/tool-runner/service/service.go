@@ -4,6 +4,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type Config struct {
 	MCP mcp.Config
 	// States bounds the cache of folded session states (ADR 0016).
 	States fold.CacheConfig
+	// Pool is the pool of tool runners this one serves (ADR 0042): a
+	// session moved to pool P (rath to SESSION P/BACKEND) is taken by one
+	// of P's runners. Empty: events.PoolDefault.
+	Pool string
 	// Cache, if not nil, is the cache of folded session states of the
 	// process this service runs in, shared with the other services there
 	// (ADR 0038), and States is not used; nil: the service builds its own,
@@ -63,7 +68,11 @@ func DefaultConfig() Config {
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return errors.Join(c.Sandbox.Validate(), checkBackend(c.Backend), c.Isolation.Validate(), c.mcp().Validate(), c.States.Validate())
+	var pool error
+	if c.Pool != "" {
+		pool = runner.CheckPool(c.Pool)
+	}
+	return errors.Join(c.Sandbox.Validate(), checkBackend(c.Backend), c.Isolation.Validate(), c.mcp().Validate(), c.States.Validate(), pool)
 }
 
 // mcp is the MCP configuration with its defaults applied.
@@ -140,6 +149,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	defer servers.Close()
 	r := runner.New(c, fold.CacheOr(cfg.Cache, store, cfg.States), store, backends, workflow.NewLibrary(store.GetBlob), servers, log)
+	if err := r.SetPool(cmp.Or(cfg.Pool, events.PoolDefault)); err != nil {
+		return fmt.Errorf("tool runner: %w", err)
+	}
 	if err := r.Register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
@@ -148,6 +160,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) error
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.ServeHandovers(gctx) })
+	g.Go(func() error { return r.ServePool(gctx) })
 	for _, h := range []consume.Handler{r.Handler(), r.ServersHandler()} {
 		g.Go(func() error { return consume.Run(gctx, nc, h, r.GaveUp(consume.RecordInSession(c)), log) })
 	}

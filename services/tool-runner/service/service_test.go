@@ -35,6 +35,7 @@ type rig struct {
 	store     *eventstore.Store
 	ref       string
 	workspace string // the sandbox root
+	url       string // the NATS server's
 	// runner is the tool runner running; restart stops it and runs a new
 	// one on the same configuration, as a restarted process would.
 	runner  *testrig.Service
@@ -109,7 +110,7 @@ func setupWith(t *testing.T, workflowYAML string, opts ...func(*service.Config))
 		t.Fatal(err)
 	}
 	c, _ := client.New(nc)
-	r := &rig{c: c, store: store, ref: testrig.Bundle(t, store, wf), workspace: cfg.Sandbox.Root, runner: runner}
+	r := &rig{c: c, store: store, ref: testrig.Bundle(t, store, wf), workspace: cfg.Sandbox.Root, url: ns.ClientURL(), runner: runner}
 	r.restart = func(t *testing.T) {
 		t.Helper()
 		if err := r.runner.Stop(); err != nil {

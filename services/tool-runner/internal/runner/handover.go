@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/openrath/rath/internal/consume"
 	"github.com/openrath/rath/pkg/events"
 )
 
@@ -24,6 +25,10 @@ import (
 
 // handoverPrefix starts the subject each runner answers hand-overs on.
 const handoverPrefix = "rath.toolrunner."
+
+// headerWaiting marks a hand-over's answer whose error is a wait
+// (consume.Waiting), so that the forwarding runner waits too.
+const headerWaiting = "Rath-Waiting"
 
 // handoverWait bounds a handed-over call: a tool may run for minutes.
 const handoverWait = 35 * time.Minute
@@ -59,7 +64,11 @@ func (r *Runner) forward(ctx context.Context, ev events.Stored, away *elsewhere)
 		return fmt.Errorf("hand %s over to %s:%s: %w", ev.ID, away.host, away.root, err)
 	}
 	if len(reply.Data) > 0 {
-		return fmt.Errorf("handed over to %s:%s: %s", away.host, away.root, reply.Data)
+		err := fmt.Errorf("handed over to %s:%s: %s", away.host, away.root, reply.Data)
+		if reply.Header.Get(headerWaiting) != "" {
+			return consume.Waiting(err)
+		}
+		return err
 	}
 	return nil
 }
@@ -77,11 +86,15 @@ func (r *Runner) ServeHandovers(ctx context.Context) error {
 				if err == nil {
 					err = r.Handle(context.WithoutCancel(ctx), ev)
 				}
-				var out []byte
+				out := nats.NewMsg(m.Reply)
 				if err != nil {
-					out = []byte(err.Error())
+					out.Data = []byte(err.Error())
+					if consume.IsWaiting(err) {
+						// The call waits (for a move): so does its forwarder.
+						out.Header.Set(headerWaiting, "true")
+					}
 				}
-				_ = m.Respond(out)
+				_ = m.RespondMsg(out)
 			}()
 		})
 		if err != nil {

@@ -44,14 +44,10 @@ func (r *Runner) move(ctx context.Context, ev events.Stored, takeOver bool) erro
 	}
 	// A redelivered request may have been answered already, and the state
 	// it changed would now give another answer.
-	if err := r.c.Events(ctx, ev.Session, client.Range{From: ev.Seq + 1}, func(e events.Stored) error {
-		if e.Causation == ev.ID && (e.Type == events.TypeSandboxPlaced || e.Type == events.TypeSandboxRefused) {
-			return errAnswered
-		}
-		return nil
-	}); errors.Is(err, errAnswered) {
-		return nil
-	} else if err != nil {
+	if done, err := r.answered(ctx, ev); done || err != nil {
+		return err
+	}
+	if err := waitForMove(st, ev); err != nil {
 		return err
 	}
 	why, err := r.carry(ctx, st, ev, req, takeOver)
@@ -59,6 +55,20 @@ func (r *Runner) move(ctx context.Context, ev events.Stored, takeOver bool) erro
 		return err
 	}
 	return r.refuse(ctx, ev, req.Backend, why)
+}
+
+// answered reports whether the move request ev has its answer in the log.
+func (r *Runner) answered(ctx context.Context, ev events.Stored) (bool, error) {
+	err := r.c.Events(ctx, ev.Session, client.Range{From: ev.Seq + 1}, func(e events.Stored) error {
+		if e.Causation == ev.ID && (e.Type == events.TypeSandboxPlaced || e.Type == events.TypeSandboxRefused) {
+			return errAnswered
+		}
+		return nil
+	})
+	if errors.Is(err, errAnswered) {
+		return true, nil
+	}
+	return false, err
 }
 
 // refuse records that a move request was not carried out, and why.
@@ -75,8 +85,19 @@ func (r *Runner) refuse(ctx context.Context, ev events.Stored, backend, why stri
 // returns why it does not.
 func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored, req *events.SandboxRequested, takeOver bool) (string, error) {
 	p := st.Sandbox
-	if p != nil && p.Backend == req.Backend {
-		return fmt.Sprintf("the session is on %s already (%s)", p.Backend, p.SandboxID), nil
+	on := r.Pool() // the pool the session is on
+	if p != nil {
+		on = events.PoolOf(p.Pool)
+	}
+	pool := on
+	if req.Pool != "" {
+		pool = req.Pool
+	}
+	if p != nil && p.Backend == req.Backend && pool == on {
+		return fmt.Sprintf("the session is on %s already (%s)", where(recorded(on), p.Backend), p.SandboxID), nil
+	}
+	if pool != r.Pool() {
+		return r.send(ctx, st, ev, req, pool, takeOver)
 	}
 	target, err := r.backends.Get(req.Backend)
 	if err != nil {

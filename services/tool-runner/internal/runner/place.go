@@ -88,6 +88,9 @@ func (r *Runner) placeAt(ctx context.Context, st *session.State, ev events.Store
 			// Placing it again here would lose the workspace's changes:
 			// the runner holding it runs the call.
 			return nil, &elsewhere{host: p.Host, root: filepath.Dir(p.Workspace)}
+		case events.PoolOf(p.Pool) != r.Pool():
+			// That runner is gone; another of its pool places it again.
+			return nil, r.takeOverIn(ctx, p, ev)
 		case err != nil:
 			return nil, &placeError{fmt.Sprintf("the session's workspace on %s:%s did not answer, and this tool runner cannot place it again: %v", p.Host, p.Workspace, err)}
 		default:
@@ -194,7 +197,7 @@ func (r *Runner) placed(ctx context.Context, b Backend, st *session.State, ws sa
 		return nil, err
 	}
 	return &events.SandboxPlaced{Backend: ws.Backend(), SandboxID: ws.ID(), Host: ws.Host(), Workspace: ws.Dir(), Commit: head,
-		Reason: reason, Isolation: b.Isolation(events.TenantOrDefault(st.Tenant))}, nil
+		Reason: reason, Isolation: b.Isolation(events.TenantOrDefault(st.Tenant)), Pool: recorded(r.Pool()), Runner: r.runnerOf(ws)}, nil
 }
 
 // labelSeed is the workspace seed a session's start labels name: a blob

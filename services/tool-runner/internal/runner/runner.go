@@ -64,6 +64,7 @@ type Runner struct {
 	rec       *evidence.Recorder
 	log       *slog.Logger
 	locks     [64]sync.Mutex // by session
+	pool      string         // "": events.PoolDefault (pool.go)
 }
 
 // New returns a runner placing workspaces on backends and running MCP tools
@@ -227,7 +228,13 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	if req.Tool == tools.Todo {
 		return todo(ctx, e, req, st)
 	}
+	if err := waitForMove(st, ev); err != nil {
+		return err
+	}
 	ws, err := r.place(ctx, st, ev, req, takeOver)
+	if errors.Is(err, errHandedOver) {
+		return nil
+	}
 	var refused *placeError
 	if errors.As(err, &refused) {
 		return e.Fail(ctx, refused.why, 0, nil)
@@ -235,7 +242,7 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 	if err != nil {
 		return err
 	}
-	sb := &events.Sandbox{Backend: ws.Backend(), SandboxID: ws.ID()}
+	sb := &events.Sandbox{Backend: ws.Backend(), SandboxID: ws.ID(), Pool: recorded(r.Pool())}
 	if err := e.Start(ctx, sb); err != nil {
 		return err
 	}

@@ -1,0 +1,123 @@
+package service_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openrath/rath/internal/auth"
+	"github.com/openrath/rath/internal/testrig"
+	"github.com/openrath/rath/pkg/events"
+	"github.com/openrath/rath/pkg/natstest"
+	"github.com/openrath/rath/services/tool-runner/service"
+)
+
+// onHost makes the runner report host as its workspaces' host: two runners
+// of one test stand for two machines (separate roots, hosts and pools).
+func onHost(host string) func(*service.Config) {
+	return func(c *service.Config) { c.Sandbox.Host = host }
+}
+
+// poolRunner runs a second tool runner, of pool, on "host" host with a
+// workspaces root of its own, against the rig's bus, and returns it and
+// its root.
+func (r *rig) poolRunner(t *testing.T, pool, host string) (*testrig.Service, string) {
+	t.Helper()
+	nc := natstest.ConnectAs(t, r.url, auth.RoleToolRunner)
+	cfg := service.DefaultConfig()
+	cfg.Pool = pool
+	cfg.Sandbox.Root = filepath.Join(t.TempDir(), "workspaces")
+	cfg.Sandbox.Path = os.Getenv("PATH")
+	cfg.Sandbox.Host = host
+	cfg.MCP.Scratch = t.TempDir()
+	cfg.Isolation.UIDBase = 300000
+	return testrig.Run(t, "tool runner of pool "+pool, func(ctx context.Context) error { return service.Run(ctx, nc, cfg, quiet) }), cfg.Sandbox.Root
+}
+
+// A session moves to a runner of another pool, on another host, through
+// the bus: the move waits while the pool has no runner (and so do the
+// session's later calls), the workspace arrives at its head commit with its
+// history, the placement names the pool and the runner, the calls after it
+// run there, and the session moves back, its old workspace brought forward.
+func TestMoveToAnotherPool(t *testing.T) {
+	needBwrap(t)
+	ctx := context.Background()
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal, onHost("host-a"))
+	r.startWith(t, "p1", nil)
+	wrote := r.ok(t, "p1", "w1", "plain", "write_file", `{"path":"notes.txt","content":"written on host-a\n"}`)
+
+	// No runner of pool gpu yet: the move waits, and the session says so.
+	ack, err := r.c.Emit(ctx, "p1", &events.SandboxRequested{Backend: "bwrap", Pool: "gpu", Reason: "needs the GPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.c.State(ctx, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Moving == nil || st.Moving.Pool != "gpu" || st.Moving.Backend != "bwrap" || st.Moving.ID != ack.ID {
+		t.Fatalf("moving %+v, want the request %s to gpu/bwrap", st.Moving, ack.ID)
+	}
+	// A call requested after the move runs after it, on the pool's runner.
+	if _, err := r.c.Emit(ctx, "p1", &events.ToolRequested{CallID: "r1", Tool: "run", Agent: "plain",
+		Arguments: []byte(`{"command":["sh","-c","cat notes.txt; echo on-b > b.txt"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+
+	_, rootB := r.poolRunner(t, "gpu", "host-b")
+	log := r.finish(t, "p1", "r1")
+	var placed *events.SandboxPlaced
+	for _, ev := range log {
+		if ev.Type == events.TypeSandboxPlaced && ev.Causation == ack.ID {
+			placed = decode(t, ev).(*events.SandboxPlaced)
+		}
+	}
+	if placed == nil {
+		t.Fatalf("no placement answers the move before the call after it ended: %v", types(log))
+	}
+	if placed.Pool != "gpu" || placed.Host != "host-b" || placed.Backend != "bwrap" || placed.Commit != wrote.CommitAfter ||
+		!strings.HasPrefix(placed.Runner, "gpu/host-b:") || !strings.HasPrefix(placed.Workspace, rootB) ||
+		placed.From == nil || *placed.From != (events.Sandbox{Backend: "local", SandboxID: "local-p1"}) ||
+		!strings.Contains(placed.Reason, "needs the GPU") {
+		t.Fatalf("placed %+v (from %+v)", placed, placed.From)
+	}
+	ran := decode(t, log[len(log)-1]).(*events.ToolCompleted)
+	if ran.Sandbox.Pool != "gpu" || ran.CommitBefore != wrote.CommitAfter || !strings.Contains(ran.Result, "written on host-a") {
+		t.Fatalf("the call after the move: %+v", ran)
+	}
+	if st, err = r.c.State(ctx, "p1"); err != nil || st.Moving != nil || st.Sandbox.Pool != "gpu" || st.Sandbox.Runner != placed.Runner {
+		t.Fatalf("state after the move: %v moving %+v placement %+v", err, st.Moving, st.Sandbox)
+	}
+
+	// Back to the default pool: host-a's old workspace comes forward.
+	back, refused := r.movePool(t, "p1", "default", "local")
+	if refused != nil {
+		t.Fatalf("move back refused: %s", refused.Reason)
+	}
+	if back.Pool != "" || back.Host != "host-a" || back.Commit != ran.CommitAfter || back.From == nil || back.From.Pool != "gpu" {
+		t.Fatalf("moved back %+v from %+v", back, back.From)
+	}
+	read := r.ok(t, "p1", "r2", "plain", "run", `{"command":["cat","b.txt"]}`)
+	if read.Sandbox.Pool != "" || read.Sandbox.Backend != "local" || !strings.Contains(read.Result, "on-b") {
+		t.Fatalf("after moving back: %+v", read)
+	}
+	if _, refused := r.movePool(t, "p1", "default", "local"); refused == nil || !strings.Contains(refused.Reason, "already") {
+		t.Fatalf("a move to where the session is: refused %+v", refused)
+	}
+}
+
+// movePool is move to a backend of a pool.
+func (r *rig) movePool(t *testing.T, id, pool, backend string) (*events.SandboxPlaced, *events.SandboxRefused) {
+	t.Helper()
+	return r.moveReq(t, id, &events.SandboxRequested{Backend: backend, Pool: pool, Reason: "test"})
+}
+
+func types(log []events.Stored) []string {
+	out := make([]string, len(log))
+	for i, ev := range log {
+		out[i] = ev.Type
+	}
+	return out
+}
