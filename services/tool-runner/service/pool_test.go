@@ -2,10 +2,15 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 
 	"github.com/openrath/rath/internal/auth"
 	"github.com/openrath/rath/internal/testrig"
@@ -34,6 +39,30 @@ func (r *rig) poolRunner(t *testing.T, pool, host string) (*testrig.Service, str
 	cfg.MCP.Scratch = t.TempDir()
 	cfg.Isolation.UIDBase = 300000
 	return testrig.Run(t, "tool runner of pool "+pool, func(ctx context.Context) error { return service.Run(ctx, nc, cfg, quiet) }), cfg.Sandbox.Root
+}
+
+// servesPool waits until a runner of pool answers on the pool's subject
+// (a request it refuses as malformed, which changes nothing).
+func (r *rig) servesPool(t *testing.T, pool string) {
+	t.Helper()
+	nc := natstest.ConnectAs(t, r.url, auth.RoleToolRunner)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		reply, err := nc.RequestWithContext(ctx, "rath.toolrunner.pool."+pool, []byte("{"))
+		if err == nil {
+			if !strings.Contains(string(reply.Data), "malformed request") {
+				t.Fatalf("pool %s answered a malformed request with %s", pool, reply.Data)
+			}
+			return
+		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("no runner of pool %s: %v", pool, err)
+		}
+		if err := nc.FlushWithContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A session moves to a runner of another pool, on another host, through
@@ -120,4 +149,74 @@ func types(log []events.Stored) []string {
 		out[i] = ev.Type
 	}
 	return out
+}
+
+// A pool's runner that is gone: a call of a session it held fails, saying
+// so, while no other runner of the pool is there; once one is, the next
+// call is taken over by it, which places the session again (the lost
+// workspace's changes said lost in the placement) and runs the call as a
+// new attempt of one the lost runner had started.
+func TestLostRunnerOfAPool(t *testing.T) {
+	needBwrap(t)
+	ctx := context.Background()
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal, onHost("host-a"))
+	b, _ := r.poolRunner(t, "gpu", "host-b")
+	r.startWith(t, "l1", nil)
+	if _, refused := r.movePool(t, "l1", "gpu", "bwrap"); refused != nil {
+		t.Fatalf("move refused: %s", refused.Reason)
+	}
+	wrote := r.ok(t, "l1", "w1", "plain", "write_file", `{"path":"lost.txt","content":"only on host-b\n"}`)
+	if wrote.Sandbox.Pool != "gpu" {
+		t.Fatalf("write ran on %+v", wrote.Sandbox)
+	}
+	if err := b.Stop(); err != nil {
+		t.Fatalf("stop the gpu runner: %v", err)
+	}
+
+	_, failed := r.call(t, "l1", "c1", "plain", "list_files", `{}`)
+	if failed == nil || !strings.Contains(failed.Error, "no other tool runner of pool gpu does") {
+		t.Fatalf("a call while the pool has no runner: failed %+v", failed)
+	}
+
+	_, rootC := r.poolRunner(t, "gpu", "host-c")
+	r.servesPool(t, "gpu")
+	// The lost runner had started c2 when it went.
+	req, err := events.New("l1", &events.ToolRequested{CallID: "c2", Tool: "run", Agent: "plain", Arguments: []byte(`{"command":["ls"]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := events.New("l1", &events.ToolStarted{CallID: "c2", Tool: "run", Attempt: 1, Sandbox: wrote.Sandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.AppendAtomic(ctx, []event.Event{req, started}); err != nil {
+		t.Fatal(err)
+	}
+	log := r.finish(t, "l1", "c2")
+	var placed *events.SandboxPlaced
+	var attempts []int
+	for _, ev := range log {
+		switch d := decode(t, ev).(type) {
+		case *events.SandboxPlaced:
+			placed = d
+		case *events.ToolStarted:
+			if d.CallID == "c2" {
+				attempts = append(attempts, d.Attempt)
+			}
+		}
+	}
+	done, ok := decode(t, log[len(log)-1]).(*events.ToolCompleted)
+	if !ok {
+		t.Fatalf("c2 failed: %s", log[len(log)-1].Data)
+	}
+	if done.Sandbox.Pool != "gpu" || strings.Contains(done.Result, "lost.txt") {
+		t.Fatalf("c2 ended %s: %+v", log[len(log)-1].Type, done)
+	}
+	if placed == nil || placed.Host != "host-c" || placed.Pool != "gpu" || !strings.HasPrefix(placed.Workspace, rootC) ||
+		!strings.Contains(placed.Reason, "did not answer, its changes since commit") {
+		t.Fatalf("the placement after the loss: %+v", placed)
+	}
+	if len(attempts) != 2 || attempts[1] != 2 {
+		t.Fatalf("c2's attempts %v, want the lost one and a second", attempts)
+	}
 }
