@@ -179,11 +179,16 @@ func (a *app) toCmd() *cobra.Command {
 		wait   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "to SESSION BACKEND",
-		Short: "Move a session to another sandbox backend (bwrap or local) between tool calls",
+		Use:   "to SESSION [POOL/]BACKEND",
+		Short: "Move a session to another sandbox backend (bwrap or local), or to a tool runner of another pool, between tool calls",
 		Long: `to asks the tool runner to move SESSION to the sandbox BACKEND (bwrap, or
 local: development only, no isolation) with a rath.sandbox.requested event, and
-waits for its answer. The runner takes the request in the session's order
+waits for its answer. POOL/BACKEND (gpu/bwrap) moves it to a tool runner of
+the pool POOL (one started with --pool POOL, on its own host): the workspace
+travels through the object store at its head commit, with its history, and
+the placement names the pool, host and runner; default/BACKEND comes back.
+While no runner of the pool is connected the move waits, and so do the
+session's later calls (rath state shows it moving). The runner takes the request in the session's order
 with its tool calls: the calls before it finish where the session is, then it
 places a new workspace on BACKEND seeded from the current one at its head
 commit and records rath.sandbox.placed, whose from names the placement it
@@ -197,6 +202,12 @@ the log and is answered when one runs (exit status 6).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, backend := args[0], args[1]
+			pool, backend, pooled := strings.Cut(backend, "/")
+			if !pooled {
+				pool, backend = "", pool
+			} else if err := events.CheckPool(pool); err != nil {
+				return usageError{err}
+			}
 			if !slices.Contains(events.Backends(), backend) {
 				return usageError{fmt.Errorf("unknown sandbox backend %q (backends: %s)", backend, strings.Join(events.Backends(), ", "))}
 			}
@@ -208,11 +219,11 @@ the log and is answered when one runs (exit status 6).`,
 				return err
 			}
 			ctx := cmd.Context()
-			ack, err := c.Emit(ctx, id, &events.SandboxRequested{Backend: backend, Reason: reason})
+			ack, err := c.Emit(ctx, id, &events.SandboxRequested{Backend: backend, Pool: pool, Reason: reason})
 			if err != nil {
 				return err
 			}
-			answer, err := a.awaitAnswer(ctx, c, id, ack.ID, ack.Seq, wait)
+			answer, err := a.awaitAnswer(ctx, c, id, ack.ID, ack.Seq, wait, pool)
 			if err != nil {
 				return err
 			}
@@ -229,7 +240,7 @@ the log and is answered when one runs (exit status 6).`,
 						return err
 					}
 				}
-				return &refusedError{fmt.Sprintf("the move of %s to %s was refused (seq %d): %s", id, backend, answer.seq, d.Reason)}
+				return &refusedError{fmt.Sprintf("the move of %s to %s was refused (seq %d): %s", id, args[1], answer.seq, d.Reason)}
 			}
 			return fmt.Errorf("to: unexpected answer %T", answer.data)
 		},
@@ -249,7 +260,8 @@ type answer struct {
 var errFound = errors.New("found")
 
 // awaitAnswer waits for the placement or refusal caused by the request.
-func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID string, reqSeq uint64, wait time.Duration) (answer, error) {
+// A move to a pool says, when no runner took it, that it waits for one.
+func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID string, reqSeq uint64, wait time.Duration, pool string) (answer, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var got answer
@@ -269,6 +281,8 @@ func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID strin
 		return got, nil
 	case ctx.Err() != nil:
 		return answer{}, ctx.Err()
+	case wctx.Err() != nil && pool != "":
+		return answer{}, &unreachableError{fmt.Sprintf("no tool runner of pool %s took %s within %s: the move waits for one (tool-runner --pool %s), and so do the session's later calls; the request is in the log (seq %d) and rath state shows the session moving", pool, id, wait, pool, reqSeq), wctx.Err()}
 	case wctx.Err() != nil:
 		return answer{}, &unreachableError{fmt.Sprintf("no tool runner answered the move of %s within %s: is \"rath up\" running? The request is in the log (seq %d) and is answered when a tool runner takes it", id, wait, reqSeq), wctx.Err()}
 	}
@@ -277,10 +291,20 @@ func (a *app) awaitAnswer(ctx context.Context, c *client.Client, id, reqID strin
 
 // writeMoved prints a placement that answered a move.
 func writeMoved(w io.Writer, id string, seq uint64, p *events.SandboxPlaced) {
+	pooled := p.Pool != "" || p.From != nil && p.From.Pool != ""
+	name := func(pool, backend string) string {
+		if pooled {
+			return events.PoolOf(pool) + "/" + backend
+		}
+		return backend
+	}
 	if p.From != nil {
-		fmt.Fprintf(w, "%s moved from %s (%s) to %s (%s) at commit %s, seq %d\n", id, p.From.Backend, p.From.SandboxID, p.Backend, p.SandboxID, short(p.Commit), seq)
+		fmt.Fprintf(w, "%s moved from %s (%s) to %s (%s) at commit %s, seq %d\n", id, name(p.From.Pool, p.From.Backend), p.From.SandboxID, name(p.Pool, p.Backend), p.SandboxID, short(p.Commit), seq)
 	} else {
-		fmt.Fprintf(w, "%s placed on %s (%s) at commit %s, seq %d\n", id, p.Backend, p.SandboxID, short(p.Commit), seq)
+		fmt.Fprintf(w, "%s placed on %s (%s) at commit %s, seq %d\n", id, name(p.Pool, p.Backend), p.SandboxID, short(p.Commit), seq)
+	}
+	if pooled && p.Runner != "" {
+		fmt.Fprintf(w, "runner: %s\n", p.Runner)
 	}
 	fmt.Fprintf(w, "isolation: %s\n", isolationText(p.Backend, p.IsolationOf()))
 }

@@ -151,6 +151,27 @@ func TestMoveFromTheCommandLine(t *testing.T) {
 	if state := ok(t, rt.URL, "state", "s1"); !strings.Contains(state, "isolation  none: local is a development backend") {
 		t.Errorf("rath state after the move back:\n%s", state)
 	}
+
+	// Pools: bad names are usage errors; a pool without a runner makes
+	// the move wait, which rath to and rath state say.
+	for _, bad := range []string{"GPU/bwrap", "/bwrap", "gpu.x/bwrap", "a/b/bwrap", "gpu/docker", strings.Repeat("p", 33) + "/bwrap"} {
+		if r := rath(t, rt.URL, "to", "s1", bad); r.code != exitUsage || !strings.Contains(r.stderr, "pool") && !strings.Contains(r.stderr, "unknown sandbox backend") {
+			t.Errorf("rath to s1 %s: %+v", bad, r)
+		}
+	}
+	if r := rath(t, rt.URL, "emit", "s1", events.TypeSandboxRequested, "--data", `{"backend":"bwrap","pool":"../etc"}`); r.code == 0 || !strings.Contains(r.stderr, "pool") {
+		t.Errorf("a request naming pool ../etc: %+v", r)
+	}
+	r = rath(t, rt.URL, "to", "s1", "gpu/bwrap", "--wait", "300ms")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no tool runner of pool gpu took s1") {
+		t.Errorf("a move to a pool without a runner: %+v", r)
+	}
+	if state := ok(t, rt.URL, "state", "s1"); !strings.Contains(state, "moving") || !strings.Contains(state, "to gpu/bwrap") {
+		t.Errorf("rath state while moving:\n%s", state)
+	}
+	if log := ok(t, rt.URL, "log", "s1"); !strings.Contains(log, "move to sandbox gpu/bwrap requested") {
+		t.Errorf("rath log lacks the move to gpu/bwrap:\n%s", log)
+	}
 	ok(t, rt.URL, "close", "s1")
 	if r := rath(t, rt.URL, "to", "s1", "bwrap"); r.code != exitRefused || !strings.Contains(r.stderr, "session_closed") && !strings.Contains(r.stderr, "closed") {
 		t.Errorf("a move of a closed session: %+v", r)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openrath/rath/pkg/events"
 	api "github.com/openrath/rath/pkg/ledgerapi"
 	"github.com/openrath/rath/pkg/session"
 )
@@ -160,8 +161,18 @@ func writeState(w io.Writer, v *session.Overview) error {
 	if s := v.Sandbox; s != nil {
 		row("sandbox", "%s/%s at %d%s%s", s.Backend, s.SandboxID, s.Seq, prefixed(" host ", s.Host), prefixed(" workspace ", s.Workspace))
 		row("  isolation", "%s", isolationText(s.Backend, s.Isolation))
+		if s.Pool != "" || s.Runner != "" {
+			row("  pool", "%s%s", events.PoolOf(s.Pool), prefixed(", runner ", s.Runner))
+		}
 	} else {
 		row("sandbox", "none")
+	}
+	if m := v.Moving; m != nil {
+		to := m.Backend
+		if m.Pool != "" {
+			to = m.Pool + "/" + m.Backend
+		}
+		row("moving", "to %s, asked at %d: no tool runner has answered yet; the session's later calls wait for it", to, m.Seq)
 	}
 	row("memory", "%s", plural(v.Memory.Count, "event", "events"))
 	if v.Decisions.Count > 0 || v.Validations.Count > 0 {

@@ -239,23 +239,39 @@ func (d ToolFailed) Summarize() string {
 	return l.text(d.Error).String()
 }
 
-// Summarize is "sandbox backend/ID (isolation: …), moved from backend/ID, host H: reason".
+// Summarize is "sandbox backend/ID (isolation: …), moved from backend/ID, host H: reason";
+// with pools, "sandbox pool/backend/ID … moved from pool/backend/ID, host H, runner R: reason".
 func (d SandboxPlaced) Summarize() string {
-	l := newLine("sandbox %s/%s", d.Backend, d.SandboxID)
+	pooled := d.Pool != "" || d.From != nil && d.From.Pool != ""
+	in := func(pool string) string {
+		if pooled {
+			return PoolOf(pool) + "/"
+		}
+		return ""
+	}
+	l := newLine("sandbox %s%s/%s", in(d.Pool), d.Backend, d.SandboxID)
 	if Development(d.Backend) {
 		l.WriteString(" (development backend: no isolation)")
 	} else {
 		l.add(" (isolation: %s)", Clip(d.IsolationOf(), clipWidth))
 	}
 	if d.From != nil {
-		fmt.Fprintf(l, ", moved from %s/%s", d.From.Backend, d.From.SandboxID)
+		fmt.Fprintf(l, ", moved from %s%s/%s", in(d.From.Pool), d.From.Backend, d.From.SandboxID)
 	}
-	return l.add(", host %s", d.Host).text(d.Reason).String()
+	l.add(", host %s", d.Host)
+	if pooled {
+		l.add(", runner %s", d.Runner)
+	}
+	return l.text(d.Reason).String()
 }
 
-// Summarize is "move to sandbox BACKEND requested: reason".
+// Summarize is "move to sandbox [POOL/]BACKEND requested: reason".
 func (d SandboxRequested) Summarize() string {
-	return newLine("move to sandbox %s requested", d.Backend).text(d.Reason).String()
+	to := d.Backend
+	if d.Pool != "" {
+		to = d.Pool + "/" + d.Backend
+	}
+	return newLine("move to sandbox %s requested", to).text(d.Reason).String()
 }
 
 // Summarize is "move to sandbox BACKEND refused: reason".

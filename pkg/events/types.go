@@ -2,6 +2,8 @@ package events
 
 import (
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"time"
 )
 
@@ -368,6 +370,17 @@ type SandboxPlaced struct {
 // PoolDefault is the pool of a tool runner started without --pool, and of
 // a session whose placement names none.
 const PoolDefault = "default"
+
+// CheckPool admits a pool's name: 1 to 32 of a-z, 0-9, '-' and '_',
+// starting with a letter or digit (a NATS subject token).
+func CheckPool(pool string) error {
+	if !poolRE.MatchString(pool) {
+		return fmt.Errorf("pool %q: want 1 to 32 of a-z, 0-9, '-' and '_', starting with a letter or digit", pool)
+	}
+	return nil
+}
+
+var poolRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 // PoolOf is a recorded pool's name: "" is PoolDefault.
 func PoolOf(pool string) string {

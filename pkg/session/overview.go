@@ -108,6 +108,7 @@ type Overview struct {
 	Approvals      Approvals      `json:"approvals"`
 	Tools          Tools          `json:"tools"`
 	Sandbox        *Placement     `json:"sandbox,omitempty"`
+	Moving         *Move          `json:"moving,omitempty"`
 	Turn           *Turn          `json:"turn,omitempty"`
 	LastAgent      string         `json:"last_agent,omitempty"`
 
@@ -391,8 +392,11 @@ func (s *State) Overview(o OverviewOptions) *Overview {
 	if p := s.Sandbox; p != nil {
 		c := *p
 		c.Session, c.Commit, c.Backend, c.SandboxID, c.Host, c.Workspace = name(c.Session), name(c.Commit), name(c.Backend), name(c.SandboxID), name(c.Host), name(c.Workspace)
-		c.Isolation = name(c.Isolation)
+		c.Isolation, c.Pool, c.Runner = name(c.Isolation), name(c.Pool), name(c.Runner)
 		v.Sandbox = &c
+	}
+	if m := s.Moving; m != nil {
+		v.Moving = &Move{Seq: m.Seq, ID: name(m.ID), Session: name(m.Session), Backend: name(m.Backend), Pool: name(m.Pool)}
 	}
 	if t := s.Turn; t != nil {
 		v.Turn = &Turn{ID: name(t.ID), Agent: name(t.Agent), Seq: t.Seq}
