@@ -250,6 +250,8 @@ func (h *harness) section(ctx context.Context, name string) error {
 		err = h.runGoAPI(ctx)
 	case sectionGateway:
 		err = h.runGateway(ctx)
+	case sectionPlacement:
+		err = h.runPlacement(ctx)
 	case sectionRecheck:
 		err = h.runRecheck(ctx)
 	case sectionEval:

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,16 +36,8 @@ import (
 // bundle of a large workspace and placing it.
 const poolTimeout = 5 * time.Minute
 
-var poolRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
-
-// CheckPool admits a pool name: lower-case letters, digits, '-' and '_',
-// at most 32, as a NATS subject token.
-func CheckPool(pool string) error {
-	if !poolRE.MatchString(pool) {
-		return fmt.Errorf("pool %q: want 1 to 32 of a-z, 0-9, '-' and '_', starting with a letter or digit", pool)
-	}
-	return nil
-}
+// CheckPool admits a pool's name (events.CheckPool).
+func CheckPool(pool string) error { return events.CheckPool(pool) }
 
 func poolSubject(pool string) string { return handoverPrefix + "pool." + pool }
 
