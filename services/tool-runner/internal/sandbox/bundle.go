@@ -38,7 +38,11 @@ func (l *Local) Bundle(ctx context.Context, sessionID string) ([]byte, string, e
 	}
 	defer os.RemoveAll(stage)
 	file := filepath.Join(stage, "workspace.bundle")
-	if _, err := l.runGit(ctx, ws.dir, "bundle", "create", "--quiet", file, bundleRef); err != nil {
+	// No delta search and no compression: a workspace's large files are
+	// often binary (build outputs, data), which zlib only slows down, and
+	// the bundle crosses the bus once (50 MB of random bytes: 17 s with
+	// git's defaults, 5 s without, on a loaded 2-core machine).
+	if _, err := l.runGit(ctx, ws.dir, "-c", "pack.window=0", "-c", "pack.compression=0", "bundle", "create", "--quiet", file, bundleRef); err != nil {
 		return nil, "", fmt.Errorf("bundle %s: %w", sessionID, err)
 	}
 	data, err := os.ReadFile(file)
