@@ -212,11 +212,15 @@ func (d ToolCleared) Summarize() string {
 	return newLine("%s %s cleared: no gate holds it", d.Tool, d.CallID).String()
 }
 
-// Summarize is "tool CALL started, attempt N, in backend/sandbox".
+// Summarize is "tool CALL started, attempt N, in [pool/]backend/sandbox".
 func (d ToolStarted) Summarize() string {
 	l := newLine("%s %s started, attempt %d", d.Tool, d.CallID, d.Attempt)
 	if d.Sandbox != nil {
-		fmt.Fprintf(l, ", in %s/%s", d.Sandbox.Backend, d.Sandbox.SandboxID)
+		l.WriteString(", in ")
+		if d.Sandbox.Pool != "" {
+			fmt.Fprintf(l, "%s/", d.Sandbox.Pool)
+		}
+		fmt.Fprintf(l, "%s/%s", d.Sandbox.Backend, d.Sandbox.SandboxID)
 	}
 	return l.String()
 }
