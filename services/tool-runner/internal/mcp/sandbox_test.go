@@ -17,18 +17,42 @@ import (
 // workspace the only writable path, an environment of its own.
 func TestServerRunsInTheSessionSandbox(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("the isolating backend needs bubblewrap (bwrap), which is not installed: run scripts/install-sandbox.sh: %v", err)
+	for _, backend := range []string{sandbox.BackendBwrap, sandbox.BackendGVisor} {
+		t.Run(backend, func(t *testing.T) { serverRunsInTheSessionSandbox(t, backend) })
 	}
+}
+
+// isolating returns an isolating backend that starts sandboxes here, or
+// fails the test naming what is missing.
+func isolating(t *testing.T, backend string) *sandbox.Local {
+	t.Helper()
 	cfg := sandbox.DefaultConfig()
 	cfg.Root = t.TempDir()
-	b, err := sandbox.NewIsolated(cfg, sandbox.DefaultIsolation())
+	var b *sandbox.Local
+	var err error
+	switch backend {
+	case sandbox.BackendBwrap:
+		if _, err := exec.LookPath("bwrap"); err != nil {
+			t.Fatalf("the bwrap backend needs bubblewrap (bwrap), which is not installed: run scripts/install-sandbox.sh: %v", err)
+		}
+		b, err = sandbox.NewIsolated(cfg, sandbox.DefaultIsolation())
+	default:
+		if _, err := exec.LookPath("runsc"); err != nil {
+			t.Fatalf("the gvisor backend needs gVisor's runsc, which is not installed: run scripts/install-sandbox.sh: %v", err)
+		}
+		b, err = sandbox.NewGVisor(cfg, sandbox.DefaultIsolation())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Probe(context.Background()); err != nil {
-		t.Fatalf("bubblewrap cannot start a sandbox here: %v", err)
+		t.Fatalf("%s cannot start a sandbox here: %v", backend, err)
 	}
+	return b
+}
+
+func serverRunsInTheSessionSandbox(t *testing.T, backend string) {
+	b := isolating(t, backend)
 	ws, err := b.Place(context.Background(), "s1", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,12 @@ type Isolation struct {
 	// Bwrap is the bubblewrap binary; empty means "bwrap" in the runner's
 	// PATH.
 	Bwrap string
+	// Runsc is gVisor's runsc binary, for the gvisor backend (gvisor.go);
+	// empty means "runsc" in the runner's PATH.
+	Runsc string
+	// RunscPlatform is gVisor's platform (runsc --platform): empty means
+	// runsc's default, ptrace; kvm needs /dev/kvm.
+	RunscPlatform string
 	// System are host paths shown read-only at the same path: the
 	// toolchain and the libraries it needs. A path that is a symbolic link
 	// on the host (/bin on a merged-/usr system) is recreated as the same
@@ -88,8 +94,9 @@ func (i Isolation) Validate() error {
 type isolation struct {
 	cfg   Isolation
 	bwrap string
-	root  bool   // the runner is root: stage binds, drop to a tenant's user
-	cache string // per-tenant writable caches
+	gv    *gvisor // the gvisor backend's runsc; nil for bwrap
+	root  bool    // the runner is root: stage binds, drop to a tenant's user
+	cache string  // per-tenant writable caches
 	// env is the commands' environment with Go's caches moved inside the
 	// sandbox; ro are the host directories it needs read-only.
 	env []string
@@ -123,17 +130,23 @@ func NewIsolated(cfg Config, iso Isolation) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: bubblewrap (%s) not found: install the bubblewrap package (scripts/install-sandbox.sh): %w", BackendBwrap, bin, err)
 	}
+	return newIsolating(cfg, iso, BackendBwrap, &isolation{bwrap: path})
+}
+
+// newIsolating returns an isolating backend named name, which runs commands
+// as i says (bwrap or gvisor), keeping workspaces as Local does.
+func newIsolating(cfg Config, iso Isolation, name string, i *isolation) (*Local, error) {
 	l, err := NewLocal(cfg)
 	if err != nil {
 		return nil, err
 	}
-	i := &isolation{cfg: iso, bwrap: path, root: os.Geteuid() == 0, cache: filepath.Join(l.root, ".cache"), made: map[string]bool{}}
+	i.cfg, i.root, i.cache, i.made = iso, os.Geteuid() == 0, filepath.Join(l.root, ".cache"), map[string]bool{}
 	if err := os.MkdirAll(i.cache, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox cache: %w", err)
 	}
 	i.env, i.ro, i.hostCache = insideEnv(cfg.Env)
 	l.iso = i
-	l.name = BackendBwrap
+	l.name = name
 	return l, nil
 }
 
@@ -200,7 +213,7 @@ func (p *prepared) helper(tail ...string) []string {
 // prepare makes the workspace and the tenant's cache writable by the
 // sandbox user and builds the helper's limits and bwrap's command line.
 func (i *isolation) prepare(lim Limits, dir, tenant string, dirRO bool, extra ...bind) (*prepared, error) {
-	cache, err := i.tenantCache(tenant)
+	binds, err := i.mounts(dir, tenant, dirRO, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -209,24 +222,6 @@ func (i *isolation) prepare(lim Limits, dir, tenant string, dirRO bool, extra ..
 	if i.root {
 		uid := i.uid(tenant)
 		p.spec.UID, p.spec.GID = int64(uid), int64(uid)
-		if err := chownTree(dir, uid, false); err != nil {
-			return nil, fmt.Errorf("hand %s to the sandbox user: %w", dir, err)
-		}
-	}
-	binds := []bind{{src: dir, dst: dir, ro: dirRO}}
-	if fi, err := os.Stat(filepath.Join(dir, ".git")); err == nil && fi.IsDir() && !dirRO {
-		binds = append(binds, bind{src: filepath.Join(dir, ".git"), dst: filepath.Join(dir, ".git"), ro: true})
-	}
-	binds = append(binds, bind{src: cache, dst: insideCache})
-	for _, d := range i.ro {
-		if _, err := os.Stat(d); err == nil && !i.system(d) {
-			binds = append(binds, bind{src: d, dst: d, ro: true})
-		}
-	}
-	for _, b := range extra {
-		if b.src != b.dst || !i.system(b.src) {
-			binds = append(binds, b)
-		}
 	}
 
 	a := []string{i.bwrap,
@@ -275,6 +270,38 @@ func (i *isolation) prepare(lim Limits, dir, tenant string, dirRO bool, extra ..
 	return p, nil
 }
 
+// mounts makes the workspace dir and the tenant's cache writable by the
+// sandbox user and returns the directories a sandbox shows beyond the
+// system paths: dir (read-only if dirRO, its .git read-only always), the
+// tenant's cache, the toolchain's read-only directories and extra.
+func (i *isolation) mounts(dir, tenant string, dirRO bool, extra ...bind) ([]bind, error) {
+	cache, err := i.tenantCache(tenant)
+	if err != nil {
+		return nil, err
+	}
+	if i.root {
+		if err := chownTree(dir, i.uid(tenant), false); err != nil {
+			return nil, fmt.Errorf("hand %s to the sandbox user: %w", dir, err)
+		}
+	}
+	binds := []bind{{src: dir, dst: dir, ro: dirRO}}
+	if fi, err := os.Stat(filepath.Join(dir, ".git")); err == nil && fi.IsDir() && !dirRO {
+		binds = append(binds, bind{src: filepath.Join(dir, ".git"), dst: filepath.Join(dir, ".git"), ro: true})
+	}
+	binds = append(binds, bind{src: cache, dst: insideCache})
+	for _, d := range i.ro {
+		if _, err := os.Stat(d); err == nil && !i.system(d) {
+			binds = append(binds, bind{src: d, dst: d, ro: true})
+		}
+	}
+	for _, b := range extra {
+		if b.src != b.dst || !i.system(b.src) {
+			binds = append(binds, b)
+		}
+	}
+	return binds, nil
+}
+
 // system reports whether path is already shown as part of a system path.
 func (i *isolation) system(path string) bool {
 	for _, s := range i.cfg.System {
@@ -301,6 +328,9 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 	}
 	if cmd.Dir == "" || !filepath.IsAbs(cmd.Dir) || !filepath.IsAbs(cmd.Path) {
 		return fmt.Errorf("contain %s: needs an absolute executable and working directory", cmd.Path)
+	}
+	if i.gv != nil {
+		return l.containGVisor(cmd, events.TenantOrDefault(tenant))
 	}
 	// The directory is read-only: a process that lives across calls must not
 	// be able to change the workspace while the runner, as root, works on it

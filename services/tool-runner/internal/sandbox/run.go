@@ -94,6 +94,7 @@ type launch struct {
 	limits         string   // the trace's report of the limits set
 	info           *os.File // bwrap's --info-fd (fd 4), read for the sandbox's init
 	proxy          *netProxy
+	bundle         *bundle    // the gvisor backend's OCI bundle
 	tmp            string     // the local command's home and temporary directory
 	files          []*os.File // every pipe end the run opened
 	began          time.Time
@@ -141,19 +142,24 @@ func (l *launch) release() {
 	if l.proxy != nil {
 		l.proxy.close()
 	}
+	if l.bundle != nil {
+		l.bundle.sweep()
+	}
 	if l.tmp != "" {
 		removeAll(l.tmp)
 	}
 }
 
 // isolated starts the command in the sandbox: the helper sets its limits
-// and stages its mounts, bwrap runs it, through the network forwarder when
-// it names hosts.
+// and stages its mounts, bwrap runs it (or runsc, on the gvisor backend:
+// gvisor.go), through the network forwarder when it names hosts.
 func (w *localWorkspace) isolated(l *launch, c Cmd) error {
 	iso := w.l.iso
 	var err error
-	if l.status, err = l.pipe(); err != nil {
-		return err
+	if iso.gv == nil { // runsc reports no limits: gvisor sets l.limits
+		if l.status, err = l.pipe(); err != nil {
+			return err
+		}
 	}
 	argv, extra, env := c.Args, []bind(nil), []string{}
 	if len(c.Hosts) > 0 {
@@ -177,11 +183,15 @@ func (w *localWorkspace) isolated(l *launch, c Cmd) error {
 		url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
 		env = []string{"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url}
 	}
+	env = append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...)
+	if iso.gv != nil {
+		return w.gvisor(l, argv, extra, env)
+	}
 	p, err := iso.prepare(w.l.cfg.Limits, w.dir, w.tenant, false, extra...)
 	if err != nil {
 		return err
 	}
-	p.env(append(append([]string{"PATH=" + w.l.cfg.Path, "HOME=" + insideTmp, "TMPDIR=" + insideTmp, "LANG=C.UTF-8"}, iso.env...), env...))
+	p.env(env)
 	p.spec.Keep = 4 // bwrap's --info-fd
 	if l.info, err = l.pipe(); err != nil {
 		return err
