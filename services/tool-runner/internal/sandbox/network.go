@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/openrath/rath/internal/egress"
 )
 
@@ -138,7 +140,7 @@ func startProxy(parent string, rules []HostRule, nets Net, uid int) (*netProxy, 
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("unix", filepath.Join(dir, "proxy.sock"))
+	ln, err := listenUnix(filepath.Join(dir, "proxy.sock"))
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -155,6 +157,31 @@ func startProxy(parent string, rules []HostRule, nets Net, uid int) (*netProxy, 
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds.
+const maxSocketPath = 107
+
+// listenUnix listens on a unix socket at path. A path too long for a socket
+// address (a deep workspace root) is bound through /proc/self/fd of its
+// directory, which is short; the listener then leaves the socket file to
+// the removal of its directory, since the name it bound means nothing once
+// the descriptor is closed.
+func listenUnix(path string) (net.Listener, error) {
+	if len(path) <= maxSocketPath {
+		return net.Listen("unix", path)
+	}
+	d, err := os.OpenFile(filepath.Dir(path), os.O_RDONLY|syscall.O_DIRECTORY|unix.O_PATH, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ln, err := net.Listen("unix", "/proc/self/fd/"+strconv.Itoa(int(d.Fd()))+"/"+filepath.Base(path))
+	if err != nil {
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	return ln, nil
 }
 
 func (p *netProxy) serve() {

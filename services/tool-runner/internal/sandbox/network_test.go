@@ -171,6 +171,35 @@ func TestProxyCheck(t *testing.T) {
 	}
 }
 
+// A proxy under a directory whose path is too long for a socket address
+// still listens, and a client reaches it by the socket's full path.
+func TestProxyListensUnderADeepDirectory(t *testing.T) {
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := startProxy(deep, nil, Net{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	sock := filepath.Join(p.dir, "proxy.sock")
+	if len(sock) <= maxSocketPath {
+		t.Fatalf("socket path %d bytes long: not deep enough", len(sock))
+	}
+	// A client dials it the same way: through its directory's descriptor.
+	d, err := os.Open(p.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := net.Dial("unix", "/proc/self/fd/"+strconv.Itoa(int(d.Fd()))+"/proxy.sock")
+	if err != nil {
+		t.Fatalf("dial the proxy: %v", err)
+	}
+	c.Close()
+}
+
 func mustAllow(t *testing.T, entries ...string) egress.Allowlist {
 	t.Helper()
 	l, err := egress.ParseAllowlist(entries)
