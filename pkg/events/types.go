@@ -327,10 +327,15 @@ const (
 	// namespaces, a read-only system, the workspace the only writable path,
 	// no network.
 	BackendBwrap = "bwrap"
+	// BackendGVisor runs every command in a gVisor sandbox (runsc): its
+	// system calls reach gVisor's kernel in user space, not the host's;
+	// otherwise as bwrap: a read-only system, the workspace the only
+	// writable path, no network.
+	BackendGVisor = "gvisor"
 )
 
-// Backends lists the sandbox backends Rath knows, the isolating one first.
-func Backends() []string { return []string{BackendBwrap, BackendLocal} }
+// Backends lists the sandbox backends Rath knows, the isolating ones first.
+func Backends() []string { return []string{BackendBwrap, BackendGVisor, BackendLocal} }
 
 // Development reports whether a backend is for development only: it does
 // not isolate a session's commands from the host.

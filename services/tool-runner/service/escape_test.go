@@ -11,15 +11,22 @@ import (
 	"testing"
 
 	"github.com/openrath/rath/internal/egress"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/services/tool-runner/service"
 )
 
 // TestEscapesAreContainedAndRecorded runs a hostile agent's calls through
-// the runner on the isolating backend: each escape is contained, and the
+// the runner on each isolating backend: each escape is contained, and the
 // session records how (exit code, the limits, what the network proxy
 // decided).
 func TestEscapesAreContainedAndRecorded(t *testing.T) {
-	needBwrap(t)
+	for _, backend := range []string{events.BackendBwrap, events.BackendGVisor} {
+		t.Run(backend, func(t *testing.T) { escapesAreContainedAndRecorded(t, backend) })
+	}
+}
+
+func escapesAreContainedAndRecorded(t *testing.T, backend string) {
+	needBackend(t, backend)
 	t.Setenv("OPENAI_API_KEY", "sk-operator-key-7777")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "allowed host answered")
@@ -37,7 +44,7 @@ func TestEscapesAreContainedAndRecorded(t *testing.T) {
 	}
 	byName := strings.ToLower(hostname) + ":" + console[strings.LastIndex(console, ":")+1:]
 	wf := `name: boxes
-sandbox: bwrap
+sandbox: ` + backend + `
 agents:
   - name: plain
     provider: scripted

@@ -29,6 +29,19 @@ func needBwrap(t *testing.T) {
 	}
 }
 
+// needBackend fails a test that needs an isolating backend on a machine
+// without its program: such tests are never skipped (CI installs them).
+func needBackend(t *testing.T, backend string) {
+	t.Helper()
+	if backend != events.BackendGVisor {
+		needBwrap(t)
+		return
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Fatalf("this test needs the gvisor sandbox backend, and gVisor's runsc is not installed: run scripts/install-sandbox.sh (apt-get install runsc): %v", err)
+	}
+}
+
 // sandboxUIDs keeps the sandbox users of these tests apart from those of
 // the sandbox package's tests, which count the processes of theirs.
 func sandboxUIDs(c *service.Config) { c.Isolation.UIDBase = 300000 }
@@ -271,7 +284,7 @@ func TestMoveBetweenBackends(t *testing.T) {
 
 	for _, tc := range []struct{ backend, want string }{
 		{"bwrap", "on bwrap already (bwrap-m1)"},
-		{"docker", `unknown sandbox backend "docker" (backends: bwrap, local)`},
+		{"docker", `unknown sandbox backend "docker" (backends: bwrap, gvisor, local)`},
 	} {
 		if placed, refused := r.move(t, "m1", tc.backend); refused == nil || !strings.Contains(refused.Reason, tc.want) || refused.Backend != tc.backend {
 			t.Errorf("move to %s: placed %+v refused %+v, want a refusal saying %q", tc.backend, placed, refused, tc.want)
@@ -300,6 +313,35 @@ func TestMoveBetweenBackends(t *testing.T) {
 	_, err = r.c.Emit(context.Background(), "m1", &events.SandboxRequested{Backend: "bwrap"})
 	if !errors.Is(err, api.ErrClosed) {
 		t.Fatalf("move of a closed session: %v", err)
+	}
+}
+
+// A session moves to gvisor as to bwrap (rath.sandbox.requested), and its
+// calls after the move run in a gVisor sandbox at the commit it left with.
+func TestMoveToGVisor(t *testing.T) {
+	needBackend(t, events.BackendGVisor)
+	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal)
+	r.startWith(t, "g1", nil)
+	wrote := r.ok(t, "g1", "w1", "plain", "write_file", `{"path":"notes.txt","content":"before the move\n"}`)
+	if wrote == nil || wrote.Sandbox.Backend != "local" {
+		t.Fatalf("write %+v", wrote)
+	}
+	placed, refused := r.move(t, "g1", "gvisor")
+	if refused != nil {
+		t.Fatalf("move refused: %s", refused.Reason)
+	}
+	if placed.Backend != "gvisor" || placed.SandboxID != "gvisor-g1" || placed.Commit != wrote.CommitAfter ||
+		!strings.HasPrefix(placed.Isolation, "gvisor: gVisor's kernel in user space") {
+		t.Fatalf("placed %+v", placed)
+	}
+	// The kernel the command sees is gVisor's, and the workspace is the
+	// one it left with.
+	read := r.ok(t, "g1", "r1", "plain", "run", `{"command":["sh","-c","cat notes.txt; dmesg | head -n 1"]}`)
+	if read == nil || read.Sandbox.Backend != "gvisor" || !strings.Contains(read.Result, "before the move") || !strings.Contains(read.Result, "gVisor") {
+		t.Fatalf("after the move %+v", read)
+	}
+	if _, refused := r.move(t, "g1", "gvisor"); refused == nil || !strings.Contains(refused.Reason, "on gvisor already (gvisor-g1)") {
+		t.Fatalf("move to gvisor again: refused %+v", refused)
 	}
 }
 
@@ -464,11 +506,12 @@ func TestIsolationNamesTheHostUser(t *testing.T) {
 // must work.
 func TestCheckSandboxes(t *testing.T) {
 	needBwrap(t)
+	needBackend(t, events.BackendGVisor)
 	cfg := service.DefaultConfig()
 	cfg.Sandbox.Root = t.TempDir()
 	cfg.Sandbox.Path = os.Getenv("PATH")
 	s, err := service.CheckSandboxes(context.Background(), cfg)
-	if err != nil || s.Err() != nil || s.Default != "bwrap" || s.Warning != "" || len(s.Backends) != 2 {
+	if err != nil || s.Err() != nil || s.Default != "bwrap" || s.Warning != "" || len(s.Backends) != 3 {
 		t.Fatalf("%+v %v %v", s, err, s.Err())
 	}
 	for _, b := range s.Backends {
@@ -476,6 +519,20 @@ func TestCheckSandboxes(t *testing.T) {
 			t.Errorf("backend %+v", b)
 		}
 	}
+
+	// gvisor is there when asked for, never auto's choice; without runsc
+	// it says so.
+	cfg.Isolation.Runsc = "/nonexistent/runsc"
+	s, err = service.CheckSandboxes(context.Background(), cfg)
+	if gv := s.Backends[1]; err != nil || s.Default != "bwrap" || gv.Name != "gvisor" || gv.Works || !strings.Contains(gv.Why, "/nonexistent/runsc") || !strings.Contains(gv.Program, "not installed") {
+		t.Fatalf("gvisor without runsc: %+v %v", s, err)
+	}
+	cfg.Backend = "gvisor"
+	if s, _ = service.CheckSandboxes(context.Background(), cfg); s.Err() == nil || !strings.Contains(s.Err().Error(), "default sandbox backend gvisor does not work") {
+		t.Fatalf("gvisor asked for without runsc: %+v %v", s, s.Err())
+	}
+	cfg.Backend = service.BackendAuto
+	cfg.Isolation.Runsc = ""
 
 	noBwrap(&cfg)
 	s, err = service.CheckSandboxes(context.Background(), cfg)

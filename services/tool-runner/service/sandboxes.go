@@ -22,6 +22,10 @@ const BackendAuto = "auto"
 // backend's workspaces: each backend has a root of its own.
 const BwrapDir = ".bwrap"
 
+// GVisorDir is the directory under Config.Sandbox.Root that holds the
+// gvisor backend's workspaces.
+const GVisorDir = ".gvisor"
+
 // SandboxStatus is what the tool runner finds about one sandbox backend on
 // this machine.
 type SandboxStatus struct {
@@ -121,6 +125,10 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 	bwrapCfg.Root = filepath.Join(cfg.Sandbox.Root, BwrapDir)
 	b, err := sandbox.NewIsolated(bwrapCfg, iso)
 	add(events.BackendBwrap, b, err, bwrapIsolation(cfg.Sandbox.Limits, iso, b), bwrapProgram(ctx, iso), bwrapCfg.Root)
+	gvCfg := cfg.Sandbox
+	gvCfg.Root = filepath.Join(cfg.Sandbox.Root, GVisorDir)
+	g, err := sandbox.NewGVisor(gvCfg, iso)
+	add(events.BackendGVisor, g, err, gvisorIsolation(cfg.Sandbox.Limits, iso, g), gvisorProgram(ctx, iso), gvCfg.Root)
 	l, err := sandbox.NewLocal(cfg.Sandbox)
 	add(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, "", cfg.Sandbox.Root)
 
@@ -168,6 +176,51 @@ func bwrapProgram(ctx context.Context, iso sandbox.Isolation) string {
 		return path + " (" + v + ")"
 	}
 	return path
+}
+
+// gvisorProgram says where gVisor's runsc is and which version, or that it
+// is not installed.
+func gvisorProgram(ctx context.Context, iso sandbox.Isolation) string {
+	bin := iso.Runsc
+	if bin == "" {
+		bin = "runsc"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return "gVisor's runsc (" + bin + ") not installed"
+	}
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(vctx, path, "--version").Output()
+	if v, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n"); err == nil && v != "" {
+		return path + " (" + v + ")"
+	}
+	return path
+}
+
+// gvisorIsolation describes a gvisor placement of a tenant's session
+// (sandbox/gvisor.go); b, when the backend could be made, says which host
+// user the tenant's commands run as.
+func gvisorIsolation(lim sandbox.Limits, iso sandbox.Isolation, b *sandbox.Local) func(tenant string) string {
+	return func(tenant string) string {
+		user := "the tenant's host user"
+		if b != nil {
+			if uid, ok := b.HostUID(tenant); ok {
+				user = fmt.Sprintf("host uid %d (tenant %s)", uid, tenant)
+			}
+		}
+		platform := iso.RunscPlatform
+		if platform == "" {
+			platform = "ptrace"
+		}
+		parts := []string{
+			"gvisor: gVisor's kernel in user space (runsc, platform " + platform + "): the command's system calls never reach the host's kernel; new pid, ipc, uts, mount and network namespaces, no capabilities, the host's files only through runsc's gofer (no network but the hosts a workflow allows an agent, through the runner's proxy)",
+			"read-only system; writable: the workspace (its .git read-only) and a private /tmp",
+			"uid inside = " + user,
+			fmt.Sprintf("nproc %d, /tmp %s, %s", iso.Processes, size(iso.TmpSize), limits(lim)),
+		}
+		return strings.Join(parts, "; ")
+	}
 }
 
 // bwrapIsolation describes a bwrap placement of a tenant's session, from
