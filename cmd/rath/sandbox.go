@@ -64,7 +64,9 @@ func (a *app) doctorCmd() *cobra.Command {
 		Long: `doctor sets up the tool runner's sandbox backends as "rath up" would and
 starts a sandbox with each: bwrap (bubblewrap: is it installed, and can it
 start a sandbox here? its own error if not, such as user namespaces being
-off) and local (development only: no isolation). It prints what each
+off), gvisor (gVisor's runsc: is it installed, is the runner root, and can
+it start a sandbox here? runsc's own error if not) and local (development
+only: no isolation). It prints what each
 isolates and which backend sessions get when their workflow names none
 (--sandbox; auto is bwrap where it works, else local with a warning).
 
@@ -180,9 +182,9 @@ func (a *app) toCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "to SESSION [POOL/]BACKEND",
-		Short: "Move a session to another sandbox backend (bwrap or local), or to a tool runner of another pool, between tool calls",
-		Long: `to asks the tool runner to move SESSION to the sandbox BACKEND (bwrap, or
-local: development only, no isolation) with a rath.sandbox.requested event, and
+		Short: "Move a session to another sandbox backend (bwrap, gvisor or local), or to a tool runner of another pool, between tool calls",
+		Long: `to asks the tool runner to move SESSION to the sandbox BACKEND (bwrap,
+gvisor, or local: development only, no isolation) with a rath.sandbox.requested event, and
 waits for its answer. POOL/BACKEND (gpu/bwrap) moves it to a tool runner of
 the pool POOL (one started with --pool POOL, on its own host): the workspace
 travels through the object store at its head commit, with its history, and

@@ -59,8 +59,12 @@ const noNATS = "nats://127.0.0.1:1"
 // 0 only if the default works and it reached a runtime.
 func TestDoctor(t *testing.T) {
 	needBwrap(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Fatalf("rath doctor's test needs the gvisor backend, and gVisor's runsc is not installed: run scripts/install-sandbox.sh (apt-get install runsc): %v", err)
+	}
 	r := offline("--nats", noNATS, "doctor")
 	if r.code != exitUnavailable || !strings.Contains(r.stdout, "  bwrap  works\n") || !strings.Contains(r.stdout, "  local  works\n") ||
+		!strings.Contains(r.stdout, "  gvisor works\n         program: ") || !strings.Contains(r.stdout, "runsc version") ||
 		!strings.Contains(r.stdout, "default backend: bwrap (--sandbox auto)") || !strings.Contains(r.stdout, "for development only") {
 		t.Fatalf("doctor: %+v", r)
 	}

@@ -21,7 +21,7 @@ import (
 func main() {
 	cfg := service.DefaultConfig()
 	flag.StringVar(&cfg.Sandbox.Root, "workspaces", filepath.Join(".rath", "workspaces"), "directory of the per-session workspaces (bwrap's under its .bwrap)")
-	flag.StringVar(&cfg.Backend, "sandbox", cfg.Backend, "sandbox backend of sessions whose workflow names none: auto (bwrap where it works, else local with a warning), bwrap or local")
+	flag.StringVar(&cfg.Backend, "sandbox", cfg.Backend, "sandbox backend of sessions whose workflow names none: auto (bwrap where it works, else local with a warning), bwrap, gvisor or local")
 	flag.Var(&cfg.Sandbox.Net.Allow, "sandbox-allow-net", "addresses, ranges and names (comma-separated: 127.0.0.1:8080,10.0.0.0/8,db.internal:5432) that workflows' network lists may name beyond public destinations; loopback, private, link-local and metadata addresses are refused otherwise")
 	flag.StringVar(&cfg.Pool, "pool", events.PoolDefault, "the pool of tool runners this one serves: sessions moved to POOL/BACKEND (rath to) are taken by a runner of POOL, with its backends")
 	flag.BoolVar(&cfg.AllowLocal, "sandbox-allow-local", false, "let workflows and move requests put sessions on the local backend (no isolation) while the default isolates")
