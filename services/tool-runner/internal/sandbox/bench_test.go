@@ -12,7 +12,7 @@ import (
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 )
 
-// BenchmarkRunEcho is the isolating backend's cost per call against the
+// BenchmarkRunEcho is the isolating backends' cost per call against the
 // local backend's, for `echo` (issue 12's target: p50 ≤ 20 ms):
 //
 //	go test -run '^$' -bench RunEcho -benchtime 200x ./services/tool-runner/internal/sandbox
@@ -35,9 +35,13 @@ func BenchmarkRunEcho(b *testing.B) {
 	}{
 		{"local", func(t testing.TB) *sandbox.Local { return newLocal(t) }},
 		{"bwrap", func(t testing.TB) *sandbox.Local { return newIsolated(t) }},
+		{"gvisor", func(t testing.TB) *sandbox.Local { return newIsolating(t, sandbox.BackendGVisor) }},
 		{"local+helper", func(t testing.TB) *sandbox.Local { return newLocal(t, helper) }},
 		{"bwrap+helper", func(t testing.TB) *sandbox.Local {
 			return newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) { helper(c) })
+		}},
+		{"gvisor+helper", func(t testing.TB) *sandbox.Local {
+			return newIsolating(t, sandbox.BackendGVisor, func(c *sandbox.Config, _ *sandbox.Isolation) { helper(c) })
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -60,7 +64,7 @@ func BenchmarkRunEcho(b *testing.B) {
 			b.ReportMetric(float64(times[len(times)*99/100])/float64(time.Millisecond), "p99-ms")
 			if bc.name == "local" {
 				localP50 = p50
-			} else if bc.name == "bwrap" && localP50 > 0 {
+			} else if (bc.name == "bwrap" || bc.name == "gvisor") && localP50 > 0 {
 				b.ReportMetric(p50/localP50, "×local")
 			}
 		})
