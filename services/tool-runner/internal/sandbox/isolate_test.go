@@ -623,3 +623,33 @@ func TestProbeSeedsNoCache(t *testing.T) {
 		}
 	})
 }
+
+// TestGVisorOpensNoHostSocket: a unix socket of the host's that a command
+// can name (one placed in its workspace) is not a way out of a gVisor
+// sandbox: runsc opens host sockets only for a call with allowed hosts
+// (--host-uds=open), whose proxy socket is one. (bwrap shows a socket file
+// in its mounts as it is, so there a host listener would answer; the
+// runner keeps none in them.)
+func TestGVisorOpensNoHostSocket(t *testing.T) {
+	t.Parallel()
+	ws := place(t, newIsolating(t, sandbox.BackendGVisor), "s1", nil)
+	ln, err := net.Listen("unix", filepath.Join(ws.Dir(), "host.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Chmod(filepath.Join(ws.Dir(), "host.sock"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	script := `import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("host.sock")
+    print("connected")
+except OSError as e:
+    print("refused", e.errno)`
+	res := run(t, ws, sandbox.Cmd{Args: []string{"python3", "-c", script}})
+	if !strings.HasPrefix(res.Stdout, "refused") {
+		t.Errorf("a command without allowed hosts opened a host socket: %+v", res)
+	}
+}
