@@ -101,36 +101,55 @@ const probeTimeout = 30 * time.Second
 // openBackends sets up every backend cfg names and probes each: the ones
 // that work are ready to place sessions, the others are kept with why.
 func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, Sandboxes) {
-	ready := map[string]runner.Backend{}
-	s := Sandboxes{Asked: cfg.Backend}
-	add := func(name string, b *sandbox.Local, err error, isolation func(string) string, program string, root string) {
-		st := SandboxStatus{Name: name, Development: events.Development(name), Isolation: isolation(events.DefaultTenant), Program: program, Root: root}
-		if err == nil {
-			st.Helper = b.Helper()
-			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			err = b.Probe(pctx)
-			cancel()
-			st.Limits = b.LimitsBy()
-		}
-		if err != nil {
-			st.Why = err.Error()
-		} else {
-			st.Works = true
-			ready[name] = runner.Backend{Local: b, Isolation: isolation}
-		}
-		s.Backends = append(s.Backends, st)
+	// Each backend is set up and probed at once, on a goroutine of its
+	// own: gvisor's probe starts a gVisor sandbox, about a second, which
+	// every runner start would otherwise wait for after bwrap's.
+	type probed struct {
+		st        SandboxStatus
+		b         *sandbox.Local
+		isolation func(string) string
+	}
+	probe := func(name string, b *sandbox.Local, err error, isolation func(string) string, program func() string, root string) <-chan probed {
+		out := make(chan probed, 1)
+		go func() {
+			st := SandboxStatus{Name: name, Development: events.Development(name), Isolation: isolation(events.DefaultTenant), Program: program(), Root: root}
+			if err == nil {
+				st.Helper = b.Helper()
+				pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+				err = b.Probe(pctx)
+				cancel()
+				st.Limits = b.LimitsBy()
+			}
+			if err != nil {
+				st.Why = err.Error()
+			} else {
+				st.Works = true
+			}
+			out <- probed{st: st, b: b, isolation: isolation}
+		}()
+		return out
 	}
 	iso := cfg.Isolation
 	bwrapCfg := cfg.Sandbox
 	bwrapCfg.Root = filepath.Join(cfg.Sandbox.Root, BwrapDir)
 	b, err := sandbox.NewIsolated(bwrapCfg, iso)
-	add(events.BackendBwrap, b, err, bwrapIsolation(cfg.Sandbox.Limits, iso, b), bwrapProgram(ctx, iso), bwrapCfg.Root)
+	bwrap := probe(events.BackendBwrap, b, err, bwrapIsolation(cfg.Sandbox.Limits, iso, b), func() string { return bwrapProgram(ctx, iso) }, bwrapCfg.Root)
 	gvCfg := cfg.Sandbox
 	gvCfg.Root = filepath.Join(cfg.Sandbox.Root, GVisorDir)
 	g, err := sandbox.NewGVisor(gvCfg, iso)
-	add(events.BackendGVisor, g, err, gvisorIsolation(cfg.Sandbox.Limits, iso, g), gvisorProgram(ctx, iso), gvCfg.Root)
+	gvisor := probe(events.BackendGVisor, g, err, gvisorIsolation(cfg.Sandbox.Limits, iso, g), func() string { return gvisorProgram(ctx, iso) }, gvCfg.Root)
 	l, err := sandbox.NewLocal(cfg.Sandbox)
-	add(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, "", cfg.Sandbox.Root)
+	local := probe(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, func() string { return "" }, cfg.Sandbox.Root)
+
+	ready := map[string]runner.Backend{}
+	s := Sandboxes{Asked: cfg.Backend}
+	for _, c := range []<-chan probed{bwrap, gvisor, local} {
+		p := <-c
+		if p.st.Works {
+			ready[p.st.Name] = runner.Backend{Local: p.b, Isolation: p.isolation}
+		}
+		s.Backends = append(s.Backends, p.st)
+	}
 
 	switch {
 	case cfg.Backend != BackendAuto:
