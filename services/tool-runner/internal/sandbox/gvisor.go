@@ -254,7 +254,9 @@ func (w *localWorkspace) gvisor(l *launch, argv []string, extra []bind, env []st
 	}
 	spec, limits := i.spec(w.l.cfg.Limits, binds, i.uid(w.tenant), argv, env, w.dir)
 	b, err := i.makeBundle(w.l.runs, spec)
-	l.bundle = &b
+	if b.dir != "" {
+		l.bundle = &b // release sweeps it, made in full or not
+	}
 	if err != nil {
 		return fmt.Errorf("gVisor bundle: %w", err)
 	}
@@ -311,7 +313,8 @@ func exited(fd int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds()))
+		// Never negative: poll(2) waits forever on a negative timeout.
+		n, err := unix.Poll(fds, int(max(0, time.Until(deadline).Milliseconds())))
 		if err == unix.EINTR {
 			continue
 		}

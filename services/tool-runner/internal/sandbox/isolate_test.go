@@ -116,6 +116,11 @@ func TestIsolatedBasics(t *testing.T) {
 		if !strings.Contains(res.Limits, "nproc=") {
 			t.Errorf("limits %q", res.Limits)
 		}
+		// No capability, none to gain.
+		res = run(t, ws, sh(`grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status | cut -f2 | sort -u`))
+		if res.Stdout != "0000000000000000\n" {
+			t.Errorf("capabilities inside: %q", res.Stdout)
+		}
 	})
 }
 
