@@ -157,7 +157,7 @@ func (Workflow) Forward(ctx context.Context, s Session) (Session, error) {
 }
 
 // To moves the session to another sandbox backend (events.BackendBwrap,
-// events.BackendLocal) between tool calls: it appends
+// events.BackendGVisor, events.BackendLocal) between tool calls: it appends
 // rath.sandbox.requested and waits for the tool runner's answer. A
 // placement returns the session at rath.sandbox.placed; a refusal (the
 // backend it is on, one that does not work here, a workspace behind)
