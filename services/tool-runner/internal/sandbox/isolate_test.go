@@ -195,13 +195,15 @@ func processes(t *testing.T, match func(uid int, cmdline []byte) bool) []string 
 func TestIsolatedLeavesNoProcess(t *testing.T) {
 	t.Parallel()
 	eachIsolating(t, func(t *testing.T, backend string) {
-		ws := place(t, newIsolating(t, backend), "s1", nil)
+		b := newIsolating(t, backend)
+		_, root := b.Location()
+		ws := place(t, b, "s1", nil)
 		// A setsid'd daemon, a double fork and a plain background job, each
 		// holding no pipe of the run's, then a clean exit.
 		res := run(t, ws, sh(`setsid sh -c 'exec sleep 1000.101' </dev/null >/dev/null 2>&1 &
-	sh -c '(exec sleep 1000.102 </dev/null >/dev/null 2>&1 &) ' 
-	nohup sleep 1000.103 </dev/null >/dev/null 2>&1 &
-	echo started`))
+sh -c '(exec sleep 1000.102 </dev/null >/dev/null 2>&1 &) ' 
+nohup sleep 1000.103 </dev/null >/dev/null 2>&1 &
+echo started`))
 		if res.ExitCode != 0 || res.Stdout != "started\n" {
 			t.Fatalf("got %+v", res)
 		}
@@ -217,6 +219,11 @@ func TestIsolatedLeavesNoProcess(t *testing.T) {
 		}
 		if left := processesWith(t, "1000.10"); len(left) > 0 {
 			t.Errorf("processes outlived the timeout: %q", left)
+		}
+		// Nor is any process of the sandbox itself left (bwrap, runsc and
+		// gVisor's sandbox and gofer name the backend's root).
+		if left := processesWith(t, root); len(left) > 0 {
+			t.Errorf("the sandbox outlived the timeout: %q", left)
 		}
 	})
 }
@@ -329,8 +336,8 @@ func TestIsolatedFilesystem(t *testing.T) {
 		ws := place(t, b, "s1", nil)
 
 		res := run(t, ws, sh(fmt.Sprintf(`cat %[1]s; cat %[2]s/secret.txt; cat ../other/secret.txt; ls %[3]s
-	echo x > /usr/pwned; echo x > %[4]s/pwned; echo x > ../other/pwned; echo x > /pwned; echo x > .git/hooks/pre-commit
-	echo ok > inside; echo tmp > /tmp/t && cat /tmp/t`, secret, other.Dir(), root, filepath.Dir(root))))
+echo x > /usr/pwned; echo x > %[4]s/pwned; echo x > ../other/pwned; echo x > /pwned; echo x > .git/hooks/pre-commit
+echo ok > inside; echo tmp > /tmp/t && cat /tmp/t`, secret, other.Dir(), root, filepath.Dir(root))))
 		for _, leak := range []string{"private", "other's"} {
 			if strings.Contains(res.Stdout, leak) {
 				t.Errorf("a sandboxed command read %q:\n%s", leak, res.Stdout)
