@@ -116,14 +116,14 @@ type ociMount struct {
 	Options     []string `json:"options,omitempty"`
 }
 
-// bundle is one run's OCI bundle: a directory holding config.json, the
+// ociBundle is one run's OCI bundle: a directory holding config.json, the
 // sandbox's root (an empty directory but for the system paths' symbolic
 // links, shown read-only) and runsc's state (--root).
-type bundle struct {
+type ociBundle struct {
 	dir, id string
 }
 
-func (b bundle) state() string { return filepath.Join(b.dir, "state") }
+func (b ociBundle) state() string { return filepath.Join(b.dir, "state") }
 
 // spec is the OCI configuration of a command: binds are the directories
 // mounts returned, uid the host user it runs as (the Sentry's files are
@@ -191,12 +191,12 @@ func (i *isolation) spec(lim Limits, binds []bind, uid int, args, env []string, 
 // directory of its own, read-only inside: runsc makes the mount points in
 // it, and the system paths that are symbolic links on the host (/bin on a
 // merged-/usr system) are the same links in it.
-func (i *isolation) makeBundle(parent string, spec ociSpec) (bundle, error) {
+func (i *isolation) makeBundle(parent string, spec ociSpec) (ociBundle, error) {
 	dir, err := os.MkdirTemp(parent, "gvisor-")
 	if err != nil {
-		return bundle{}, err
+		return ociBundle{}, err
 	}
-	b := bundle{dir: dir, id: "rath-" + filepath.Base(dir)}
+	b := ociBundle{dir: dir, id: "rath-" + filepath.Base(dir)}
 	rootfs := filepath.Join(dir, "rootfs")
 	for _, d := range []string{rootfs, b.state()} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -231,7 +231,7 @@ func (i *isolation) makeBundle(parent string, spec ociSpec) (bundle, error) {
 // loopback, no cgroups (the limits are rlimits, as on bwrap, and a runner
 // killed mid-run would leave runsc's cgroups behind), and host unix sockets
 // opened only when the command has the proxy's.
-func (g *gvisor) args(b bundle, proxy bool) []string {
+func (g *gvisor) args(b ociBundle, proxy bool) []string {
 	a := []string{g.runsc, "--root", b.state(), "--network=none", "--ignore-cgroups"}
 	if g.platform != "" {
 		a = append(a, "--platform="+g.platform)
@@ -255,7 +255,7 @@ func (w *localWorkspace) gvisor(l *launch, argv []string, extra []bind, env []st
 	spec, limits := i.spec(w.l.cfg.Limits, binds, i.uid(w.tenant), argv, env, w.dir)
 	b, err := i.makeBundle(w.l.runs, spec)
 	if b.dir != "" {
-		l.bundle = &b // release sweeps it, made in full or not
+		l.oci = &b // release sweeps it, made in full or not
 	}
 	if err != nil {
 		return fmt.Errorf("gVisor bundle: %w", err)
@@ -278,7 +278,7 @@ func (w *localWorkspace) gvisor(l *launch, argv []string, extra []bind, env []st
 // runsc instead (a timeout, a cancelled call), the sandbox process dies by
 // its parent-death signal, on its own time: sweep kills it through a pidfd
 // and waits for it, so that no sandbox outlives its run.
-func (b *bundle) sweep() {
+func (b *ociBundle) sweep() {
 	defer removeAll(b.dir)
 	data, err := os.ReadFile(filepath.Join(b.state(), b.id+"_sandbox:"+b.id+".state"))
 	if err != nil {

@@ -31,7 +31,7 @@ func TestSweepKillsOnlyItsSandbox(t *testing.T) {
 		`not json`,
 		``,
 	} {
-		b := bundle{dir: t.TempDir(), id: "rath-x"}
+		b := ociBundle{dir: t.TempDir(), id: "rath-x"}
 		if err := os.Mkdir(b.state(), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -94,7 +94,7 @@ type launch struct {
 	limits         string   // the trace's report of the limits set
 	info           *os.File // bwrap's --info-fd (fd 4), read for the sandbox's init
 	proxy          *netProxy
-	bundle         *bundle    // the gvisor backend's OCI bundle
+	oci            *ociBundle // the gvisor backend's OCI bundle
 	tmp            string     // the local command's home and temporary directory
 	files          []*os.File // every pipe end the run opened
 	began          time.Time
@@ -142,8 +142,8 @@ func (l *launch) release() {
 	if l.proxy != nil {
 		l.proxy.close()
 	}
-	if l.bundle != nil {
-		l.bundle.sweep()
+	if l.oci != nil {
+		l.oci.sweep()
 	}
 	if l.tmp != "" {
 		removeAll(l.tmp)
