@@ -11,3 +11,7 @@ func MoveClock(by time.Duration) (restore func()) {
 	clock = func() time.Time { return time.Now().Add(by) }
 	return func() { clock = time.Now }
 }
+
+// CallGroupParents are the directories that hold the calls' control
+// groups, one per hierarchy; none without cgroups.
+func CallGroupParents() []string { return cgroups().parents }

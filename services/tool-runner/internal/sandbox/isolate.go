@@ -199,15 +199,17 @@ type bind struct {
 
 // prepared is what one isolated run needs beyond a local run.
 type prepared struct {
-	args  []string     // bwrap and its arguments
-	stage []string     // host directories the helper stages, in order
-	spec  spawn.Limits // the helper's limits
+	args   []string     // bwrap and its arguments
+	stage  []string     // host directories the helper stages, in order
+	groups []string     // the cgroup.procs files the helper joins
+	spec   spawn.Limits // the helper's limits
 }
 
 // helper is the spawn helper's argv: its limits, the directories it stages,
 // then bwrap's command line and tail (the command).
 func (p *prepared) helper(tail ...string) []string {
-	return slices.Concat([]string{spawn.Arg0, p.spec.Encode()}, p.stage, p.args, tail)
+	p.spec.Cgroups = int64(len(p.groups))
+	return slices.Concat([]string{spawn.Arg0, p.spec.Encode()}, p.stage, p.groups, p.args, tail)
 }
 
 // prepare makes the workspace and the tenant's cache writable by the
@@ -347,7 +349,25 @@ func (l *Local) Contain(cmd *exec.Cmd, tenant string) error {
 		}
 	}
 	p.env(append(env, "HOME="+insideTmp, "TMPDIR="+insideTmp))
-	cmd.Args = p.helper(slices.Concat([]string{"--", cmd.Path}, cmd.Args[1:])...)
+	// The seccomp filter goes to bwrap as the descriptor after any the
+	// caller passes; fd 3, the helper's status pipe, is closed on exec
+	// whatever it is. The runner's copy of the pipe is closed when the
+	// garbage collector finalises it: cmd is the caller's to start.
+	f, err := sandboxFilter()
+	if err != nil {
+		return fmt.Errorf("contain %s: %w", cmd.Path, err)
+	}
+	sc, err := f.file()
+	if err != nil {
+		return fmt.Errorf("contain %s: %w", cmd.Path, err)
+	}
+	if len(cmd.ExtraFiles) == 0 {
+		cmd.ExtraFiles = []*os.File{nil}
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, sc)
+	fd := 2 + len(cmd.ExtraFiles)
+	p.spec.Keep = int64(fd)
+	cmd.Args = p.helper(slices.Concat([]string{"--seccomp", strconv.Itoa(fd), "--", cmd.Path}, cmd.Args[1:])...)
 	cmd.Path = l.helper
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + l.cfg.Path}

@@ -400,7 +400,7 @@ func TestIsolatedLimitsSayWhatStopped(t *testing.T) {
 			c.Limits.FileSize = 1 << 20
 		}), "s1", nil)
 		res := run(t, ws, sh("while :; do :; done"))
-		if !res.Killed || res.Stopped != "CPU-time limit 1s" {
+		if !res.Killed || res.Stopped != "CPU-time limit 1s of a process" {
 			t.Errorf("busy loop: %+v, want stopped by the CPU limit", res)
 		}
 		res = run(t, ws, sandbox.Cmd{Args: []string{"dd", "if=/dev/zero", "of=big", "bs=1M", "count=2"}})

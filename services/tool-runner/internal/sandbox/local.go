@@ -42,6 +42,16 @@ type Limits struct {
 	// Output caps what is kept of stdout and of stderr, in bytes each. The
 	// rest is read and counted, never buffered.
 	Output int64
+
+	// CallMemory, CallProcesses and CallCPU bound all of a command's
+	// processes together, through a control group of the call's own
+	// (cgroup.go), where the host has one for the runner: memory in bytes
+	// (resident, page cache and swap), processes at once, CPU time. Zero
+	// leaves one unlimited. Without cgroups they do not hold, and only the
+	// per-process limits above do: Result.Limits says which.
+	CallMemory    int64
+	CallProcesses int64
+	CallCPU       time.Duration
 }
 
 // Config configures the local backend.
@@ -74,6 +84,10 @@ type Config struct {
 	// helper even where the kernel lets the runner trace its commands,
 	// which saves each command the helper's start (trace.go).
 	NoTrace bool
+	// NoCgroup runs commands without a control group of their own even
+	// where the host has one for the runner: the call's limits as a whole
+	// (Limits.CallMemory, CallProcesses, CallCPU) do not hold then.
+	NoCgroup bool
 	// Limits bound every command.
 	Limits Limits
 	// Net is what the operator lets commands reach beyond public
@@ -93,6 +107,10 @@ func DefaultConfig() Config {
 			OpenFiles:  4096,
 			FileSize:   1 << 30,
 			Output:     1 << 20,
+
+			CallMemory:    4 << 30,
+			CallProcesses: 1024,
+			CallCPU:       30 * time.Minute,
 		},
 	}
 }
@@ -118,7 +136,7 @@ func (c Config) Validate() error {
 	if l.MaxTimeout < l.Timeout {
 		errs = append(errs, fmt.Errorf("maximum timeout %v is below the default timeout %v", l.MaxTimeout, l.Timeout))
 	}
-	if l.CPU < 0 || l.Memory < 0 || l.OpenFiles < 0 || l.FileSize < 0 {
+	if l.CPU < 0 || l.Memory < 0 || l.OpenFiles < 0 || l.FileSize < 0 || l.CallMemory < 0 || l.CallProcesses < 0 || l.CallCPU < 0 {
 		errs = append(errs, errors.New("resource limits must not be negative"))
 	}
 	if l.Output <= 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -60,6 +61,12 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	// The one cleanup of every exit, started or not.
 	defer l.release()
 	var err error
+	if l.cg, l.cgWhy, err = w.l.callGroup(); err != nil {
+		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	}
+	if l.cg != nil {
+		l.cgDesc = l.cg.describe()
+	}
 	switch {
 	case w.l.iso != nil:
 		err = w.isolated(l, c)
@@ -98,6 +105,13 @@ type launch struct {
 	tmp            string     // the local command's home and temporary directory
 	files          []*os.File // every pipe end the run opened
 	began          time.Time
+	// cg is the call's control group, nil without one (cgWhy says why);
+	// removed once the call has ended.
+	cg     *callGroup
+	cgDesc string // its part of Result.Limits
+	cgWhy  string
+	// filter describes the seccomp filter the command runs under, if any.
+	filter string
 }
 
 // errTraceRefused is returned by traced when the kernel refused the trace
@@ -134,8 +148,25 @@ func (l *launch) start() error {
 	return err
 }
 
-// release closes what the run opened and removes its directory.
+// callGroup makes a call's control group, or says why there is none.
+func (l *Local) callGroup() (*callGroup, string, error) {
+	if l.cfg.NoCgroup {
+		return nil, "no cgroup: turned off by the configuration", nil
+	}
+	h := cgroups()
+	if h.version == 0 {
+		return nil, "no cgroup: " + h.why, nil
+	}
+	g, err := h.newCallGroup(l.cfg.Limits)
+	return g, "", err
+}
+
+// release closes what the run opened and removes its directory and its
+// control group (wait removes the group of a run that started).
 func (l *launch) release() {
+	if l.cg != nil {
+		_ = l.cg.remove()
+	}
 	for _, f := range l.files {
 		f.Close()
 	}
@@ -192,11 +223,25 @@ func (w *localWorkspace) isolated(l *launch, c Cmd) error {
 		return err
 	}
 	p.env(env)
-	p.spec.Keep = 4 // bwrap's --info-fd
+	p.spec.Keep = 5 // bwrap's --info-fd and --seccomp
 	if l.info, err = l.pipe(); err != nil {
 		return err
 	}
-	l.cmd.Args = p.helper(slices.Concat([]string{"--info-fd", "4", "--"}, argv)...)
+	f, err := sandboxFilter()
+	if err != nil {
+		return err
+	}
+	sc, err := f.file()
+	if err != nil {
+		return err
+	}
+	l.files = append(l.files, sc)
+	l.cmd.ExtraFiles = append(l.cmd.ExtraFiles, sc)
+	l.filter = f.summary
+	if l.cg != nil {
+		p.groups = l.cg.procs()
+	}
+	l.cmd.Args = p.helper(slices.Concat([]string{"--info-fd", "4", "--seccomp", "5", "--"}, argv)...)
 	l.cmd.Dir = "/"
 	l.cmd.Env = []string{"PATH=" + w.l.cfg.Path} // bwrap's own; the command's is set by --setenv
 	if iso.root {
@@ -215,7 +260,13 @@ func (w *localWorkspace) helped(l *launch, c Cmd) error {
 	if err := w.local(l); err != nil {
 		return err
 	}
-	l.cmd.Args = append([]string{spawn.Arg0, newRlimits(w.l.cfg.Limits).Encode()}, c.Args...)
+	spec := newRlimits(w.l.cfg.Limits)
+	var groups []string
+	if l.cg != nil {
+		groups = l.cg.procs()
+		spec.Cgroups = int64(len(groups))
+	}
+	l.cmd.Args = slices.Concat([]string{spawn.Arg0, spec.Encode()}, groups, c.Args)
 	return l.start()
 }
 
@@ -231,7 +282,11 @@ func (w *localWorkspace) traced(l *launch, c Cmd) error {
 	}
 	l.cmd.Path, l.cmd.Args = path, c.Args
 	l.began = time.Now()
-	l.limits, err = startTraced(l.cmd, newRlimits(w.l.cfg.Limits))
+	var join func(int) error
+	if l.cg != nil {
+		join = l.cg.join
+	}
+	l.limits, err = startTraced(l.cmd, newRlimits(w.l.cfg.Limits), join)
 	var pathErr *fs.PathError
 	if !errors.As(err, &pathErr) || pathErr.Op != "fork/exec" {
 		return err
@@ -290,26 +345,54 @@ func (w *localWorkspace) wait(ctx context.Context, l *launch, timeout time.Durat
 
 	var res Result
 	var ctxErr, waitErr error
+	var cpuOver bool
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	select {
-	case waitErr = <-exited:
-	case <-timer.C:
-		res.TimedOut = true
-		killGroup(pid)
-		waitErr = <-exited
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		killGroup(pid)
-		waitErr = <-exited
+	check := l.cpuCheck()
+	defer check.Stop()
+wait:
+	for {
+		select {
+		case waitErr = <-exited:
+		case <-timer.C:
+			res.TimedOut = true
+			killGroup(pid)
+			waitErr = <-exited
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+			killGroup(pid)
+			waitErr = <-exited
+		case <-check.C:
+			if !l.cpuOver(check) {
+				continue
+			}
+			cpuOver = true
+			l.cg.kill()
+			killGroup(pid)
+			waitErr = <-exited
+		}
+		break wait
 	}
 	// The leader has exited but is not reaped yet, so its pid, which is the
 	// group's ID, cannot be reused: this kill reaches only this run's
 	// stragglers.
 	killGroup(pid)
+	if l.cg != nil {
+		// A process that left the group (setsid, a daemon) is still in
+		// the call's control group.
+		l.cg.kill()
+	}
 	waitSandbox(l.info, inner)
 	err := l.cmd.Wait()
 	res.Duration = time.Since(l.began)
+	var used *groupUsage
+	var removeErr error
+	if l.cg != nil {
+		u := l.cg.usage()
+		used = &u
+		removeErr = l.cg.remove()
+		l.cg = nil
+	}
 	if l.proxy != nil {
 		res.Network = l.proxy.close()
 	}
@@ -320,7 +403,10 @@ func (w *localWorkspace) wait(ctx context.Context, l *launch, timeout time.Durat
 	if err != nil && !errors.As(err, &exitErr) && !errors.Is(err, exec.ErrWaitDelay) {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 	}
-	w.ended(&res, l, <-status, timeout)
+	w.ended(&res, l, <-status, timeout, used, cpuOver)
+	if removeErr != nil {
+		res.Limits += " (" + removeErr.Error() + ")"
+	}
 	if ctxErr != nil {
 		return res, fmt.Errorf("run in %s: %w", w.id, ctxErr)
 	}
@@ -329,7 +415,7 @@ func (w *localWorkspace) wait(ctx context.Context, l *launch, timeout time.Durat
 
 // ended fills in how the reaped command ended, its output, and the limits
 // it ran under as the helper or the trace reported them (status).
-func (w *localWorkspace) ended(res *Result, l *launch, status string, timeout time.Duration) {
+func (w *localWorkspace) ended(res *Result, l *launch, status string, timeout time.Duration, used *groupUsage, cpuOver bool) {
 	ws, _ := l.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
@@ -351,7 +437,15 @@ func (w *localWorkspace) ended(res *Result, l *launch, status string, timeout ti
 	} else {
 		res.Limits += " rlimits=unknown (the helper ended before applying them)"
 	}
-	res.Stopped = stoppedBy(*res, timeout, w.l.cfg.Limits.CPU)
+	if used != nil {
+		res.Limits += " " + l.cgDesc
+	} else if l.cgWhy != "" {
+		res.Limits += " call-limits=none (" + l.cgWhy + ")"
+	}
+	if l.filter != "" {
+		res.Limits += " " + l.filter
+	}
+	res.Stopped = stoppedBy(*res, timeout, w.l.cfg.Limits, used, cpuOver)
 }
 
 // notStarted is the result of a command that could not be started (not
@@ -363,24 +457,61 @@ func notStarted(err error, timeout time.Duration) Result {
 }
 
 // stoppedBy names the limit that ended a run, when the run's outcome says
-// so for certain: the wall-time limit, the CPU limit (SIGXCPU, sent at the
-// soft limit a second before the hard one's SIGKILL), the file-size limit
-// (SIGXFSZ). The process
-// and memory limits make the command's own fork or allocation fail (EAGAIN,
-// ENOMEM), which it reports on stderr as it sees fit.
-func stoppedBy(res Result, timeout, cpu time.Duration) string {
+// so for certain: the wall-time limit, the call's CPU-time limit (the
+// runner killed the call's group), the process's CPU limit (SIGXCPU, sent
+// at the soft limit a second before the hard one's SIGKILL), the
+// file-size limit (SIGXFSZ), and, for a run that failed, the call's memory
+// limit when the kernel killed one of its processes at it (the group's
+// oom_kill count) and the call's process limit when it refused a fork (the
+// group's pids.events). Without a group (used nil), the process and memory
+// limits make the command's own fork or allocation fail (EAGAIN, ENOMEM),
+// which it reports on stderr as it sees fit.
+func stoppedBy(res Result, timeout time.Duration, lim Limits, used *groupUsage, cpuOver bool) string {
 	code := res.ExitCode - 128
+	failed := res.Killed || res.ExitCode != 0
 	switch {
 	case res.TimedOut:
 		return "wall-time limit " + timeout.String()
+	case cpuOver:
+		return fmt.Sprintf("CPU-time limit %s of the call (its processes together used %s)", lim.CallCPU, used.cpu.Round(time.Millisecond))
+	case failed && used != nil && used.oomKills > 0:
+		return fmt.Sprintf("memory limit %d bytes of the call (the kernel killed %d of its processes at it)", lim.CallMemory, used.oomKills)
+	case failed && used != nil && used.forksRefused > 0:
+		return fmt.Sprintf("process limit %d of the call (%d forks refused)", lim.CallProcesses, used.forksRefused)
 	case !res.Killed:
 		return ""
 	case code == int(syscall.SIGXCPU):
-		return "CPU-time limit " + cpu.String()
+		return "CPU-time limit " + lim.CPU.String() + " of a process"
 	case code == int(syscall.SIGXFSZ):
 		return "file-size limit"
 	}
 	return "signal " + syscall.Signal(code).String()
+}
+
+// cpuCheck is the timer that checks the call's CPU time: first at once,
+// then as cpuOver resets it. It never fires without a group or a limit.
+func (l *launch) cpuCheck() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	if l.cg != nil && l.cg.lim.CallCPU > 0 {
+		t.Reset(0)
+	}
+	return t
+}
+
+// cpuOver reports whether the call's processes have used its CPU time,
+// and otherwise sets t to check again when they could have at the
+// earliest (the time left spread over every CPU), or in a second: a call
+// overruns its limit by at most a second of every CPU's time.
+func (l *launch) cpuOver(t *time.Timer) bool {
+	used, err := l.cg.cpu()
+	left := l.cg.lim.CallCPU - used
+	if err == nil && left <= 0 {
+		return true
+	}
+	next := min(max(left/time.Duration(runtime.NumCPU()), 10*time.Millisecond), time.Second)
+	t.Reset(next)
+	return false
 }
 
 // capture keeps the first limit bytes written to it and counts the rest. It

@@ -122,8 +122,10 @@ type Result struct {
 	// Duration is the wall-clock time of the run.
 	Duration time.Duration
 	// Stopped names the limit that ended the command, when its outcome
-	// says so for certain ("wall-time limit 2m0s", "CPU-time limit 10m0s",
-	// "file-size limit"), or the signal that killed it; empty otherwise.
+	// says so for certain ("wall-time limit 2m0s", "CPU-time limit 10m0s
+	// of a process", "CPU-time limit 30m0s of the call …", "memory limit
+	// … of the call …", "process limit … of the call …", "file-size
+	// limit"), or the signal that killed it; empty otherwise.
 	Stopped string
 	// Limits describes the limits the command ran under, including any that
 	// could not be applied.

@@ -66,7 +66,7 @@ func (l *Local) probeTrace() error {
 	}
 	cmd := &exec.Cmd{Path: path, Args: []string{"true"}, Env: env, Dir: "/",
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	if _, err := startTraced(cmd, spawn.Limits{}); err != nil {
+	if _, err := startTraced(cmd, spawn.Limits{}, nil); err != nil {
 		return err
 	}
 	if err := cmd.Wait(); err != nil {
@@ -75,11 +75,12 @@ func (l *Local) probeTrace() error {
 	return nil
 }
 
-// startTraced starts cmd stopped after its execve, sets the limits r on it
-// and lets it run. It returns the limits' report, as the helper writes it
+// startTraced starts cmd stopped after its execve, sets the limits r on it,
+// moves it into the call's control group with join (when not nil: it has
+// started nothing yet) and lets it run. It returns the limits' report, as the helper writes it
 // on its status pipe. On an error the command is not running: it was never
 // started, or it was killed and waited for.
-func startTraced(cmd *exec.Cmd, r spawn.Limits) (string, error) {
+func startTraced(cmd *exec.Cmd, r spawn.Limits, join func(pid int) error) (string, error) {
 	cmd.SysProcAttr.Ptrace = true
 	// ptrace requests must come from the thread that started the tracee.
 	runtime.LockOSThread()
@@ -108,6 +109,11 @@ func startTraced(cmd *exec.Cmd, r spawn.Limits) (string, error) {
 		// Killed before its stop: reaped above, so Wait cannot tell.
 		_ = cmd.Wait()
 		return "", fmt.Errorf("%s ended before its limits were set (%s)", cmd.Args[0], describe(ws))
+	}
+	if join != nil {
+		if err := join(pid); err != nil {
+			return abandon(err)
+		}
 	}
 	report := spawn.Apply(pid, r)
 	as, asReport := spawn.AddressSpace(pid, r.AS)

@@ -3,7 +3,7 @@
 // the directories an isolated run shows, becomes the sandbox user, and
 // executes the command (ADR 0009, ADR 0019):
 //
-//	/proc/self/exe  argv[0]=rath-sandbox-exec  argv[1]=<limits>  argv[2:]=[dirs…] command
+//	/proc/self/exe  argv[0]=rath-sandbox-exec  argv[1]=<limits>  argv[2:]=[dirs…] [cgroups…] command
 //
 // It runs from this package's init, before the binary's other packages are
 // initialised: it imports nothing but runtime, syscall and unsafe, so Go
@@ -57,6 +57,12 @@ type Limits struct {
 	// the user it becomes.
 	Binds    int64
 	UID, GID int64
+	// Cgroups is the number of cgroup.procs files, given after the
+	// directories, that the helper writes itself into first, before it
+	// drops its privileges or starts anything: the call's control group
+	// (one file a hierarchy), which every process of the command is then
+	// born into.
+	Cgroups int64
 	// Keep is the highest file descriptor the command inherits (3 by
 	// default: the status pipe, closed on exec); every one above it that
 	// the runner's process held is closed on exec, so nothing it was
@@ -67,18 +73,18 @@ type Limits struct {
 // Encode is the helper's argv[1].
 func (l Limits) Encode() string {
 	var parts []string
-	for i, v := range []int64{l.CPU, l.AS, l.NoFile, l.FSize, l.NProc, l.Binds, l.UID, l.GID, l.Keep} {
+	for i, v := range []int64{l.CPU, l.AS, l.NoFile, l.FSize, l.NProc, l.Binds, l.UID, l.GID, l.Keep, l.Cgroups} {
 		parts = append(parts, names[i]+"="+itoa(v))
 	}
 	return join(parts, ",")
 }
 
-var names = []string{"cpu", "as", "nofile", "fsize", "nproc", "binds", "uid", "gid", "keep"}
+var names = []string{"cpu", "as", "nofile", "fsize", "nproc", "binds", "uid", "gid", "keep", "cgroups"}
 
 // Decode reads Encode's form.
 func Decode(s string) (Limits, error) {
 	var l Limits
-	fields := []*int64{&l.CPU, &l.AS, &l.NoFile, &l.FSize, &l.NProc, &l.Binds, &l.UID, &l.GID, &l.Keep}
+	fields := []*int64{&l.CPU, &l.AS, &l.NoFile, &l.FSize, &l.NProc, &l.Binds, &l.UID, &l.GID, &l.Keep, &l.Cgroups}
 	for _, kv := range split(s, ',') {
 		k, v, _ := cut(kv, '=')
 		n, ok := atoi(v)
@@ -167,10 +173,17 @@ func run(spec string, argv []string) {
 		fail(err.Error())
 	}
 	closeOnExecAbove(max(r.Keep, StatusFD))
-	if r.Binds >= int64(len(argv)) {
-		fail(itoa(r.Binds) + " directories to stage and no command")
+	if r.Binds+r.Cgroups >= int64(len(argv)) {
+		fail(itoa(r.Binds) + " directories to stage, " + itoa(r.Cgroups) + " cgroups and no command")
 	}
-	dirs, argv := argv[:r.Binds], argv[r.Binds:]
+	dirs, groups, argv := argv[:r.Binds], argv[r.Binds:r.Binds+r.Cgroups], argv[r.Binds+r.Cgroups:]
+	// The call's control group first: nothing this process starts, nor
+	// the command it becomes, is ever outside it.
+	for _, g := range groups {
+		if err := joinCgroup(g); err != nil {
+			fail(err.Error())
+		}
+	}
 	env := syscall.Environ()
 	// Resolve and encode everything before the limits are set: with a low
 	// address-space limit, this process may not be able to grow its heap.
@@ -351,6 +364,19 @@ func LookPath(name string, env []string, cwd string) (string, error) {
 		}
 	}
 	return "", errorString("exec: " + quote(name) + ": executable file not found in $PATH")
+}
+
+// joinCgroup writes this process into a cgroup.procs file.
+func joinCgroup(procs string) error {
+	fd, err := syscall.Open(procs, syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return errorString("join cgroup: open " + procs + ": " + err.Error())
+	}
+	defer syscall.Close(fd)
+	if _, err := syscall.Write(fd, []byte("0")); err != nil {
+		return errorString("join cgroup: write " + procs + ": " + err.Error())
+	}
+	return nil
 }
 
 // stage mounts the directories dirs at StagePath(i) and becomes the sandbox

@@ -13,7 +13,7 @@ func TestConstants(t *testing.T) {
 }
 
 func TestLimitsRoundTrip(t *testing.T) {
-	l := Limits{CPU: 1, AS: 2, NoFile: 3, FSize: 4, NProc: 5, Binds: 6, UID: 7, GID: 8}
+	l := Limits{CPU: 1, AS: 2, NoFile: 3, FSize: 4, NProc: 5, Binds: 6, UID: 7, GID: 8, Keep: 9, Cgroups: 10}
 	got, err := Decode(l.Encode())
 	if err != nil || got != l {
 		t.Fatalf("Decode(%q) = %+v, %v", l.Encode(), got, err)
