@@ -146,6 +146,7 @@ var examples = map[string]any{
 		CommitBefore: "4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
 		CommitAfter:  "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678",
 		Sandbox:      &events.Sandbox{Backend: "docker", SandboxID: "sbx-7f3a2c", Pool: "gpu"},
+		Limits:       "timeout=2m0s cpu=600s nofile=4096 fsize=1073741824B nproc=256 as=8589934592B call-memory=4294967296B call-processes=1024 call-cpu=30m0s (the call's processes together, cgroup v1 rath-calls/812-3) seccomp=48-calls-denied",
 		Correction:   true,
 	},
 	events.TypeToolFailed: events.ToolFailed{

@@ -298,6 +298,11 @@ type ToolCompleted struct {
 	CommitBefore string   `json:"commit_before,omitempty"`
 	CommitAfter  string   `json:"commit_after,omitempty"`
 	Sandbox      *Sandbox `json:"sandbox,omitempty"`
+	// Limits are the limits the call's command ran under, as its sandbox
+	// reported them: each process's, the call's as a whole (a control
+	// group's memory, processes and CPU time, or why there were none) and
+	// the system-call filter. Empty for a call that ran no command.
+	Limits string `json:"limits,omitempty"`
 	// Correction marks a result a person provided in place of the tool's
 	// (`rath fork --tool-result`): nothing ran, and the event's actor is
 	// who wrote it.

@@ -278,7 +278,7 @@ func (r *Runner) runCall(ctx context.Context, ev events.Stored, req *events.Tool
 		then = append(then, evidence.Event{What: "experiment", Data: experimentOf(req, out, after)})
 	}
 	return e.Complete(ctx, &events.ToolCompleted{ExitCode: out.ExitCode, DurationMS: dur.Milliseconds(),
-		CommitBefore: before, CommitAfter: after, Sandbox: sb}, out.Result, diff, then...)
+		CommitBefore: before, CommitAfter: after, Sandbox: sb, Limits: out.Limits}, out.Result, diff, then...)
 }
 
 // todo runs a todo call on the session's open work, without a workspace:

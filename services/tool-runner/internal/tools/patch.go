@@ -62,6 +62,7 @@ func applyPatch(ctx context.Context, ws sandbox.Workspace, raw json.RawMessage) 
 		Stderr:    res.Stderr,
 		Truncated: res.Truncated,
 		Duration:  res.Duration,
+		Limits:    res.Limits,
 	}
 	if res.ExitCode != 0 {
 		out.Result = fmt.Sprintf("the patch does not apply; nothing was changed (git apply exit code %d):\n%s", res.ExitCode, strings.TrimSpace(res.Stderr))

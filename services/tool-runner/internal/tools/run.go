@@ -55,6 +55,7 @@ func runArgv(ctx context.Context, ws sandbox.Workspace, tool string, argv []stri
 		Stderr:    res.Stderr,
 		Truncated: res.Truncated,
 		Duration:  res.Duration,
+		Limits:    res.Limits,
 	}, nil
 }
 

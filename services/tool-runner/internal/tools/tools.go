@@ -52,6 +52,10 @@ type Output struct {
 	Truncated bool
 	// Duration is the wall-clock time of the call.
 	Duration time.Duration
+	// Limits are the limits the call's command ran under
+	// (sandbox.Result.Limits), for its evidence; empty for a tool that ran
+	// none.
+	Limits string
 }
 
 // ErrUnknownTool is wrapped by Call's error for a tool name it does not know.
