@@ -150,6 +150,12 @@ func writeDoctor(w io.Writer, s toolrunner.Sandboxes) {
 		if b.Limits != "" && b.Limits != "ptrace" && b.Limits != "helper" {
 			fmt.Fprintf(w, "         limits: %s\n", b.Limits)
 		}
+		if b.CallLimits != "" {
+			fmt.Fprintf(w, "         call limits: %s\n", b.CallLimits)
+		}
+		if b.Filter != "" {
+			fmt.Fprintf(w, "         filter: %s\n", b.Filter)
+		}
 		if b.Development {
 			fmt.Fprintf(w, "         isolation: %s: for development only, commands run as the runner's user on this host\n", b.Isolation)
 		} else {

@@ -28,6 +28,10 @@ func main() {
 	flag.Int64Var(&cfg.States.MaxBytes, "state-cache-bytes", cfg.States.MaxBytes, "approximate bytes of folded session states kept in memory")
 	flag.DurationVar(&cfg.Sandbox.Limits.Timeout, "timeout", cfg.Sandbox.Limits.Timeout, "default wall-clock limit of a command")
 	flag.Int64Var(&cfg.Sandbox.Limits.Memory, "memory", cfg.Sandbox.Limits.Memory, "address-space limit of a command in bytes (0: none)")
+	flag.Int64Var(&cfg.Sandbox.Limits.CallMemory, "call-memory", cfg.Sandbox.Limits.CallMemory, "memory limit of a call's processes together in bytes, in a control group of the call's own (0: none)")
+	flag.Int64Var(&cfg.Sandbox.Limits.CallProcesses, "call-processes", cfg.Sandbox.Limits.CallProcesses, "process limit of a call, all its processes at once, in its control group (0: none)")
+	flag.DurationVar(&cfg.Sandbox.Limits.CallCPU, "call-cpu", cfg.Sandbox.Limits.CallCPU, "CPU-time limit of a call's processes together, in its control group (0: none)")
+	flag.BoolVar(&cfg.Sandbox.NoCgroup, "no-cgroup", false, "run commands without a control group of the call's own: only each process's limits hold")
 	passEnv := flag.String("pass-env", strings.Join(service.PassEnvDefault, ","), "environment variables passed to sandboxed commands")
 	daemon.Main("tool-runner", auth.RoleToolRunner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		return service.Run(ctx, nc, cfg, log)

@@ -484,12 +484,26 @@ func TestIsolationNamesTheHostUser(t *testing.T) {
 	}
 	r := setupWith(t, backendWorkflow("bwrap"), sandboxUIDs, allowLocal)
 	r.startWith(t, "i1", nil)
-	if done := r.ok(t, "i1", "c1", "plain", "run", `{"command":["sh","-c","echo x > made-inside"]}`); done == nil || done.ExitCode != 0 {
+	done := r.ok(t, "i1", "c1", "plain", "run", `{"command":["sh","-c","echo x > made-inside"]}`)
+	if done == nil || done.ExitCode != 0 {
 		t.Fatalf("run %+v", done)
+	}
+	// The call's evidence names every limit it ran under: its processes',
+	// its own as a whole (a control group: the runner is root) and the
+	// system-call filter.
+	for _, want := range []string{"nproc=256", "call-memory=", "call-processes=", "call-cpu=", "cgroup v", "seccomp="} {
+		if !strings.Contains(done.Limits, want) {
+			t.Errorf("the completion's limits %q do not name %s", done.Limits, want)
+		}
 	}
 	p := r.placements(t, "i1")
 	if len(p) != 1 {
 		t.Fatalf("placements %+v", p)
+	}
+	for _, want := range []string{"per call, all its processes together (cgroup v", "seccomp filter: "} {
+		if !strings.Contains(p[0].Isolation, want) {
+			t.Errorf("the placement's isolation %q does not say %q", p[0].Isolation, want)
+		}
 	}
 	fi, err := os.Stat(filepath.Join(p[0].Workspace, "made-inside"))
 	if err != nil {
@@ -517,6 +531,9 @@ func TestCheckSandboxes(t *testing.T) {
 	for _, b := range s.Backends {
 		if !b.Works || b.Why != "" || b.Development != (b.Name == "local") || b.Isolation == "" {
 			t.Errorf("backend %+v", b)
+		}
+		if !strings.HasPrefix(b.CallLimits, "cgroup v") || (b.Filter != "") != (b.Name == "bwrap") {
+			t.Errorf("backend %s holds a call's limits by %q, filters by %q; want a control group (the tests run as root) and bwrap's filter", b.Name, b.CallLimits, b.Filter)
 		}
 	}
 

@@ -52,6 +52,14 @@ type SandboxStatus struct {
 	// (the runner, on the command stopped after its execve) or "helper"
 	// (the spawn helper, before it), with why not ptrace.
 	Limits string `json:"limits,omitempty"`
+	// CallLimits is how the backend holds a call's limits as a whole
+	// (memory, processes and CPU time of all its processes together): in
+	// a control group of the call's own, cgroup v2 or v1, or "none: " and
+	// why, where each process has only its rlimits.
+	CallLimits string `json:"call_limits,omitempty"`
+	// Filter is the system-call filter the backend's commands run under;
+	// empty for none.
+	Filter string `json:"filter,omitempty"`
 }
 
 // Sandboxes is the tool runner's sandbox backends on this machine and the
@@ -119,6 +127,8 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 				err = b.Probe(pctx)
 				cancel()
 				st.Limits = b.LimitsBy()
+				st.CallLimits = b.CallLimitsBy()
+				st.Filter = b.Filter()
 			}
 			if err != nil {
 				st.Why = err.Error()
@@ -260,6 +270,9 @@ func bwrapIsolation(lim sandbox.Limits, iso sandbox.Isolation, b *sandbox.Local)
 			"uid 1000 inside, " + user,
 			fmt.Sprintf("nproc %d, /tmp %s, %s", iso.Processes, size(iso.TmpSize), limits(lim)),
 		}
+		if b != nil {
+			parts = append(parts, callLimits(lim, b.CallLimitsBy()), b.Filter())
+		}
 		return strings.Join(parts, "; ")
 	}
 }
@@ -278,6 +291,29 @@ func limits(l sandbox.Limits) string {
 	add("open files", l.OpenFiles, fmt.Sprint(l.OpenFiles))
 	add("file size", l.FileSize, size(l.FileSize))
 	return strings.Join(out, ", ")
+}
+
+// callLimits describes the limits of a call as a whole, held by by (the
+// backend's CallLimitsBy).
+func callLimits(l sandbox.Limits, by string) string {
+	if why, ok := strings.CutPrefix(by, "none: "); ok {
+		return "no per-call limits (" + why + ")"
+	}
+	var out []string
+	if l.CallMemory > 0 {
+		out = append(out, "memory "+size(l.CallMemory))
+	}
+	if l.CallProcesses > 0 {
+		out = append(out, fmt.Sprintf("%d processes", l.CallProcesses))
+	}
+	if l.CallCPU > 0 {
+		out = append(out, "CPU "+l.CallCPU.String())
+	}
+	if len(out) == 0 {
+		return "no per-call limits (none configured)"
+	}
+	kind, _, _ := strings.Cut(by, " (")
+	return "per call, all its processes together (" + kind + "): " + strings.Join(out, ", ")
 }
 
 // size prints a byte count in the largest binary unit that divides it.

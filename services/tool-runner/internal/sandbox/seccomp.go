@@ -63,8 +63,9 @@ var personalities = []uint64{0, 0x8, 0x20000, 0x20008, 0xffffffff}
 // seccompFilter is the compiled filter, as bwrap reads it: struct
 // sock_filter instructions in the machine's byte order.
 type seccompFilter struct {
-	prog    []byte
-	summary string // for Result.Limits
+	prog     []byte
+	summary  string // for Result.Limits
+	describe string // for a placement's isolation
 }
 
 var (
@@ -126,7 +127,21 @@ func compileFilter() (seccompFilter, error) {
 		prog = binary.NativeEndian.AppendUint32(prog, in.K)
 	}
 	n := len(deniedCalls) + 3 // and clone with namespace flags, personality, clone3
-	return seccompFilter{prog: prog, summary: fmt.Sprintf("seccomp=%d-calls-denied", n)}, nil
+	return seccompFilter{prog: prog, summary: fmt.Sprintf("seccomp=%d-calls-denied", n),
+		describe: fmt.Sprintf("seccomp filter: %d system calls denied with EPERM (ptrace, mount, unshare and namespace clones, keyrings, bpf, io_uring, modules…), 32-bit calls refused", n)}, nil
+}
+
+// Filter describes the system-call filter the backend's commands run
+// under, empty for none (the local backend).
+func (l *Local) Filter() string {
+	if l.iso == nil {
+		return ""
+	}
+	f, err := sandboxFilter()
+	if err != nil {
+		return "no seccomp filter: " + err.Error()
+	}
+	return f.describe
 }
 
 // file returns the filter as the read end of a pipe, for bwrap's
