@@ -442,23 +442,33 @@ func readKey(path, key string) (int64, error) {
 
 // kill kills every process in the group: at once through cgroup.kill
 // where the kernel has it (v2, Linux 5.14), else each pid the group lists,
-// until it lists none. A process forking meanwhile is bounded by the
-// group's process limit, and each round kills what it forked.
+// again while a round finds one it had not killed (a process forking
+// meanwhile is bounded by the group's process limit). A killed process is
+// listed until it has exited: it is not killed again, so the rounds end
+// as soon as nothing new appears rather than spinning until the kernel
+// has finished the exits.
 func (g *callGroup) kill() {
 	if g.version == 2 {
 		if os.WriteFile(filepath.Join(g.dirs[0], "cgroup.kill"), []byte("1"), 0) == nil {
 			return
 		}
 	}
+	killed := map[int]bool{}
 	for range 1000 {
 		b, err := os.ReadFile(filepath.Join(g.pidsDir(), "cgroup.procs"))
-		if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		if err != nil {
 			return
 		}
+		fresh := false
 		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 && !killed[pid] {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
+				killed[pid] = true
+				fresh = true
 			}
+		}
+		if !fresh {
+			return
 		}
 	}
 }
