@@ -197,14 +197,22 @@ func setupV1(mounts []cgroupMount, own map[string]string) (cgroupHost, error) {
 	return h, nil
 }
 
-// removeStale removes the empty groups a runner that crashed left in dir;
-// a group that still has processes stays (it may be another runner's).
+// removeStale removes the groups a runner that has ended left in dir
+// (named "<its pid>-<n>"): another runner's, which may be empty between its
+// making and its command joining it, stay, and so does a group that still
+// has processes (rmdir refuses it).
 func removeStale(dir string) {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if e.IsDir() {
-			_ = syscall.Rmdir(filepath.Join(dir, e.Name()))
+		pid, _, ok := strings.Cut(e.Name(), "-")
+		n, err := strconv.Atoi(pid)
+		if !e.IsDir() || !ok || err != nil || n <= 0 {
+			continue
 		}
+		if n != os.Getpid() && syscall.Kill(n, 0) != syscall.ESRCH {
+			continue // its runner is alive
+		}
+		_ = syscall.Rmdir(filepath.Join(dir, e.Name()))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,31 @@ func TestFindCgroupsV2(t *testing.T) {
 	}
 	if d := g.describe(); !strings.Contains(d, "call-memory=1048576B call-processes=7 call-cpu=1s (the call's processes together, cgroup v2 rath-calls/") {
 		t.Errorf("describe = %q", d)
+	}
+}
+
+// TestRemoveStale: the groups of a runner that has ended are removed, a
+// live runner's are not, even empty (its command may not have joined yet),
+// and names that are not groups of a runner are left alone.
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	// 4194304 is the largest pid_max the kernel allows, and pids stay below
+	// pid_max: no process has it.
+	for _, name := range []string{"4194304-1", strconv.Itoa(os.Getppid()) + "-7", "rath-runner", "x-1", "-1", "12"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeStale(dir)
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{"-1", "12", strconv.Itoa(os.Getppid()) + "-7", "rath-runner", "x-1"}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
 	}
 }
 
