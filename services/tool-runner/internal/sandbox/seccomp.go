@@ -55,10 +55,14 @@ var deniedCalls = []string{
 const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWTIME
 
-// personalities are the personality(2) values a command may set (the ones
-// Docker's default profile allows: Linux, its 32-bit variant, and queries);
-// any other (ADDR_NO_RANDOMIZE turns address randomisation off) is refused.
-var personalities = []uint64{0, 0x8, 0x20000, 0x20008, 0xffffffff}
+// personalities are the personality(2) values a command may set: the
+// ones Docker's default profile allows (Linux, its 32-bit variant, and the
+// query), and ADDR_NO_RANDOMIZE, with which the race detector and the
+// sanitizers re-execute themselves where the kernel randomises mappings
+// more than their memory layout allows (it weakens the command's own
+// defences, not the sandbox). Any other (READ_IMPLIES_EXEC, which makes
+// every readable mapping executable) is refused.
+var personalities = []uint64{0, 0x8, 0x20000, 0x20008, 0x0040000, 0xffffffff}
 
 // seccompFilter is the compiled filter, as bwrap reads it: struct
 // sock_filter instructions in the machine's byte order.

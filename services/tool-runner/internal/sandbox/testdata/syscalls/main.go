@@ -36,7 +36,7 @@ var calls = map[string]func() error{
 		return errno(e)
 	},
 	"personality": func() error {
-		_, _, e := unix.Syscall(unix.SYS_PERSONALITY, 0x0040000, 0, 0) // ADDR_NO_RANDOMIZE
+		_, _, e := unix.Syscall(unix.SYS_PERSONALITY, 0x0400000, 0, 0) // READ_IMPLIES_EXEC
 		return errno(e)
 	},
 	// ptrace attaches to a sibling it starts: a process of the same user,
