@@ -198,9 +198,10 @@ func setupV1(mounts []cgroupMount, own map[string]string) (cgroupHost, error) {
 }
 
 // removeStale removes the groups a runner that has ended left in dir
-// (named "<its pid>-<n>"): another runner's, which may be empty between its
-// making and its command joining it, stay, and so does a group that still
-// has processes (rmdir refuses it).
+// (named "<its pid>-<n>"), killing first what is left in them: the calls
+// of a runner that crashed. Another runner's stay, even empty (its
+// command may not have joined yet). A group whose processes take a while
+// to exit stays too (rmdir refuses it), until the next runner's start.
 func removeStale(dir string) {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -212,7 +213,9 @@ func removeStale(dir string) {
 		if n != os.Getpid() && syscall.Kill(n, 0) != syscall.ESRCH {
 			continue // its runner is alive
 		}
-		_ = syscall.Rmdir(filepath.Join(dir, e.Name()))
+		g := &callGroup{dirs: []string{filepath.Join(dir, e.Name())}}
+		g.kill()
+		_ = syscall.Rmdir(g.dirs[0])
 	}
 }
 

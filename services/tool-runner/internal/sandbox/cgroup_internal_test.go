@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,6 +80,38 @@ func TestRemoveStale(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(left, want) {
 		t.Errorf("left %v, want %v", left, want)
+	}
+}
+
+// TestRemoveStaleKills: what a crashed runner's call left running in its
+// group is killed, and the group removed.
+func TestRemoveStaleKills(t *testing.T) {
+	h := cgroups()
+	if h.version == 0 {
+		t.Fatalf("no control group for a call here (%s): run the tests as root on cgroup v1 or with a delegated cgroup v2", h.why)
+	}
+	parent := h.parents[len(h.parents)-1]
+	dir := filepath.Join(parent, "4194304-1") // no process has this pid: the runner has ended
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Rmdir(dir) })
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	removeStale(parent)
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the stale group's process ended with %v, want killed", err)
+	}
+	removeStale(parent) // the first may have found it still exiting
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the stale group is still there: %v", err)
 	}
 }
 
