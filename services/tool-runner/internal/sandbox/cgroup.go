@@ -18,7 +18,7 @@ import (
 
 // A call's limits as a whole (Limits.CallMemory, CallProcesses, CallCPU)
 // hold for every process the command starts, together, through a control
-// group of its own (ADR 0040): the command's first process (the spawn
+// group of its own (ADR 0043): the command's first process (the spawn
 // helper, or the traced command while it is stopped after its execve)
 // joins the group before it can start another, so no process of the call
 // is ever outside it. The runner reads the group's counters to name the
