@@ -502,6 +502,9 @@ func chownTree(dir string, uid int, dirsOnly bool) error {
 const probeTenant = "rath-probe"
 
 func (l *Local) Probe(ctx context.Context) error {
+	if l.remote != nil {
+		return l.remote.probe(ctx)
+	}
 	if l.iso == nil {
 		return nil
 	}

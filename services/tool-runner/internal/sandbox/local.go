@@ -149,6 +149,7 @@ func (c Config) Validate() error {
 type Local struct {
 	name    string     // BackendLocal or BackendBwrap
 	iso     *isolation // nil for the local backend
+	remote  *remote    // non-nil for the remote backend (remote.go)
 	cfg     Config
 	root    string // cfg.Root, absolute and free of symbolic links
 	host    string

@@ -28,6 +28,9 @@ import (
 // jobs, daemons) is killed too, so a run leaves no process behind except one
 // that moved itself to another group or session.
 func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
+	if w.l.remote != nil {
+		return w.runRemote(ctx, c)
+	}
 	return w.run(ctx, c, w.l.iso == nil && w.l.traces())
 }
 
