@@ -55,6 +55,15 @@ func sandboxFlag(cmd *cobra.Command, backend *string) {
 		" (bwrap where it works here, else local with a warning), "+strings.Join(events.Backends(), " or "))
 }
 
+// remoteFlags defines the flags of the remote sandbox backend (rath up,
+// rath doctor); its key is read from RATH_REMOTE_SANDBOX_KEY, never a flag.
+func remoteFlags(cmd *cobra.Command, cfg *toolrunner.Config) {
+	f, r := cmd.Flags(), &cfg.Remote
+	f.StringVar(&r.URL, "remote-sandbox", r.URL, "base URL of a remote sandbox service speaking OpenSandbox's API (https, or http on loopback), which enables the remote backend; its API key is read from "+toolrunner.RemoteKeyEnv)
+	f.StringVar(&r.Image, "remote-sandbox-image", r.Image, "container image of the remote backend's sandboxes")
+	f.DurationVar(&r.TTL, "remote-sandbox-ttl", r.TTL, "time to live of a remote sandbox, after which the service deletes it (the next command makes a new one from the workspace)")
+}
+
 func (a *app) doctorCmd() *cobra.Command {
 	cfg := runtime.DefaultConfig().ToolRunner
 	cfg.Sandbox.Root = ""
@@ -65,7 +74,8 @@ func (a *app) doctorCmd() *cobra.Command {
 starts a sandbox with each: bwrap (bubblewrap: is it installed, and can it
 start a sandbox here? its own error if not, such as user namespaces being
 off), gvisor (gVisor's runsc: is it installed, is the runner root, and can
-it start a sandbox here? runsc's own error if not) and local (development
+it start a sandbox here? runsc's own error if not) remote when --remote-sandbox names a service (does it answer,
+and accept the key in RATH_REMOTE_SANDBOX_KEY?) and local (development
 only: no isolation). It prints what each
 isolates and which backend sessions get when their workflow names none
 (--sandbox; auto is bwrap where it works, else local with a warning).
@@ -120,6 +130,7 @@ if the default backend does not work or the deployment has a failure.`,
 	}
 	cmd.Flags().StringVar(&cfg.Sandbox.Root, "workspaces", "", "the workspace root to check (default: a temporary directory)")
 	sandboxFlag(cmd, &cfg.Backend)
+	remoteFlags(cmd, &cfg)
 	return cmd
 }
 

@@ -107,6 +107,7 @@ session their base URL names (docs/gateway.md).`,
 	f.DurationVar(&cfg.Ledger.Ledger.Retention.Interval, "retention-interval", 0, "how often the ledger's retention pass runs (0: every 10m)")
 	cfg.Ledger.Ledger.Quotas.Flags(f)
 	sandboxFlag(cmd, &cfg.ToolRunner.Backend)
+	remoteFlags(cmd, &cfg.ToolRunner)
 	f.BoolVar(&cfg.ToolRunner.AllowLocal, "sandbox-allow-local", false, "let workflows and the rath to command put sessions on the local backend (no isolation) while the default isolates")
 	f.Var(&cfg.ToolRunner.Sandbox.Net.Allow, "sandbox-allow-net", "addresses, ranges and names (127.0.0.1:8080,10.0.0.0/8,db.internal:5432) that workflows' network lists may name beyond public destinations; loopback, private, link-local and metadata addresses are refused otherwise")
 	f.StringVar(&cfg.ToolRunner.Sandbox.Root, "workspaces", cfg.ToolRunner.Sandbox.Root, "directory of the per-session tool workspaces")

@@ -65,6 +65,7 @@ func DefaultConfig() Config {
 	tr.Sandbox.Root = "./.rath/workspaces"
 	tr.Sandbox.Path = os.Getenv("PATH")
 	tr.Sandbox.Env = toolrunner.SandboxEnv(toolrunner.PassEnvDefault, os.Getenv)
+	tr.Remote.Key = os.Getenv(toolrunner.RemoteKeyEnv)
 	return Config{
 		Data:            "./.rath/data",
 		Listen:          "127.0.0.1:4222",

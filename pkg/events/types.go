@@ -337,10 +337,14 @@ const (
 	// otherwise as bwrap: a read-only system, the workspace the only
 	// writable path, no network.
 	BackendGVisor = "gvisor"
+	// BackendRemote runs every command in a sandbox of a remote sandbox
+	// service (OpenSandbox's API, ADR 0041), isolated as that service
+	// isolates it; the workspace's repository stays on the tool runner.
+	BackendRemote = "remote"
 )
 
 // Backends lists the sandbox backends Rath knows, the isolating ones first.
-func Backends() []string { return []string{BackendBwrap, BackendGVisor, BackendLocal} }
+func Backends() []string { return []string{BackendBwrap, BackendGVisor, BackendRemote, BackendLocal} }
 
 // Development reports whether a backend is for development only: it does
 // not isolate a session's commands from the host.

@@ -284,7 +284,7 @@ func TestMoveBetweenBackends(t *testing.T) {
 
 	for _, tc := range []struct{ backend, want string }{
 		{"bwrap", "on bwrap already (bwrap-m1)"},
-		{"docker", `unknown sandbox backend "docker" (backends: bwrap, gvisor, local)`},
+		{"docker", `unknown sandbox backend "docker" (backends: bwrap, gvisor, remote, local)`},
 	} {
 		if placed, refused := r.move(t, "m1", tc.backend); refused == nil || !strings.Contains(refused.Reason, tc.want) || refused.Backend != tc.backend {
 			t.Errorf("move to %s: placed %+v refused %+v, want a refusal saying %q", tc.backend, placed, refused, tc.want)

@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -25,6 +27,15 @@ const BwrapDir = ".bwrap"
 // GVisorDir is the directory under Config.Sandbox.Root that holds the
 // gvisor backend's workspaces.
 const GVisorDir = ".gvisor"
+
+// RemoteDir is the directory under Config.Sandbox.Root that holds the
+// remote backend's workspaces (their git repositories; the files' copies
+// are in the service's sandboxes).
+const RemoteDir = ".remote"
+
+// RemoteKeyEnv is the environment variable that holds the remote sandbox
+// service's API key: a key is never a flag, which would show in ps.
+const RemoteKeyEnv = "RATH_REMOTE_SANDBOX_KEY"
 
 // SandboxStatus is what the tool runner finds about one sandbox backend on
 // this machine.
@@ -122,13 +133,13 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 		go func() {
 			st := SandboxStatus{Name: name, Development: events.Development(name), Isolation: isolation(events.DefaultTenant), Program: program(), Root: root}
 			if err == nil {
-				st.Helper = b.Helper()
 				pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 				err = b.Probe(pctx)
 				cancel()
-				st.Limits = b.LimitsBy()
-				st.CallLimits = b.CallLimitsBy()
-				st.Filter = b.Filter()
+				if name != events.BackendRemote { // its commands start elsewhere
+					st.Helper, st.Limits = b.Helper(), b.LimitsBy()
+					st.CallLimits, st.Filter = b.CallLimitsBy(), b.Filter()
+				}
 			}
 			if err != nil {
 				st.Why = err.Error()
@@ -148,12 +159,23 @@ func openBackends(ctx context.Context, cfg Config) (map[string]runner.Backend, S
 	gvCfg.Root = filepath.Join(cfg.Sandbox.Root, GVisorDir)
 	g, err := sandbox.NewGVisor(gvCfg, iso)
 	gvisor := probe(events.BackendGVisor, g, err, gvisorIsolation(cfg.Sandbox.Limits, iso, g), func() string { return gvisorProgram(ctx, iso) }, gvCfg.Root)
+	probes := []<-chan probed{bwrap, gvisor}
+	if cfg.Remote.URL != "" {
+		remoteCfg := cfg.Sandbox
+		remoteCfg.Root = filepath.Join(cfg.Sandbox.Root, RemoteDir)
+		r, err := sandbox.NewRemote(remoteCfg, cfg.Remote)
+		isolation := func(string) string { return "" }
+		if r != nil {
+			isolation = func(string) string { return r.RemoteIsolation() }
+		}
+		probes = append(probes, probe(events.BackendRemote, r, err, isolation, func() string { return remoteProgram(cfg.Remote) }, remoteCfg.Root))
+	}
 	l, err := sandbox.NewLocal(cfg.Sandbox)
-	local := probe(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, func() string { return "" }, cfg.Sandbox.Root)
+	probes = append(probes, probe(events.BackendLocal, l, err, func(string) string { return events.IsolationNone }, func() string { return "" }, cfg.Sandbox.Root))
 
 	ready := map[string]runner.Backend{}
 	s := Sandboxes{Asked: cfg.Backend}
-	for _, c := range []<-chan probed{bwrap, gvisor, local} {
+	for _, c := range probes {
 		p := <-c
 		if p.st.Works {
 			ready[p.st.Name] = runner.Backend{Local: p.b, Isolation: p.isolation}
@@ -250,6 +272,28 @@ func gvisorIsolation(lim sandbox.Limits, iso sandbox.Isolation, b *sandbox.Local
 		}
 		return strings.Join(parts, "; ")
 	}
+}
+
+// remoteProgram names the remote sandbox service: its URL without path or
+// query (never the key, which is not in it), and the image.
+func remoteProgram(r sandbox.Remote) string {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return "remote sandbox service (unparsable URL)"
+	}
+	return fmt.Sprintf("%s://%s (OpenSandbox API, image %s)", u.Scheme, u.Host, r.Image)
+}
+
+// checkRemote is Config.Validate's check of Remote: the remote backend is
+// configured only with a service URL, and the default only if configured.
+func (c Config) checkRemote() error {
+	if c.Remote.URL == "" {
+		if c.Backend == events.BackendRemote {
+			return errors.New("sandbox backend remote needs the service's URL (--remote-sandbox)")
+		}
+		return nil
+	}
+	return c.Remote.Validate()
 }
 
 // bwrapIsolation describes a bwrap placement of a tenant's session, from

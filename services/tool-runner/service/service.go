@@ -40,6 +40,10 @@ type Config struct {
 	Backend string
 	// Isolation configures the bwrap backend.
 	Isolation sandbox.Isolation
+	// Remote configures the remote backend, whose workspaces are under
+	// Sandbox.Root/.remote (RemoteDir); an empty Remote.URL leaves the
+	// backend out.
+	Remote sandbox.Remote
 	// AllowLocal lets a workflow or a move request put a session on the
 	// local backend while the default isolates: without it, a session can
 	// leave isolation only where the operator made local the default.
@@ -62,7 +66,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults; Sandbox.Root must still be set.
 func DefaultConfig() Config {
-	return Config{Sandbox: sandbox.DefaultConfig(), Backend: BackendAuto, Isolation: sandbox.DefaultIsolation(),
+	return Config{Sandbox: sandbox.DefaultConfig(), Backend: BackendAuto, Isolation: sandbox.DefaultIsolation(), Remote: sandbox.DefaultRemote(),
 		MCP: mcp.DefaultConfig(), States: fold.CacheConfig{MaxBytes: fold.DefaultMaxBytes}}
 }
 
@@ -72,7 +76,7 @@ func (c Config) Validate() error {
 	if c.Pool != "" {
 		pool = runner.CheckPool(c.Pool)
 	}
-	return errors.Join(c.Sandbox.Validate(), checkBackend(c.Backend), c.Isolation.Validate(), c.mcp().Validate(), c.States.Validate(), pool)
+	return errors.Join(c.Sandbox.Validate(), checkBackend(c.Backend), c.Isolation.Validate(), c.checkRemote(), c.mcp().Validate(), c.States.Validate(), pool)
 }
 
 // mcp is the MCP configuration with its defaults applied.

@@ -107,7 +107,7 @@ func (w *localWorkspace) runRemote(ctx context.Context, c Cmd) (Result, error) {
 	if len(c.Hosts) > 0 {
 		res.Limits += "; network: the service's policy (the hosts the workflow allows are not enforced by Rath on this backend)"
 	}
-	res.Stopped = stoppedBy(res, timeout, lim.CPU)
+	res.Stopped = stoppedBy(res, timeout, lim, nil, false)
 	return res, ctx.Err()
 }
 

@@ -2,342 +2,40 @@ package sandbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
+	"github.com/openrath/rath/services/tool-runner/internal/sandbox/sandboxtest"
 )
 
+// newRemote returns the remote backend of the runner, speaking to s.
 // testKey is the API key of the test service; no error may contain it.
 const testKey = "sekrit-key-0c1d2e3f"
 
-// service is a remote sandbox service for the tests: the subset of
-// OpenSandbox's lifecycle and execd APIs the remote backend speaks (ADR
-// 0041), on top of the real bwrap backend, so that commands really run
-// isolated. Its sandboxes' /workspace is a bwrap workspace's directory.
-type service struct {
-	t     *testing.T
-	bwrap *sandbox.Local
-	srv   *httptest.Server
-	mu    sync.Mutex
-	n     int
-	boxes map[string]sandbox.Workspace
-	// hook, when set, may answer a request itself (returning true): the
-	// tests' hostile services.
-	hook func(w http.ResponseWriter, r *http.Request) bool
-	// calls counts requests by method and path pattern.
-	calls map[string]int
-}
-
-func newService(t *testing.T) *service {
+// newService starts the test service on top of the real bwrap backend, so
+// that commands really run isolated.
+func newService(t *testing.T) *sandboxtest.Service {
 	t.Helper()
-	s := &service{t: t, boxes: map[string]sandbox.Workspace{}, calls: map[string]int{}}
-	s.bwrap = newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) { c.Limits.Output = 1 << 20 })
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
-	return s
+	return sandboxtest.NewService(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) { c.Limits.Output = 1 << 20 }), testKey)
 }
 
-func (s *service) setHook(h func(w http.ResponseWriter, r *http.Request) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hook = h
-}
-
-func (s *service) count(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[key]
-}
-
-func (s *service) box(id string) sandbox.Workspace {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.boxes[id]
-}
-
-// only returns the one sandbox the service holds.
-func (s *service) only() (string, sandbox.Workspace) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.boxes) != 1 {
-		s.t.Fatalf("the service holds %d sandboxes, want 1", len(s.boxes))
-	}
-	for id, ws := range s.boxes {
-		return id, ws
-	}
-	return "", nil
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func (s *service) serve(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("OPEN-SANDBOX-API-KEY") != testKey {
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "UNAUTHORIZED", "message": "bad key"})
-		return
-	}
-	s.mu.Lock()
-	hook := s.hook
-	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	key := r.Method + " " + r.URL.Path
-	if len(parts) >= 3 && parts[0] == "exec" {
-		key = r.Method + " /exec/" + strings.Join(parts[2:], "/")
-	}
-	s.calls[key]++
-	s.mu.Unlock()
-	if hook != nil && hook(w, r) {
-		return
-	}
-	switch {
-	case len(parts) >= 2 && parts[0] == "v1" && parts[1] == "sandboxes":
-		s.lifecycle(w, r, parts[2:])
-	case len(parts) >= 3 && parts[0] == "exec":
-		ws := s.box(parts[1])
-		if ws == nil {
-			writeJSON(w, http.StatusNotFound, map[string]string{"message": "no such sandbox"})
-			return
-		}
-		s.execd(w, r, ws, strings.Join(parts[2:], "/"))
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func (s *service) lifecycle(w http.ResponseWriter, r *http.Request, rest []string) {
-	switch {
-	case len(rest) == 0 && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, map[string]any{"items": []any{}})
-	case len(rest) == 0 && r.Method == http.MethodPost:
-		var req struct {
-			Image struct {
-				URI string `json:"uri"`
-			} `json:"image"`
-			Timeout    int               `json:"timeout"`
-			Entrypoint []string          `json:"entrypoint"`
-			Metadata   map[string]string `json:"metadata"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Image.URI == "" || req.Timeout <= 0 || len(req.Entrypoint) == 0 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "bad request"})
-			return
-		}
-		s.mu.Lock()
-		s.n++
-		id := fmt.Sprintf("sbx-%d", s.n)
-		s.mu.Unlock()
-		ws, err := s.bwrap.Place(r.Context(), "box"+strconv.Itoa(s.n), nil)
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"message": err.Error()})
-			return
-		}
-		s.mu.Lock()
-		s.boxes[id] = ws
-		s.mu.Unlock()
-		writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "status": map[string]string{"state": "Pending"}, "metadata": req.Metadata})
-	case len(rest) == 1 && r.Method == http.MethodGet:
-		if s.box(rest[0]) == nil {
-			writeJSON(w, http.StatusNotFound, map[string]string{"message": "no such sandbox"})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": rest[0], "status": map[string]string{"state": "Running"}})
-	case len(rest) == 1 && r.Method == http.MethodDelete:
-		s.mu.Lock()
-		_, ok := s.boxes[rest[0]]
-		delete(s.boxes, rest[0])
-		s.mu.Unlock()
-		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]string{"message": "no such sandbox"})
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case len(rest) == 3 && rest[1] == "endpoints" && rest[2] == "44772":
-		writeJSON(w, http.StatusOK, map[string]string{"endpoint": s.srv.Listener.Addr().String() + "/exec/" + rest[0]})
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-// inside maps a path of the sandbox to its workspace directory; the test
-// service serves /workspace only.
-func inside(ws sandbox.Workspace, p string) (string, bool) {
-	rel, ok := strings.CutPrefix(p, "/workspace/")
-	if !ok {
-		return "", false
-	}
-	full, err := ws.Resolve(rel)
-	return full, err == nil
-}
-
-func (s *service) execd(w http.ResponseWriter, r *http.Request, ws sandbox.Workspace, op string) {
-	switch {
-	case op == "command" && r.Method == http.MethodPost:
-		var req struct {
-			Command string `json:"command"`
-			Cwd     string `json:"cwd"`
-			Timeout int64  `json:"timeout"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Cwd != "/workspace" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "bad command"})
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		ev := func(v map[string]any) {
-			b, _ := json.Marshal(v)
-			fmt.Fprintf(w, "data: %s\n\n", b)
-		}
-		ev(map[string]any{"type": "init", "text": "cmd-1"})
-		res, err := ws.Run(r.Context(), sandbox.Cmd{Args: []string{"sh", "-c", req.Command}, Timeout: time.Duration(req.Timeout) * time.Millisecond})
-		if err != nil {
-			ev(map[string]any{"type": "error", "error": map[string]string{"ename": "RuntimeError", "evalue": err.Error()}})
-			return
-		}
-		if res.Stdout != "" {
-			ev(map[string]any{"type": "stdout", "text": res.Stdout})
-		}
-		if res.Stderr != "" {
-			ev(map[string]any{"type": "stderr", "text": res.Stderr})
-		}
-		if res.ExitCode != 0 {
-			ev(map[string]any{"type": "error", "error": map[string]string{"ename": "CommandExecError", "evalue": strconv.Itoa(res.ExitCode)}})
-		}
-		ev(map[string]any{"type": "execution_complete", "execution_time": res.Duration.Milliseconds()})
-	case op == "files/search" && r.Method == http.MethodGet:
-		if r.URL.Query().Get("path") != "/workspace" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "bad path"})
-			return
-		}
-		out := []map[string]any{}
-		err := filepath.WalkDir(ws.Dir(), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(ws.Dir(), p)
-			if rel == ".git" { // the test service's own repository
-				return filepath.SkipDir
-			}
-			if !d.Type().IsRegular() {
-				return nil
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			mode, _ := strconv.Atoi(strconv.FormatUint(uint64(fi.Mode().Perm()), 8))
-			out = append(out, map[string]any{"path": "/workspace/" + rel, "size": fi.Size(), "modified_at": fi.ModTime(),
-				"created_at": fi.ModTime(), "owner": "u", "group": "g", "mode": mode})
-			return nil
-		})
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"message": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	case op == "files/upload" && r.Method == http.MethodPost:
-		mr, err := r.MultipartReader()
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": err.Error()})
-			return
-		}
-		var meta struct {
-			Path string `json:"path"`
-			Mode int    `json:"mode"`
-		}
-		for {
-			part, err := mr.NextPart()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"message": err.Error()})
-				return
-			}
-			switch part.FormName() {
-			case "metadata":
-				if err := json.NewDecoder(part).Decode(&meta); err != nil {
-					writeJSON(w, http.StatusBadRequest, map[string]string{"message": err.Error()})
-					return
-				}
-			case "file":
-				if err := writeUpload(ws, meta.Path, meta.Mode, part); err != nil {
-					writeJSON(w, http.StatusBadRequest, map[string]string{"message": err.Error()})
-					return
-				}
-			}
-		}
-		w.WriteHeader(http.StatusOK)
-	case op == "files/download" && r.Method == http.MethodGet:
-		full, ok := inside(ws, r.URL.Query().Get("path"))
-		if !ok {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "bad path"})
-			return
-		}
-		http.ServeFile(w, r, full)
-	case op == "files" && r.Method == http.MethodDelete:
-		for _, p := range r.URL.Query()["path"] {
-			full, ok := inside(ws, p)
-			if !ok {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"message": "bad path"})
-				return
-			}
-			_ = os.Remove(full)
-		}
-		w.WriteHeader(http.StatusOK)
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func writeUpload(ws sandbox.Workspace, p string, mode int, body io.Reader) error {
-	full, ok := inside(ws, p)
-	if !ok {
-		return fmt.Errorf("bad path %q", p)
-	}
-	if err := os.MkdirAll(filepath.Dir(full), 0o777); err != nil {
-		return err
-	}
-	perm, err := strconv.ParseUint(strconv.Itoa(mode), 8, 32)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, body); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	// The sandbox's user is not the service's: files are theirs to write.
-	return os.Chmod(full, fs.FileMode(perm)|0o666)
-}
-
-// newRemote returns the remote backend of the runner, speaking to s.
-func newRemote(t *testing.T, s *service, opts ...func(*sandbox.Config, *sandbox.Remote)) *sandbox.Local {
+func newRemote(t *testing.T, s *sandboxtest.Service, opts ...func(*sandbox.Config, *sandbox.Remote)) *sandbox.Local {
 	t.Helper()
 	cfg := sandbox.DefaultConfig()
 	cfg.Root = t.TempDir()
 	cfg.Limits.Timeout = 20 * time.Second
 	cfg.Limits.Output = 64 << 10
 	rc := sandbox.DefaultRemote()
-	rc.URL, rc.Key, rc.Image = s.srv.URL, testKey, "rath-test"
+	rc.URL, rc.Key, rc.Image = s.Srv.URL, testKey, "rath-test"
 	for _, o := range opts {
 		o(&cfg, &rc)
 	}
@@ -415,21 +113,21 @@ func TestRemoteRunSyncsBothWays(t *testing.T) {
 	if err := os.Remove(filepath.Join(ws.Dir(), "sub/keep.txt")); err != nil {
 		t.Fatal(err)
 	}
-	uploads := s.count("POST /exec/files/upload")
+	uploads := s.Count("POST /exec/files/upload")
 	res = run(t, ws, sh("cat a.txt; ls sub | wc -l"))
 	if res.ExitCode != 0 || res.Stdout != "edited\n0\n" {
 		t.Errorf("got %+v", res)
 	}
-	if got := s.count("POST /exec/files/upload") - uploads; got != 1 {
+	if got := s.Count("POST /exec/files/upload") - uploads; got != 1 {
 		t.Errorf("%d upload requests for one changed file", got)
 	}
 	// Nothing changed on either side: nothing is sent, nothing comes back.
-	uploads, downloads := s.count("POST /exec/files/upload"), s.count("GET /exec/files/download")
+	uploads, downloads := s.Count("POST /exec/files/upload"), s.Count("GET /exec/files/download")
 	res = run(t, ws, sh("true"))
 	if res.ExitCode != 0 {
 		t.Errorf("got %+v", res)
 	}
-	if s.count("POST /exec/files/upload") != uploads {
+	if s.Count("POST /exec/files/upload") != uploads {
 		t.Errorf("an unchanged workspace was uploaded again")
 	}
 	_ = downloads // racy entries of the previous listing may be fetched again
@@ -444,11 +142,11 @@ func TestRemoteRunSyncsBothWays(t *testing.T) {
 	}
 
 	// The sandbox is the service's: deleting it is the runner's to ask.
-	id, _ := s.only()
+	id, _ := s.Only()
 	if err := b.Discard(context.Background(), "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if s.box(id) != nil {
+	if s.Box(id) != nil {
 		t.Errorf("sandbox %s not deleted", id)
 	}
 	// The next command gets a new sandbox, filled from the workspace.
@@ -463,17 +161,15 @@ func TestRemoteExpiredSandboxIsMadeAgain(t *testing.T) {
 	s := newService(t)
 	ws := place(t, newRemote(t, s), "s1", nil)
 	run(t, ws, sh("echo one > one.txt"))
-	id, _ := s.only()
+	id, _ := s.Only()
 	// The service expires the sandbox behind the runner's back.
-	s.mu.Lock()
-	delete(s.boxes, id)
-	s.mu.Unlock()
+	s.Expire(id)
 	res := run(t, ws, sh("cat one.txt"))
 	if res.ExitCode != 0 || res.Stdout != "one\n" {
 		t.Errorf("got %+v", res)
 	}
-	if s.count("POST /v1/sandboxes") != 2 {
-		t.Errorf("%d sandboxes created, want 2", s.count("POST /v1/sandboxes"))
+	if s.Count("POST /v1/sandboxes") != 2 {
+		t.Errorf("%d sandboxes created, want 2", s.Count("POST /v1/sandboxes"))
 	}
 }
 
@@ -501,7 +197,7 @@ func TestRemoteRefusesHostileAnswers(t *testing.T) {
 			if !strings.HasSuffix(r.URL.Path, "/files/search") {
 				return false
 			}
-			writeJSON(w, http.StatusOK, entries)
+			sandboxtest.WriteJSON(w, http.StatusOK, entries)
 			return true
 		}
 	}
@@ -542,7 +238,7 @@ func TestRemoteRefusesHostileAnswers(t *testing.T) {
 		{name: "oversized download", hook: func(w http.ResponseWriter, r *http.Request) bool {
 			switch {
 			case strings.HasSuffix(r.URL.Path, "/files/search"):
-				writeJSON(w, http.StatusOK, []any{entry("/workspace/f", 10)})
+				sandboxtest.WriteJSON(w, http.StatusOK, []any{entry("/workspace/f", 10)})
 			case strings.HasSuffix(r.URL.Path, "/files/download"):
 				w.Write([]byte(strings.Repeat("x", 2<<10)))
 			default:
@@ -575,7 +271,7 @@ func TestRemoteRefusesHostileAnswers(t *testing.T) {
 			if !strings.HasSuffix(r.URL.Path, "/command") {
 				return false
 			}
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"message": "failed for key " + testKey})
+			sandboxtest.WriteJSON(w, http.StatusInternalServerError, map[string]string{"message": "failed for key " + testKey})
 			return true
 		}, want: "500 Internal Server Error"},
 		{name: "redirect", hook: func(w http.ResponseWriter, r *http.Request) bool {
@@ -589,21 +285,21 @@ func TestRemoteRefusesHostileAnswers(t *testing.T) {
 			if !strings.Contains(r.URL.Path, "/endpoints/") {
 				return false
 			}
-			writeJSON(w, http.StatusOK, map[string]string{"endpoint": "attacker.example:443/exec"})
+			sandboxtest.WriteJSON(w, http.StatusOK, map[string]string{"endpoint": "attacker.example:443/exec"})
 			return true
 		}, want: "not on the service's host"},
 		{name: "bad sandbox id", hook: func(w http.ResponseWriter, r *http.Request) bool {
 			if r.Method != http.MethodPost || r.URL.Path != "/v1/sandboxes" {
 				return false
 			}
-			writeJSON(w, http.StatusAccepted, map[string]string{"id": "../../admin"})
+			sandboxtest.WriteJSON(w, http.StatusAccepted, map[string]string{"id": "../../admin"})
 			return true
 		}, want: "unusable sandbox ID"},
 		{name: "failed sandbox", hook: func(w http.ResponseWriter, r *http.Request) bool {
 			if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") || strings.Contains(r.URL.Path, "endpoints") {
 				return false
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"status": map[string]string{"state": "Failed", "reason": "ImagePullBackOff"}})
+			sandboxtest.WriteJSON(w, http.StatusOK, map[string]any{"status": map[string]string{"state": "Failed", "reason": "ImagePullBackOff"}})
 			return true
 		}, want: "ImagePullBackOff"},
 	}
@@ -619,13 +315,9 @@ func TestRemoteRefusesHostileAnswers(t *testing.T) {
 				c.setup(t, ws)
 			}
 			before := tree(t, ws.Dir())
-			s.mu.Lock()
-			s.hook = c.hook
-			s.mu.Unlock()
+			s.SetHook(c.hook)
 			_, err := ws.Run(context.Background(), sh("echo hi"))
-			s.mu.Lock()
-			s.hook = nil
-			s.mu.Unlock()
+			s.SetHook(nil)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error naming %q", err, c.want)
 			}
@@ -689,7 +381,7 @@ func TestRemoteServiceDownAndBadKey(t *testing.T) {
 func TestRemoteTLS(t *testing.T) {
 	t.Parallel()
 	s := newService(t)
-	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(s.ServeHTTP))
 	t.Cleanup(tlsSrv.Close)
 	b := newRemote(t, s, func(_ *sandbox.Config, r *sandbox.Remote) {
 		r.URL, r.Transport = tlsSrv.URL, tlsSrv.Client().Transport
