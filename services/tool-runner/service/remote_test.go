@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrath/rath/internal/testrig"
 	"github.com/openrath/rath/pkg/client"
+	"github.com/openrath/rath/pkg/events"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox"
 	"github.com/openrath/rath/services/tool-runner/internal/sandbox/sandboxtest"
 	"github.com/openrath/rath/services/tool-runner/service"
@@ -72,6 +74,14 @@ func TestRemoteBackend(t *testing.T) {
 	if s.Count("POST /v1/sandboxes") != 1 {
 		t.Errorf("%d sandboxes created for one session", s.Count("POST /v1/sandboxes"))
 	}
+	// The session's end deletes its sandbox.
+	id, _ := s.Only()
+	if _, err := r.c.Emit(context.Background(), "r1", &events.SessionClosed{Outcome: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	testrig.Eventually(t, time.Minute, "the closed session's sandbox "+id+" deleted", func() (bool, string) {
+		return s.Box(id) == nil, "it is still there"
+	})
 	log, err := r.c.Log(context.Background(), "r1", client.Range{From: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 
 // ServersHandler is the consume handler that registers the tools of a
 // session's MCP servers when the session starts, so that agents are offered
-// them, and stops the session's server processes when it closes.
+// them, and stops the session's server processes, and deletes its remote
+// sandbox, when it closes.
 //
 // Registration races the session's first turn: an agent worker that finds a
 // declared MCP tool not registered yet leaves the turn to be redelivered
@@ -36,6 +37,7 @@ func (r *Runner) HandleLifecycle(ctx context.Context, ev events.Stored) error {
 	switch d := d.(type) {
 	case *events.SessionClosed:
 		r.servers.CloseSession(ev.Session)
+		r.discard(ctx, ev.Session)
 		return nil
 	case *events.SessionStarted:
 		return r.registerServers(ctx, d.WorkflowRef)
@@ -72,4 +74,15 @@ func (r *Runner) registerServers(ctx context.Context, ref string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// discard deletes the remote sandbox a closed session had on this runner,
+// if any. A failure is logged, not retried: the service deletes the
+// sandbox when its time to live ends.
+func (r *Runner) discard(ctx context.Context, session string) {
+	for _, b := range r.backends.all() {
+		if err := b.Discard(ctx, session); err != nil {
+			r.log.Warn("remote sandbox of a closed session not deleted; the service deletes it when it expires", "session", session, "error", err)
+		}
+	}
 }

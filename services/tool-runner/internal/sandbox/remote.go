@@ -198,14 +198,23 @@ func (r *remote) boxOf(id string) *box {
 	return b
 }
 
-// Discard deletes the remote sandbox of a session's workspace, if the
-// runner knows of one; the workspace itself stays. The next command gets
-// a new sandbox. It does nothing on other backends.
+// Discard deletes the remote sandbox of a session's workspace, if this
+// runner knows of one, and forgets it; the workspace itself stays, and a
+// later command gets a new sandbox. It does nothing on other backends.
+// The runner calls it when a session closes; a sandbox no runner discards
+// is deleted by the service when its time to live ends.
 func (l *Local) Discard(ctx context.Context, sessionID string) error {
 	if l.remote == nil {
 		return nil
 	}
-	b := l.remote.boxOf(l.name + "-" + sessionID)
+	id := l.name + "-" + sessionID
+	l.remote.mu.Lock()
+	b := l.remote.boxes[id]
+	delete(l.remote.boxes, id)
+	l.remote.mu.Unlock()
+	if b == nil {
+		return nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return l.remote.discard(ctx, b)
