@@ -50,6 +50,10 @@ type Remote struct {
 	ExecdPort int
 	// StartTimeout bounds the wait for a new sandbox to be running.
 	StartTimeout time.Duration
+	// RequestTimeout bounds every request but a command's (which its own
+	// timeout bounds): a service that stops answering fails the call
+	// instead of holding it.
+	RequestTimeout time.Duration
 	// MaxFileBytes bounds one file the runner downloads, MaxBytes the bytes
 	// downloaded after one command, MaxEntries the files a listing names.
 	MaxFileBytes, MaxBytes int64
@@ -65,16 +69,17 @@ type Remote struct {
 // DefaultRemote returns the defaults; URL and Image must still be set.
 func DefaultRemote() Remote {
 	return Remote{
-		Entrypoint:   []string{"tail", "-f", "/dev/null"},
-		Resources:    map[string]string{"cpu": "1", "memory": "2Gi"},
-		WorkDir:      "/workspace",
-		TTL:          time.Hour,
-		ExecdPort:    44772,
-		StartTimeout: 2 * time.Minute,
-		MaxFileBytes: 64 << 20,
-		MaxBytes:     256 << 20,
-		MaxEntries:   20_000,
-		MaxStdin:     64 << 10,
+		Entrypoint:     []string{"tail", "-f", "/dev/null"},
+		Resources:      map[string]string{"cpu": "1", "memory": "2Gi"},
+		WorkDir:        "/workspace",
+		TTL:            time.Hour,
+		ExecdPort:      44772,
+		StartTimeout:   2 * time.Minute,
+		RequestTimeout: 5 * time.Minute,
+		MaxFileBytes:   64 << 20,
+		MaxBytes:       256 << 20,
+		MaxEntries:     20_000,
+		MaxStdin:       64 << 10,
 	}
 }
 
@@ -110,8 +115,8 @@ func (r Remote) Validate() error {
 	if r.ExecdPort <= 0 || r.ExecdPort > 65535 {
 		errs = append(errs, fmt.Errorf("remote sandbox execd port %d is out of range", r.ExecdPort))
 	}
-	if r.StartTimeout <= 0 || r.MaxFileBytes <= 0 || r.MaxBytes <= 0 || r.MaxEntries <= 0 || r.MaxStdin <= 0 {
-		errs = append(errs, errors.New("remote sandbox start timeout and size limits must be positive"))
+	if r.StartTimeout <= 0 || r.RequestTimeout <= 0 || r.MaxFileBytes <= 0 || r.MaxBytes <= 0 || r.MaxEntries <= 0 || r.MaxStdin <= 0 {
+		errs = append(errs, errors.New("remote sandbox timeouts and size limits must be positive"))
 	}
 	return errors.Join(errs...)
 }

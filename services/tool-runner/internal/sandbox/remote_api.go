@@ -59,6 +59,8 @@ func (r *remote) lifecycle(segs ...string) *url.URL {
 // status, quote at most maxSnippet bytes of the answer, with the key
 // removed should the service echo it, and wrap errGone for a 404.
 func (r *remote) call(ctx context.Context, u *url.URL, method string, q url.Values, body io.Reader, contentType string, out any, max int64) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
 	resp, err := r.do(ctx, u, method, q, body, contentType)
 	if err != nil {
 		return err

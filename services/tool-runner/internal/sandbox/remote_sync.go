@@ -399,6 +399,8 @@ type fileInfo struct {
 // list asks for every file under the sandbox's workspace directory and
 // checks each path; it returns the files and when the service listed them.
 func (r *remote) list(ctx context.Context, b *box) (map[string]remoteFile, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
 	resp, err := r.do(ctx, b.exec.JoinPath("files", "search"), http.MethodGet, url.Values{"path": {r.cfg.WorkDir}, "pattern": {"**"}}, nil, "")
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("list files: %w", err)
@@ -443,6 +445,8 @@ func (r *remote) list(ctx context.Context, b *box) (map[string]remoteFile, time.
 // most MaxFileBytes and room bytes.
 func (r *remote) download(ctx context.Context, b *box, rel, to string, room int64) (int64, [sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
 	resp, err := r.do(ctx, b.exec.JoinPath("files", "download"), http.MethodGet, url.Values{"path": {r.cfg.WorkDir + "/" + rel}}, nil, "")
 	if err != nil {
 		return 0, sum, fmt.Errorf("download %q: %w", rel, err)
@@ -490,8 +494,9 @@ func (r *remote) uploadOnce(ctx context.Context, b *box, dir string, paths []str
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	sums := make(map[string][sha256.Size]byte, len(paths))
+	written := make(chan error, 1)
 	go func() {
-		pw.CloseWithError(func() error {
+		written <- func() error {
 			for _, p := range paths {
 				f := now[p]
 				mode := 644
@@ -525,10 +530,16 @@ func (r *remote) uploadOnce(ctx context.Context, b *box, dir string, paths []str
 				sums[p] = [sha256.Size]byte(h2.Sum(nil))
 			}
 			return mw.Close()
-		}())
+		}()
+		pw.Close()
 	}()
 	err := r.call(ctx, b.exec.JoinPath("files", "upload"), http.MethodPost, nil, pr, mw.FormDataContentType(), nil, 0)
-	pr.CloseWithError(errors.New("upload ended"))
+	// A service that answered before reading the whole body did not get
+	// every file: closing the pipe ends the writer, which then says so.
+	pr.CloseWithError(errors.New("the service answered before reading the whole upload"))
+	if werr := <-written; err == nil && werr != nil {
+		err = werr
+	}
 	if err != nil {
 		return fmt.Errorf("upload %d file(s): %w", len(paths), err)
 	}

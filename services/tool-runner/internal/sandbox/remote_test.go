@@ -281,6 +281,13 @@ func TestRemoteRefusesHostileAnswers(t *testing.T) {
 			http.Redirect(w, r, "http://127.0.0.2:1/steal", http.StatusTemporaryRedirect)
 			return true
 		}, want: "307"},
+		{name: "service hangs", hook: func(w http.ResponseWriter, r *http.Request) bool {
+			if !strings.HasSuffix(r.URL.Path, "/files/search") {
+				return false
+			}
+			<-r.Context().Done() // until the runner gives up
+			return true
+		}, opt: func(_ *sandbox.Config, r *sandbox.Remote) { r.RequestTimeout = time.Second }, want: "deadline exceeded"},
 		{name: "endpoint elsewhere", hook: func(w http.ResponseWriter, r *http.Request) bool {
 			if !strings.Contains(r.URL.Path, "/endpoints/") {
 				return false
