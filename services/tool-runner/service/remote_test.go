@@ -52,7 +52,8 @@ func useRemote(s *sandboxtest.Service, key string) func(*service.Config) {
 // the placement says where commands run, and no event holds the key.
 func TestRemoteBackend(t *testing.T) {
 	s := remoteService(t)
-	r := setupWith(t, backendWorkflow("remote"), sandboxUIDs, useRemote(s, remoteKey), func(c *service.Config) { c.Backend = "local" })
+	wf := strings.Replace(backendWorkflow("remote"), "tools: [run, write_file, read_file, list_files]", "tools: [run, write_file, read_file, list_files, apply_patch]", 1)
+	r := setupWith(t, wf, sandboxUIDs, useRemote(s, remoteKey), func(c *service.Config) { c.Backend = "local" })
 	r.startWith(t, "r1", nil)
 	wrote := r.ok(t, "r1", "c1", "plain", "write_file", `{"path":"in.txt","content":"from a file tool\n"}`)
 	if wrote == nil || wrote.Sandbox.Backend != "remote" || wrote.Sandbox.SandboxID != "remote-r1" {
@@ -65,6 +66,16 @@ func TestRemoteBackend(t *testing.T) {
 	read := r.ok(t, "r1", "c3", "plain", "read_file", `{"path":"out.txt"}`)
 	if read == nil || !strings.Contains(read.Result, "from the sandbox") {
 		t.Fatalf("read_file %+v", read)
+	}
+	// apply_patch runs git apply in the sandbox, its patch on standard input.
+	patch := "--- a/out.txt\n+++ b/out.txt\n@@ -1 +1 @@\n-from the sandbox\n+patched remotely\n"
+	args, _ := json.Marshal(map[string]string{"patch": patch})
+	patched := r.ok(t, "r1", "c4", "plain", "apply_patch", string(args))
+	if patched == nil || patched.CommitAfter == read.CommitAfter {
+		t.Fatalf("apply_patch %+v", patched)
+	}
+	if read = r.ok(t, "r1", "c5", "plain", "read_file", `{"path":"out.txt"}`); read == nil || !strings.Contains(read.Result, "patched remotely") {
+		t.Fatalf("read_file after the patch %+v", read)
 	}
 	p := r.placements(t, "r1")
 	if len(p) != 1 || filepath.Base(filepath.Dir(p[0].Workspace)) != service.RemoteDir || !strings.HasPrefix(p[0].Isolation, "remote: ") ||
