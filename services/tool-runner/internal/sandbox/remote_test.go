@@ -25,7 +25,11 @@ const testKey = "sekrit-key-0c1d2e3f"
 // that commands really run isolated.
 func newService(t *testing.T) *sandboxtest.Service {
 	t.Helper()
-	return sandboxtest.NewService(t, newIsolated(t, func(c *sandbox.Config, _ *sandbox.Isolation) { c.Limits.Output = 1 << 20 }), testKey)
+	// Its sandbox users are apart from those of the tests that count theirs.
+	return sandboxtest.NewService(t, newIsolated(t, func(c *sandbox.Config, i *sandbox.Isolation) {
+		c.Limits.Output = 1 << 20
+		i.UIDBase = 320000
+	}), testKey)
 }
 
 func newRemote(t *testing.T, s *sandboxtest.Service, opts ...func(*sandbox.Config, *sandbox.Remote)) *sandbox.Local {
