@@ -200,8 +200,9 @@ func (a *app) toCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "to SESSION [POOL/]BACKEND",
 		Short: "Move a session to another sandbox backend (bwrap, gvisor, remote or local), or to a tool runner of another pool, between tool calls",
-		Long: `to asks the tool runner to move SESSION to the sandbox BACKEND (bwrap,
-gvisor, remote, or local: development only, no isolation) with a rath.sandbox.requested event, and
+		Long: `to asks the tool runner to move SESSION to the sandbox BACKEND (bwrap;
+gvisor; remote, where the runner has a remote sandbox service; or local:
+development only, no isolation) with a rath.sandbox.requested event, and
 waits for its answer. POOL/BACKEND (gpu/bwrap) moves it to a tool runner of
 the pool POOL (one started with --pool POOL, on its own host): the workspace
 travels through the object store at its head commit, with its history, and
