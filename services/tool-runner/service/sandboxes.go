@@ -270,6 +270,10 @@ func gvisorIsolation(lim sandbox.Limits, iso sandbox.Isolation, b *sandbox.Local
 			"uid inside = " + user,
 			fmt.Sprintf("nproc %d, /tmp %s, %s", iso.Processes, size(iso.TmpSize), limits(lim)),
 		}
+		if b != nil {
+			// The call's group holds gVisor's sandbox as a whole.
+			parts = append(parts, callLimits(lim, b.CallLimitsBy())+" (gVisor's kernel and gofer included)")
+		}
 		return strings.Join(parts, "; ")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -267,7 +268,15 @@ func (w *localWorkspace) gvisor(l *launch, argv []string, extra []bind, env []st
 	// command as it does on bwrap. The other limits are the Sentry's
 	// (spec): on runsc they would bound gVisor's kernel, not the command.
 	cpu := spawn.Limits{CPU: newRlimits(w.l.cfg.Limits).CPU}
-	l.cmd.Args = append([]string{spawn.Arg0, cpu.Encode()}, i.gv.args(b, l.proxy != nil)...)
+	// The helper joins the call's control group before it starts runsc:
+	// the group's limits then hold for gVisor's sandbox as a whole (its
+	// kernel, gofer and the command's processes together).
+	var groups []string
+	if l.cg != nil {
+		groups = l.cg.procs()
+		cpu.Cgroups = int64(len(groups))
+	}
+	l.cmd.Args = slices.Concat([]string{spawn.Arg0, cpu.Encode()}, groups, i.gv.args(b, l.proxy != nil))
 	l.cmd.Dir = b.dir
 	l.cmd.Env = []string{"PATH=" + w.l.cfg.Path}
 	return l.start()

@@ -262,3 +262,22 @@ func TestConfigRejectsNegativeCallLimits(t *testing.T) {
 		}
 	}
 }
+
+// On gvisor the call's group holds gVisor's sandbox as a whole: the CPU
+// its processes burn (on the ptrace platform, in stub processes on the
+// host) counts toward the call's limit.
+func TestGVisorCallCPULimit(t *testing.T) {
+	t.Parallel()
+	l := newIsolating(t, sandbox.BackendGVisor, func(c *sandbox.Config, _ *sandbox.Isolation) {
+		c.Limits.CPU = 20 * time.Second
+		c.Limits.CallCPU = time.Second
+		c.Limits.Timeout = 2 * time.Minute
+	})
+	needCgroups(t, l)
+	ws := place(t, l, "s1", nil)
+	res := run(t, ws, sh(`for i in 1 2; do (while :; do :; done) & done; wait`))
+	if !res.Killed || res.TimedOut || !strings.HasPrefix(res.Stopped, "CPU-time limit 1s of the call (its processes together used ") {
+		t.Errorf("busy loops on gvisor under a call CPU limit of 1s: %+v, want stopped by it", res)
+	}
+	callGroupGone(t, l, res)
+}
