@@ -160,7 +160,15 @@ func (l *Local) callGroup() (*callGroup, string, error) {
 	if h.version == 0 {
 		return nil, "no cgroup: " + h.why, nil
 	}
-	g, err := h.newCallGroup(l.cfg.Limits)
+	lim := l.cfg.Limits
+	if l.iso != nil && l.iso.gv != nil {
+		// The group holds gVisor's sandbox as a whole, whose kernel runs
+		// many host threads (and, on the ptrace platform, a stub process
+		// per guest thread): the host's task count is not the command's.
+		// gVisor's own process limit (nproc) bounds the command's.
+		lim.CallProcesses = 0
+	}
+	g, err := h.newCallGroup(lim)
 	return g, "", err
 }
 
