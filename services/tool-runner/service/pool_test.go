@@ -220,3 +220,29 @@ func TestLostRunnerOfAPool(t *testing.T) {
 		t.Fatalf("c2's attempts %v, want the lost one and a second", attempts)
 	}
 }
+
+// Only tool runners speak on a pool's subject: a client of the bus (any
+// tenant's program) cannot hand a runner a workspace or a call to take
+// over, nor listen for the workspaces moving between runners.
+func TestClientsCannotReachAPool(t *testing.T) {
+	r := setupWith(t, backendWorkflow(""), sandboxUIDs)
+	r.servesPool(t, "default")
+	for _, role := range []auth.Role{auth.RoleClient, auth.RoleAgentWorker, auth.RoleSelector, auth.RoleMemory} {
+		denied := make(chan error, 2)
+		nc := natstest.ConnectAs(t, r.url, role, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
+		if _, err := nc.SubscribeSync("rath.toolrunner.pool.default"); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish("rath.toolrunner.pool.default", []byte(`{"event":{},"take_over":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := <-denied; !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				t.Errorf("%s on a pool's subject: %v, want a permissions violation", role, err)
+			}
+		}
+	}
+}

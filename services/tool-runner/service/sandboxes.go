@@ -272,7 +272,9 @@ func gvisorIsolation(lim sandbox.Limits, iso sandbox.Isolation, b *sandbox.Local
 		}
 		if b != nil {
 			// The call's group holds gVisor's sandbox as a whole.
-			parts = append(parts, callLimits(lim, b.CallLimitsBy())+" (gVisor's kernel and gofer included)")
+			glim := lim
+			glim.CallProcesses = 0 // gVisor's nproc bounds the command's (sandbox/run.go)
+			parts = append(parts, callLimits(glim, b.CallLimitsBy())+" (gVisor's kernel and gofer included)")
 		}
 		return strings.Join(parts, "; ")
 	}
