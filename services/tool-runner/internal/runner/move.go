@@ -71,6 +71,20 @@ func (r *Runner) answered(ctx context.Context, ev events.Stored) (bool, error) {
 	return false, err
 }
 
+// held returns the backend holding the session's own workspace p here;
+// else elsewhere (the runner holding it moves it) or, taking over from a
+// runner that is gone, why the move cannot be made.
+func (r *Runner) held(p *session.Placement, takeOver bool) (Backend, string, error) {
+	b, err := r.backends.Get(p.Backend)
+	if err == nil && b.Holds(p.Host, p.Workspace) {
+		return b, "", nil
+	}
+	if !takeOver {
+		return Backend{}, "", &elsewhere{host: p.Host, root: filepath.Dir(p.Workspace)}
+	}
+	return Backend{}, fmt.Sprintf("the session's workspace on %s:%s did not answer: its tool runner is gone, and its changes with it", p.Host, p.Workspace), nil
+}
+
 // refuse records that a move request was not carried out, and why.
 func (r *Runner) refuse(ctx context.Context, ev events.Stored, backend, why string) error {
 	r.log.Info("sandbox move refused", "session", ev.Session, "backend", backend, "why", why)
@@ -110,12 +124,9 @@ func (r *Runner) carry(ctx context.Context, st *session.State, ev events.Stored,
 	)
 	switch {
 	case p != nil && p.Session == st.ID:
-		b, err := r.backends.Get(p.Backend)
-		if err != nil || !b.Holds(p.Host, p.Workspace) {
-			if !takeOver {
-				return "", &elsewhere{host: p.Host, root: filepath.Dir(p.Workspace)}
-			}
-			return fmt.Sprintf("the session's workspace on %s:%s did not answer: its tool runner is gone, and its changes with it", p.Host, p.Workspace), nil
+		b, why, err := r.held(p, takeOver)
+		if why != "" || err != nil {
+			return why, err
 		}
 		from = &events.Sandbox{Backend: p.Backend, SandboxID: p.SandboxID}
 		ws, err := b.Open(st.ID)

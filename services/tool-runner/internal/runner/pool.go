@@ -125,12 +125,9 @@ func (r *Runner) send(ctx context.Context, st *session.State, ev events.Stored, 
 	p := st.Sandbox
 	switch {
 	case p != nil && p.Session == st.ID:
-		b, err := r.backends.Get(p.Backend)
-		if err != nil || !b.Holds(p.Host, p.Workspace) {
-			if !takeOver {
-				return "", &elsewhere{host: p.Host, root: filepath.Dir(p.Workspace)}
-			}
-			return fmt.Sprintf("the session's workspace on %s:%s did not answer: its tool runner is gone, and its changes with it", p.Host, p.Workspace), nil
+		b, why, err := r.held(p, takeOver)
+		if why != "" || err != nil {
+			return why, err
 		}
 		bundle, head, err := b.Bundle(ctx, st.ID)
 		switch {
