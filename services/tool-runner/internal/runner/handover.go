@@ -30,6 +30,23 @@ const handoverPrefix = "rath.toolrunner."
 // (consume.Waiting), so that the forwarding runner waits too.
 const headerWaiting = "Rath-Waiting"
 
+// headerPing marks a forwarder's question whether the holder still serves
+// its subject; handoverPing is how often it asks while a call runs there.
+const (
+	headerPing   = "Rath-Ping"
+	handoverPing = 2 * time.Second
+)
+
+// gone reports whether nobody serves subject any more.
+func (r *Runner) gone(ctx context.Context, subject string) bool {
+	m := nats.NewMsg(subject)
+	m.Header.Set(headerPing, "1")
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.c.Conn().RequestMsgWithContext(pctx, m)
+	return errors.Is(err, nats.ErrNoResponders)
+}
+
 // handoverWait bounds a handed-over call: a tool may run for minutes.
 const handoverWait = 35 * time.Minute
 
@@ -53,10 +70,40 @@ func fnvHash(s string) uint32 {
 
 // forward hands a call to the runner holding the session's workspace and
 // waits for it to be done there.
+//
+// A request's reply never comes from a holder that dies once it has the
+// request (no "no responders" then): while it waits, the forwarder asks
+// the holder's subject whether anyone still serves it, and a holder gone
+// makes the call fail here, to be delivered again and taken over.
 func (r *Runner) forward(ctx context.Context, ev events.Stored, away *elsewhere) error {
 	ctx, cancel := context.WithTimeout(ctx, handoverWait)
 	defer cancel()
-	reply, err := r.c.Conn().RequestWithContext(ctx, handoverSubject(away.host, away.root), ev.Raw)
+	subject := handoverSubject(away.host, away.root)
+	type answer struct {
+		reply *nats.Msg
+		err   error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		reply, err := r.c.Conn().RequestWithContext(ctx, subject, ev.Raw)
+		answered <- answer{reply, err}
+	}()
+	tick := time.NewTicker(handoverPing)
+	defer tick.Stop()
+	var a answer
+	for waiting := true; waiting; {
+		select {
+		case a = <-answered:
+			waiting = false
+		case <-tick.C:
+			if r.gone(ctx, subject) {
+				cancel()
+				<-answered
+				return fmt.Errorf("the runner %s:%s holding the session went away while it had %s: delivered again, the call is taken over", away.host, away.root, ev.ID)
+			}
+		}
+	}
+	reply, err := a.reply, a.err
 	if errors.Is(err, nats.ErrNoResponders) {
 		return r.handle(ctx, ev, true)
 	}
@@ -81,6 +128,10 @@ func (r *Runner) ServeHandovers(ctx context.Context) error {
 	for _, b := range r.backends.all() {
 		host, root := b.Location()
 		sub, err := r.c.Conn().Subscribe(handoverSubject(host, root), func(m *nats.Msg) {
+			if m.Header.Get(headerPing) != "" {
+				_ = m.Respond(nil) // still here
+				return
+			}
 			go func() {
 				ev, err := events.ParseStored(m.Data)
 				if err == nil {
