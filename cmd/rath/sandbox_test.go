@@ -247,7 +247,12 @@ func TestPrintSandboxes(t *testing.T) {
 	if bwrap.Name != "bwrap" || bwrap.Works || bwrap.Why == "" {
 		t.Fatalf("bwrap without bwrap on PATH: %+v", bwrap)
 	}
+	gvisor := s.Backends[1]
+	if gvisor.Name != "gvisor" || gvisor.Works || gvisor.Why == "" {
+		t.Fatalf("gvisor without runsc on PATH: %+v", gvisor)
+	}
 	want := "rath demo: sandbox backend bwrap does not work here: " + bwrap.Why + `
+rath demo: sandbox backend gvisor does not work here: ` + gvisor.Why + `
 rath demo: sandbox backend local works (development only: no isolation)
 rath demo: WARNING: sessions whose workflow names no sandbox are placed on local (--sandbox auto), a development backend with no isolation: their commands run as the runner's user on this host
 `

@@ -67,6 +67,9 @@ var tokens = []struct {
 	{"commit", regexp.MustCompile(`\b[0-9a-f]{40}\b`)},
 	// Deadlines quoted in texts: an expired call's result, a wall-time close.
 	{"time", regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b`)},
+	// A call's control group, named in its limits: the runner's pid and a
+	// count (sandbox/cgroup.go).
+	{"cgroup", regexp.MustCompile(`\brath-calls/\d+-\d+\b`)},
 }
 
 // replaceWhole replaces id in s where it stands as a whole session ID: not
@@ -134,6 +137,10 @@ func Normalise(t *Tree, also ...*Tree) map[string][]Event {
 			var p events.SandboxPlaced
 			if json.Unmarshal(e.Data, &p) == nil && p.Workspace != "" {
 				n.literal = append(n.literal, [2]string{p.Workspace, "<workspace>"})
+			}
+			if p.Runner != "" {
+				// pool/host:root: where the run placed it, not what it did.
+				n.literal = append(n.literal, [2]string{p.Runner, "<runner>"})
 			}
 		}
 	}

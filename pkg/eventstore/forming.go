@@ -78,11 +78,12 @@ func Forming(err error) bool {
 	return false
 }
 
-// create runs fn (one creation, named what) until it succeeds, making it
-// again with growing pauses while JetStream is forming (Forming), and
-// saying so on log, until ctx ends. Creating is idempotent, so a request
-// that timed out but took effect is harmless to repeat.
-func create(ctx context.Context, log *slog.Logger, what string, fn func(context.Context) error) error {
+// WhileForming runs fn (one idempotent request, named what: a creation, a
+// put) until it succeeds, making it again with growing pauses while
+// JetStream is forming or electing a leader (Forming), and saying so on
+// log, until ctx ends (bound it for a patience). Only an idempotent
+// request may be made again: one that timed out may have taken effect.
+func WhileForming(ctx context.Context, log *slog.Logger, what string, fn func(context.Context) error) error {
 	started := time.Now()
 	bound := createAttempt
 	for attempt, pause := 1, 100*time.Millisecond; ; attempt, pause, bound = attempt+1, min(pause*2, formingPauseMax), min(bound*2, createAttemptMax) {
@@ -91,23 +92,23 @@ func create(ctx context.Context, log *slog.Logger, what string, fn func(context.
 		cancel()
 		if err == nil {
 			if attempt > 1 {
-				log.Info("JetStream ready", "created", what, "waited", time.Since(started).Round(time.Millisecond))
+				log.Info("JetStream ready", "request", what, "waited", time.Since(started).Round(time.Millisecond))
 			}
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w (waiting for JetStream to create %s: %v)", ctx.Err(), what, err)
+			return fmt.Errorf("%w (waiting for JetStream: %s: %v)", ctx.Err(), what, err)
 		}
 		if !Forming(err) {
 			return err
 		}
 		log.Warn("waiting for the JetStream cluster: it is forming, electing a leader or short of nodes",
-			"creating", what, "attempt", attempt, "waited", time.Since(started).Round(time.Millisecond), "retry_in", pause, "err", err)
+			"request", what, "attempt", attempt, "waited", time.Since(started).Round(time.Millisecond), "retry_in", pause, "err", err)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (waiting for JetStream to create %s: %v)", ctx.Err(), what, err)
+			return fmt.Errorf("%w (waiting for JetStream: %s: %v)", ctx.Err(), what, err)
 		case <-t.C:
 		}
 	}

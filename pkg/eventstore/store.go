@@ -102,7 +102,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, opts ...OpenOption) (*
 	stream := func(c jetstream.StreamConfig) (jetstream.Stream, error) {
 		c.Storage, c.Replicas, c.Duplicates, c.AllowDirect = jetstream.FileStorage, cfg.Replicas, cfg.DedupeWindow, true
 		var st jetstream.Stream
-		err := create(ctx, log, "stream "+c.Name, func(ctx context.Context) (err error) {
+		err := WhileForming(ctx, log, "create stream "+c.Name, func(ctx context.Context) (err error) {
 			st, err = js.CreateOrUpdateStream(ctx, c)
 			return err
 		})
@@ -113,7 +113,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, opts ...OpenOption) (*
 	}
 	kv := func(c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 		var b jetstream.KeyValue
-		err := create(ctx, log, "bucket "+c.Bucket, func(ctx context.Context) (err error) {
+		err := WhileForming(ctx, log, "create bucket "+c.Bucket, func(ctx context.Context) (err error) {
 			b, err = js.CreateOrUpdateKeyValue(ctx, c)
 			return err
 		})
@@ -214,7 +214,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, opts ...OpenOption) (*
 	}); err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", events.BucketHeads, err)
 	}
-	if err = create(ctx, log, "object store "+events.BucketBlobs, func(ctx context.Context) (err error) {
+	if err = WhileForming(ctx, log, "create object store "+events.BucketBlobs, func(ctx context.Context) (err error) {
 		s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      events.BucketBlobs,
 			Description: "Rath: large evidence by content hash (sha256:<hex>)",

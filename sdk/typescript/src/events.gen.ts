@@ -314,7 +314,7 @@ export interface SandboxRefused {
 
 /** SandboxRequested is the data of a rath.sandbox.requested event (urn:rath:schema:sandbox.requested.v1.json). Sandbox requested: Data of a rath.sandbox.requested event. Asks the tool runner to move the session to another sandbox backend, or to a tool runner of another pool, between tool calls; it answers with a rath.sandbox.placed (with from) or a rath.sandbox.refused whose causation is this event. */
 export interface SandboxRequested {
-  /** Backend: The backend to move to, as the target pool's runners name it: bwrap or local. */
+  /** Backend: The backend to move to, as the target pool's runners name it: bwrap, remote or local. */
   backend: string;
   /** Pool: The pool of tool runners to move to (a runner's --pool); absent: the pool the session is on. A move to another pool carries the workspace at its head commit through the object store. */
   pool?: string;
@@ -495,6 +495,8 @@ export interface ToolCallCompleted {
   duration_ms: number;
   /** Exit code: Exit code of the tool; 0 means success. */
   exit_code: number;
+  /** Limits: Limits the call's command ran under, as its sandbox reported them: each process's rlimits, the call's as a whole (a control group's memory, processes and CPU time, or why there were none) and the system-call filter. Absent for a call that ran no command. */
+  limits?: string;
   /** Result: Output of the tool, when small enough to keep inline. */
   result?: string;
   /** Result reference: Where the full output is stored, when it is not inline. */

@@ -137,19 +137,14 @@ const consumerPatience = time.Minute
 // lost while the service starts answers once it has elected another),
 // for consumerPatience at the most.
 func orderedConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
-	deadline := time.Now().Add(consumerPatience)
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		cons, err := st.OrderedConsumer(ctx, cfg)
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) ||
-			!(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)) {
-			return cons, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-	}
+	ctx, cancel := context.WithTimeout(ctx, consumerPatience)
+	defer cancel()
+	var cons jetstream.Consumer
+	err := eventstore.WhileForming(ctx, slog.New(slog.DiscardHandler), "create an ordered consumer", func(ctx context.Context) (err error) {
+		cons, err = st.OrderedConsumer(ctx, cfg)
+		return err
+	})
+	return cons, err
 }
 
 // follower runs an ordered consumer's handler on one goroutine.

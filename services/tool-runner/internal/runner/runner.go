@@ -76,14 +76,24 @@ func New(c *client.Client, states *fold.Cache, store *eventstore.Store, backends
 }
 
 // Register publishes the built-in tools in the tool registry.
+//
+// A cluster electing a JetStream leader (a node lost as the runner starts)
+// answers no put for seconds: each is made again while it is forming, for
+// registerPatience at the most, rather than stopping the runner.
 func (r *Runner) Register(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, registerPatience)
+	defer cancel()
 	for _, t := range tools.Specs() {
-		if err := r.store.PutTool(ctx, eventstore.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Server: Durable}); err != nil {
+		spec := eventstore.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Server: Durable}
+		if err := eventstore.WhileForming(ctx, r.log, "register tool "+t.Name, func(ctx context.Context) error { return r.store.PutTool(ctx, spec) }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// registerPatience bounds Register's wait for a JetStream cluster.
+const registerPatience = time.Minute
 
 // Handler is the runner's consume handler: tool calls, moves between
 // sandbox backends, and the decisions of approvals that gate calls (which
