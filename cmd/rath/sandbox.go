@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -221,15 +220,10 @@ no request (4). If no tool runner answers within --wait the request stays in
 the log and is answered when one runs (exit status 6).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, backend := args[0], args[1]
-			pool, backend, pooled := strings.Cut(backend, "/")
-			if !pooled {
-				pool, backend = "", pool
-			} else if err := events.CheckPool(pool); err != nil {
+			id := args[0]
+			pool, backend, err := events.ParseWhere(args[1])
+			if err != nil {
 				return usageError{err}
-			}
-			if !slices.Contains(events.Backends(), backend) {
-				return usageError{fmt.Errorf("unknown sandbox backend %q (backends: %s)", backend, strings.Join(events.Backends(), ", "))}
 			}
 			if wait <= 0 {
 				return usageError{fmt.Errorf("--wait must be positive, got %s", wait)}

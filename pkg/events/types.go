@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -395,6 +397,21 @@ func CheckPool(pool string) error {
 }
 
 var poolRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// ParseWhere reads a session's destination as `rath to` and Session.To
+// take it, "[POOL/]BACKEND": pool "" is the pool the session is on.
+func ParseWhere(where string) (pool, backend string, err error) {
+	pool, backend, pooled := strings.Cut(where, "/")
+	if !pooled {
+		pool, backend = "", where
+	} else if err := CheckPool(pool); err != nil {
+		return "", "", err
+	}
+	if !slices.Contains(Backends(), backend) {
+		return "", "", fmt.Errorf("unknown sandbox backend %q (backends: %s)", backend, strings.Join(Backends(), ", "))
+	}
+	return pool, backend, nil
+}
 
 // PoolOf is a recorded pool's name: "" is PoolDefault.
 func PoolOf(pool string) string {

@@ -157,7 +157,9 @@ func (Workflow) Forward(ctx context.Context, s Session) (Session, error) {
 }
 
 // To moves the session to another sandbox backend (events.BackendBwrap,
-// events.BackendGVisor, events.BackendLocal) between tool calls: it appends
+// events.BackendGVisor, events.BackendRemote, events.BackendLocal), or to a
+// tool runner of another pool ("gpu/bwrap", ADR 0042), between tool
+// calls: it appends
 // rath.sandbox.requested and waits for the tool runner's answer. A
 // placement returns the session at rath.sandbox.placed; a refusal (the
 // backend it is on, one that does not work here, a workspace behind)
@@ -165,10 +167,11 @@ func (Workflow) Forward(ctx context.Context, s Session) (Session, error) {
 // the request finish where the session was; the calls after it run on
 // backend.
 func (s Session) To(ctx context.Context, backend, reason string) (Session, error) {
-	if !slices.Contains(events.Backends(), backend) {
-		return s, fmt.Errorf("move %s: unknown sandbox backend %q (backends: %v)", s.id, backend, events.Backends())
+	pool, name, err := events.ParseWhere(backend)
+	if err != nil {
+		return s, fmt.Errorf("move %s: %w", s.id, err)
 	}
-	ack, err := s.c.Emit(ctx, s.id, &events.SandboxRequested{Backend: backend, Reason: reason})
+	ack, err := s.c.Emit(ctx, s.id, &events.SandboxRequested{Backend: name, Pool: pool, Reason: reason})
 	if err != nil {
 		return s, fmt.Errorf("move %s to %s: %w", s.id, backend, err)
 	}

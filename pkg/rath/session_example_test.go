@@ -106,7 +106,15 @@ func ExampleSession_To() {
 	s, err = s.To(ctx, events.BackendLocal, "again")
 	var refused *rath.MoveError
 	fmt.Println(s, errors.Is(err, rath.ErrMoveRefused), errors.As(err, &refused) && refused.Backend == events.BackendLocal)
+	// default/local names the pool too: the session is there already.
+	s, err = s.To(ctx, "default/local", "again, naming the pool")
+	fmt.Println(s, errors.Is(err, rath.ErrMoveRefused))
+	// A pool's name is one subject token: nothing is asked.
+	s, err = s.To(ctx, "../gpu/local", "")
+	fmt.Println(s, err)
 	// Output:
 	// moved@3: on local
 	// moved@5 true true
+	// moved@7 true
+	// moved@7 move moved: pool "..": want 1 to 32 of a-z, 0-9, '-' and '_', starting with a letter or digit
 }
