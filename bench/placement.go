@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/openrath/rath/internal/auth"
@@ -28,6 +32,13 @@ const sectionPlacement = "placement"
 // this process, with a workspaces root and a host name of its own, as on
 // two hosts): requested → placed.
 func (h *harness) runPlacement(ctx context.Context) error {
+	// The remote backend's service: the tests' (OpenSandbox's API on
+	// bwrap), as its own process on loopback.
+	remoteURL, stopRemote, err := h.startSandboxService(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopRemote()
 	runner := func(ctx context.Context, pool, host string) (func() error, error) {
 		nc, err := h.connect(auth.RoleToolRunner, "tool-runner-"+pool, true)
 		if err != nil {
@@ -38,6 +49,7 @@ func (h *harness) runPlacement(ctx context.Context) error {
 		cfg.Sandbox.Root = filepath.Join(h.dir, "placement-"+pool)
 		cfg.Sandbox.Path, cfg.Sandbox.Host = os.Getenv("PATH"), host
 		cfg.MCP.Scratch = filepath.Join(h.dir, "placement-mcp-"+pool)
+		cfg.Remote.URL, cfg.Remote.Key, cfg.Remote.Image = remoteURL, sandboxServiceKey, "rath-bench"
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- toolrunner.Run(ctx, nc, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
@@ -185,6 +197,51 @@ func (h *harness) runPlacement(ctx context.Context) error {
 	}
 	h.rep.add(a.rows...)
 	return errors.Join(stopB(), stopA())
+}
+
+// sandboxServiceKey is the bench's key of its remote sandbox service.
+const sandboxServiceKey = "bench-sandbox-key"
+
+// startSandboxService builds and starts the tests' remote sandbox service
+// (services/tool-runner/internal/sandbox/sandboxtest/serve) and returns its
+// URL and the function that stops it.
+func (h *harness) startSandboxService(ctx context.Context) (string, func(), error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(h.dir, "sandbox-service")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/tool-runner/internal/sandbox/sandboxtest/serve")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("build the sandbox service: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, filepath.Join(h.dir, "sandbox-service-root"))
+	cmd.Env = append(os.Environ(), "RATH_REMOTE_SANDBOX_KEY="+sandboxServiceKey)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	logf, err := os.Create(filepath.Join(h.dir, "sandbox-service.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return "", nil, fmt.Errorf("start the sandbox service: %w", err)
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		logf.Close()
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("the sandbox service said no URL (%v): see %s", err, logf.Name())
+	}
+	return strings.TrimSpace(line), stop, nil
 }
 
 // awaitEvent watches session id from seq until match says an event is the

@@ -52,6 +52,12 @@ func NewService(t testing.TB, bwrap *sandbox.Local, key string) *Service {
 	return s
 }
 
+// NewHandler is the service's handler alone, for a program that serves it
+// itself (the bench's sandbox service: sandboxtest/serve).
+func NewHandler(bwrap *sandbox.Local, key string) http.Handler {
+	return &Service{key: key, bwrap: bwrap, boxes: map[string]sandbox.Workspace{}, calls: map[string]int{}}
+}
+
 // SetHook sets (nil: removes) a hook that may answer requests itself.
 func (s *Service) SetHook(h func(w http.ResponseWriter, r *http.Request) bool) {
 	s.mu.Lock()
@@ -176,7 +182,7 @@ func (s *Service) lifecycle(w http.ResponseWriter, r *http.Request, rest []strin
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case len(rest) == 3 && rest[1] == "endpoints" && rest[2] == "44772":
-		WriteJSON(w, http.StatusOK, map[string]string{"endpoint": s.Srv.Listener.Addr().String() + "/exec/" + rest[0]})
+		WriteJSON(w, http.StatusOK, map[string]string{"endpoint": r.Host + "/exec/" + rest[0]})
 	default:
 		http.NotFound(w, r)
 	}
