@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,5 +245,33 @@ func TestClientsCannotReachAPool(t *testing.T) {
 				t.Errorf("%s on a pool's subject: %v, want a permissions violation", role, err)
 			}
 		}
+	}
+}
+
+// A session starts in the default pool, whichever runner its first call is
+// delivered to (the pools' runners share the calls' consumer); with no
+// runner of the default pool, a runner of another pool places it itself.
+func TestSessionsStartInTheDefaultPool(t *testing.T) {
+	needBwrap(t)
+	r := setupWith(t, backendWorkflow(""), sandboxUIDs, onHost("host-a"))
+	r.poolRunner(t, "gpu", "host-b")
+	r.servesPool(t, "gpu")
+	for i := range 6 {
+		id := fmt.Sprintf("d%d", i)
+		r.startWith(t, id, nil)
+		done := r.ok(t, id, "c1", "plain", "list_files", `{}`)
+		if done.Sandbox.Pool != "" {
+			t.Errorf("session %s started on pool %s", id, done.Sandbox.Pool)
+		}
+		if p := r.placements(t, id); len(p) != 1 || p[0].Host != "host-a" || p[0].Pool != "" {
+			t.Errorf("session %s placements %+v, want one on host-a, default pool", id, p)
+		}
+	}
+	if err := r.runner.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.startWith(t, "alone", nil)
+	if done := r.ok(t, "alone", "c1", "plain", "list_files", `{}`); done.Sandbox.Pool != "gpu" {
+		t.Errorf("with no runner of the default pool, placed on pool %q", done.Sandbox.Pool)
 	}
 }

@@ -109,6 +109,14 @@ func (r *Runner) placeAt(ctx context.Context, st *session.State, ev events.Store
 	case p != nil && p.Session != "":
 		name, by = p.Backend, "the parent's"
 	default:
+		if p == nil && r.Pool() != events.PoolDefault {
+			if handed, err := r.startInDefault(ctx, ev); handed || err != nil {
+				if err == nil {
+					err = errHandedOver
+				}
+				return nil, err
+			}
+		}
 		if name, by, err = r.choose(ctx, st, req.Agent); err != nil {
 			return nil, err
 		}

@@ -95,11 +95,15 @@ func (r *Runner) ask(ctx context.Context, pool string, a arrival) (string, error
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, poolTimeout)
+	timeout := poolTimeout
+	if a.TakeOver {
+		timeout = handoverWait // the pool's runner runs the call
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	reply, err := r.c.Conn().RequestWithContext(ctx, poolSubject(pool), msg)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return "", consume.Waiting(fmt.Errorf("no tool runner of pool %s is connected: waiting for one", pool))
+		return "", consume.Waiting(fmt.Errorf("%w: no tool runner of pool %s is connected: waiting for one", errPoolEmpty, pool))
 	}
 	if err != nil {
 		return "", fmt.Errorf("ask pool %s: %w", pool, err)
@@ -290,6 +294,28 @@ func where(pool, backend string) string {
 		return backend
 	}
 	return pool + "/" + backend
+}
+
+// errPoolEmpty is (wrapped) ask's error when no runner of the pool is
+// connected.
+var errPoolEmpty = errors.New("empty pool")
+
+// startInDefault hands the first call of a session placed nowhere to a
+// runner of the default pool: a session starts there (runners of other
+// pools share the tool calls' consumer, and would otherwise place whatever
+// session they are handed first). Where the default pool has no runner,
+// it returns false and the session is placed here.
+func (r *Runner) startInDefault(ctx context.Context, ev events.Stored) (bool, error) {
+	why, err := r.ask(ctx, events.PoolDefault, arrival{Event: ev.Raw, TakeOver: true})
+	switch {
+	case errors.Is(err, errPoolEmpty):
+		return false, nil
+	case err != nil:
+		return false, err
+	case why != "":
+		return false, &placeError{why}
+	}
+	return true, nil
 }
 
 // errHandedOver ends a call that a runner of another pool ran.
