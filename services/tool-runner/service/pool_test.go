@@ -255,7 +255,10 @@ func TestSessionsStartInTheDefaultPool(t *testing.T) {
 	needBwrap(t)
 	r := setupWith(t, backendWorkflow(""), sandboxUIDs, onHost("host-a"))
 	r.poolRunner(t, "gpu", "host-b")
+	// Both runners up: a call the gpu runner gets before the default one
+	// serves its pool would be placed on gpu (no runner of the default pool).
 	r.servesPool(t, "gpu")
+	r.servesPool(t, "default")
 	for i := range 6 {
 		id := fmt.Sprintf("d%d", i)
 		r.startWith(t, id, nil)
