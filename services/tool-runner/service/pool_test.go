@@ -162,6 +162,8 @@ func TestLostRunnerOfAPool(t *testing.T) {
 	ctx := context.Background()
 	r := setupWith(t, backendWorkflow("local"), sandboxUIDs, allowLocal, onHost("host-a"))
 	b, _ := r.poolRunner(t, "gpu", "host-b")
+	r.servesPool(t, "gpu")
+	r.servesPool(t, "default") // the session starts there (TestSessionsStartInTheDefaultPool)
 	r.startWith(t, "l1", nil)
 	if _, refused := r.movePool(t, "l1", "gpu", "bwrap"); refused != nil {
 		t.Fatalf("move refused: %s", refused.Reason)
