@@ -59,18 +59,11 @@ const remoteRacy = 2 * time.Second
 // runRemote is Run on the remote backend.
 func (w *localWorkspace) runRemote(ctx context.Context, c Cmd) (Result, error) {
 	r := w.l.remote
-	if len(c.Args) == 0 || c.Args[0] == "" {
-		return Result{}, errors.New("run: empty command")
-	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+	timeout, err := w.checkRun(ctx, c)
+	if err != nil {
+		return Result{}, err
 	}
 	lim := w.l.cfg.Limits
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = lim.Timeout
-	}
-	timeout = min(timeout, lim.MaxTimeout)
 	script, err := r.script(c)
 	if err != nil {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)

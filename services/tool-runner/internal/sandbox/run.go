@@ -34,22 +34,31 @@ func (w *localWorkspace) Run(ctx context.Context, c Cmd) (Result, error) {
 	return w.run(ctx, c, w.l.iso == nil && w.l.traces())
 }
 
-// run is Run, the command started traced (trace.go; the local backend only)
-// or through the helper.
-func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, error) {
+// checkRun refuses an empty command and a cancelled ctx, and returns the
+// command's timeout: c's, else the default, at most the maximum.
+func (w *localWorkspace) checkRun(ctx context.Context, c Cmd) (time.Duration, error) {
 	if len(c.Args) == 0 || c.Args[0] == "" {
-		return Result{}, errors.New("run: empty command")
+		return 0, errors.New("run: empty command")
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
+		return 0, fmt.Errorf("run in %s: %w", w.id, err)
 	}
 	lim := w.l.cfg.Limits
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = lim.Timeout
 	}
-	timeout = min(timeout, lim.MaxTimeout)
+	return min(timeout, lim.MaxTimeout), nil
+}
 
+// run is Run, the command started traced (trace.go; the local backend only)
+// or through the helper.
+func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, error) {
+	timeout, err := w.checkRun(ctx, c)
+	if err != nil {
+		return Result{}, err
+	}
+	lim := w.l.cfg.Limits
 	l := &launch{stdout: &capture{limit: lim.Output}, stderr: &capture{limit: lim.Output}}
 	l.cmd = &exec.Cmd{
 		Path:        w.l.helper,
@@ -63,7 +72,6 @@ func (w *localWorkspace) run(ctx context.Context, c Cmd, trace bool) (Result, er
 	}
 	// The one cleanup of every exit, started or not.
 	defer l.release()
-	var err error
 	if l.cg, l.cgWhy, err = w.l.callGroup(); err != nil {
 		return Result{}, fmt.Errorf("run in %s: %w", w.id, err)
 	}
